@@ -1,0 +1,1 @@
+"""dynbranch services: gateway, admission, csl, delivery, engine agent and their shared runtime."""

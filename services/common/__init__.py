@@ -1,0 +1,1 @@
+"""Mesh runtime shared by every service: config, telemetry, errors, server bootstrap, clients."""

@@ -1,0 +1,140 @@
+from services.common.pb import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LookupRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: _common_pb2.ReuseName
+    def __init__(self, name: _Optional[_Union[_common_pb2.ReuseName, _Mapping]] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("hit", "result", "cost_s")
+    HIT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    COST_S_FIELD_NUMBER: _ClassVar[int]
+    hit: bool
+    result: bytes
+    cost_s: float
+    def __init__(self, hit: _Optional[bool] = ..., result: _Optional[bytes] = ..., cost_s: _Optional[float] = ...) -> None: ...
+
+class PutRequest(_message.Message):
+    __slots__ = ("header", "name", "result", "read_set", "cost_s")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    READ_SET_FIELD_NUMBER: _ClassVar[int]
+    COST_S_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.RecordHeader
+    name: _common_pb2.ReuseName
+    result: bytes
+    read_set: _common_pb2.ReadSet
+    cost_s: float
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., name: _Optional[_Union[_common_pb2.ReuseName, _Mapping]] = ..., result: _Optional[bytes] = ..., read_set: _Optional[_Union[_common_pb2.ReadSet, _Mapping]] = ..., cost_s: _Optional[float] = ...) -> None: ...
+
+class PutResponse(_message.Message):
+    __slots__ = ("stored",)
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    stored: bool
+    def __init__(self, stored: _Optional[bool] = ...) -> None: ...
+
+class PutShadowRequest(_message.Message):
+    __slots__ = ("shadow", "ttl_s")
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    shadow: _common_pb2.ShadowRecord
+    ttl_s: float
+    def __init__(self, shadow: _Optional[_Union[_common_pb2.ShadowRecord, _Mapping]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class PutShadowResponse(_message.Message):
+    __slots__ = ("stored",)
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    stored: bool
+    def __init__(self, stored: _Optional[bool] = ...) -> None: ...
+
+class PromoteRequest(_message.Message):
+    __slots__ = ("name", "branch_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_ID_FIELD_NUMBER: _ClassVar[int]
+    name: _common_pb2.ReuseName
+    branch_id: str
+    def __init__(self, name: _Optional[_Union[_common_pb2.ReuseName, _Mapping]] = ..., branch_id: _Optional[str] = ...) -> None: ...
+
+class PromoteResponse(_message.Message):
+    __slots__ = ("promoted", "result", "cost_s")
+    PROMOTED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    COST_S_FIELD_NUMBER: _ClassVar[int]
+    promoted: bool
+    result: bytes
+    cost_s: float
+    def __init__(self, promoted: _Optional[bool] = ..., result: _Optional[bytes] = ..., cost_s: _Optional[float] = ...) -> None: ...
+
+class DiscardRequest(_message.Message):
+    __slots__ = ("branch_id", "keep_candidate")
+    BRANCH_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    branch_id: str
+    keep_candidate: str
+    def __init__(self, branch_id: _Optional[str] = ..., keep_candidate: _Optional[str] = ...) -> None: ...
+
+class DiscardResponse(_message.Message):
+    __slots__ = ("discarded",)
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    discarded: int
+    def __init__(self, discarded: _Optional[int] = ...) -> None: ...
+
+class RecordWrite(_message.Message):
+    __slots__ = ("record_id",)
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    record_id: str
+    def __init__(self, record_id: _Optional[str] = ...) -> None: ...
+
+class WriteRecordsRequest(_message.Message):
+    __slots__ = ("header", "tenant", "writes")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.RecordHeader
+    tenant: str
+    writes: _containers.RepeatedCompositeFieldContainer[RecordWrite]
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., tenant: _Optional[str] = ..., writes: _Optional[_Iterable[_Union[RecordWrite, _Mapping]]] = ...) -> None: ...
+
+class WriteRecordsResponse(_message.Message):
+    __slots__ = ("versions", "invalidated")
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    INVALIDATED_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[_common_pb2.RecordVersion]
+    invalidated: int
+    def __init__(self, versions: _Optional[_Iterable[_Union[_common_pb2.RecordVersion, _Mapping]]] = ..., invalidated: _Optional[int] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("entries", "shadows", "bytes", "budget_bytes", "hits", "misses", "promotions", "invalidations", "evictions")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    SHADOWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    PROMOTIONS_FIELD_NUMBER: _ClassVar[int]
+    INVALIDATIONS_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    entries: int
+    shadows: int
+    bytes: int
+    budget_bytes: int
+    hits: int
+    misses: int
+    promotions: int
+    invalidations: int
+    evictions: int
+    def __init__(self, entries: _Optional[int] = ..., shadows: _Optional[int] = ..., bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., promotions: _Optional[int] = ..., invalidations: _Optional[int] = ..., evictions: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,133 @@
+from services.common.pb import common_pb2 as _common_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("request_id", "model", "prompt", "sampling", "priority")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    prompt: str
+    sampling: _common_pb2.SamplingParams
+    priority: _common_pb2.PriorityClass
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.PriorityClass, str]] = ...) -> None: ...
+
+class Queued(_message.Message):
+    __slots__ = ("prompt_tokens", "queue_position")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    queue_position: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., queue_position: _Optional[int] = ...) -> None: ...
+
+class Allocated(_message.Message):
+    __slots__ = ("cached_prompt_tokens", "queue_s")
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_S_FIELD_NUMBER: _ClassVar[int]
+    cached_prompt_tokens: int
+    queue_s: float
+    def __init__(self, cached_prompt_tokens: _Optional[int] = ..., queue_s: _Optional[float] = ...) -> None: ...
+
+class TokenDelta(_message.Message):
+    __slots__ = ("text", "tokens")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    tokens: int
+    def __init__(self, text: _Optional[str] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class Finished(_message.Message):
+    __slots__ = ("reason", "usage", "timings", "text")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    reason: _common_pb2.FinishReason
+    usage: _common_pb2.Usage
+    timings: _common_pb2.Timings
+    text: str
+    def __init__(self, reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class GenerateEvent(_message.Message):
+    __slots__ = ("request_id", "sequence", "queued", "allocated", "delta", "finished")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    sequence: int
+    queued: Queued
+    allocated: Allocated
+    delta: TokenDelta
+    finished: Finished
+    def __init__(self, request_id: _Optional[str] = ..., sequence: _Optional[int] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., allocated: _Optional[_Union[Allocated, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ...) -> None: ...
+
+class AbortRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class AbortResponse(_message.Message):
+    __slots__ = ("aborted",)
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    aborted: bool
+    def __init__(self, aborted: _Optional[bool] = ...) -> None: ...
+
+class WatchLoadRequest(_message.Message):
+    __slots__ = ("interval_s",)
+    INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    interval_s: float
+    def __init__(self, interval_s: _Optional[float] = ...) -> None: ...
+
+class LookupPrefixRequest(_message.Message):
+    __slots__ = ("prompt",)
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    def __init__(self, prompt: _Optional[str] = ...) -> None: ...
+
+class LookupPrefixResponse(_message.Message):
+    __slots__ = ("prompt_tokens", "resident_tokens", "block_size")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    resident_tokens: int
+    block_size: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., resident_tokens: _Optional[int] = ..., block_size: _Optional[int] = ...) -> None: ...
+
+class GetInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EngineInfo(_message.Message):
+    __slots__ = ("engine_id", "model", "backend", "max_model_len", "block_size", "kv_blocks_total", "max_running", "leases_supported", "simulated")
+    ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    LEASES_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
+    SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    engine_id: str
+    model: str
+    backend: str
+    max_model_len: int
+    block_size: int
+    kv_blocks_total: int
+    max_running: int
+    leases_supported: bool
+    simulated: bool
+    def __init__(self, engine_id: _Optional[str] = ..., model: _Optional[str] = ..., backend: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., max_running: _Optional[int] = ..., leases_supported: _Optional[bool] = ..., simulated: _Optional[bool] = ...) -> None: ...
