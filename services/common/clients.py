@@ -1,0 +1,89 @@
+"""Client-side helpers: channels with declared retries for idempotent methods only, and deadlines.
+
+Retries live in the channel's service config (``retryPolicy``: only UNAVAILABLE, only methods
+listed in :data:`IDEMPOTENT`), never in hand-written loops. Every call takes a deadline: use
+:func:`deadline` to derive one from the caller's remaining budget.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+#: Methods safe to retry, per fully-qualified service. Anything absent is never retried.
+IDEMPOTENT: dict[str, tuple[str, ...]] = {
+    "dynbranch.v1.EngineAgent": ("Abort", "LookupPrefix", "GetInfo"),
+    "dynbranch.v1.SubgraphLibrary": ("Lookup", "Put", "PutShadow", "Discard", "Stats"),
+    "dynbranch.v1.Admission": ("OpenBranch", "AdmitFills", "ReportOutcome"),
+    "dynbranch.v1.Delivery": ("Submit", "PublishLease"),
+    "grpc.health.v1.Health": ("Check",),
+}
+
+#: Default deadline of a call when the caller has no budget of its own.
+DEFAULT_DEADLINE_S = 10.0
+#: Smallest deadline handed to a downstream call; below it the call is not worth making.
+MIN_DEADLINE_S = 0.005
+
+
+def service_config(idempotent: dict[str, tuple[str, ...]] = IDEMPOTENT) -> str:
+    """gRPC service config JSON declaring the retry policy of idempotent methods."""
+    names = [{"service": svc, "method": m} for svc, methods in idempotent.items() for m in methods]
+    policy = {"maxAttempts": 3, "initialBackoff": "0.02s", "maxBackoff": "0.2s",
+              "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+    return json.dumps({"methodConfig": [{"name": names, "retryPolicy": policy}]})
+
+
+def channel_options(max_message_bytes: int = 4 * 1024 * 1024) -> list[tuple[str, Any]]:
+    """Channel arguments: retries on, declared service config, keepalive, message limits."""
+    return [
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", service_config()),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+    ]
+
+
+def open_channel(target: str, max_message_bytes: int = 4 * 1024 * 1024) -> grpc.aio.Channel:
+    """An insecure aio channel to a mesh service on ``target`` (``host:port``)."""
+    return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes))
+
+
+def deadline(context: grpc.aio.ServicerContext | None, default_s: float = DEFAULT_DEADLINE_S,
+             cap_s: float | None = None) -> float:
+    """Timeout for a downstream call: the caller's remaining time, else ``default_s``, capped."""
+    remaining = context.time_remaining() if context is not None else None
+    budget = default_s if remaining is None else remaining
+    if cap_s is not None:
+        budget = min(budget, cap_s)
+    return max(budget, MIN_DEADLINE_S)
+
+
+async def wait_serving(target: str, timeout_s: float = 30.0, service: str = "") -> None:
+    """Poll the standard health check until ``target`` reports SERVING or the timeout passes."""
+    import asyncio
+    import time
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    end = time.monotonic() + timeout_s
+    async with open_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=service),
+                                         timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            if time.monotonic() > end:
+                raise TimeoutError(f"{target} not SERVING after {timeout_s:.0f} s")
+            await asyncio.sleep(0.05)
+
+
+__all__ = ["DEFAULT_DEADLINE_S", "IDEMPOTENT", "channel_options", "deadline", "open_channel",
+           "service_config", "wait_serving"]

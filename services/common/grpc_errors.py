@@ -1,0 +1,71 @@
+"""Edge mapping from the mesh's exception tree to gRPC status codes (one interceptor)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from services.common.errors import DynbranchError
+
+log = logging.getLogger(__name__)
+
+
+def status_of(exc: DynbranchError) -> grpc.StatusCode:
+    """The gRPC status code an error class carries."""
+    return grpc.StatusCode[exc.status]
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    if isinstance(exc, DynbranchError):
+        if exc.status == "INTERNAL":
+            log.error("internal error in %s", method, exc_info=exc, extra={"method": method})
+        await context.abort(status_of(exc), exc.client_message())
+    log.error("unhandled error in %s", method, exc_info=exc, extra={"method": method})
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+
+
+def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await behavior(request, context)
+        except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a status, never leaked
+            await _abort(context, exc, method)
+    return wrapper
+
+
+def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a status, never leaked
+            await _abort(context, exc, method)
+    return wrapper
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Turns ``DynbranchError`` into its status and anything else into a generic INTERNAL."""
+
+    async def intercept_service(self, continuation: Callable[..., Awaitable[Any]],
+                                handler_call_details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming:
+            return handler
+        method = handler_call_details.method
+        kwargs = {"request_deserializer": handler.request_deserializer,
+                  "response_serializer": handler.response_serializer}
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, method), **kwargs)
+        return grpc.unary_stream_rpc_method_handler(
+            _wrap_stream(handler.unary_stream, method), **kwargs)
+
+
+__all__ = ["ErrorInterceptor", "status_of"]

@@ -1,0 +1,179 @@
+"""Service runtime: a ``grpc.aio`` server on uvloop with health, reflection, Prometheus metrics,
+OpenTelemetry tracing, an error interceptor and graceful shutdown (DESIGN.md §3, STYLE.md §7).
+
+Every service's ``server.py`` builds one :class:`ServiceRuntime`, adds its servicers, and either
+``await runtime.start()`` (tests, port 0) or calls :func:`run_service` (entry points).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Tracer
+from prometheus_client import CollectorRegistry
+
+from services.common.config import ServiceSettings
+from services.common.grpc_errors import ErrorInterceptor
+from services.common.telemetry import MetricsEndpoint, make_tracer_provider
+
+log = logging.getLogger(__name__)
+
+CloseHook = Callable[[], Awaitable[None]]
+
+
+def install_uvloop() -> None:
+    """Use uvloop for every new event loop of this process (a no-op if it is missing)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a declared dependency
+        return
+    if sys.version_info >= (3, 12):  # pragma: no cover
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def server_options(settings: ServiceSettings) -> list[tuple[str, Any]]:
+    """Channel arguments shared by every server."""
+    return [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ]
+
+
+class ServiceRuntime:
+    """One service process's gRPC server and its surroundings; ``shutdown`` is idempotent."""
+
+    def __init__(self, name: str, settings: ServiceSettings, *,
+                 span_exporter: SpanExporter | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.name = name
+        self.settings = settings
+        self.metrics = MetricsEndpoint(registry)
+        self.tracer_provider: TracerProvider = make_tracer_provider(
+            name, settings.otlp_endpoint, span_exporter)
+        self.tracer: Tracer = self.tracer_provider.get_tracer(f"dynbranch.{name}")
+        self.server = grpc.aio.server(interceptors=[ErrorInterceptor()],
+                                      options=server_options(settings))
+        self.health = health.aio.HealthServicer()
+        self.port: int | None = None
+        self._service_names: list[str] = []
+        self._close_hooks: list[CloseHook] = []
+        self._stopped = asyncio.Event()
+        self._shutdown_task: asyncio.Task[None] | None = None
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """Registry every metric of this service registers into."""
+        return self.metrics.registry
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the server listens on (after start)."""
+        return f"{self.settings.host}:{self.port}"
+
+    def add_service(self, add_fn: Callable[[Any, grpc.aio.Server], None], servicer: Any,
+                    full_name: str) -> None:
+        """Register a servicer (``add_XServicer_to_server``) under its full service name."""
+        add_fn(servicer, self.server)
+        self._service_names.append(full_name)
+
+    def on_close(self, hook: CloseHook) -> None:
+        """Run ``hook`` after the server stopped (close LMDB envs, channels, tasks)."""
+        self._close_hooks.append(hook)
+
+    async def start(self) -> int:
+        """Bind, start serving and report SERVING; returns the bound gRPC port."""
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = [*self._service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                 reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        if self.port == 0:
+            raise OSError(f"{self.name}: cannot bind {self.settings.host}:{self.settings.port}")
+        if self.settings.metrics_port >= 0:
+            self.metrics.start(self.settings.host, self.settings.metrics_port)
+        await self.server.start()
+        await self._set_status(health_pb2.HealthCheckResponse.SERVING)
+        log.info("%s serving on %s", self.name, self.address,
+                 extra={"service": self.name, "port": self.port, "metrics_port": self.metrics.port})
+        return self.port
+
+    async def _set_status(self, status: int) -> None:
+        for name in ["", *self._service_names]:
+            await self.health.set(name, status)
+
+    async def shutdown(self) -> None:
+        """NOT_SERVING → drain delay → stop(grace) → close hooks; safe to call twice."""
+        if self._shutdown_task is None:
+            self._shutdown_task = asyncio.ensure_future(self._shutdown())
+        await asyncio.shield(self._shutdown_task)
+
+    async def _shutdown(self) -> None:
+        await self.health.enter_graceful_shutdown()
+        if self.settings.drain_delay_s:
+            await asyncio.sleep(self.settings.drain_delay_s)
+        await self.server.stop(self.settings.grace_s)
+        for hook in reversed(self._close_hooks):
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 - one failing hook must not skip the others
+                log.exception("%s: close hook failed", self.name)
+        self.metrics.stop()
+        self.tracer_provider.shutdown()
+        self._stopped.set()
+        log.info("%s stopped", self.name, extra={"service": self.name})
+
+    async def wait_stopped(self) -> None:
+        """Wait until shutdown has completed."""
+        await self._stopped.wait()
+
+    def announce(self, extra: dict[str, Any] | None = None) -> None:
+        """Print one JSON line on stdout with the bound ports (read by ``dynbranch up``)."""
+        line = {"event": "listening", "service": self.name, "address": self.address,
+                "port": self.port, "metrics_port": self.metrics.port, **(extra or {})}
+        print(json.dumps(line), flush=True)
+
+
+async def serve_until_signal(runtime: ServiceRuntime,
+                             signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+                             ) -> None:
+    """Start, announce, then shut down gracefully on SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    await runtime.start()
+    runtime.announce()
+    await stop.wait()
+    log.info("%s: signal received, shutting down", runtime.name)
+    await runtime.shutdown()
+
+
+def run_service(build: Callable[[], Awaitable[ServiceRuntime]]) -> int:
+    """Entry-point helper: uvloop, build the runtime inside the loop, serve until a signal."""
+    install_uvloop()
+
+    async def main() -> None:
+        runtime = await build()
+        await serve_until_signal(runtime)
+
+    asyncio.run(main())
+    return 0
+
+
+__all__ = ["ServiceRuntime", "install_uvloop", "run_service", "serve_until_signal",
+           "server_options"]
