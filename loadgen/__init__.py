@@ -1,0 +1,1 @@
+"""Workload harnesses, the demo job and benchmarks."""

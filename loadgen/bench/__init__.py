@@ -1,0 +1,26 @@
+"""Benchmarks: each module exposes ``run(quick: bool) -> dict``; ``dynbranch bench NAME`` runs it.
+
+Conventions: ``--quick`` finishes in under a minute on 2 cores; ``--json`` prints one JSON object
+as the last line of stdout; every figure that compares is a ratio measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+#: Benchmark name → module under ``loadgen.bench``.
+BENCHMARKS = {
+    "overhead": "loadgen.bench.overhead",
+    "csl": "loadgen.bench.csl",
+    "fidelity": "loadgen.bench.fidelity",
+}
+
+
+def load(name: str) -> Callable[[bool], dict[str, Any]]:
+    """The ``run`` function of a benchmark (ImportError when it is not built yet)."""
+    return importlib.import_module(BENCHMARKS[name]).run
+
+
+__all__ = ["BENCHMARKS", "load"]

@@ -1,0 +1,168 @@
+"""The ``dynbranch`` command: start the mesh, call it, run the demo and the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import signal
+import sys
+from typing import Any
+
+SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_agent.server",
+            "csl": "services.csl.server", "admission": "services.admission.server",
+            "delivery": "services.delivery.server"}
+
+
+def _mesh_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engines", type=int, default=2, help="engine agents (default 2)")
+    parser.add_argument("--model", default="qwen3-32b", help="model name (default qwen3-32b)")
+    parser.add_argument("--preset", default="qwen3-32b-h200",
+                        help="sim cost-model preset (default qwen3-32b-h200)")
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="wall seconds per simulated second (default 1.0; 0 = no waiting)")
+    parser.add_argument("--engine-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra engine agent setting (repeatable)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from services.launcher import MeshSpec
+
+    if args.engines < 1:
+        raise SystemExit("--engines: must be at least 1")
+    return MeshSpec(engines=args.engines, model=args.model, preset=args.preset,
+                    time_scale=args.time_scale, engine_settings=args.engine_set,
+                    log_level=args.log_level)
+
+
+async def _up(args: argparse.Namespace) -> int:
+    from services.launcher import Mesh
+
+    mesh = Mesh()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await mesh.start(_spec(args))
+        print(f"dynbranch mesh is up (logs in {mesh.run_dir}); Ctrl-C stops it")
+        for child in mesh.children:
+            print(f"  {child.name:<10} grpc {child.address:<21} metrics "
+                  f"http://127.0.0.1:{child.metrics_port}/metrics")
+        print(f"try: dynbranch call --gateway {mesh.address('gateway')} --prompt 'hello'",
+              flush=True)
+        await stop.wait()
+    finally:
+        await mesh.stop()
+    print("dynbranch mesh stopped")
+    return 0
+
+
+async def _call(args: argparse.Namespace) -> int:
+    import grpc
+
+    from services.common.pb import common_pb2, gateway_pb2
+    from services.gateway.client import GatewayClient
+
+    demand = common_pb2.StageDemand(model=args.model, prompt=args.prompt,
+                                    sampling=common_pb2.SamplingParams(
+                                        max_tokens=args.max_tokens,
+                                        temperature=args.temperature))
+    async with GatewayClient(args.gateway, api_key=args.api_key) as client:
+        try:
+            reply = await client.call(gateway_pb2.CallRequest(demand=demand),
+                                      timeout_s=args.timeout)
+        except grpc.aio.AioRpcError as err:
+            print(f"error: {err.code().name}: {err.details()}", file=sys.stderr)
+            return 1
+    t, u = reply.timings, reply.usage
+    print(reply.text)
+    print(f"--- engine {reply.engine_id or '-'} source "
+          f"{gateway_pb2.ResultSource.Name(reply.source)} finish "
+          f"{common_pb2.FinishReason.Name(reply.finish_reason)}")
+    print(f"--- tokens prompt {u.prompt_tokens} (cached {u.cached_prompt_tokens}) completion "
+          f"{u.completion_tokens}; engine s queue {t.queue_s:.3f} prefill {t.prefill_s:.3f} "
+          f"decode {t.decode_s:.3f} total {t.total_s:.3f}; gateway s {reply.gateway_s:.3f}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from loadgen.bench import load
+
+    result = load(args.name)(args.quick)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from loadgen.demo import run_demo
+
+    return asyncio.run(run_demo(_spec(args), requests=args.requests,
+                                concurrency=args.concurrency))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    return importlib.import_module(SERVICES[args.service]).main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dynbranch`` argument parser."""
+    from loadgen.bench import BENCHMARKS
+
+    parser = argparse.ArgumentParser(prog="dynbranch", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start every service on loopback until Ctrl-C",
+                        description="Start gateway, csl, admission, delivery and N sim engine "
+                        "agents as processes on loopback; print addresses; stop on Ctrl-C/SIGTERM.")
+    _mesh_args(up)
+    up.set_defaults(run=lambda a: asyncio.run(_up(a)))
+    call = sub.add_parser("call", help="send one stage through the gateway",
+                          description="Send one stage demand to the gateway and print the answer "
+                          "and its timings.")
+    call.add_argument("--gateway", required=True, metavar="HOST:PORT", help="gateway address")
+    call.add_argument("--prompt", required=True, help="rendered prompt")
+    call.add_argument("--model", default="qwen3-32b", help="model (default qwen3-32b)")
+    call.add_argument("--max-tokens", type=int, default=64, help="max tokens (default 64)")
+    call.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    call.add_argument("--api-key", default="", help="API key sent as a bearer token")
+    call.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
+    call.set_defaults(run=lambda a: asyncio.run(_call(a)))
+    demo = sub.add_parser("demo", help="start the mesh, send a batch, print a summary",
+                          description="The main job on the embedded default: start the mesh with "
+                          "simulated engines, send a small batch of requests, print a summary.")
+    _mesh_args(demo)
+    demo.set_defaults(time_scale=0.02)
+    demo.add_argument("--requests", type=int, default=32, help="requests to send (default 32)")
+    demo.add_argument("--concurrency", type=int, default=8, help="in flight at once (default 8)")
+    demo.set_defaults(run=_demo)
+    bench = sub.add_parser("bench", help="run a benchmark",
+                           description="Run a benchmark; figures that compare are ratios "
+                           "measured side by side in one run.")
+    bench.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark")
+    bench.add_argument("--quick", action="store_true", help="finish in under a minute")
+    bench.add_argument("--json", action="store_true", help="print one JSON object last")
+    bench.set_defaults(run=_bench)
+    serve = sub.add_parser("serve", help="run one service in the foreground",
+                           description="Run one service; flags after the name go to it "
+                           "(dynbranch serve engine --help).")
+    serve.add_argument("service", choices=sorted(SERVICES))
+    serve.add_argument("rest", nargs=argparse.REMAINDER, help="the service's own flags")
+    serve.set_defaults(run=_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``dynbranch`` console script."""
+    from services.common.server import install_uvloop
+
+    args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        install_uvloop()
+    return args.run(args) or 0
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,79 @@
+"""Edge conversions between protos and the plain values core modules use (STYLE.md §2)."""
+
+from __future__ import annotations
+
+from services.common.errors import InvalidArgument
+from services.common.pb import common_pb2
+from services.engine_agent.backend import Priority, Sampling, Timings, Usage
+
+#: Upper bound on stop strings per request, and on each one's length.
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256
+
+
+def sampling_from_proto(msg: common_pb2.SamplingParams, field: str, max_tokens_limit: int
+                        ) -> Sampling:
+    """Validate and convert sampling parameters; errors name ``field.<name>``."""
+    if msg.max_tokens < 1:
+        raise InvalidArgument(f"{field}.max_tokens", f"must be >= 1, got {msg.max_tokens}")
+    if msg.max_tokens > max_tokens_limit:
+        raise InvalidArgument(f"{field}.max_tokens",
+                              f"must be <= {max_tokens_limit}, got {msg.max_tokens}")
+    if not msg.temperature >= 0.0 or msg.temperature > 100.0:
+        raise InvalidArgument(f"{field}.temperature", f"must be in [0, 100], got {msg.temperature}")
+    if not 0.0 <= msg.top_p <= 1.0:
+        raise InvalidArgument(f"{field}.top_p", f"must be in [0, 1], got {msg.top_p}")
+    if msg.top_k < 0:
+        raise InvalidArgument(f"{field}.top_k", f"must be >= 0, got {msg.top_k}")
+    if len(msg.stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS or not s for s in msg.stop):
+        raise InvalidArgument(f"{field}.stop", f"at most {MAX_STOP_STRINGS} non-empty strings "
+                              f"of at most {MAX_STOP_CHARS} characters")
+    return Sampling(max_tokens=msg.max_tokens, temperature=msg.temperature,
+                    top_p=msg.top_p or 1.0, top_k=msg.top_k,
+                    seed=msg.seed if msg.HasField("seed") else None,
+                    stop=tuple(msg.stop), ignore_eos=msg.ignore_eos)
+
+
+def sampling_to_proto(s: Sampling) -> common_pb2.SamplingParams:
+    """The proto form of sampling parameters."""
+    msg = common_pb2.SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature,
+                                    top_p=s.top_p, top_k=s.top_k, stop=list(s.stop),
+                                    ignore_eos=s.ignore_eos)
+    if s.seed is not None:
+        msg.seed = s.seed
+    return msg
+
+
+def priority_from_proto(value: int) -> Priority:
+    """UNSPECIFIED is canonical; unknown values are refused."""
+    if value in (common_pb2.PRIORITY_CLASS_UNSPECIFIED, common_pb2.PRIORITY_CLASS_CANONICAL):
+        return Priority.CANONICAL
+    if value == common_pb2.PRIORITY_CLASS_FILL:
+        return Priority.FILL
+    raise InvalidArgument("priority", f"unknown priority class {value}")
+
+
+def usage_to_proto(u: Usage) -> common_pb2.Usage:
+    """The proto form of usage."""
+    return common_pb2.Usage(prompt_tokens=u.prompt_tokens,
+                            cached_prompt_tokens=u.cached_prompt_tokens,
+                            completion_tokens=u.completion_tokens)
+
+
+def timings_to_proto(t: Timings) -> common_pb2.Timings:
+    """The proto form of timings."""
+    return common_pb2.Timings(queue_s=t.queue_s, prefill_s=t.prefill_s, decode_s=t.decode_s,
+                              total_s=t.total_s)
+
+
+def require(value: str, field: str, max_len: int | None = None) -> str:
+    """A required string field, optionally bounded in length."""
+    if not value:
+        raise InvalidArgument(field, "required")
+    if max_len is not None and len(value) > max_len:
+        raise InvalidArgument(field, f"at most {max_len} characters, got {len(value)}")
+    return value
+
+
+__all__ = ["priority_from_proto", "require", "sampling_from_proto", "sampling_to_proto",
+           "timings_to_proto", "usage_to_proto"]

@@ -1,0 +1,7 @@
+"""``python -m services.engine_agent``."""
+
+import sys
+
+from services.engine_agent.server import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""Typed async client of one engine agent, with deadlines on every call."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from services.common.clients import DEFAULT_DEADLINE_S, open_channel
+from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
+
+
+class EngineAgentClient:
+    """Calls one engine agent; owns its channel (``close`` it)."""
+
+    def __init__(self, target: str, channel: grpc.aio.Channel | None = None) -> None:
+        self.target = target
+        self.channel = channel or open_channel(target)
+        self.stub = engine_pb2_grpc.EngineAgentStub(self.channel)
+
+    def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float = DEFAULT_DEADLINE_S
+                 ) -> AsyncIterator[engine_pb2.GenerateEvent]:
+        """Stream a generation's events; cancelling the returned call aborts it."""
+        return self.stub.Generate(request, timeout=timeout_s)
+
+    async def abort(self, request_id: str, timeout_s: float = 2.0) -> bool:
+        """Abort by request id (retried on UNAVAILABLE: idempotent)."""
+        reply = await self.stub.Abort(engine_pb2.AbortRequest(request_id=request_id),
+                                      timeout=timeout_s)
+        return reply.aborted
+
+    def watch_load(self, interval_s: float = 0.0, timeout_s: float = 3600.0
+                   ) -> AsyncIterator[common_pb2.LoadView]:
+        """Stream load views; a long-lived call the owner cancels or renews after ``timeout_s``."""
+        return self.stub.WatchLoad(engine_pb2.WatchLoadRequest(interval_s=interval_s),
+                                   timeout=timeout_s)
+
+    async def info(self, timeout_s: float = 2.0) -> engine_pb2.EngineInfo:
+        """Static facts about the engine."""
+        return await self.stub.GetInfo(engine_pb2.GetInfoRequest(), timeout=timeout_s)
+
+    async def lookup_prefix(self, prompt: str, timeout_s: float = 1.0
+                            ) -> engine_pb2.LookupPrefixResponse:
+        """Resident prefix of a prompt."""
+        return await self.stub.LookupPrefix(engine_pb2.LookupPrefixRequest(prompt=prompt),
+                                            timeout=timeout_s)
+
+    async def close(self) -> None:
+        """Close the channel; idempotent."""
+        await self.channel.close()
+
+
+__all__ = ["EngineAgentClient"]

@@ -1,0 +1,38 @@
+"""Engine agent settings (env prefix ``DYNBRANCH_ENGINE_``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from services.common.config import ServiceSettings
+
+
+class EngineAgentSettings(ServiceSettings):
+    """Settings of one engine agent; backend-specific fields are ignored by other backends."""
+
+    env_prefix: ClassVar[str] = "DYNBRANCH_ENGINE_"
+
+    engine_id: str = Field("engine-0", min_length=1, max_length=128,
+                           description="identity of the engine in the mesh")
+    model: str = Field("qwen3-32b", min_length=1, description="model name callers must ask for")
+    backend: Literal["sim", "vllm", "openai", "sglang"] = "sim"
+    # sim
+    preset: str = Field("qwen3-32b-h200", description="sim cost-model preset name")
+    preset_file: str = Field("", description="YAML/JSON file with a custom sim preset")
+    time_scale: float = Field(1.0, ge=0, le=1000,
+                              description="wall seconds per simulated second (0: no sleeping)")
+    block_size: int = Field(0, ge=0, le=4096, description="tokens per KV block; 0: preset's")
+    kv_blocks: int = Field(0, ge=0, description="KV blocks in the pool; 0: preset's")
+    max_running: int = Field(0, ge=0, le=4096, description="max running sequences; 0: preset's")
+    # real engines
+    model_path: str = Field("", description="vllm: local model folder")
+    engine_url: str = Field("", description="openai/sglang: base URL of the server")
+    kv_events_endpoint: str = Field("", description="openai: ZMQ endpoint of KV-cache events")
+    # limits and reporting
+    max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
+    load_interval_s: float = Field(0.05, gt=0, le=60, description="default WatchLoad interval")
+
+
+__all__ = ["EngineAgentSettings"]

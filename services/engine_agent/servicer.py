@@ -1,0 +1,162 @@
+"""EngineAgent gRPC servicer: protos ↔ ``EngineBackend`` values only (STYLE.md §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.common.convert import (priority_from_proto, require, sampling_from_proto,
+                                     timings_to_proto, usage_to_proto)
+from services.common.errors import InvalidArgument, PayloadTooLarge
+from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
+from services.common.records import make_header
+from services.engine_agent.backend import (Allocated, EngineBackend, Finished, GenerationEvent,
+                                           GenerationRequest, LoadReport, Queued, TokenDelta)
+
+MAX_REQUEST_ID = 128
+
+
+class EngineMetrics:
+    """Prometheus metrics of one engine agent."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter("dynbranch_engine_requests_total", "Generations by priority and "
+                                "outcome", ["priority", "reason"], registry=registry)
+        self.tokens = Counter("dynbranch_engine_generated_tokens_total", "Tokens generated",
+                              registry=registry)
+        self.cached = Counter("dynbranch_engine_cached_prompt_tokens_total",
+                              "Prompt tokens served from the prefix cache", registry=registry)
+        self.latency = Histogram("dynbranch_engine_request_seconds", "Engine seconds per "
+                                 "generation", registry=registry,
+                                 buckets=(.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60))
+        self.running = Gauge("dynbranch_engine_running", "Running sequences", registry=registry)
+        self.waiting = Gauge("dynbranch_engine_waiting", "Waiting sequences", registry=registry)
+        self.kv_used = Gauge("dynbranch_engine_kv_blocks_used", "KV blocks in use",
+                             registry=registry)
+
+    def observe_finish(self, priority: str, event: Finished) -> None:
+        """Account one finished generation."""
+        self.requests.labels(priority, event.reason.name.lower()).inc()
+        self.tokens.inc(event.usage.completion_tokens)
+        self.cached.inc(event.usage.cached_prompt_tokens)
+        self.latency.observe(event.timings.total_s)
+
+    def observe_load(self, load: LoadReport) -> None:
+        """Export a load report as gauges."""
+        self.running.set(load.running)
+        self.waiting.set(load.waiting)
+        self.kv_used.set(load.kv_blocks_used)
+
+
+def event_to_proto(request_id: str, sequence: int, event: GenerationEvent
+                   ) -> engine_pb2.GenerateEvent:
+    """One backend event as a stream message."""
+    msg = engine_pb2.GenerateEvent(request_id=request_id, sequence=sequence)
+    if isinstance(event, TokenDelta):
+        msg.delta.text, msg.delta.tokens = event.text, event.tokens
+    elif isinstance(event, Allocated):
+        msg.allocated.cached_prompt_tokens = event.cached_prompt_tokens
+        msg.allocated.queue_s = event.queue_s
+    elif isinstance(event, Queued):
+        msg.queued.prompt_tokens = event.prompt_tokens
+        msg.queued.queue_position = event.queue_position
+    else:
+        msg.finished.CopyFrom(engine_pb2.Finished(
+            reason=int(event.reason), usage=usage_to_proto(event.usage),
+            timings=timings_to_proto(event.timings), text=event.text))
+    return msg
+
+
+def load_to_proto(engine_id: str, sequence: int, model: str, load: LoadReport,
+                  leases_supported: bool) -> common_pb2.LoadView:
+    """A load report as a versioned, timestamped LoadView."""
+    return common_pb2.LoadView(
+        header=make_header(engine_id, sequence, f"engine_agent/{engine_id}"), model=model,
+        running=load.running, waiting=load.waiting, max_running=load.max_running,
+        kv_blocks_used=load.kv_blocks_used, kv_blocks_total=load.kv_blocks_total,
+        fill_running=load.fill_running, fill_kv_blocks=load.fill_kv_blocks,
+        block_size=load.block_size, prefix_queries_tokens=load.prefix_query_tokens,
+        prefix_hit_tokens=load.prefix_hit_tokens, leases_supported=leases_supported)
+
+
+class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
+    """Maps the EngineAgent service onto one backend."""
+
+    def __init__(self, engine_id: str, backend: EngineBackend, metrics: EngineMetrics, *,
+                 max_prompt_bytes: int, load_interval_s: float) -> None:
+        self.engine_id = engine_id
+        self.backend = backend
+        self.metrics = metrics
+        self.max_prompt_bytes = max_prompt_bytes
+        self.load_interval_s = load_interval_s
+        self._load_seq = itertools.count()
+
+    def _to_request(self, request: engine_pb2.GenerateRequest) -> GenerationRequest:
+        info = self.backend.info
+        require(request.request_id, "request_id", MAX_REQUEST_ID)
+        if require(request.model, "model") != info.model:
+            raise InvalidArgument("model", f"unknown model {request.model!r}; this engine "
+                                  f"serves {info.model!r}")
+        if len(require(request.prompt, "prompt").encode()) > self.max_prompt_bytes:
+            raise PayloadTooLarge("prompt", f"larger than {self.max_prompt_bytes} bytes")
+        sampling = sampling_from_proto(request.sampling, "sampling", info.max_model_len)
+        return GenerationRequest(request_id=request.request_id, model=request.model,
+                                 prompt=request.prompt, sampling=sampling,
+                                 priority=priority_from_proto(request.priority))
+
+    async def Generate(self, request: engine_pb2.GenerateRequest,
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[engine_pb2.GenerateEvent]:
+        req = self._to_request(request)
+        sequence = 0
+        async for event in self.backend.generate(req):
+            if isinstance(event, Finished):
+                self.metrics.observe_finish(req.priority.name.lower(), event)
+            yield event_to_proto(req.request_id, sequence, event)
+            sequence += 1
+
+    async def Abort(self, request: engine_pb2.AbortRequest,
+                    context: grpc.aio.ServicerContext) -> engine_pb2.AbortResponse:
+        require(request.request_id, "request_id", MAX_REQUEST_ID)
+        return engine_pb2.AbortResponse(aborted=await self.backend.abort(request.request_id))
+
+    def load_view(self) -> common_pb2.LoadView:
+        """The backend's current load as the next LoadView of this agent."""
+        load = self.backend.load()
+        self.metrics.observe_load(load)
+        info = self.backend.info
+        return load_to_proto(self.engine_id, next(self._load_seq), info.model, load,
+                             info.leases_supported)
+
+    async def WatchLoad(self, request: engine_pb2.WatchLoadRequest,
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[common_pb2.LoadView]:
+        if not 0.0 <= request.interval_s <= 60.0:
+            raise InvalidArgument("interval_s", f"must be in [0, 60], got {request.interval_s}")
+        interval = request.interval_s or self.load_interval_s
+        while True:
+            yield self.load_view()
+            await asyncio.sleep(interval)
+
+    async def LookupPrefix(self, request: engine_pb2.LookupPrefixRequest,
+                           context: grpc.aio.ServicerContext) -> engine_pb2.LookupPrefixResponse:
+        if len(require(request.prompt, "prompt").encode()) > self.max_prompt_bytes:
+            raise PayloadTooLarge("prompt", f"larger than {self.max_prompt_bytes} bytes")
+        found = await self.backend.lookup_prefix(request.prompt)
+        return engine_pb2.LookupPrefixResponse(prompt_tokens=found.prompt_tokens,
+                                               resident_tokens=found.resident_tokens,
+                                               block_size=found.block_size)
+
+    async def GetInfo(self, request: engine_pb2.GetInfoRequest,
+                      context: grpc.aio.ServicerContext) -> engine_pb2.EngineInfo:
+        info = self.backend.info
+        return engine_pb2.EngineInfo(
+            engine_id=self.engine_id, model=info.model, backend=info.backend,
+            max_model_len=info.max_model_len, block_size=info.block_size,
+            kv_blocks_total=info.kv_blocks_total, max_running=info.max_running,
+            leases_supported=info.leases_supported, simulated=info.simulated)
+
+
+__all__ = ["EngineAgentServicer", "EngineMetrics", "event_to_proto", "load_to_proto"]
