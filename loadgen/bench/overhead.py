@@ -1,0 +1,127 @@
+"""``dynbranch bench overhead``: what the gateway adds to a stage call.
+
+Side by side in one run, on loopback, with the sim at zero step time: a stage call through the
+gateway, the same generation sent directly to the engine agent, and a bare gRPC echo round trip.
+The three kinds of call are interleaved so that they share the machine's noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from services.common.clients import open_channel
+from services.common.pb import common_pb2, engine_pb2, gateway_pb2
+from services.engine_agent.client import EngineAgentClient
+from services.gateway.client import GatewayClient
+from services.launcher import Mesh, MeshSpec
+
+from loadgen.bench.echo_server import METHOD as ECHO_METHOD
+
+PROMPT = "Route this request to billing, shipping, returns or technical: my card was charged twice."
+MAX_TOKENS = 16
+MODEL = "bench-model"
+
+
+def _sampling() -> common_pb2.SamplingParams:
+    return common_pb2.SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+
+
+async def _direct(engine: EngineAgentClient, i: int) -> None:
+    request = engine_pb2.GenerateRequest(request_id=f"direct-{i}", model=MODEL, prompt=PROMPT,
+                                         sampling=_sampling())
+    async for event in engine.generate(request, timeout_s=10):
+        if event.HasField("finished"):
+            return
+    raise RuntimeError("direct stream ended without finishing")
+
+
+async def _gateway(gateway: GatewayClient, i: int) -> None:
+    demand = common_pb2.StageDemand(model=MODEL, prompt=PROMPT, sampling=_sampling())
+    demand.header.id = f"gw-{i}"
+    await gateway.call(gateway_pb2.CallRequest(demand=demand), timeout_s=10)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _interleaved(calls: dict[str, Callable[[int], Awaitable[Any]]], n: int
+                       ) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for i in range(n):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            await call(i)
+            samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+async def _throughput(gateway: GatewayClient, total: int, concurrency: int) -> float:
+    counter = iter(range(total))
+
+    async def worker() -> None:
+        for i in counter:
+            await _gateway(gateway, 10_000_000 + i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return total / (time.perf_counter() - start)
+
+
+async def _run(quick: bool) -> dict[str, Any]:
+    n, warmup = (300, 50) if quick else (2000, 200)
+    mesh = Mesh()
+    spec = MeshSpec(engines=1, model=MODEL, preset="zero", time_scale=0.0, others=(),
+                    log_level="WARNING")
+    try:
+        await mesh.start(spec)
+        echo = await mesh.spawn("echo", "loadgen.bench.echo_server", [])
+        engine = EngineAgentClient(mesh.address("engine-0"))
+        gateway = GatewayClient(mesh.address("gateway"))
+        echo_channel = open_channel(echo.address)
+        echo_call = echo_channel.unary_unary(ECHO_METHOD)
+        calls = {"direct": lambda i: _direct(engine, i), "gateway": lambda i: _gateway(gateway, i),
+                 "echo": lambda i: echo_call(b"x" * 64, timeout=5)}
+        await _interleaved(calls, warmup)
+        samples = await _interleaved(calls, n)
+        calls_per_s = await _throughput(gateway, total=n, concurrency=8)
+        await asyncio.gather(engine.close(), gateway.close(), echo_channel.close())
+    finally:
+        await mesh.stop()
+    ms = {k: [v * 1000 for v in vs] for k, vs in samples.items()}
+    direct_p50, gateway_p50 = statistics.median(ms["direct"]), statistics.median(ms["gateway"])
+    return {
+        "calls": n, "max_tokens": MAX_TOKENS, "simulated": True, "preset": "zero",
+        "direct_p50_ms": round(direct_p50, 3), "direct_p99_ms": round(_quantile(ms["direct"], .99), 3),
+        "gateway_p50_ms": round(gateway_p50, 3),
+        "gateway_p99_ms": round(_quantile(ms["gateway"], .99), 3),
+        "added_p50_ms": round(gateway_p50 - direct_p50, 3),
+        "echo_p50_ms": round(statistics.median(ms["echo"]), 3),
+        "gateway_to_direct_ratio": round(gateway_p50 / direct_p50, 3),
+        "calls_per_s": round(calls_per_s, 1),
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Run the benchmark, print a readable summary, return the JSON figures."""
+    result = asyncio.run(_run(quick))
+    print(f"overhead ({result['calls']} interleaved calls each, sim at zero step time, "
+          f"{MAX_TOKENS} tokens/call; SIMULATED engine)")
+    print(f"  direct to engine agent  p50 {result['direct_p50_ms']:.3f} ms  "
+          f"p99 {result['direct_p99_ms']:.3f} ms")
+    print(f"  through the gateway     p50 {result['gateway_p50_ms']:.3f} ms  "
+          f"p99 {result['gateway_p99_ms']:.3f} ms")
+    print(f"  gateway adds            p50 {result['added_p50_ms']:.3f} ms (target <= 1 ms)")
+    print(f"  bare gRPC echo          p50 {result['echo_p50_ms']:.3f} ms")
+    print(f"  gateway throughput      {result['calls_per_s']:.0f} calls/s at concurrency 8")
+    return result
+
+
+__all__ = ["run"]

@@ -1,0 +1,81 @@
+"""The dynbranch command: --help everywhere, `up` + `call` + SIGTERM, and the demo."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+DYNBRANCH = [sys.executable, "-m", "services.cli"]
+
+
+@pytest.mark.parametrize("args", [[], ["up"], ["call"], ["demo"], ["bench"], ["serve"]])
+def test_every_command_has_help(args: list[str]) -> None:
+    out = subprocess.run([*DYNBRANCH, *args, "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "usage: dynbranch" in out.stdout
+
+
+@pytest.mark.parametrize("service", ["engine", "gateway", "csl", "admission", "delivery"])
+def test_every_service_has_help(service: str) -> None:
+    out = subprocess.run([*DYNBRANCH, "serve", service, "--help"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0 and "--config" in out.stdout
+
+
+def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> list[str]:
+    lines: list[str] = []
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if re.search(pattern, line):
+            return lines
+    raise AssertionError(f"no {pattern!r} in {lines}")
+
+
+@pytest.mark.slow
+def test_up_serves_calls_and_stops_every_process_on_sigterm() -> None:
+    proc = subprocess.Popen([*DYNBRANCH, "up", "--engines", "2", "--time-scale", "0.01",
+                             "--log-level", "WARNING"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = _read_until(proc, r"^try: ", 90)
+        names = [line.split()[0] for line in lines if "grpc 127.0.0.1:" in line]
+        assert sorted(names) == ["admission", "csl", "delivery", "engine-0", "engine-1", "gateway"]
+        gateway = re.search(r"--gateway (\S+)", lines[-1]).group(1)
+        call = subprocess.run([*DYNBRANCH, "call", "--gateway", gateway, "--model", "qwen3-32b",
+                               "--prompt", "hello mesh", "--max-tokens", "8"],
+                              capture_output=True, text=True, timeout=60)
+        assert call.returncode == 0, call.stderr
+        assert "source RESULT_SOURCE_ENGINE" in call.stdout and "engine s queue" in call.stdout
+        bad = subprocess.run([*DYNBRANCH, "call", "--gateway", gateway, "--model", "nope",
+                              "--prompt", "x"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 1 and "INVALID_ARGUMENT: demand.model" in bad.stderr
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        pids = children.stdout.split()
+        assert len(pids) == 6
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert "dynbranch mesh stopped" in proc.stdout.read()
+        time.sleep(0.2)
+        alive = [p for p in pids if subprocess.run(["kill", "-0", p]).returncode == 0]
+        assert alive == []
+    finally:
+        proc.kill()
+
+
+@pytest.mark.slow
+def test_demo_runs_the_batch_and_prints_a_summary() -> None:
+    out = subprocess.run([*DYNBRANCH, "demo", "--requests", "12", "--concurrency", "4",
+                          "--log-level", "WARNING"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "12 requests, 12 ok, 0 failed" in out.stdout
+    assert "SIMULATED engine" in out.stdout
+    cached = re.search(r"prefix cache: (\d+)/(\d+)", out.stdout)
+    assert cached and int(cached.group(1)) > 0
