@@ -18,10 +18,11 @@ class EngineAgentClient:
         self.channel = channel or open_channel(target)
         self.stub = engine_pb2_grpc.EngineAgentStub(self.channel)
 
-    def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float = DEFAULT_DEADLINE_S
+    def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float = DEFAULT_DEADLINE_S,
+                 metadata: tuple[tuple[str, str], ...] = ()
                  ) -> AsyncIterator[engine_pb2.GenerateEvent]:
         """Stream a generation's events; cancelling the returned call aborts it."""
-        return self.stub.Generate(request, timeout=timeout_s)
+        return self.stub.Generate(request, timeout=timeout_s, metadata=metadata)
 
     async def abort(self, request_id: str, timeout_s: float = 2.0) -> bool:
         """Abort by request id (retried on UNAVAILABLE: idempotent)."""

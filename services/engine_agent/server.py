@@ -30,7 +30,7 @@ async def build_runtime(settings: EngineAgentSettings, *, backend: EngineBackend
     await backend.start()
     runtime.on_close(backend.close)
     servicer = EngineAgentServicer(settings.engine_id, backend, EngineMetrics(runtime.registry),
-                                   max_prompt_bytes=settings.max_prompt_bytes,
+                                   runtime.tracer, max_prompt_bytes=settings.max_prompt_bytes,
                                    load_interval_s=settings.load_interval_s)
     runtime.add_service(engine_pb2_grpc.add_EngineAgentServicer_to_server, servicer, SERVICE_NAME)
     return runtime

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import AsyncIterator
 
 import grpc
+from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.common.convert import (priority_from_proto, require, sampling_from_proto,
@@ -14,6 +15,7 @@ from services.common.convert import (priority_from_proto, require, sampling_from
 from services.common.errors import InvalidArgument, PayloadTooLarge
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.records import make_header
+from services.common.tracing import incoming_context
 from services.engine_agent.backend import (Allocated, EngineBackend, Finished, GenerationEvent,
                                            GenerationRequest, LoadReport, Queued, TokenDelta)
 
@@ -86,9 +88,10 @@ def load_to_proto(engine_id: str, sequence: int, model: str, load: LoadReport,
 class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
     """Maps the EngineAgent service onto one backend."""
 
-    def __init__(self, engine_id: str, backend: EngineBackend, metrics: EngineMetrics, *,
-                 max_prompt_bytes: int, load_interval_s: float) -> None:
+    def __init__(self, engine_id: str, backend: EngineBackend, metrics: EngineMetrics,
+                 tracer: Tracer, *, max_prompt_bytes: int, load_interval_s: float) -> None:
         self.engine_id = engine_id
+        self.tracer = tracer
         self.backend = backend
         self.metrics = metrics
         self.max_prompt_bytes = max_prompt_bytes
@@ -112,11 +115,17 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                        context: grpc.aio.ServicerContext) -> AsyncIterator[engine_pb2.GenerateEvent]:
         req = self._to_request(request)
         sequence = 0
-        async for event in self.backend.generate(req):
-            if isinstance(event, Finished):
-                self.metrics.observe_finish(req.priority.name.lower(), event)
-            yield event_to_proto(req.request_id, sequence, event)
-            sequence += 1
+        with self.tracer.start_as_current_span(
+                "engine.generate", context=incoming_context(context.invocation_metadata()),
+                attributes={"dynbranch.request_id": req.request_id,
+                            "dynbranch.engine_id": self.engine_id,
+                            "dynbranch.priority": req.priority.name.lower()}) as span:
+            async for event in self.backend.generate(req):
+                if isinstance(event, Finished):
+                    self.metrics.observe_finish(req.priority.name.lower(), event)
+                    span.set_attribute("dynbranch.finish_reason", event.reason.name.lower())
+                yield event_to_proto(req.request_id, sequence, event)
+                sequence += 1
 
     async def Abort(self, request: engine_pb2.AbortRequest,
                     context: grpc.aio.ServicerContext) -> engine_pb2.AbortResponse:

@@ -101,12 +101,14 @@ class EnginePool:
         """Least-loaded healthy engine for ``model``."""
         return pick_engine(self.states.values(), model)
 
-    async def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float) -> Generation:
+    async def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float,
+                       metadata: tuple[tuple[str, str], ...] = ()) -> Generation:
         """Run a generation on the least-loaded engine and return its Finished event."""
         state = self.pick(request.model)
         state.outstanding += 1
         try:
-            call = self.clients[state.target].generate(request, timeout_s=timeout_s)
+            call = self.clients[state.target].generate(request, timeout_s=timeout_s,
+                                                       metadata=metadata)
             async for event in call:
                 if event.HasField("finished"):
                     return Generation(state.engine_id, event.finished)

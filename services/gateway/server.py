@@ -26,7 +26,8 @@ async def build_runtime(settings: GatewaySettings, *,
     engines = EnginePool(settings.engines)
     runtime.on_close(engines.close)
     await engines.start(settings.engine_connect_timeout_s)
-    servicer = GatewayServicer(settings, engines, GatewayMetrics(runtime.registry))
+    servicer = GatewayServicer(settings, engines, GatewayMetrics(runtime.registry),
+                               runtime.tracer)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
     return runtime
 

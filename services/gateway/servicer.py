@@ -6,12 +6,14 @@ import time
 import uuid
 
 import grpc
+from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from services.common.clients import deadline
 from services.common.convert import require, sampling_from_proto, sampling_to_proto
 from services.common.errors import InvalidArgument, PayloadTooLarge
 from services.common.pb import common_pb2, engine_pb2, gateway_pb2, gateway_pb2_grpc
+from services.common.tracing import outgoing_metadata
 from services.gateway.config import GatewaySettings
 from services.gateway.engine_client import EnginePool
 
@@ -31,8 +33,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     """Validates a demand, routes it to the least-loaded engine agent, returns the answer."""
 
     def __init__(self, settings: GatewaySettings, engines: EnginePool,
-                 metrics: GatewayMetrics) -> None:
+                 metrics: GatewayMetrics, tracer: Tracer) -> None:
         self.settings = settings
+        self.tracer = tracer
         self.engines = engines
         self.metrics = metrics
 
@@ -56,8 +59,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         if not request.HasField("demand"):
             raise InvalidArgument("demand", "required")
         engine_request = self._engine_request(request.demand)
-        result = await self.engines.generate(
-            engine_request, timeout_s=deadline(context, self.settings.call_deadline_s))
+        with self.tracer.start_as_current_span("gateway.call", attributes={
+                "dynbranch.request_id": engine_request.request_id,
+                "dynbranch.workflow_id": request.demand.workflow_id,
+                "dynbranch.stage_id": request.demand.stage_id}) as span:
+            result = await self.engines.generate(
+                engine_request, timeout_s=deadline(context, self.settings.call_deadline_s),
+                metadata=outgoing_metadata())
+            span.set_attribute("dynbranch.engine_id", result.engine_id)
         elapsed = time.perf_counter() - start
         self.metrics.calls.labels("engine").inc()
         self.metrics.seconds.observe(elapsed)

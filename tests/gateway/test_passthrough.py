@@ -92,3 +92,30 @@ async def test_caller_deadline_is_propagated_to_the_engine() -> None:
             if view.running == 0:
                 break
         await direct.close()
+
+
+async def test_one_trace_spans_gateway_and_engine() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from services.engine_agent.config import EngineAgentSettings
+    from services.engine_agent.server import build_runtime as build_engine
+    from services.gateway.config import GatewaySettings
+    from services.gateway.server import build_runtime as build_gateway
+
+    engine_spans, gateway_spans = InMemorySpanExporter(), InMemorySpanExporter()
+    eng = await build_engine(EngineAgentSettings(model=MODEL, preset="zero", time_scale=0,
+                                                 metrics_port=-1), span_exporter=engine_spans)
+    await eng.start()
+    gw = await build_gateway(GatewaySettings(engines=[eng.address], metrics_port=-1),
+                             span_exporter=gateway_spans)
+    await gw.start()
+    async with GatewayClient(gw.address) as client:
+        await client.call(call_request(workflow_id="wf-1"))
+    await gw.shutdown()
+    await eng.shutdown()
+    (call,) = gateway_spans.get_finished_spans()
+    (generate,) = engine_spans.get_finished_spans()
+    assert call.name == "gateway.call" and call.attributes["dynbranch.workflow_id"] == "wf-1"
+    assert generate.name == "engine.generate"
+    assert generate.context.trace_id == call.context.trace_id
+    assert generate.parent.span_id == call.context.span_id
