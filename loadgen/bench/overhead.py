@@ -33,8 +33,9 @@ def _sampling() -> common_pb2.SamplingParams:
 
 
 async def _direct(engine: EngineAgentClient, i: int) -> None:
+    # The same request the gateway sends: the answer only, no per-step deltas.
     request = engine_pb2.GenerateRequest(request_id=f"direct-{i}", model=MODEL, prompt=PROMPT,
-                                         sampling=_sampling())
+                                         sampling=_sampling(), omit_deltas=True)
     async for event in engine.generate(request, timeout_s=10):
         if event.HasField("finished"):
             return

@@ -121,6 +121,8 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                             "dynbranch.engine_id": self.engine_id,
                             "dynbranch.priority": req.priority.name.lower()}) as span:
             async for event in self.backend.generate(req):
+                if request.omit_deltas and isinstance(event, TokenDelta):
+                    continue
                 if isinstance(event, Finished):
                     self.metrics.observe_finish(req.priority.name.lower(), event)
                     span.set_attribute("dynbranch.finish_reason", event.reason.name.lower())

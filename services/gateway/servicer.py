@@ -51,7 +51,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         sampling = sampling_from_proto(demand.sampling, "demand.sampling", engine.max_model_len)
         return engine_pb2.GenerateRequest(
             request_id=request_id, model=demand.model, prompt=demand.prompt,
-            sampling=sampling_to_proto(sampling), priority=common_pb2.PRIORITY_CLASS_CANONICAL)
+            sampling=sampling_to_proto(sampling), priority=common_pb2.PRIORITY_CLASS_CANONICAL,
+            omit_deltas=True)
 
     async def Call(self, request: gateway_pb2.CallRequest,
                    context: grpc.aio.ServicerContext) -> gateway_pb2.CallResponse:
