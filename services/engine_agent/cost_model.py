@@ -1,0 +1,334 @@
+"""Step-time cost model of a continuous-batching engine, with named presets.
+
+A step runs every scheduled token (prefill chunks and decodes alike) through the model once::
+
+    step_s = overhead + per_seq_overhead × seqs + max(compute_s, memory_s)        (roofline)
+    compute_s = (2·P_ne × tokens + 4·L·H_q·d × attention_pairs + 2·V·h × sampled)
+                / (peak_flops × compute_efficiency)
+    memory_s  = weight_read_bytes / (hbm_bandwidth × memory_efficiency)
+                + kv_bytes_per_token × (kv_read_tokens + tokens) / (hbm_bandwidth × kv_efficiency)
+
+``attention_pairs`` counts (query token, context position) pairs, causal within a chunk, so
+attention over a long context costs compute; ``kv_read_tokens`` is every scheduled sequence's
+prior context, so decoding many long sequences costs bandwidth. Paged-attention reads of
+scattered 16-token blocks reach a smaller share of peak bandwidth than streaming weights, hence
+a separate ``kv_efficiency``. The KV pool is what vLLM
+would get: (memory × gpu_memory_utilization − weights − reserved) / KV bytes per token.
+
+The numbers are a model, not a measurement: architecture from the model cards, peak rates from
+the GPU datasheets, efficiency factors and overheads are our assumptions (marked below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Architecture of a dense decoder-only model (from its model card / config.json)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_params: float
+    non_embedding_params: float
+    vocab_size: int
+    max_model_len: int
+    weight_bytes_per_param: float = 2.0  # BF16 weights
+    kv_bytes_per_elem: float = 2.0  # BF16 KV cache
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """K and V of every layer for one token."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_bytes_per_elem
+
+    @property
+    def weight_bytes(self) -> float:
+        """Resident weights (the pool gets what they leave)."""
+        return self.num_params * self.weight_bytes_per_param
+
+    @property
+    def weight_read_bytes(self) -> float:
+        """Weights streamed per step: every matmul plus the LM head (not the embedding table)."""
+        lm_head = self.vocab_size * self.hidden_size
+        return (self.non_embedding_params + lm_head) * self.weight_bytes_per_param
+
+    @property
+    def flops_per_token(self) -> float:
+        """Matmul FLOPs of one token through the layers (2 × non-embedding params)."""
+        return 2 * self.non_embedding_params
+
+    @property
+    def attn_flops_per_pair(self) -> float:
+        """QKᵀ and AV FLOPs for one (query, context position) pair over all layers."""
+        return 4 * self.num_layers * self.num_q_heads * self.head_dim
+
+    @property
+    def lm_head_flops(self) -> float:
+        """LM-head FLOPs per sampled token (logits only where a token is sampled)."""
+        return 2 * self.vocab_size * self.hidden_size
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """Peak rates of one accelerator (datasheet numbers)."""
+
+    name: str
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    peak_flops: float
+
+
+@dataclass(slots=True)
+class StepWork:
+    """What one engine step computes, summed over its scheduled sequences."""
+
+    tokens: int = 0
+    attn_pairs: int = 0
+    kv_read_tokens: int = 0
+    sampled: int = 0
+    seqs: int = 0
+
+    def add(self, start: int, n: int, sampled: bool) -> None:
+        """Add ``n`` tokens of one sequence whose first ``start`` tokens are already in KV."""
+        self.tokens += n
+        self.attn_pairs += n * start + n * (n + 1) // 2
+        self.kv_read_tokens += start
+        self.sampled += sampled
+        self.seqs += 1
+
+
+@dataclass(frozen=True, slots=True)
+class CostPreset:
+    """A model on a GPU plus the engine limits vLLM would run it with."""
+
+    name: str
+    model: ModelSpec
+    gpu: GpuSpec
+    compute_efficiency: float
+    memory_efficiency: float
+    kv_efficiency: float
+    step_overhead_s: float
+    per_seq_overhead_s: float
+    reserved_bytes: float
+    max_running: int
+    max_batched_tokens: int
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_model_len: int | None = None  # None: the model's
+    num_kv_blocks: int | None = None  # None: derived from memory
+    zero_cost: bool = False
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        for key in ("compute_efficiency", "memory_efficiency", "kv_efficiency",
+                    "gpu_memory_utilization"):
+            if not 0.0 < getattr(self, key) <= 1.0:
+                raise ValueError(f"preset {self.name!r}: {key} must be in (0, 1]")
+        for key in ("max_running", "max_batched_tokens", "block_size"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"preset {self.name!r}: {key} must be >= 1")
+        if self.kv_blocks < 1:
+            raise ValueError(f"preset {self.name!r}: no memory left for the KV cache")
+        if self.context_len > self.kv_tokens:  # vLLM refuses to start in this case too
+            raise ValueError(
+                f"preset {self.name!r}: max_model_len {self.context_len} exceeds the KV pool "
+                f"({self.kv_blocks} blocks x {self.block_size} = {self.kv_tokens} tokens)")
+
+    @property
+    def context_len(self) -> int:
+        """Longest sequence (prompt + output) the engine accepts."""
+        return self.max_model_len or self.model.max_model_len
+
+    @property
+    def kv_blocks(self) -> int:
+        """Blocks in the KV pool."""
+        if self.num_kv_blocks is not None:
+            return self.num_kv_blocks
+        usable = self.gpu.memory_bytes * self.gpu_memory_utilization
+        kv_bytes = usable - self.model.weight_bytes - self.reserved_bytes
+        return int(kv_bytes // (self.model.kv_bytes_per_token * self.block_size))
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens the KV pool holds."""
+        return self.kv_blocks * self.block_size
+
+    def step_time(self, work: StepWork) -> float:
+        """Simulated seconds of one engine step (0 for an empty step or the ``zero`` preset)."""
+        if self.zero_cost or work.tokens == 0:
+            return 0.0
+        m = self.model
+        flops = (m.flops_per_token * work.tokens + m.attn_flops_per_pair * work.attn_pairs
+                 + m.lm_head_flops * work.sampled)
+        kv_bytes = m.kv_bytes_per_token * (work.kv_read_tokens + work.tokens)
+        bandwidth = self.gpu.hbm_bytes_per_s
+        compute_s = flops / (self.gpu.peak_flops * self.compute_efficiency)
+        memory_s = (m.weight_read_bytes / (bandwidth * self.memory_efficiency)
+                    + kv_bytes / (bandwidth * self.kv_efficiency))
+        overhead = self.step_overhead_s + self.per_seq_overhead_s * work.seqs
+        return overhead + max(compute_s, memory_s)
+
+    def with_overrides(self, **changes: Any) -> CostPreset:
+        """A copy with some fields replaced (e.g. a small pool for tests)."""
+        return dataclasses.replace(self, **changes)
+
+
+# --- Models -------------------------------------------------------------------------------
+# huggingface.co/Qwen/Qwen3-32B (model card + config.json): 64 layers, hidden 5120, 64 Q heads,
+# 8 KV heads (GQA), head_dim 128, 32.8B params of which 31.2B non-embedding, vocab 151,936,
+# untied LM head, 32,768 native context (40,960 max_position_embeddings; YaRN beyond).
+QWEN3_32B = ModelSpec(
+    name="Qwen/Qwen3-32B", num_layers=64, hidden_size=5120, num_q_heads=64, num_kv_heads=8,
+    head_dim=128, num_params=32.8e9, non_embedding_params=31.2e9, vocab_size=151_936,
+    max_model_len=32_768,
+)  # KV: 2 × 64 × 8 × 128 × 2 B = 256 KiB per token.
+
+# huggingface.co/Qwen/Qwen3-8B: 36 layers, hidden 4096, 32 Q heads, 8 KV heads, head_dim 128,
+# 8.2B params of which 6.95B non-embedding, vocab 151,936, untied LM head, 32,768 native context.
+QWEN3_8B = ModelSpec(
+    name="Qwen/Qwen3-8B", num_layers=36, hidden_size=4096, num_q_heads=32, num_kv_heads=8,
+    head_dim=128, num_params=8.2e9, non_embedding_params=6.95e9, vocab_size=151_936,
+    max_model_len=32_768,
+)  # KV: 2 × 36 × 8 × 128 × 2 B = 144 KiB per token.
+
+# --- GPUs ---------------------------------------------------------------------------------
+# NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s; 989 TFLOPS dense BF16 for the SXM part
+# (1,979 is with 2:4 sparsity). The papers ran the H200 NVL (same 141 GB and 4.8 TB/s, ~835
+# dense BF16 TFLOPS at its lower power); decode is bandwidth-bound, so that gap only touches
+# long prefills. Capacity is counted in GiB: the DRAM behind "141 GB" is binary-sized
+# (nvidia-smi reports ~140 GiB usable).
+H200 = GpuSpec(name="NVIDIA H200", memory_bytes=141 * GiB, hbm_bytes_per_s=4.8e12,
+               peak_flops=989e12)
+
+# NVIDIA Ada whitepaper (RTX 4090): 24 GB GDDR6X (12 × 16 Gbit = 24 GiB), 1,008 GB/s;
+# 165.2 dense BF16 tensor TFLOPS *with FP32 accumulate* (330.3 is FP16 with FP16 accumulate,
+# which BF16 GEMMs in PyTorch/vLLM do not use); 2:4 sparsity doubles both.
+RTX_4090 = GpuSpec(name="NVIDIA GeForce RTX 4090", memory_bytes=24 * GiB,
+                   hbm_bytes_per_s=1008e9, peak_flops=165.2e12)
+
+# --- Presets --------------------------------------------------------------------------------
+# Assumptions (ours, not measured): compute_efficiency 0.5 is a typical MFU of large BF16 GEMMs
+# in a prefill step; memory_efficiency 0.8 is a typical share of peak bandwidth reached when
+# streaming weights in a decode step; step_overhead_s covers scheduling and graph launch.
+# Fitted, not measured: kv_efficiency 0.3 and per_seq_overhead_s 80 µs reproduce the dynbranch
+# paper's interference on a fixed 32B/H200 request (§2.2, Fig. 5b: 1–3 co-resident fills
+# +4–6%, 24 fills +11% at context 0 and +145% at ~6k tokens, 48 fills +53%); they absorb what
+# the roofline leaves out (paged-attention gathers, small-batch GEMM inefficiency, per-request
+# sampling and output work). The RTX 4090 preset reuses them unfitted.
+# Engine limits are vLLM's: gpu_memory_utilization 0.9, block size 16, and
+# EngineArgs.get_batch_defaults for the OpenAI server (>= 70 GiB and not A100: 8,192 batched
+# tokens / 1,024 seqs; smaller GPUs: 2,048 / 256). reserved_bytes (activations at the token
+# budget, CUDA graphs, non-torch memory that vLLM's profiling run subtracts) is an assumption.
+_QWEN3_32B_H200 = CostPreset(
+    name="qwen3-32b-h200", model=QWEN3_32B, gpu=H200,
+    compute_efficiency=0.5, memory_efficiency=0.8, kv_efficiency=0.3,
+    step_overhead_s=1.5e-3, per_seq_overhead_s=80e-6, reserved_bytes=4 * GiB,
+    max_running=1024, max_batched_tokens=8192,
+    description="Qwen3-32B BF16 on one H200 (the dynbranch paper's serving setup)",
+)  # ≈ 15.8k blocks (253k tokens); one decode step alone ≈ 18 ms (≈ 55 tok/s).
+_QWEN3_8B_RTX4090 = CostPreset(
+    name="qwen3-8b-rtx4090", model=QWEN3_8B, gpu=RTX_4090,
+    compute_efficiency=0.5, memory_efficiency=0.8, kv_efficiency=0.3,
+    step_overhead_s=1.0e-3, per_seq_overhead_s=80e-6, reserved_bytes=1.5 * GiB,
+    max_running=256, max_batched_tokens=2048,
+    description="Qwen3-8B BF16 on one RTX 4090 (the dynbranch paper's commodity setup)",
+)  # ≈ 2.2k blocks (35k tokens, fits one 32k sequence); decode alone ≈ 20 ms (≈ 50 tok/s).
+_ZERO = dataclasses.replace(
+    _QWEN3_32B_H200, name="zero", zero_cost=True,
+    description="every step takes 0 s (limits of qwen3-32b-h200): measures our own overhead",
+)
+
+_PRESETS: dict[str, CostPreset] = {p.name: p for p in (_QWEN3_32B_H200, _QWEN3_8B_RTX4090, _ZERO)}
+
+
+def preset_names() -> list[str]:
+    """Names of the known presets."""
+    return sorted(_PRESETS)
+
+
+def get_preset(name: str) -> CostPreset:
+    """The preset called ``name``; KeyError listing the known names otherwise."""
+    try:
+        return _PRESETS[name]
+    except KeyError:
+        known = ", ".join(preset_names())
+        raise KeyError(f"unknown cost preset {name!r}; known: {known}") from None
+
+
+def register_preset(preset: CostPreset, *, replace: bool = False) -> None:
+    """Make ``preset`` findable by name (e.g. one fitted from measurements)."""
+    if preset.name in _PRESETS and not replace:
+        raise ValueError(f"cost preset {preset.name!r} already exists")
+    _PRESETS[preset.name] = preset
+
+
+def _build(cls: type, data: Any, base: Any, where: str) -> Any:
+    """A ``cls`` from a dict, optionally on top of ``base``; errors name the bad key."""
+    if data is None:
+        if base is None:
+            raise ValueError(f"missing key {where!r}")
+        return base
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown key(s) in {where}: {', '.join(unknown)}")
+    if base is not None:
+        return dataclasses.replace(base, **data)
+    required = [n for n, f in fields.items() if f.default is dataclasses.MISSING]
+    missing = [f"{where}.{n}" for n in required if n not in data]
+    if missing:
+        raise ValueError(f"missing key(s): {', '.join(missing)}")
+    return cls(**data)
+
+
+def preset_from_dict(data: dict[str, Any]) -> CostPreset:
+    """Build a preset from a mapping; ``base: NAME`` starts from a known preset."""
+    data = dict(data)
+    base = get_preset(data.pop("base")) if "base" in data else None
+    data["model"] = _build(ModelSpec, data.get("model"), base and base.model, "model")
+    data["gpu"] = _build(GpuSpec, data.get("gpu"), base and base.gpu, "gpu")
+    if "name" not in data:
+        raise ValueError("missing key 'name'")
+    preset: CostPreset = _build(CostPreset, data, base, "preset")
+    return preset
+
+
+def preset_to_dict(preset: CostPreset) -> dict[str, Any]:
+    """The mapping ``preset_from_dict`` reads back (for storing a fitted preset)."""
+    return dataclasses.asdict(preset)
+
+
+def load_preset_file(path: str | Path, *, register: bool = True) -> list[CostPreset]:
+    """Presets from a JSON or YAML file: one mapping, or ``{"presets": [mapping, ...]}``."""
+    path = Path(path)
+    text = path.read_text()
+    raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    items = raw.get("presets", [raw]) if isinstance(raw, dict) else None
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a preset mapping or a 'presets' list")
+    presets = [preset_from_dict(item) for item in items]
+    for preset in presets if register else ():
+        register_preset(preset, replace=True)
+    return presets
+
+
+__all__ = [
+    "CostPreset", "GpuSpec", "H200", "ModelSpec", "QWEN3_32B", "QWEN3_8B", "RTX_4090",
+    "StepWork", "get_preset", "load_preset_file", "preset_from_dict", "preset_names",
+    "preset_to_dict", "register_preset",
+]

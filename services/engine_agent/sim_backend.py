@@ -1,0 +1,106 @@
+"""``SimBackend``: the simulated engine behind the ``EngineBackend`` protocol.
+
+A model of a continuous-batching engine, not an engine: every report that uses it says so
+(``BackendInfo.simulated``). Build one from a preset name::
+
+    backend = SimBackend("qwen3-32b-h200", time_scale=0.01, engine_id="sim-0", model="qwen3-32b")
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from services.engine_agent.backend import (
+    BackendInfo, GenerationEvent, GenerationRequest, LoadReport, PrefixLookup,
+)
+from services.engine_agent.cost_model import CostPreset, get_preset, load_preset_file
+from services.engine_agent.sim_engine import PrefixPin, SimEngine
+
+
+class SimBackend:
+    """``EngineBackend`` over a ``SimEngine``; also exposes prefix pins for leases."""
+
+    def __init__(self, preset: str | CostPreset = "qwen3-32b-h200", *, time_scale: float = 0.0,
+                 engine_id: str = "sim-0", model: str | None = None,
+                 output_len_range: tuple[int, int] = (32, 512),
+                 preempt_fills: bool = True) -> None:
+        self.preset = get_preset(preset) if isinstance(preset, str) else preset
+        self.engine_id = engine_id
+        self.engine = SimEngine(self.preset, model=model, time_scale=time_scale,
+                                output_len_range=output_len_range, preempt_fills=preempt_fills)
+        self._info = BackendInfo(
+            backend="sim", model=self.engine.model, max_model_len=self.engine.max_model_len,
+            block_size=self.preset.block_size, kv_blocks_total=self.preset.kv_blocks,
+            max_running=self.preset.max_running, leases_supported=True, simulated=True,
+            extra={"engine_id": engine_id, "preset": self.preset.name,
+                   "time_scale": repr(time_scale)})
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SimBackend:
+        """Build from ``EngineAgentSettings`` (preset or preset_file, overrides where non-zero)."""
+        if settings.preset_file:
+            preset = load_preset_file(settings.preset_file)[0]
+        else:
+            preset = get_preset(settings.preset)
+        overrides = {key: value for key, value in (
+            ("block_size", settings.block_size), ("num_kv_blocks", settings.kv_blocks),
+            ("max_running", settings.max_running)) if value}
+        if overrides:
+            preset = preset.with_overrides(**overrides)
+        return cls(preset, time_scale=settings.time_scale, engine_id=settings.engine_id,
+                   model=settings.model)
+
+    @property
+    def info(self) -> BackendInfo:
+        """Static facts about the simulated engine."""
+        return self._info
+
+    async def start(self) -> None:
+        """Start the step loop; idempotent."""
+        await self.engine.start()
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Submit and stream events; closing or cancelling the stream aborts the request."""
+        engine = self.engine
+        seq = engine.submit(request)
+        try:
+            while True:
+                while seq.events:
+                    yield seq.events.popleft()
+                if seq.pending_tokens:
+                    yield seq.take_delta()
+                    continue
+                if seq.finished is not None:
+                    yield seq.finished
+                    return
+                await engine.wait(seq)
+        finally:
+            engine.abort_seq(seq)
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a queued or running request; False when unknown or already finished."""
+        return self.engine.abort(request_id)
+
+    def load(self) -> LoadReport:
+        """Current load."""
+        return self.engine.load()
+
+    async def lookup_prefix(self, prompt: str) -> PrefixLookup:
+        """Leading tokens of ``prompt`` a submission now would find in the prefix cache."""
+        return self.engine.lookup_prefix(prompt)
+
+    def acquire_prefix(self, prompt: str) -> PrefixPin:
+        """Pin the resident prefix of ``prompt`` (one extra reference per block)."""
+        return self.engine.acquire_prefix(prompt)
+
+    def release_prefix(self, pin: PrefixPin) -> bool:
+        """Release a pin; False if already released."""
+        return self.engine.release_prefix(pin)
+
+    async def close(self) -> None:
+        """Abort everything, release pins, stop the loop; idempotent."""
+        await self.engine.close()
+
+
+__all__ = ["SimBackend"]

@@ -1,0 +1,339 @@
+"""The simulated engine: submit/abort, the asyncio step loop, the simulated clock, events.
+
+Protocol-free core of the ``sim`` backend (DESIGN.md §3 engine_agent). One owned task runs
+steps: schedule, price the step with the cost preset, sleep ``step_s × time_scale`` of wall
+time (only yielding at scale 0), then apply it (advance KV, sample tokens, finish). Reported
+timings are simulated engine seconds whatever the scale. With no runnable work the task
+waits on an event, never spinning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge, Unavailable
+from services.engine_agent.backend import (
+    Allocated, Finished, FinishReason, GenerationRequest, LoadReport, PrefixLookup, Priority,
+    Queued, Timings, Usage,
+)
+from services.engine_agent.block_pool import BlockPool, KVBlock, hash_full_blocks
+from services.engine_agent.cost_model import CostPreset
+from services.engine_agent.kv_cache import KVCacheManager
+from services.engine_agent.scheduler import Scheduler, StepPlan
+from services.engine_agent.sequence import SeqState, Sequence
+from services.engine_agent.tokenizer import PseudoText, encode, text_key
+
+log = logging.getLogger(__name__)
+
+#: Wall-clock lag behind the paced schedule beyond which the loop re-anchors.
+_MAX_LAG_S = 0.05
+
+
+@dataclass(eq=False, slots=True)
+class PrefixPin:
+    """Extra references on a prompt's resident prefix blocks (for the LADS lease provider)."""
+
+    blocks: list[KVBlock]
+    tokens: int
+    released: bool = False
+    block_ids: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.block_ids = tuple(b.block_id for b in self.blocks)
+
+
+class SimEngine:
+    """A continuous-batching engine model with paged KV, prefix caching and a cost model."""
+
+    def __init__(self, preset: CostPreset, *, model: str | None = None, time_scale: float = 0.0,
+                 output_len_range: tuple[int, int] = (32, 512), preempt_fills: bool = True) -> None:
+        if time_scale < 0:
+            raise ValueError(f"time_scale must be >= 0, got {time_scale}")
+        lo, hi = output_len_range
+        if not 1 <= lo <= hi:
+            raise ValueError(f"output_len_range must satisfy 1 <= lo <= hi, got {output_len_range}")
+        self.preset = preset
+        self.model = model or preset.model.name
+        self.time_scale = time_scale
+        self.max_model_len = preset.context_len
+        self.pool = BlockPool(preset.kv_blocks, preset.block_size)
+        self.kv = KVCacheManager(self.pool)
+        self.scheduler = Scheduler(self.kv, max_running=preset.max_running,
+                                   max_batched_tokens=preset.max_batched_tokens,
+                                   preempt_fills=preempt_fills)
+        self._output_len_range = output_len_range
+        self._live: dict[str, Sequence] = {}
+        self._pins: set[PrefixPin] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._clock = 0.0  # simulated seconds at the end of the last step
+        self._step: tuple[float, float, float] | None = None  # (sim start, dt, wall start)
+        self._anchor = (0.0, 0.0)  # (wall, sim) pair that paces the sleeps
+        self.steps = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the step loop; idempotent."""
+        if self._closed:
+            raise Unavailable("engine is closed")
+        self._ensure_loop()
+
+    def _ensure_loop(self) -> None:
+        if self._task is None:
+            self._anchor = (time.monotonic(), self._clock)
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+
+    async def close(self) -> None:
+        """Abort every request, release every pin, stop and await the loop; idempotent."""
+        self._closed = True
+        for seq in list(self._live.values()):
+            self._finish(seq, FinishReason.ABORT)
+        for pin in list(self._pins):
+            log.warning("releasing a prefix pin still held at close (%d blocks)", len(pin.blocks))
+            self.release_prefix(pin)
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()  # it may be sleeping through a long step
+            await asyncio.wait([task])
+
+    # --- requests ----------------------------------------------------------------------------
+    def submit(self, request: GenerationRequest) -> Sequence:
+        """Validate and queue a request; events accumulate on the returned sequence."""
+        if self._closed:
+            raise Unavailable("engine is closed")
+        self._validate(request)
+        prompt_ids = encode(request.prompt)
+        self._check_fits(len(prompt_ids))
+        hashes = list(_prompt_hashes(request.prompt, self.pool.block_size))
+        seq = Sequence(request, prompt_ids, hashes, self._pseudo_text(request), self.now())
+        self._live[request.request_id] = seq
+        ahead = self.scheduler.add(seq)
+        seq.events.append(Queued(prompt_tokens=len(prompt_ids), queue_position=ahead))
+        self._ensure_loop()
+        self._wake.set()
+        return seq
+
+    def abort(self, request_id: str) -> bool:
+        """Abort a queued or running request, freeing its slot and blocks now."""
+        seq = self._live.get(request_id)
+        if seq is None:
+            return False
+        self._finish(seq, FinishReason.ABORT)
+        return True
+
+    def abort_seq(self, seq: Sequence) -> None:
+        """Abort ``seq`` unless it already finished (the consumer went away)."""
+        if seq.state is not SeqState.FINISHED:
+            self._finish(seq, FinishReason.ABORT)
+
+    async def wait(self, seq: Sequence) -> None:
+        """Wait until ``seq`` has new events."""
+        waiter = asyncio.get_running_loop().create_future()
+        seq.waiter = waiter
+        try:
+            await waiter
+        finally:
+            seq.waiter = None
+
+    def _validate(self, request: GenerationRequest) -> None:
+        if not request.request_id:
+            raise InvalidArgument("request_id", "must not be empty")
+        if request.request_id in self._live:
+            raise AlreadyExists(f"request {request.request_id!r} is already running")
+        if request.model != self.model:
+            raise InvalidArgument(
+                "model", f"unknown model {request.model!r}; serving {self.model!r}")
+        if not request.prompt:
+            raise InvalidArgument("prompt", "must not be empty")
+        _validate_sampling(request, self.max_model_len)
+
+    def _check_fits(self, prompt_tokens: int) -> None:
+        limit = min(self.max_model_len - 1, self.pool.num_blocks * self.pool.block_size - 1)
+        if prompt_tokens > limit:
+            raise PayloadTooLarge(
+                "prompt", f"{prompt_tokens} tokens exceed the limit of {limit} (max_model_len "
+                f"{self.max_model_len}, KV pool {self.pool.num_blocks} blocks of "
+                f"{self.pool.block_size}, one token left for the output)")
+
+    def _pseudo_text(self, request: GenerationRequest) -> PseudoText:
+        s = request.sampling
+        if s.temperature == 0.0:
+            key = text_key(request.prompt, "greedy")
+        elif s.seed is not None:
+            key = text_key(request.prompt, repr((s.temperature, s.top_p, s.top_k, s.seed)))
+        else:
+            key = random.getrandbits(64)  # unseeded sampling may differ run to run
+        lo, hi = self._output_len_range
+        eos_at = lo + (key >> 32) % (hi - lo + 1)
+        return PseudoText(key, eos_at)
+
+    # --- queries -----------------------------------------------------------------------------
+    def now(self) -> float:
+        """Simulated seconds (interpolated inside a step when sleeps are scaled)."""
+        if self._step is None or self.time_scale == 0:
+            return self._clock
+        start, dt, wall = self._step
+        return start + min(max((time.monotonic() - wall) / self.time_scale, 0.0), dt)
+
+    def load(self) -> LoadReport:
+        """Current load of the engine."""
+        fills = [s for s in self.scheduler.running.values() if s.priority is Priority.FILL]
+        return LoadReport(
+            running=len(self.scheduler.running), waiting=self.scheduler.num_waiting,
+            max_running=self.scheduler.max_running, kv_blocks_used=self.pool.num_used,
+            kv_blocks_total=self.pool.num_blocks, fill_running=len(fills),
+            fill_kv_blocks=sum(len(s.blocks) for s in fills), block_size=self.pool.block_size,
+            prefix_query_tokens=self.pool.prefix_query_tokens,
+            prefix_hit_tokens=self.pool.prefix_hit_tokens)
+
+    def lookup_prefix(self, prompt: str) -> PrefixLookup:
+        """Tokens of ``prompt`` that a submission now would hit (whole blocks, not the last)."""
+        ids = encode(prompt)
+        max_blocks = max(len(ids) - 1, 0) // self.pool.block_size
+        hits = self.kv.resident_prefix(ids, max_blocks)
+        size = self.pool.block_size
+        return PrefixLookup(prompt_tokens=len(ids), resident_tokens=len(hits) * size,
+                            block_size=size)
+
+    # --- prefix pins (LADS lease provider) -------------------------------------------------
+    def acquire_prefix(self, prompt: str) -> PrefixPin:
+        """Add one reference to each resident leading full block of ``prompt``."""
+        blocks = self.kv.resident_prefix(encode(prompt))
+        self.pool.touch(blocks)
+        pin = PrefixPin(blocks, len(blocks) * self.pool.block_size)
+        self._pins.add(pin)
+        return pin
+
+    def release_prefix(self, pin: PrefixPin) -> bool:
+        """Drop the pin's references (tail first); False if it was already released."""
+        if pin.released:
+            return False
+        pin.released = True
+        self._pins.discard(pin)
+        self.pool.free(reversed(pin.blocks))
+        self._wake.set()  # freed blocks may let waiting work in
+        return True
+
+    @property
+    def pinned_blocks(self) -> int:
+        """Blocks referenced by live pins (counting a block once per pin)."""
+        return sum(len(p.blocks) for p in self._pins)
+
+    # --- the step loop -----------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except Exception:  # a bug must not hang callers: end every request as an error
+            log.exception("sim engine loop failed; failing every live request")
+            self._closed = True
+            for seq in list(self._live.values()):
+                self._finish(seq, FinishReason.ERROR)
+
+    async def _loop(self) -> None:
+        while not self._closed:
+            self._wake.clear()
+            plan = self.scheduler.schedule() if self.scheduler.has_work() else None
+            if plan is not None and plan.preempted and not plan.scheduled:
+                continue  # a preemption changed the queues: schedule again before idling
+            if plan is None or not plan.scheduled:
+                await self._wake.wait()
+                self._anchor = (time.monotonic(), self._clock)
+                continue
+            await self._run_step(plan)
+
+    async def _run_step(self, plan: StepPlan) -> None:
+        dt = self.preset.step_time(plan.work())
+        self._emit_allocated(plan)
+        self._step = (self._clock, dt, time.monotonic())
+        await self._sleep(dt)
+        self._step = None
+        self._clock += dt
+        self.steps += 1
+        self._apply(plan)
+
+    async def _sleep(self, dt: float) -> None:
+        if self.time_scale == 0 or dt == 0:
+            await asyncio.sleep(0)  # still let submitters and consumers run between steps
+            return
+        wall, sim = self._anchor  # pace against an anchor so timer overshoot does not add up
+        now = time.monotonic()
+        delay = wall + (self._clock + dt - sim) * self.time_scale - now
+        if delay < -_MAX_LAG_S:  # far behind (a blocked loop): re-anchor instead of racing
+            self._anchor = (now, self._clock)
+            delay = dt * self.time_scale
+        await asyncio.sleep(max(delay, 0.0))
+
+    def _emit_allocated(self, plan: StepPlan) -> None:
+        for seq in plan.newly_allocated:
+            if seq in plan.scheduled and seq.state is SeqState.RUNNING:
+                seq.allocated = True
+                seq.alloc_s = self._clock
+                seq.cached_prompt_tokens = min(seq.hit_tokens, seq.num_prompt)
+                seq.events.append(Allocated(cached_prompt_tokens=seq.cached_prompt_tokens,
+                                            queue_s=self._clock - seq.submit_s))
+                seq.notify()
+
+    def _apply(self, plan: StepPlan) -> None:
+        """Apply a finished step: computed tokens, cached blocks, sampled tokens, finishes."""
+        for seq, n in plan.scheduled.items():
+            if seq.state is not SeqState.RUNNING:
+                continue  # aborted while the step ran; its blocks are already free
+            seq.num_computed += n
+            self.kv.cache_full_blocks(seq)
+            if seq.num_pending > 0:
+                continue  # a prefill chunk; the prompt is not done yet
+            reason = seq.sample(self.max_model_len)
+            if seq.first_token_s is None:
+                seq.first_token_s = self._clock
+            if reason is not None:
+                self._finish(seq, reason)
+            else:
+                seq.notify()
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        self.scheduler.remove(seq)
+        del self._live[seq.request_id]
+        seq.flush_text()
+        seq.finished = Finished(reason=reason, text=seq.text, usage=Usage(
+            prompt_tokens=seq.num_prompt, cached_prompt_tokens=seq.cached_prompt_tokens,
+            completion_tokens=seq.output_tokens), timings=self._timings(seq))
+        seq.notify()
+        self._wake.set()
+
+    def _timings(self, seq: Sequence) -> Timings:
+        end = self.now()
+        alloc = end if seq.alloc_s is None else seq.alloc_s
+        first = end if seq.first_token_s is None else seq.first_token_s
+        return Timings(queue_s=alloc - seq.submit_s, prefill_s=first - alloc,
+                       decode_s=end - first, total_s=end - seq.submit_s)
+
+
+@functools.lru_cache(maxsize=256)
+def _prompt_hashes(prompt: str, block_size: int) -> tuple[int, ...]:
+    """Block hashes of a prompt (cached: fills and their canonical twins repeat prompts)."""
+    return tuple(hash_full_blocks(encode(prompt), block_size))
+
+
+def _validate_sampling(request: GenerationRequest, max_model_len: int) -> None:
+    s = request.sampling
+    if not 1 <= s.max_tokens <= max_model_len:
+        raise InvalidArgument("max_tokens", f"must be in [1, {max_model_len}], got {s.max_tokens}")
+    if s.temperature < 0:
+        raise InvalidArgument("temperature", f"must be >= 0, got {s.temperature}")
+    if not 0 < s.top_p <= 1:
+        raise InvalidArgument("top_p", f"must be in (0, 1], got {s.top_p}")
+    if s.top_k < 0:
+        raise InvalidArgument("top_k", f"must be >= 0 (0 disables), got {s.top_k}")
+    if any(not stop for stop in s.stop):
+        raise InvalidArgument("stop", "stop strings must not be empty")
+    if not isinstance(request.priority, Priority):
+        raise InvalidArgument("priority", f"unknown priority {request.priority!r}")
+
+
+__all__ = ["PrefixPin", "SimEngine"]

@@ -1,0 +1,165 @@
+"""BlockPool and KVCacheManager: chained hashes, reference counts, LRU eviction of free blocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.engine_agent.block_pool import (
+    ROOT_HASH, BlockPool, hash_block_tokens, hash_full_blocks,
+)
+from services.engine_agent.kv_cache import KVCacheManager
+from services.engine_agent.sequence import Sequence
+from services.engine_agent.tokenizer import PseudoText
+from tests.engine_agent.sim_factories import make_request
+
+
+def make_pool(num_blocks: int = 8, block_size: int = 4) -> BlockPool:
+    return BlockPool(num_blocks, block_size)
+
+
+def make_seq(token_ids: list[int], block_size: int = 4, request_id: str = "s") -> Sequence:
+    hashes = hash_full_blocks(token_ids, block_size)
+    return Sequence(make_request(request_id), tuple(token_ids), hashes, PseudoText(1, None), 0.0)
+
+
+def run_prefill(kv: KVCacheManager, seq: Sequence) -> None:
+    """Admit ``seq`` with its prefix hit, compute its whole prompt, cache its full blocks."""
+    computed = kv.computed_blocks(seq)
+    assert kv.allocate(seq, len(seq.token_ids) - len(computed) * kv.block_size, computed)
+    seq.num_computed = len(seq.token_ids)
+    kv.cache_full_blocks(seq)
+
+
+def test_block_hash_chains_parent_and_tokens() -> None:
+    a = hash_block_tokens(ROOT_HASH, [1, 2, 3, 4])
+    assert a == hash_block_tokens(ROOT_HASH, [1, 2, 3, 4])
+    assert a != hash_block_tokens(ROOT_HASH, [1, 2, 3, 5])
+    assert hash_block_tokens(a, [5, 6, 7, 8]) != hash_block_tokens(ROOT_HASH, [5, 6, 7, 8])
+    assert hash_full_blocks(list(range(11)), 4) == [
+        a := hash_block_tokens(ROOT_HASH, [0, 1, 2, 3]), hash_block_tokens(a, [4, 5, 6, 7])]
+
+
+def test_hash_full_blocks_extends_an_existing_chain() -> None:
+    tokens = list(range(20))
+    hashes = hash_full_blocks(tokens[:9], 4)
+    assert hash_full_blocks(tokens, 4, hashes) is hashes
+    assert hashes == hash_full_blocks(tokens, 4)
+
+
+def test_allocate_touch_free_keep_reference_counts() -> None:
+    pool = make_pool()
+    blocks = pool.allocate(3)
+    assert [b.ref_cnt for b in blocks] == [1, 1, 1] and pool.num_used == 3
+    pool.touch(blocks[:1])
+    pool.free(blocks)
+    assert [b.ref_cnt for b in blocks] == [1, 0, 0] and pool.num_free == 7
+    pool.free(blocks[:1])
+    assert pool.num_used == 0 and pool.num_free + pool.num_used == pool.num_blocks
+    pool.check()
+
+
+def test_free_of_an_unreferenced_block_is_an_error() -> None:
+    pool = make_pool()
+    block = pool.allocate(1)[0]
+    pool.free([block])
+    with pytest.raises(RuntimeError, match="unreferenced"):
+        pool.free([block])
+
+
+def test_allocating_more_than_free_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="only 8 free"):
+        make_pool().allocate(9)
+
+
+def test_freed_block_stays_cached_until_reused() -> None:
+    pool = make_pool(num_blocks=2)
+    block = pool.allocate(1)[0]
+    assert pool.cache_block(block, 42)
+    pool.free([block])
+    assert pool.get_cached_block(42) is block and pool.num_free == 2
+    pool.touch([block])  # a hit revives it without allocating
+    assert block.ref_cnt == 1 and pool.num_free == 1
+    pool.free([block])
+    pool.allocate(2)  # pressure reuses it
+    assert pool.get_cached_block(42) is None and block.block_hash is None
+    assert pool.evictions == 1
+
+
+def test_eviction_takes_the_least_recently_freed_block_first() -> None:
+    pool = make_pool(num_blocks=4)
+    a, b, c, d = pool.allocate(4)
+    for i, block in enumerate((a, b, c, d)):
+        pool.cache_block(block, 100 + i)
+    pool.free([c])
+    pool.free([a])
+    pool.free([d])
+    assert pool.eviction_order() == [c.block_id, a.block_id, d.block_id]
+    pool.touch([a])  # a hit takes it off the queue; its next free puts it at the tail
+    pool.free([a])
+    assert pool.eviction_order() == [c.block_id, d.block_id, a.block_id]
+    assert pool.allocate(1) == [c]
+    assert pool.get_cached_block(102) is None and pool.get_cached_block(100) is a
+
+
+def test_sequence_frees_tail_first_so_prefix_heads_are_evicted_last() -> None:
+    kv = KVCacheManager(make_pool(num_blocks=8))
+    seq = make_seq(list(range(12)))
+    run_prefill(kv, seq)
+    ids = [b.block_id for b in seq.blocks]
+    kv.free(seq)
+    assert kv.pool.eviction_order()[-3:] == ids[::-1]
+
+
+def test_cache_block_refuses_a_duplicate_hash() -> None:
+    pool = make_pool()
+    x, y = pool.allocate(2)
+    assert pool.cache_block(x, 7) and not pool.cache_block(y, 7)
+    assert y.block_hash is None and pool.get_cached_block(7) is x
+
+
+def test_longest_prefix_stops_at_the_first_miss() -> None:
+    pool = make_pool()
+    blocks = pool.allocate(3)
+    for h, block in zip((1, 2, 4), blocks, strict=True):
+        pool.cache_block(block, h)
+    assert pool.longest_prefix([1, 2, 3, 4], 4) == blocks[:2]
+    assert pool.longest_prefix([1, 2, 3, 4], 1) == blocks[:1]
+
+
+def test_repeated_prefix_hits_whole_blocks_but_never_the_last_token() -> None:
+    kv = KVCacheManager(make_pool())
+    first = make_seq(list(range(8)), request_id="a")
+    run_prefill(kv, first)
+    head = first.blocks[0]
+    kv.free(first)
+    # Same 8 tokens: one block hits; the block holding the last token is recomputed.
+    assert kv.computed_blocks(make_seq(list(range(8)), request_id="b")) == [head]
+    assert len(kv.computed_blocks(make_seq(list(range(10)), request_id="c"))) == 2
+    assert kv.computed_blocks(make_seq([5] + list(range(1, 10)), request_id="d")) == []
+
+
+def test_allocation_counts_free_cached_hits_against_free_blocks() -> None:
+    kv = KVCacheManager(make_pool(num_blocks=4))
+    first = make_seq(list(range(9)), request_id="a")
+    run_prefill(kv, first)  # 3 blocks, 2 of them full and cached
+    kv.free(first)
+    seq = make_seq(list(range(9)) + [99] * 8, request_id="b")  # 17 tokens: 5 blocks needed
+    computed = kv.computed_blocks(seq)
+    assert len(computed) == 2
+    assert not kv.can_allocate(seq, 9, computed)
+    assert kv.allocate(seq, 5, computed) and seq.num_computed == 8
+    assert [b.ref_cnt for b in seq.blocks] == [1, 1, 1, 1]
+    kv.free(seq)
+    assert kv.pool.num_used == 0
+    kv.pool.check()
+
+
+def test_every_reference_returns_to_zero_after_many_sequences() -> None:
+    kv = KVCacheManager(make_pool(num_blocks=16))
+    for i in range(20):
+        seq = make_seq([i % 3] * 4 + list(range(i, i + 9)), request_id=f"s{i}")
+        run_prefill(kv, seq)
+        kv.free(seq)
+        kv.pool.check()
+    assert all(b.ref_cnt == 0 for b in kv.pool.blocks)
+    assert kv.pool.num_free == kv.pool.num_blocks
