@@ -12,26 +12,28 @@ from services.common.config import ConfigError, load_settings
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.server import ServiceRuntime, run_service
 from services.common.telemetry import configure_logging
-from services.common.unbuilt import unbuilt_servicer
 from services.admission.config import AdmissionSettings
+from services.admission.policy import FixedPolicy
+from services.admission.servicer import AdmissionServicer
 
 SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name
-WHY = "load-priced admission (C3) lands in a later release"
 
 
 async def build_runtime(settings: AdmissionSettings, *,
                         span_exporter: SpanExporter | None = None) -> ServiceRuntime:
     """A runtime serving the Admission service."""
     runtime = ServiceRuntime("admission", settings, span_exporter=span_exporter)
-    servicer = unbuilt_servicer(admission_pb2_grpc.AdmissionServicer, "Admission", WHY)
+    policy = FixedPolicy(open_branches=settings.open_branches, top_k=settings.top_k)
+    servicer = AdmissionServicer(policy, runtime.registry)
     runtime.add_service(admission_pb2_grpc.add_AdmissionServicer_to_server, servicer, SERVICE_NAME)
     return runtime
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, load settings, serve until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="dynbranch serve admission",
-                                     description="Run the admission service (load-priced admission (C3) lands in a later release).")
+    parser = argparse.ArgumentParser(
+        prog="dynbranch serve admission",
+        description="Run the admission service (a fixed policy until C3 lands).")
     add_service_args(parser)
     args = parser.parse_args(argv)
     try:
