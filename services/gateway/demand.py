@@ -1,0 +1,66 @@
+"""Stage demands and answers as the gateway's core sees them (no protos, no gRPC)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from services.engine_agent.backend import FinishReason, Sampling, Timings, Usage
+
+
+class Source(enum.IntEnum):
+    """Where an answer came from (values match ``dynbranch.v1.ResultSource``)."""
+
+    ENGINE = 1
+    LIBRARY = 2
+    PROMOTED_FILL = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One rendered stage a caller wants run; ``tenant`` always comes from the caller's key."""
+
+    tenant: str
+    request_id: str
+    model: str
+    prompt: str
+    sampling: Sampling
+    workflow_type: str = ""
+    workflow_id: str = ""
+    agent_id: str = ""
+    template_id: str = ""
+    stage_id: str = ""
+    stage_version: int = 0
+    #: Values the prompt was rendered from (template stages); used to render fills.
+    bindings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def tagged(self) -> bool:
+        """Whether the demand names a registered template stage."""
+        return bool(self.template_id and self.stage_id)
+
+    def binding_map(self) -> dict[str, str]:
+        """Bindings as a dict."""
+        return dict(self.bindings)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The result of one demand."""
+
+    request_id: str
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    source: Source
+    engine_id: str = ""
+    gateway_s: float = 0.0
+    reuse_name: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+ZERO_USAGE = Usage(0, 0, 0)
+ZERO_TIMINGS = Timings(0.0, 0.0, 0.0, 0.0)
+
+__all__ = ["Answer", "Demand", "Source", "ZERO_TIMINGS", "ZERO_USAGE"]

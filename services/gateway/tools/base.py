@@ -1,0 +1,52 @@
+"""Values shared by the gateway's builtin tool stages: tool specs, results and record reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the template layer must know about a builtin tool."""
+
+    name: str
+    read_only: bool
+
+
+#: Builtin tools the gateway can run itself; a template's tool stage may name others, which the
+#: harness runs (the gateway can then only store their results).
+BUILTIN_TOOLS: Mapping[str, ToolSpec] = {"retrieve": ToolSpec("retrieve", read_only=True)}
+
+
+@dataclass(frozen=True, slots=True)
+class RecordVersion:
+    """One external record a stage read, at the version it saw (proto ``RecordVersion``)."""
+
+    record_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool stage's output and its read-set (``complete``: every read is listed)."""
+
+    output: str
+    reads: tuple[RecordVersion, ...]
+    complete: bool = True
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A builtin tool: runs on a stage's rendered arguments."""
+
+    name: str
+    read_only: bool
+
+    def run(self, args: bytes | str | Mapping[str, Any]) -> ToolResult:
+        """Execute on rendered arguments (canonical JSON bytes, or their parsed mapping)."""
+        ...
+
+
+__all__ = ["BUILTIN_TOOLS", "RecordVersion", "Tool", "ToolResult", "ToolSpec"]

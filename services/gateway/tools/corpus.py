@@ -1,0 +1,414 @@
+"""A versioned document corpus on LMDB with exact read-sets for BM25 search (DESIGN.md §5.3).
+
+Records, as the CSL sees them (``<name>`` is the corpus name)::
+
+    corpus/<name>/doc/<doc id>    one document: its title and text
+    corpus/<name>/term/<term>     which documents hold <term>, how often, and their lengths
+    corpus/<name>/stats           the statistics snapshot (N, avgdl, df) BM25 scores with
+
+Read-set of a search, exact: every query term's record, the stats record, and each returned
+document's record. Why that suffices: with the snapshot fixed, a document's score depends only on
+its own term frequencies and length (``bm25.py``), and a document with no query term scores 0 and
+is never returned. A write to document d bumps d's record and the term record of every term whose
+weight in d can change (all of d's old and new terms when its length changes, else those whose
+frequency moved), so any write that could change a score, add a document to the scored set or
+drop one from it bumps a query term's record; a write that only changes returned text bumps that
+document's record; a snapshot refresh bumps the stats record. Returning every scored document
+instead would make read-sets as large as a posting list; bumping one corpus-wide record on every
+write would invalidate every cached search on each write. The snapshot refreshes (and so
+invalidates all searches) once writes since the last refresh exceed ``refresh_fraction`` of N.
+
+Versions: a bulk load (``load_documents``, empty corpus only) gives every record version 0,
+which is what the CSL assumes of records it never saw written. Each later write bumps records:
+standalone, from the corpus's own monotone sequence; with the CSL, the caller first asks
+``plan_write`` which records a write bumps, gets their versions from the CSL's ``WriteRecords``,
+and passes them to ``write_documents(versions=...)``, so the two stores agree. A search in
+between sees the old text at old versions, which the CSL already holds stale: a miss, not a
+wrong hit. A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint
+of stages that read it, since its version-0 records are not comparable with the old ones.
+
+Layout: one LMDB environment, sub-databases ``meta`` (schema, name, incarnation, sequence,
+writes since refresh, stats snapshot and its version), ``docs`` (doc id -> version, title, text)
+and ``terms`` (term -> version). The index lives in memory, rebuilt at open and updated per
+write; one lock orders searches and writes so a search never mixes two corpus states. One
+process opens a corpus at a time (LMDB also forbids opening one environment twice in a process).
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import lmdb
+
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.gateway.tools.base import RecordVersion
+from services.gateway.tools.bm25 import (
+    CorpusStats,
+    InvertedIndex,
+    changed_terms,
+    term_counts,
+    tokenize,
+    top_k,
+)
+
+SCHEMA = b"dynbranch.corpus/1"
+MAX_DOC_ID_BYTES = 400  # LMDB keys are at most 511 bytes
+_U64 = struct.Struct(">Q")
+_DOC_HEAD = struct.Struct(">QI")
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A document to store: stable id, title and text."""
+
+    doc_id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A returned document with the version read and its score."""
+
+    doc_id: str
+    title: str
+    text: str
+    version: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Top documents, best first, and the exact read-set of the search."""
+
+    hits: tuple[Hit, ...]
+    reads: tuple[RecordVersion, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    counts: dict[str, Counter[str] | None]  # doc id -> new term counts (None: removed)
+    docs: dict[str, Document | None]
+    terms: tuple[str, ...]
+    refresh: bool
+
+
+class Corpus:
+    """A named, versioned document corpus with BM25 search and exact read-sets."""
+
+    def __init__(self, path: str | Path, name: str, *, create: bool = True,
+                 map_size: int = 1 << 30, sync: bool = True, k1: float = 1.2, b: float = 0.75,
+                 refresh_fraction: float = 0.1) -> None:
+        if not name or "/" in name:
+            raise InvalidArgument("name", "must be non-empty and contain no '/'")
+        self.name, self.k1, self.b, self.refresh_fraction = name, k1, b, refresh_fraction
+        self._lock = threading.Lock()
+        if create:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        try:
+            self._env = lmdb.open(str(path), max_dbs=4, map_size=map_size, sync=sync,
+                                  create=create)
+        except lmdb.Error as exc:
+            raise NotFound(f"corpus {name!r} at {path} cannot be opened: {exc}") from None
+        self._meta = self._env.open_db(b"meta")
+        self._docs = self._env.open_db(b"docs")
+        self._terms = self._env.open_db(b"terms")
+        self._closed = False
+        try:
+            self._init_meta(path)
+            self._load_state()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def _init_meta(self, path: str | Path) -> None:
+        with self._env.begin(write=True, db=self._meta) as txn:
+            schema, name = txn.get(b"schema"), txn.get(b"name")
+            if schema is None:
+                txn.put(b"schema", SCHEMA)
+                txn.put(b"name", self.name.encode())
+                txn.put(b"incarnation", secrets.token_hex(8).encode())
+            elif schema != SCHEMA or name != self.name.encode():
+                raise FailedPrecondition(f"{path} holds corpus {name!r} ({schema!r}), "
+                                         f"not {self.name!r}")
+            self.incarnation = txn.get(b"incarnation").decode()
+
+    def _load_state(self) -> None:
+        self._index = InvertedIndex()
+        self._doc_versions: dict[str, int] = {}
+        with self._env.begin() as txn:
+            for key, raw in txn.cursor(db=self._docs):
+                doc, version = _decode_doc(key, raw)
+                self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
+                self._doc_versions[doc.doc_id] = version
+            self._term_versions = {k.decode(): _U64.unpack(v)[0]
+                                   for k, v in txn.cursor(db=self._terms)}
+            self._seq = _u64(txn.get(b"seq", db=self._meta))
+            self._writes_since = _u64(txn.get(b"writes_since", db=self._meta))
+            self._stats_version = _u64(txn.get(b"stats_version", db=self._meta))
+            raw = txn.get(b"stats", db=self._meta)
+        self._stats = CorpusStats.from_json(raw) if raw else self._index.stats()
+
+    def close(self) -> None:
+        """Close the LMDB environment; safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._env.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def identity(self) -> str:
+        """``name@incarnation``: distinguishes this corpus from a rebuilt one of the same name."""
+        return f"{self.name}@{self.incarnation}"
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    # --- records ---------------------------------------------------------------------------
+
+    def doc_record(self, doc_id: str) -> str:
+        """Record id of a document."""
+        return f"corpus/{self.name}/doc/{doc_id}"
+
+    def term_record(self, term: str) -> str:
+        """Record id of a term's posting list."""
+        return f"corpus/{self.name}/term/{term}"
+
+    def stats_record(self) -> str:
+        """Record id of the statistics snapshot."""
+        return f"corpus/{self.name}/stats"
+
+    def get(self, doc_id: str) -> tuple[Document, int] | None:
+        """A stored document and its version, or None."""
+        with self._env.begin(db=self._docs) as txn:
+            raw = txn.get(doc_id.encode())
+        return None if raw is None else _decode_doc(doc_id.encode(), raw)
+
+    # --- search ----------------------------------------------------------------------------
+
+    def search(self, query: str, k: int) -> SearchResult:
+        """The ``k`` best documents for ``query`` and the exact read-set (module docstring)."""
+        if k < 1:
+            raise InvalidArgument("k", "must be >= 1")
+        terms = sorted(set(tokenize(query)))
+        if not terms:
+            return SearchResult((), ())
+        with self._lock:
+            best = top_k(self._index.score(terms, self._stats, self.k1, self.b), k)
+            with self._env.begin(db=self._docs) as txn:
+                hits = tuple(self._hit(txn, doc_id, score) for doc_id, score in best)
+            reads = [RecordVersion(self.term_record(t), self._term_versions.get(t, 0))
+                     for t in terms]
+            reads.append(RecordVersion(self.stats_record(), self._stats_version))
+        reads += [RecordVersion(self.doc_record(h.doc_id), h.version) for h in hits]
+        return SearchResult(hits, tuple(sorted(reads, key=lambda r: r.record_id)))
+
+    def _hit(self, txn: Any, doc_id: str, score: float) -> Hit:
+        doc, version = _decode_doc(doc_id.encode(), txn.get(doc_id.encode()))
+        return Hit(doc.doc_id, doc.title, doc.text, version, score)
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def load_documents(self, documents: Iterable[Document]) -> int:
+        """Bulk-load an empty corpus at version 0, in one transaction; returns the count."""
+        with self._lock:
+            if len(self._index) or self._seq:
+                raise FailedPrecondition(f"corpus {self.name!r} is not empty; write instead")
+            docs: dict[str, Document] = {}
+            for doc in documents:
+                _check_doc(doc)
+                if doc.doc_id in docs:
+                    raise InvalidArgument("documents", f"duplicate document id {doc.doc_id!r}")
+                docs[doc.doc_id] = doc
+            for doc in docs.values():
+                self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
+            self._stats, self._doc_versions = self._index.stats(), dict.fromkeys(docs, 0)
+            with self._env.begin(write=True) as txn:
+                for doc in docs.values():
+                    txn.put(doc.doc_id.encode(), _encode_doc(doc, 0), db=self._docs)
+                txn.put(b"stats", self._stats.to_json(), db=self._meta)
+            return len(docs)
+
+    def plan_write(self, upserts: Sequence[Document] = (), removals: Sequence[str] = ()
+                   ) -> tuple[str, ...]:
+        """Record ids that ``write_documents`` with these arguments would bump, sorted."""
+        with self._lock:
+            return self._record_ids(self._plan(upserts, removals))
+
+    def write_documents(self, upserts: Sequence[Document] = (), removals: Sequence[str] = (),
+                        versions: Mapping[str, int] | None = None) -> tuple[RecordVersion, ...]:
+        """Upsert and remove documents; return every bumped record with its new version.
+
+        ``versions`` (from the CSL's ``WriteRecords`` over ``plan_write``'s ids) must name
+        exactly the bumped records, each above its current version; without it the corpus
+        numbers them from its own sequence.
+        """
+        with self._lock:
+            plan = self._plan(upserts, removals)
+            assigned = self._assign(self._record_ids(plan), versions)
+            self._apply(plan, assigned)
+            return tuple(RecordVersion(r, assigned[r]) for r in sorted(assigned))
+
+    def refresh_stats(self, versions: Mapping[str, int] | None = None) -> RecordVersion:
+        """Take a new statistics snapshot now; every cached search becomes stale."""
+        with self._lock:
+            assigned = self._assign((self.stats_record(),), versions)
+            self._apply(_Plan({}, {}, (), True), assigned)
+            return RecordVersion(self.stats_record(), assigned[self.stats_record()])
+
+    def _plan(self, upserts: Sequence[Document], removals: Sequence[str]) -> _Plan:
+        docs: dict[str, Document | None] = {}
+        for doc in upserts:
+            _check_doc(doc)
+            _refuse_duplicate(docs, doc.doc_id)
+            docs[doc.doc_id] = doc
+        for doc_id in removals:
+            _refuse_duplicate(docs, doc_id)
+            if doc_id not in self._index:
+                raise NotFound(f"corpus {self.name!r} has no document {doc_id!r}")
+            docs[doc_id] = None
+        if not docs:
+            raise InvalidArgument("documents", "a write needs at least one upsert or removal")
+        counts = {i: None if d is None else term_counts(d.title, d.text) for i, d in docs.items()}
+        terms = set().union(*(changed_terms(self._index.terms_of(i) if i in self._index
+                                            else None, c) for i, c in counts.items()))
+        writes = self._writes_since + len(docs)
+        refresh = writes > self.refresh_fraction * max(self._stats.n, 1)
+        return _Plan(counts, docs, tuple(sorted(terms)), refresh)
+
+    def _record_ids(self, plan: _Plan) -> tuple[str, ...]:
+        ids = [self.doc_record(i) for i in plan.docs] + [self.term_record(t) for t in plan.terms]
+        return tuple(sorted(ids + [self.stats_record()] * plan.refresh))
+
+    def version_of(self, record_id: str) -> int:
+        """The corpus's current version of one of its records (0: never written).
+
+        A removed document keeps its last version until the corpus is reopened.
+        """
+        with self._lock:
+            return self._current(record_id)
+
+    def _current(self, record_id: str) -> int:
+        kind, _, key = record_id[len(f"corpus/{self.name}/"):].partition("/")
+        if kind == "doc":
+            return self._doc_versions.get(key, 0)
+        return self._term_versions.get(key, 0) if kind == "term" else self._stats_version
+
+    def _assign(self, ids: Sequence[str], versions: Mapping[str, int] | None) -> dict[str, int]:
+        if versions is None:
+            return {r: self._seq + i for i, r in enumerate(ids, start=1)}
+        if set(versions) != set(ids):
+            raise FailedPrecondition("versions must name exactly the records plan_write names "
+                                     f"(missing {sorted(set(ids) - set(versions))[:3]}, "
+                                     f"unexpected {sorted(set(versions) - set(ids))[:3]})")
+        for record_id, version in versions.items():
+            if not self._current(record_id) < version < 2**64:
+                raise FailedPrecondition(f"version {version} of {record_id} is not above "
+                                         f"the current {self._current(record_id)}")
+        return dict(versions)
+
+    def _apply(self, plan: _Plan, assigned: Mapping[str, int]) -> None:
+        """Commit a planned write to LMDB in one transaction, then to memory."""
+        try:
+            self._commit(plan, assigned)
+        except BaseException:
+            self._load_state()  # the index may hold part of the write: rebuild it from disk
+            raise
+
+    def _commit(self, plan: _Plan, assigned: Mapping[str, int]) -> None:
+        stats, writes_since = self._stats, self._writes_since + len(plan.docs)
+        if plan.refresh:
+            stats, writes_since = self._stats_after(plan), 0
+        seq = max(self._seq, *assigned.values())
+        with self._env.begin(write=True) as txn:
+            for doc_id, doc in plan.docs.items():
+                key = doc_id.encode()
+                if doc is None:
+                    txn.delete(key, db=self._docs)
+                else:
+                    txn.put(key, _encode_doc(doc, assigned[self.doc_record(doc_id)]),
+                            db=self._docs)
+            for term in plan.terms:
+                txn.put(term.encode(), _U64.pack(assigned[self.term_record(term)]),
+                        db=self._terms)
+            self._put_meta(txn, seq, writes_since, stats if plan.refresh else None,
+                           assigned.get(self.stats_record()))
+        self._remember(plan, assigned, stats, seq, writes_since)
+
+    def _stats_after(self, plan: _Plan) -> CorpusStats:
+        """Statistics after the write (applies it to the index early; ``_remember`` repeats it)."""
+        for doc_id, counts in plan.counts.items():
+            if counts is None:
+                self._index.remove(doc_id)
+            else:
+                self._index.put(doc_id, counts)
+        return self._index.stats()
+
+    def _put_meta(self, txn: Any, seq: int, writes_since: int, stats: CorpusStats | None,
+                  stats_version: int | None) -> None:
+        txn.put(b"seq", _U64.pack(seq), db=self._meta)
+        txn.put(b"writes_since", _U64.pack(writes_since), db=self._meta)
+        if stats is not None and stats_version is not None:
+            txn.put(b"stats", stats.to_json(), db=self._meta)
+            txn.put(b"stats_version", _U64.pack(stats_version), db=self._meta)
+
+    def _remember(self, plan: _Plan, assigned: Mapping[str, int], stats: CorpusStats,
+                  seq: int, writes_since: int) -> None:
+        for doc_id, counts in plan.counts.items():
+            if counts is None:
+                self._index.remove(doc_id)
+            else:
+                self._index.put(doc_id, counts)
+            self._doc_versions[doc_id] = assigned[self.doc_record(doc_id)]
+        for term in plan.terms:
+            self._term_versions[term] = assigned[self.term_record(term)]
+        if plan.refresh:
+            self._stats, self._stats_version = stats, assigned[self.stats_record()]
+        self._seq, self._writes_since = seq, writes_since
+
+
+def _check_doc(doc: Document) -> None:
+    if not isinstance(doc.doc_id, str) or not doc.doc_id:
+        raise InvalidArgument("doc_id", "must be a non-empty string")
+    if len(doc.doc_id.encode()) > MAX_DOC_ID_BYTES:
+        raise InvalidArgument("doc_id", f"longer than {MAX_DOC_ID_BYTES} bytes")
+    if not isinstance(doc.title, str) or not isinstance(doc.text, str):
+        raise InvalidArgument("document", f"{doc.doc_id!r}: title and text must be strings")
+
+
+def _refuse_duplicate(docs: Mapping[str, object], doc_id: str) -> None:
+    if doc_id in docs:
+        raise InvalidArgument("documents", f"document {doc_id!r} appears twice in one write")
+
+
+def _encode_doc(doc: Document, version: int) -> bytes:
+    title = doc.title.encode()
+    return _DOC_HEAD.pack(version, len(title)) + title + doc.text.encode()
+
+
+def _decode_doc(key: bytes, raw: bytes) -> tuple[Document, int]:
+    version, title_len = _DOC_HEAD.unpack_from(raw)
+    start = _DOC_HEAD.size
+    title = raw[start:start + title_len].decode()
+    return Document(key.decode(), title, raw[start + title_len:].decode()), version
+
+
+def _u64(raw: bytes | None) -> int:
+    return 0 if raw is None else _U64.unpack(raw)[0]
+
+
+__all__ = ["MAX_DOC_ID_BYTES", "Corpus", "Document", "Hit", "SearchResult"]

@@ -1,0 +1,119 @@
+"""Documents from the shared data sets, read at run time (never copied into the repo).
+
+The default data folder is ``shared/data`` beside the repository (``<repo>/../shared/data``);
+each loader takes another folder as an argument. See each data set's ``SOURCE.md`` for fields.
+
+- ``hotpotqa``: context paragraphs of the distractor sample; id = title (deduplicated).
+- ``musique``: the 20 paragraphs of each sampled question; id = ``title#<digest of text>``
+  (one title can have several paragraphs).
+- ``magento``: the Luma store's visible products (configurable parents and gear); id = SKU,
+  text = description without HTML, then categories and price.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from services.common.errors import NotFound
+from services.gateway.tools.corpus import Corpus, Document
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+HOTPOTQA_FILE = "hotpotqa/hotpot_dev_distractor_v1_sample200.jsonl"
+MUSIQUE_FILE = "musique/musique_ans_v1.0_dev_sample200.jsonl"
+MAGENTO_DIR = "magento_luma_shopping"
+_TAG = re.compile(r"<[^>]+>")
+
+
+def default_data_dir() -> Path:
+    """``shared/data`` next to the repository."""
+    return REPO_ROOT.parent / "shared" / "data"
+
+
+def _path(data_dir: str | Path | None, relative: str) -> Path:
+    path = Path(data_dir or default_data_dir()) / relative
+    if not path.exists():
+        raise NotFound(f"data set file {path} does not exist")
+    return path
+
+
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+
+
+def hotpotqa_records(data_dir: str | Path | None = None) -> Iterator[dict[str, Any]]:
+    """The HotpotQA sample's question records as stored."""
+    return _jsonl(_path(data_dir, HOTPOTQA_FILE))
+
+
+def hotpotqa_documents(data_dir: str | Path | None = None) -> Iterator[Document]:
+    """Every distinct context paragraph, one document per title."""
+    seen: set[str] = set()
+    for record in hotpotqa_records(data_dir):
+        for title, sentences in record["context"]:
+            if title not in seen:
+                seen.add(title)
+                yield Document(title, title, "".join(sentences).strip())
+
+
+def musique_documents(data_dir: str | Path | None = None) -> Iterator[Document]:
+    """Every distinct (title, paragraph) of the MuSiQue sample."""
+    seen: set[str] = set()
+    for record in _jsonl(_path(data_dir, MUSIQUE_FILE)):
+        for paragraph in record["paragraphs"]:
+            title, text = paragraph["title"], paragraph["paragraph_text"]
+            doc_id = f"{title}#{hashlib.blake2b(text.encode(), digest_size=5).hexdigest()}"
+            if doc_id not in seen:
+                seen.add(doc_id)
+                yield Document(doc_id, title, text)
+
+
+def magento_documents(data_dir: str | Path | None = None) -> Iterator[Document]:
+    """Visible Luma products: configurable parents, then the gear catalogue."""
+    folder = _path(data_dir, MAGENTO_DIR)
+    csv.field_size_limit(1 << 24)
+    files = [folder / "ConfigurableSampleData_products.csv",
+             *sorted(folder.glob("CatalogSampleData_SimpleProduct_products_gear_*.csv"))]
+    seen: set[str] = set()
+    for path in files:
+        with path.open(encoding="utf-8", newline="") as rows:
+            for row in csv.DictReader(rows):
+                if row.get("visibility") == "Not Visible Individually" or row["sku"] in seen:
+                    continue
+                seen.add(row["sku"])
+                yield Document(row["sku"], row["name"], _product_text(row))
+
+
+def _product_text(row: dict[str, str]) -> str:
+    text = " ".join(html.unescape(_TAG.sub(" ", row.get("description", ""))).split())
+    categories = row.get("categories") or row.get("category", "")
+    return f"{text}\nCategories: {categories}\nPrice: {row.get('price', '')}"
+
+
+LOADERS: dict[str, Callable[[str | Path | None], Iterator[Document]]] = {
+    "hotpotqa": hotpotqa_documents, "musique": musique_documents, "magento": magento_documents,
+}
+
+
+def load_corpus(corpus: Corpus, source: str, data_dir: str | Path | None = None) -> int:
+    """Bulk-load ``source`` into an empty corpus (a no-op returning 0 once it holds documents)."""
+    if source not in LOADERS:
+        raise NotFound(f"no loader {source!r} (have: {', '.join(sorted(LOADERS))})")
+    if len(corpus):
+        return 0
+    return corpus.load_documents(LOADERS[source](data_dir))
+
+
+__all__ = [
+    "LOADERS", "default_data_dir", "hotpotqa_documents", "hotpotqa_records", "load_corpus",
+    "magento_documents", "musique_documents",
+]
