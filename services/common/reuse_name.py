@@ -65,7 +65,7 @@ class StageFingerprint:
 
     @classmethod
     def from_demand(cls, demand: Any) -> StageFingerprint:
-        """Build the fingerprint of a ``dynbranch.v1.StageDemand`` (values exactly as on the wire)."""
+        """The fingerprint of a ``dynbranch.v1.StageDemand`` (values exactly as on the wire)."""
         s = demand.sampling
         return cls(
             template_id=demand.template_id, stage_id=demand.stage_id,
@@ -94,8 +94,13 @@ def validate_name(tenant: str, digest: str, field: str = "name") -> None:
     """Raise ``InvalidArgument`` unless ``(tenant, digest)`` is a well-formed reuse name."""
     if len(digest) != DIGEST_HEX_LEN or not _HEX.issuperset(digest):
         raise InvalidArgument(f"{field}.digest", f"must be {DIGEST_HEX_LEN} lower-case hex digits")
+    validate_tenant(tenant, f"{field}.tenant")
+
+
+def validate_tenant(tenant: str, field: str = "tenant") -> None:
+    """Raise ``InvalidArgument`` when a tenant namespace is too long to key a store."""
     if len(tenant) > MAX_TENANT_BYTES // 4 and len(tenant.encode()) > MAX_TENANT_BYTES:
-        raise InvalidArgument(f"{field}.tenant", f"longer than {MAX_TENANT_BYTES} bytes")
+        raise InvalidArgument(field, f"longer than {MAX_TENANT_BYTES} bytes")
 
 
 def reuse_name(
@@ -152,4 +157,7 @@ def _float(value: float) -> bytes:
     return _F64.pack(float(value) + 0.0)  # + 0.0 folds -0.0 into 0.0
 
 
-__all__ = ["ReuseName", "StageFingerprint", "reuse_name", "validate_name"]
+__all__ = [
+    "DIGEST_HEX_LEN", "ReuseName", "StageFingerprint", "reuse_name", "validate_name",
+    "validate_tenant",
+]

@@ -1,0 +1,91 @@
+"""asyncio facade over ``SubgraphLibrary`` for the service's event loop.
+
+Lookups run inline on the loop: a dict probe and one short LMDB read transaction (microseconds,
+no lock). Every mutation runs on one dedicated worker thread, so LMDB write transactions and
+fsyncs (a 100,000-entry cascade included) never block the loop, and mutations reach the library
+in arrival order. Atomicity does not depend on that ordering: the library serializes mutations
+under its own lock, and a lookup that overlaps an invalidation observes the library's odd
+``_epoch`` and reports a miss (see ``library.py``). Hence:
+
+* promote vs write: both hold the lock, so a promotion either sees the bumped version (and
+  refuses) or completes before the write starts (and the write's cascade then removes the new
+  entry if it read the written record);
+* lookup vs write: a lookup that starts before the write takes the lock linearizes before it; one
+  that overlaps the cascade misses; one that starts after it sees the entry gone;
+* lookup vs promote/put: the entry becomes visible only after its LMDB commit, and a lookup
+  checks the stored incarnation id, so it sees the old state or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from services.common.errors import Unavailable
+from services.common.reuse_name import ReuseName
+from services.csl.entries import LibraryStats, ReadSet, Served, Shadow, WriteOutcome
+from services.csl.library import SubgraphLibrary
+
+T = TypeVar("T")
+
+
+class AsyncSubgraphLibrary:
+    """The library for one event loop: inline lookups, mutations on one worker thread."""
+
+    def __init__(self, library: SubgraphLibrary) -> None:
+        self.library = library
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="csl-writer")
+        self._closed = False
+
+    def lookup(self, name: ReuseName) -> Served | None:
+        """Serve a fresh confirmed entry or miss (inline: no thread hop on the hot path)."""
+        return self.library.lookup(name)
+
+    async def put(self, name: ReuseName, result: bytes, read_set: ReadSet,
+                  cost_s: float = 0.0) -> bool:
+        """See ``SubgraphLibrary.put``."""
+        return await self._run(self.library.put, name, result, read_set, cost_s)
+
+    async def put_shadow(self, shadow: Shadow, ttl_s: float = 0.0) -> bool:
+        """See ``SubgraphLibrary.put_shadow``."""
+        return await self._run(self.library.put_shadow, shadow, ttl_s)
+
+    async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
+        """See ``SubgraphLibrary.promote``."""
+        return await self._run(self.library.promote, name, branch_id)
+
+    async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
+        """See ``SubgraphLibrary.discard``."""
+        return await self._run(self.library.discard, branch_id, keep_candidate)
+
+    async def write_records(self, tenant: str, record_ids: Sequence[str]) -> WriteOutcome:
+        """See ``SubgraphLibrary.write_records``."""
+        return await self._run(self.library.write_records, tenant, list(record_ids))
+
+    async def expire(self) -> int:
+        """See ``SubgraphLibrary.expire``."""
+        return await self._run(self.library.expire)
+
+    def stats(self) -> LibraryStats:
+        """See ``SubgraphLibrary.stats``."""
+        return self.library.stats()
+
+    async def close(self) -> None:
+        """Finish queued mutations, then close the library. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._worker.shutdown, True)
+        self.library.close()
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        if self._closed:
+            raise Unavailable("csl library is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._worker, functools.partial(fn, *args))
+
+
+__all__ = ["AsyncSubgraphLibrary"]

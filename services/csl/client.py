@@ -1,0 +1,105 @@
+"""Typed async client of the csl service, with a deadline on every call.
+
+Lookup, Put, PutShadow, Discard and Stats are retried on UNAVAILABLE by the channel's declared
+policy (``services.common.clients.IDEMPOTENT``); Promote and WriteRecords are not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Self
+
+import grpc
+
+from services.common.clients import open_channel
+from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
+from services.common.records import make_header
+from services.common.reuse_name import ReuseName
+from services.csl.convert import name_to_proto, read_set_to_proto, shadow_to_proto
+from services.csl.entries import ReadSet, RecordRead, Served, Shadow, WriteOutcome
+
+#: The hot path: a lookup that takes longer than this is better treated as a miss.
+LOOKUP_DEADLINE_S = 0.5
+DEADLINE_S = 5.0
+
+
+class CslClient:
+    """Calls one csl service; owns its channel (``close`` it)."""
+
+    def __init__(self, target: str, channel: grpc.aio.Channel | None = None,
+                 producer: str = "client") -> None:
+        self.target = target
+        self.producer = producer
+        self.channel = channel or open_channel(target)
+        self.stub = csl_pb2_grpc.SubgraphLibraryStub(self.channel)
+        self._sequence = 0
+
+    async def lookup(self, name: ReuseName, timeout_s: float = LOOKUP_DEADLINE_S
+                     ) -> Served | None:
+        """A fresh confirmed entry's result, or None."""
+        reply = await self.stub.Lookup(csl_pb2.LookupRequest(name=name_to_proto(name)),
+                                       timeout=timeout_s)
+        return Served(reply.result, reply.cost_s) if reply.hit else None
+
+    async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float = 0.0,
+                  timeout_s: float = DEADLINE_S) -> bool:
+        """Store a canonical result; False when the library refused it."""
+        request = csl_pb2.PutRequest(header=self._header(name.digest), name=name_to_proto(name),
+                                     result=result, read_set=read_set_to_proto(read_set),
+                                     cost_s=cost_s)
+        return (await self.stub.Put(request, timeout=timeout_s)).stored
+
+    async def put_shadow(self, shadow: Shadow, ttl_s: float = 0.0,
+                         timeout_s: float = DEADLINE_S) -> bool:
+        """Store a fill's result as a shadow; False when refused."""
+        record = shadow_to_proto(shadow)
+        record.header.CopyFrom(self._header(shadow.name.digest))
+        request = csl_pb2.PutShadowRequest(shadow=record, ttl_s=ttl_s)
+        return (await self.stub.PutShadow(request, timeout=timeout_s)).stored
+
+    async def promote(self, name: ReuseName, branch_id: str, timeout_s: float = DEADLINE_S
+                      ) -> Served | None:
+        """Promote the branch's shadow under ``name``; its result, once, or None."""
+        reply = await self.stub.Promote(
+            csl_pb2.PromoteRequest(name=name_to_proto(name), branch_id=branch_id),
+            timeout=timeout_s)
+        return Served(reply.result, reply.cost_s) if reply.promoted else None
+
+    async def discard(self, branch_id: str, keep_candidate: str = "",
+                      timeout_s: float = DEADLINE_S) -> int:
+        """Settle a branch; the number of shadows dropped."""
+        reply = await self.stub.Discard(
+            csl_pb2.DiscardRequest(branch_id=branch_id, keep_candidate=keep_candidate),
+            timeout=timeout_s)
+        return reply.discarded
+
+    async def write_records(self, tenant: str, record_ids: Sequence[str],
+                            timeout_s: float = DEADLINE_S) -> WriteOutcome:
+        """Bump record versions and invalidate their dependents."""
+        request = csl_pb2.WriteRecordsRequest(
+            header=self._header(self.producer), tenant=tenant,
+            writes=[csl_pb2.RecordWrite(record_id=r) for r in record_ids])
+        reply = await self.stub.WriteRecords(request, timeout=timeout_s)
+        return WriteOutcome(tuple(RecordRead(v.record_id, v.version) for v in reply.versions),
+                            reply.invalidated)
+
+    async def stats(self, timeout_s: float = DEADLINE_S) -> csl_pb2.StatsResponse:
+        """Counters and sizes."""
+        return await self.stub.Stats(csl_pb2.StatsRequest(), timeout=timeout_s)
+
+    async def close(self) -> None:
+        """Close the channel; idempotent."""
+        await self.channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _header(self, record_id: str) -> common_pb2.RecordHeader:
+        self._sequence += 1
+        return make_header(record_id, self._sequence, self.producer)
+
+
+__all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient"]

@@ -1,0 +1,49 @@
+"""csl settings (env prefix ``DYNBRANCH_CSL_``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from services.common.config import ServiceSettings
+from services.csl.library import LibraryOptions
+
+MiB = 1 << 20
+
+
+class CslSettings(ServiceSettings):
+    """Settings of the Completed-Subgraph Library service."""
+
+    env_prefix: ClassVar[str] = "DYNBRANCH_CSL_"
+
+    data_dir: str = Field("dynbranch-csl", min_length=1,
+                          description="LMDB environment directory (relative to the working dir)")
+    create: bool = Field(True, description="create the store when the directory is new or empty; "
+                                           "never over existing data")
+    budget_bytes: int = Field(256 * MiB, ge=4096, description="byte budget of confirmed entries")
+    shadow_budget_bytes: int = Field(64 * MiB, ge=0, description="bytes of shadows held in memory")
+    shadow_ttl_s: float = Field(60.0, gt=0, le=86_400,
+                                description="default lifetime of an unclaimed shadow")
+    expire_interval_s: float = Field(1.0, gt=0, le=3600,
+                                     description="how often expired shadows are swept")
+    map_size_bytes: int = Field(0, ge=0, description="LMDB map size; 0: max(1 GiB, 4 x budget)")
+    sync: bool = Field(True, description="fsync every commit (off: a machine crash may lose "
+                                         "the last commits; a process crash loses nothing)")
+    max_result_bytes: int = Field(4 * MiB, ge=1, description="largest result accepted")
+
+    @model_validator(mode="after")
+    def _map_fits_budget(self) -> CslSettings:
+        if self.map_size_bytes and self.map_size_bytes < 2 * self.budget_bytes:
+            raise ValueError("map_size_bytes must be 0 or at least twice budget_bytes")
+        return self
+
+    def library_options(self) -> LibraryOptions:
+        """Options of the library this service opens."""
+        return LibraryOptions(
+            budget_bytes=self.budget_bytes, shadow_budget_bytes=self.shadow_budget_bytes,
+            shadow_ttl_s=self.shadow_ttl_s, create=self.create, map_size=self.map_size_bytes,
+            sync=self.sync)
+
+
+__all__ = ["CslSettings"]

@@ -1,0 +1,94 @@
+"""Proto ↔ core values for the csl service (STYLE.md §2); errors name the proto field."""
+
+from __future__ import annotations
+
+from services.common.convert import require
+from services.common.errors import InvalidArgument, PayloadTooLarge
+from services.common.pb import common_pb2, csl_pb2
+from services.common.reuse_name import ReuseName
+from services.csl.entries import ReadSet, RecordRead, Shadow, check_cost
+
+MAX_READS = 4096
+MAX_PRODUCERS = 256
+MAX_WRITES = 4096
+MAX_ID_CHARS = 256
+
+
+def name_from_proto(msg: common_pb2.ReuseName, field: str = "name") -> ReuseName:
+    """A validated reuse name."""
+    if not msg.digest:
+        raise InvalidArgument(f"{field}.digest", "required")
+    try:
+        return ReuseName(msg.tenant, msg.digest)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+
+
+def name_to_proto(name: ReuseName) -> common_pb2.ReuseName:
+    """The proto form of a reuse name."""
+    return common_pb2.ReuseName(tenant=name.tenant, digest=name.digest)
+
+
+def read_set_from_proto(msg: common_pb2.ReadSet, field: str = "read_set") -> ReadSet:
+    """A validated read-set (``complete`` as sent: unset means incomplete provenance)."""
+    if len(msg.reads) > MAX_READS:
+        raise PayloadTooLarge(f"{field}.reads", f"at most {MAX_READS} reads")
+    if len(msg.producers) > MAX_PRODUCERS:
+        raise PayloadTooLarge(f"{field}.producers", f"at most {MAX_PRODUCERS} producers")
+    try:
+        reads = tuple(RecordRead(r.record_id, r.version) for r in msg.reads)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{field}.reads.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+    producers = tuple(name_from_proto(p, f"{field}.producers") for p in msg.producers)
+    return ReadSet(reads, msg.complete, producers)
+
+
+def read_set_to_proto(rs: ReadSet) -> common_pb2.ReadSet:
+    """The proto form of a read-set."""
+    return common_pb2.ReadSet(
+        reads=[common_pb2.RecordVersion(record_id=r.record_id, version=r.version)
+               for r in rs.reads],
+        complete=rs.complete, producers=[name_to_proto(p) for p in rs.producers])
+
+
+def result_from_proto(result: bytes, field: str, max_bytes: int) -> bytes:
+    """A required, bounded result payload."""
+    if not result:
+        raise InvalidArgument(field, "required")
+    if len(result) > max_bytes:
+        raise PayloadTooLarge(field, f"larger than {max_bytes} bytes")
+    return result
+
+
+def shadow_from_proto(msg: common_pb2.ShadowRecord, max_result_bytes: int) -> Shadow:
+    """A validated shadow."""
+    check_cost(msg.cost_s, "shadow.cost_s")
+    return Shadow(
+        name=name_from_proto(msg.name, "shadow.name"),
+        branch_id=require(msg.branch_id, "shadow.branch_id", MAX_ID_CHARS),
+        candidate=msg.candidate, rank=msg.rank, producer=msg.producer,
+        result=result_from_proto(msg.result, "shadow.result", max_result_bytes),
+        read_set=read_set_from_proto(msg.read_set, "shadow.read_set"), cost_s=msg.cost_s)
+
+
+def shadow_to_proto(s: Shadow) -> common_pb2.ShadowRecord:
+    """The proto form of a shadow (header left to the caller)."""
+    return common_pb2.ShadowRecord(
+        name=name_to_proto(s.name), branch_id=s.branch_id, candidate=s.candidate, rank=s.rank,
+        producer=s.producer, result=s.result, read_set=read_set_to_proto(s.read_set),
+        cost_s=s.cost_s)
+
+
+def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
+    """The record ids of a write, in request order."""
+    if not msg.writes:
+        raise InvalidArgument("writes", "at least one record")
+    if len(msg.writes) > MAX_WRITES:
+        raise PayloadTooLarge("writes", f"at most {MAX_WRITES} records per request")
+    return [require(w.record_id, "writes.record_id") for w in msg.writes]
+
+
+__all__ = [
+    "name_from_proto", "name_to_proto", "read_set_from_proto", "read_set_to_proto",
+    "record_ids_from_proto", "result_from_proto", "shadow_from_proto", "shadow_to_proto",
+]

@@ -1,0 +1,389 @@
+"""The Completed-Subgraph Library: exact, fresh, tenant-scoped reuse (dynbranch §3.2–§3.3).
+
+A confirmed entry maps a reuse name to a result recorded by one canonical execution (or one
+promoted fill), with the provenance that keeps it fresh. Its metadata lives in memory, where its
+*presence* means "fresh": every write removes, before it returns, exactly the entries it
+invalidates (Proposition A.5), so a lookup is one dict probe plus one LMDB ``get``.
+
+Concurrency. Mutations (put, put_shadow, promote, discard, write_records, expire) take one lock,
+so they are atomic with respect to each other: a promotion checks the shadow's read-set and
+installs the entry without a write slipping in between, and a write's bump-and-cascade is never
+interleaved with a put or a promotion. Lookups take no lock; they synchronize with invalidation
+through a sequence counter (``_epoch``) that is odd while a write is invalidating: a lookup that
+starts during an invalidation, or sees the counter change before it returns, reports a miss
+(§3.2: "concurrent or uncertain cases fall back to a miss"). A lookup reads the LMDB row keyed by
+the incarnation id the index holds; ids are never reused, so it never returns the bytes of
+another incarnation stored under the same name. In the service, ``AsyncSubgraphLibrary`` runs
+mutations on one worker thread and lookups on the event loop.
+
+Durability. Confirmed entries and record versions are committed to LMDB before a call returns;
+shadows live in memory only. On start-up every stored entry is re-checked against the stored
+versions, its producers and the write sequence, so whatever a crash left behind, a stale entry
+is dropped rather than served.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Self
+
+from services.common.errors import InvalidArgument, ResourceExhausted, Unavailable
+from services.common.reuse_name import ReuseName, validate_tenant
+from services.csl import codec
+from services.csl.entries import (
+    EntryMeta,
+    LibraryStats,
+    ReadSet,
+    RecordKey,
+    RecordRead,
+    Served,
+    Shadow,
+    WriteOutcome,
+    check_cost,
+    name_key,
+    record_keys,
+    tenant_of_key,
+)
+from services.csl.eviction import EvictionPolicy
+from services.csl.options import LibraryOptions, MiB
+from services.csl.reverse_index import ReverseIndex
+from services.csl.shadows import HeldShadow, ShadowStore
+from services.csl.store import Store
+from services.csl.versions import VersionTable
+
+log = logging.getLogger(__name__)
+
+_new_tuple = tuple.__new__  # builds a Served without NamedTuple.__new__'s argument handling
+
+
+class SubgraphLibrary:
+    """Confirmed entries on LMDB, shadows in memory, versions, reverse index and eviction."""
+
+    def __init__(self, path: str | Path, options: LibraryOptions | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.options = options = options or LibraryOptions()
+        self._clock = clock
+        self._mutex = threading.RLock()
+        self._epoch = 0
+        self._closed = False
+        self._store = Store(path, options.store_options())
+        self._begin = self._store.env.begin
+        self._db = self._store.entries_db
+        self._names: dict[bytes, EntryMeta] = {}
+        self._entries: dict[int, EntryMeta] = {}
+        self._index = ReverseIndex()
+        self._policy = EvictionPolicy()
+        self._shadows = ShadowStore(options.shadow_budget_bytes)
+        self._bytes = 0
+        self._next_eid = 1
+        self._hits = self._misses = self._promotions = 0
+        self._invalidations = self._evictions = self._discarded = self._expired = 0
+        try:
+            self._load()
+        except BaseException:
+            self._store.close()
+            raise
+
+    # -- serving path -----------------------------------------------------------------------
+
+    def lookup(self, name: ReuseName) -> Served | None:
+        """Serve a fresh confirmed entry under exactly this name, or None (a miss)."""
+        epoch = self._epoch
+        key = name_key(name)
+        meta = self._names.get(key)
+        if meta is None or epoch & 1:
+            self._misses += 1
+            return None
+        txn = self._begin(db=self._db)
+        value = txn.get(meta.lkey)
+        txn.abort()
+        if value is None or self._epoch != epoch:
+            self._misses += 1
+            return None
+        meta.freq += 1  # EvictionPolicy.touch, inlined: this is the hot path
+        meta.prio = self._policy.clock + meta.freq * meta.value
+        self._hits += 1
+        return _new_tuple(Served, (value[meta.result_offset:], meta.cost_s))
+
+    # -- confirmed entries ------------------------------------------------------------------
+
+    def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float = 0.0) -> bool:
+        """Store a canonical execution's result; False when its provenance is already stale,
+        a producer is not a live entry, or it is larger than the whole budget."""
+        check_cost(cost_s, "cost_s")
+        key = name_key(name)
+        with self._mutex:
+            self._check_open()
+            if key in self._names:
+                return True  # idempotent: same name, same inputs, same (deterministic) result
+            producers = self._resolve(name.tenant, read_set, branch_id=None)
+            if producers is None:
+                return False
+            return self._store_confirmed(key, name.tenant, self._new_eid(), result, read_set,
+                                         producers, cost_s, self._versions.seq)
+
+    def write_records(self, tenant: str, record_ids: Sequence[str]) -> WriteOutcome:
+        """Bump the versions of written records and invalidate every entry that depended on
+        them (Proposition A.5); durable before it returns."""
+        if not record_ids:
+            raise InvalidArgument("writes", "at least one record")
+        validate_tenant(tenant)
+        for rid in record_ids:
+            RecordRead(rid, 0)  # validates the id
+        with self._mutex:
+            self._check_open()
+            self._epoch += 1  # odd: lookups miss until the cascade is complete
+            try:
+                bumps = self._versions.bump(tenant, record_ids)
+                victims = self._index.cascade([k for k, _ in bumps], writer=tenant)
+                keys = self._drop_many(victims)
+                self._invalidations += len(victims)
+                keys.sort()
+                self._store.commit(deletes=keys, versions=bumps, seq=self._versions.seq)
+            finally:
+                self._epoch += 1
+            self._policy.compact(self._entries)
+        return WriteOutcome(tuple(RecordRead(k[1], v) for k, v in bumps), len(victims))
+
+    def record_version(self, tenant: str, record_id: str) -> int:
+        """The version a stage of ``tenant`` observes for ``record_id`` now."""
+        return self._versions.effective(tenant, record_id)
+
+    # -- shadows ----------------------------------------------------------------------------
+
+    def put_shadow(self, shadow: Shadow, ttl_s: float = 0.0) -> bool:
+        """Hold a fill's result invisibly; False when stale, its branch is settled against it,
+        a producer is missing, or the shadow bound is full."""
+        check_cost(ttl_s, "ttl_s")
+        key = name_key(shadow.name)
+        with self._mutex:
+            self._check_open()
+            if self._shadows.get(key, shadow.branch_id) is not None:
+                return True  # idempotent per name and branch
+            if not self._shadows.accepts(shadow.branch_id, shadow.candidate):
+                return False
+            producers = self._resolve(shadow.name.tenant, shadow.read_set, shadow.branch_id)
+            if producers is None:
+                return False
+            return self._shadows.add(self._hold(key, shadow, producers, ttl_s))
+
+    def promote(self, name: ReuseName, branch_id: str) -> Served | None:
+        """Atomically turn the branch's shadow under exactly this name into a confirmed entry and
+        return its result, once; None when there is none or its read-set is no longer fresh."""
+        key = name_key(name)
+        with self._mutex:
+            self._check_open()
+            held = self._shadows.get(key, branch_id)
+            if held is None:
+                return None
+            if not self._promotable(held):
+                if not self._may_become_promotable(held):
+                    self._shadows.take(key, branch_id)  # stale or orphaned for good
+                return None
+            self._shadows.take(key, branch_id)
+            self._confirm(held)
+            self._promotions += 1
+            return Served(held.shadow.result, held.shadow.cost_s)
+
+    def discard(self, branch_id: str, keep_candidate: str = "") -> int:
+        """Settle a branch: drop its shadows except ``keep_candidate``'s; refuse late losers."""
+        if not branch_id:
+            raise InvalidArgument("branch_id", "required")
+        with self._mutex:
+            until = self._clock() + self.options.shadow_ttl_s
+            dropped = self._shadows.settle(branch_id, keep_candidate, until)
+            self._discarded += dropped
+            return dropped
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop shadows (and settlement records) past their TTL; return shadows dropped."""
+        with self._mutex:
+            dropped = self._shadows.expire(self._clock() if now is None else now)
+            self._shadows.compact()
+            self._expired += dropped
+            return dropped
+
+    # -- introspection and life cycle -------------------------------------------------------
+
+    def stats(self) -> LibraryStats:
+        """Sizes and cumulative counters."""
+        return LibraryStats(
+            entries=len(self._entries), shadows=len(self._shadows), bytes=self._bytes,
+            budget_bytes=self.options.budget_bytes, shadow_bytes=self._shadows.bytes,
+            hits=self._hits, misses=self._misses, promotions=self._promotions,
+            invalidations=self._invalidations, evictions=self._evictions,
+            shadows_discarded=self._discarded, shadows_expired=self._expired,
+        )
+
+    @property
+    def path(self) -> Path:
+        """Directory of the LMDB environment."""
+        return self._store.path
+
+    def close(self) -> None:
+        """Close the LMDB environment; shadows are dropped. Safe to call twice."""
+        with self._mutex:
+            if not self._closed:
+                self._closed = True
+                self._names = {}
+                self._store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Unavailable("csl library is closed")
+
+    def _new_eid(self) -> int:
+        eid, self._next_eid = self._next_eid, self._next_eid + 1
+        return eid
+
+    def _resolve(self, tenant: str, read_set: ReadSet,
+                 branch_id: str | None) -> tuple[int, ...] | None:
+        """Producer incarnations of a fresh read-set, or None when it cannot be stored now."""
+        # Incomplete provenance is guarded against later writes only: a write that lands between
+        # the execution and this call cannot be seen without knowing what it read.
+        if not self._versions.is_fresh(tenant, read_set.reads):
+            return None
+        out = []
+        for producer in read_set.producers:
+            if producer.tenant not in ("", tenant):
+                raise InvalidArgument("read_set.producers", "names another tenant's entry")
+            pkey = name_key(producer)
+            meta = self._names.get(pkey)
+            held = self._shadows.get(pkey, branch_id) if branch_id and meta is None else None
+            if meta is None and held is None:
+                return None
+            out.append(meta.eid if meta is not None else held.sid)  # type: ignore[union-attr]
+        return tuple(out)
+
+    def _hold(self, key: bytes, shadow: Shadow, producers: tuple[int, ...],
+              ttl_s: float) -> HeldShadow:
+        ttl = ttl_s or self.options.shadow_ttl_s
+        rkeys = _rkeys(shadow.name.tenant, shadow.read_set.reads)
+        size = len(key) + len(shadow.result) + 64 * (len(rkeys) + len(producers) + 4)
+        return HeldShadow(self._new_eid(), key, shadow, rkeys, producers, self._versions.seq,
+                          self._clock() + ttl, size)
+
+    def _promotable(self, held: HeldShadow) -> bool:
+        rs = held.shadow.read_set
+        return (held.expires_at > self._clock()
+                and self._versions.is_valid(held.shadow.name.tenant, rs.reads, rs.complete,
+                                            held.stored_seq)
+                and all(p in self._entries for p in held.producers))
+
+    def _may_become_promotable(self, held: HeldShadow) -> bool:
+        """True when only a producer that is still a shadow of the branch stands in the way:
+        versions and the write sequence only grow and ids are never reused, so every other
+        failure is permanent."""
+        rs = held.shadow.read_set
+        return (held.expires_at > self._clock()
+                and self._versions.is_valid(held.shadow.name.tenant, rs.reads, rs.complete,
+                                            held.stored_seq)
+                and all(p in self._entries or self._shadows.holds(p) for p in held.producers))
+
+    def _confirm(self, held: HeldShadow) -> None:
+        """Store a promoted shadow as a confirmed entry under its own incarnation id."""
+        if held.key in self._names:
+            return  # a canonical put got there first; it holds the same result
+        sh = held.shadow
+        try:
+            self._store_confirmed(held.key, sh.name.tenant, held.sid, sh.result, sh.read_set,
+                                  held.producers, sh.cost_s, held.stored_seq)
+        except ResourceExhausted:
+            log.warning("promoted shadow not stored: csl store full",
+                        extra={"reuse_name": str(sh.name)})
+
+    def _store_confirmed(self, key: bytes, tenant: str, eid: int, result: bytes,
+                         read_set: ReadSet, producers: tuple[int, ...], cost_s: float,
+                         stored_seq: int) -> bool:
+        value, offset = codec.encode_entry(key, cost_s, stored_seq, read_set.complete,
+                                           read_set.reads, producers, result)
+        size = 8 + len(value)
+        if size > self.options.budget_bytes:
+            return False
+        deletes = self._make_room(size)
+        if not all(p in self._entries for p in producers):  # evicted just now to make room
+            self._store.commit(deletes=deletes)
+            return False
+        try:
+            self._store.commit(puts=[(codec.eid_key(eid), value)], deletes=deletes)
+        except ResourceExhausted:
+            self._store.commit(deletes=deletes)  # the evictions already happened in memory
+            raise
+        self._install(key, eid, _rkeys(tenant, read_set.reads), producers,
+                      not read_set.complete, size, cost_s, offset)
+        return True
+
+    def _install(self, key: bytes, eid: int, rkeys: tuple[RecordKey, ...],
+                 producers: tuple[int, ...],
+                 incomplete: bool, size: int, cost_s: float, offset: int) -> None:
+        meta = EntryMeta(eid, key, codec.eid_key(eid), offset, rkeys, producers, incomplete,
+                         size, cost_s)
+        self._index.add(eid, rkeys, producers, tenant_of_key(key) if incomplete else None)
+        self._policy.admit(meta)
+        self._entries[eid] = meta
+        self._names[key] = meta
+        self._bytes += size
+
+    def _drop_many(self, closure: list[int]) -> list[bytes]:
+        """Forget entries found by a cascade or closure; return their LMDB keys."""
+        entries_pop, names = self._entries.pop, self._names
+        metas = [entries_pop(eid) for eid in closure]
+        for meta in metas:
+            del names[meta.key]
+        self._index.retire(metas)
+        self._bytes -= sum([m.size for m in metas])
+        return [m.lkey for m in metas]
+
+    def _make_room(self, size: int) -> list[bytes]:
+        """Evict until ``size`` more bytes fit; an evicted producer takes its dependents along,
+        since their freshness can no longer be checked through it."""
+        deletes: list[bytes] = []
+        while self._bytes + size > self.options.budget_bytes:
+            victim = self._policy.pop_victim(self._entries)
+            if victim is None:
+                break
+            closure = self._index.closure([victim.eid])
+            deletes += self._drop_many(closure)
+            self._evictions += len(closure)
+        if deletes:
+            self._policy.compact(self._entries)
+            deletes.sort()
+        return deletes
+
+    def _load(self) -> None:
+        loaded = self._store.load()
+        self._versions = VersionTable(loaded.versions, loaded.seq)
+        stale: list[bytes] = []
+        for se in loaded.entries:  # in id order, so producers come before their dependents
+            self._next_eid = max(self._next_eid, se.eid + 1)
+            tenant = tenant_of_key(se.key)
+            if not (self._versions.is_valid(tenant, se.reads, se.complete, se.stored_seq)
+                    and all(p in self._entries for p in se.producers)):
+                stale.append(codec.eid_key(se.eid))
+                continue
+            self._install(se.key, se.eid, _rkeys(tenant, se.reads), se.producers,
+                          not se.complete, se.size, se.cost_s, se.result_offset)
+        stale += self._make_room(0)
+        if stale:
+            self._store.commit(deletes=sorted(stale))
+        log.info("csl store loaded", extra={"path": str(self.path), "entries": len(self._entries),
+                                            "dropped": len(stale)})
+
+
+def _rkeys(tenant: str, reads: Iterable[RecordRead]) -> tuple[RecordKey, ...]:
+    return tuple(dict.fromkeys(k for r in reads for k in record_keys(tenant, r.record_id)))
+
+
+__all__ = ["LibraryOptions", "MiB", "SubgraphLibrary"]

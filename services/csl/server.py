@@ -1,0 +1,88 @@
+"""csl entry point: ``python -m services.csl`` (or ``dynbranch serve csl``).
+
+Start-up opens (or, in a new or empty directory, creates) the LMDB store; a missing, corrupt,
+foreign or locked store stops start-up with exit status 2 and a message naming the path.
+Shutdown follows the runtime's order, then lets queued mutations finish and closes LMDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from services.common.cli_args import add_service_args, overrides_from
+from services.common.config import ConfigError, load_settings
+from services.common.pb import csl_pb2, csl_pb2_grpc
+from services.common.server import ServiceRuntime, run_service
+from services.common.telemetry import configure_logging
+from services.csl.async_library import AsyncSubgraphLibrary
+from services.csl.config import CslSettings
+from services.csl.errors import StoreError
+from services.csl.library import SubgraphLibrary
+from services.csl.servicer import LibraryCollector, SubgraphLibraryServicer
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = csl_pb2.DESCRIPTOR.services_by_name["SubgraphLibrary"].full_name
+
+
+async def build_runtime(settings: CslSettings, *,
+                        span_exporter: SpanExporter | None = None) -> ServiceRuntime:
+    """A runtime serving the SubgraphLibrary service over an opened store (not yet listening)."""
+    library = await asyncio.to_thread(SubgraphLibrary, settings.data_dir,
+                                      settings.library_options())
+    facade = AsyncSubgraphLibrary(library)
+    runtime = ServiceRuntime("csl", settings, span_exporter=span_exporter)
+    sweeper = asyncio.create_task(_sweep(facade, settings.expire_interval_s))
+
+    async def close() -> None:
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+        await facade.close()
+
+    runtime.on_close(close)
+    runtime.registry.register(LibraryCollector(library))
+    servicer = SubgraphLibraryServicer(facade, runtime.tracer,
+                                       max_result_bytes=settings.max_result_bytes)
+    runtime.add_service(csl_pb2_grpc.add_SubgraphLibraryServicer_to_server, servicer,
+                        SERVICE_NAME)
+    return runtime
+
+
+async def _sweep(library: AsyncSubgraphLibrary, interval_s: float) -> None:
+    """Drop expired shadows and settlement records every ``interval_s``."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await library.expire()
+        except Exception:
+            log.exception("csl: shadow expiry failed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, load settings, open the store, serve until SIGTERM."""
+    parser = argparse.ArgumentParser(prog="dynbranch serve csl",
+                                     description="Run the Completed-Subgraph Library service.")
+    add_service_args(parser)
+    parser.add_argument("--data-dir", help="LMDB environment directory")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(CslSettings, config_file=args.config, data_dir=args.data_dir,
+                                 **overrides_from(args))
+    except ConfigError as exc:
+        print(f"csl: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        return run_service(lambda: build_runtime(settings))
+    except StoreError as exc:
+        print(f"csl: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["SERVICE_NAME", "build_runtime", "main"]

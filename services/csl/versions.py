@@ -1,0 +1,74 @@
+"""The table of external record versions (dynbranch §3.2, freshness guard).
+
+Every write takes the next value of one global, strictly increasing sequence. Per record that is
+an ordinary monotone version; across records it lets a reader in tenant T compare one number,
+``max(version(T, id), version("", id))``, against what it observed, and lets an entry with
+incomplete provenance check that nothing it could have observed (a record of its own namespace
+or a shared one) was written after the sequence value at its store time. A record never written
+has version 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from services.csl.entries import RecordKey, RecordRead
+
+
+class VersionTable:
+    """In-memory versions of external records; the store persists every bump."""
+
+    __slots__ = ("_last", "_seq", "_versions")
+
+    def __init__(self, versions: Mapping[RecordKey, int] | None = None, seq: int = 0) -> None:
+        self._versions: dict[RecordKey, int] = dict(versions or {})
+        self._seq = max([seq, *self._versions.values()])
+        self._last: dict[str, int] = {}  # namespace -> its latest write
+        for (tenant, _), version in self._versions.items():
+            self._last[tenant] = max(self._last.get(tenant, 0), version)
+
+    @property
+    def seq(self) -> int:
+        """The last version handed out (0 before the first write)."""
+        return self._seq
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+    def version(self, key: RecordKey) -> int:
+        """Version of one namespaced record."""
+        return self._versions.get(key, 0)
+
+    def effective(self, tenant: str, record_id: str) -> int:
+        """Version a stage of ``tenant`` observes for ``record_id`` (its own or the shared one)."""
+        shared = self._versions.get(("", record_id), 0)
+        if not tenant:
+            return shared
+        return max(shared, self._versions.get((tenant, record_id), 0))
+
+    def is_fresh(self, tenant: str, reads: Iterable[RecordRead]) -> bool:
+        """True when every read is at the version the tenant observes now."""
+        return all(self.effective(tenant, r.record_id) == r.version for r in reads)
+
+    def quiet_since(self, tenant: str, seq: int) -> bool:
+        """True when no record ``tenant``'s stages observe was written after ``seq``."""
+        return self._last.get("", 0) <= seq and (not tenant or self._last.get(tenant, 0) <= seq)
+
+    def is_valid(self, tenant: str, reads: Iterable[RecordRead], complete: bool,
+                 stored_seq: int) -> bool:
+        """The freshness guard: every read current, and, for incomplete provenance, no write
+        the stage could have observed since it was stored."""
+        return self.is_fresh(tenant, reads) and (complete or self.quiet_since(tenant, stored_seq))
+
+    def bump(self, tenant: str, record_ids: Iterable[str]) -> list[tuple[RecordKey, int]]:
+        """Give each written record the next version; return ``(key, version)`` in order."""
+        out = []
+        for record_id in record_ids:
+            self._seq += 1
+            key = (tenant, record_id)
+            self._versions[key] = self._last[tenant] = self._seq
+            out.append((key, self._seq))
+        return out
+
+
+__all__ = ["VersionTable"]
