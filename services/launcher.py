@@ -86,12 +86,23 @@ class Mesh:
         await asyncio.gather(
             *(self.spawn(f"engine-{i}", "services.engine_agent", a)
               for i, a in enumerate(engine_args)),
-            *(self.spawn(name, f"services.{name}", common) for name in spec.others))
+            *(self.spawn(name, f"services.{name}", [*common, *self._extra(name)])
+              for name in spec.others))
         targets = sum((["--engine", c.address] for c in self.children
                        if c.name.startswith("engine-")), [])
+        for name in ("csl", "admission"):
+            if name in spec.others:
+                targets += [f"--{name}", self.address(name)]
         await self.spawn("gateway", "services.gateway", [
-            *targets, *common, *sum((["--set", s] for s in spec.gateway_settings), [])])
+            *targets, *common, "--set", "auth=false",
+            *sum((["--set", s] for s in spec.gateway_settings), [])])
         await asyncio.gather(*(wait_serving(c.address) for c in self.children))
+
+    def _extra(self, name: str) -> list[str]:
+        """Per-service flags: the csl keeps its LMDB environment in the run folder."""
+        if name == "csl":
+            return ["--set", f"data_dir={self.run_dir / 'csl'}"]
+        return []
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (gateway first), wait, then SIGKILL what is left."""

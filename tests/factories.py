@@ -49,13 +49,15 @@ async def engine_agent(**settings: Any) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
-async def gateway(engines: list[str], **settings: Any) -> AsyncIterator[Any]:
+async def gateway(engines: list[str], span_exporter: Any = None, **settings: Any
+                  ) -> AsyncIterator[Any]:
     """A started gateway runtime on port 0 in front of ``engines``."""
     from services.gateway.config import GatewaySettings
     from services.gateway.server import build_runtime
 
-    runtime = await build_runtime(GatewaySettings(engines=engines, metrics_port=-1, grace_s=0.5,
-                                                  **settings))
+    defaults = {"metrics_port": -1, "grace_s": 0.5, "auth": False}
+    runtime = await build_runtime(GatewaySettings(engines=engines, **{**defaults, **settings}),
+                                  span_exporter=span_exporter)
     await runtime.start()
     try:
         yield runtime

@@ -23,4 +23,29 @@ def incoming_context(metadata: Sequence[tuple[str, str | bytes]] | None) -> otel
     return _PROPAGATOR.extract(carrier)
 
 
-__all__ = ["incoming_context", "outgoing_metadata"]
+
+
+
+def workflow_context(key: str) -> otel_context.Context:
+    """A context whose (synthetic, remote) parent span puts every call of one workflow in one
+    trace: the trace id is derived from ``key`` (tenant and workflow id), so the gateway needs no
+    state to keep a workflow's stages, fills and engine work together."""
+    import hashlib
+
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    digest = hashlib.blake2b(key.encode(), digest_size=24, person=b"dynbranch-trace").digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:], "big") or 1
+    parent = SpanContext(trace_id, span_id, is_remote=True,
+                         trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def has_span(ctx: otel_context.Context) -> bool:
+    """Whether a context carries a valid span context (e.g. from an incoming traceparent)."""
+    from opentelemetry import trace
+
+    return trace.get_current_span(ctx).get_span_context().is_valid
+__all__ = ["has_span", "incoming_context", "outgoing_metadata", "workflow_context"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from services.common.config import ServiceSettings
 
@@ -16,12 +16,38 @@ class GatewaySettings(ServiceSettings):
 
     engines: list[str] = Field(default_factory=list,
                                description="engine agent targets host:port (JSON list in env)")
+    csl: str = Field("", description="csl target host:port; empty: no library (C1 and C2 off)")
+    admission: str = Field("", description="admission target; empty: in-process fixed policy")
+    c1: bool = Field(True, description="exact subgraph reuse on every demand")
+    c2: bool = Field(True, description="early fill at decision points")
+    top_k: int = Field(2, ge=0, le=64, description="in-process fixed policy: fills per branch")
+    fill_wait_s: float = Field(1.0, ge=0, le=60,
+                               description="longest a demand waits for a matching running fill")
+    shadow_ttl_s: float = Field(60.0, gt=0, le=86_400, description="life of unclaimed shadows")
+    branch_ttl_s: float = Field(300.0, gt=0, le=86_400, description="life of a branch record")
+    templates: list[str] = Field(default_factory=list,
+                                 description="extra template YAML files (built-ins always load)")
+    corpus_path: str = Field("", description="LMDB folder of the retrieval corpus; empty: none")
+    corpus_source: str = Field("", description="data set loaded into an empty corpus "
+                                               "(hotpotqa, musique, magento)")
+    data_dir: str = Field("", description="folder of the shared data sets; empty: ../shared/data")
+    api_keys: dict[str, str] = Field(default_factory=dict, description="API key → tenant")
+    auth: bool = Field(True, description="require an API key; switch off only for local use")
+    http_port: int = Field(-1, ge=-1, le=65535,
+                           description="OpenAI-compatible HTTP port; 0 picks one, -1 disables")
     call_deadline_s: float = Field(120.0, gt=0, le=3600,
                                    description="deadline of a stage call when the caller sets none")
     engine_connect_timeout_s: float = Field(30.0, gt=0, le=600,
                                             description="wait this long for engines at start")
     max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
     max_request_id: int = Field(128, ge=8, le=1024, description="longest request id accepted")
+
+    @model_validator(mode="after")
+    def _keys_when_auth(self) -> GatewaySettings:
+        if self.auth and not self.api_keys:
+            raise ValueError("auth is on but api_keys is empty: configure api_keys "
+                             "(key: tenant) or set auth: false for local use")
+        return self
 
 
 __all__ = ["GatewaySettings"]

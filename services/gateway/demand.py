@@ -24,24 +24,26 @@ class Demand:
     request_id: str
     model: str
     prompt: str
-    sampling: Sampling
+    sampling: Sampling | None
     workflow_type: str = ""
     workflow_id: str = ""
     agent_id: str = ""
     template_id: str = ""
     stage_id: str = ""
     stage_version: int = 0
-    #: Values the prompt was rendered from (template stages); used to render fills.
-    bindings: tuple[tuple[str, str], ...] = ()
+    #: Workflow inputs (``input.<name>``) known at this stage; fills are rendered from them.
+    inputs: tuple[tuple[str, str], ...] = ()
+    #: Outputs of upstream stages (``stages.<id>.output``) known at this stage.
+    outputs: tuple[tuple[str, str], ...] = ()
+    #: Harness-offered candidates when the stage is a decision point (offered spaces, HCI).
+    offered: tuple[str, ...] = ()
+    #: Latest observation (e.g. a retrieval result) for predictors that read it (ReAct).
+    observation: str = ""
 
     @property
     def tagged(self) -> bool:
         """Whether the demand names a registered template stage."""
         return bool(self.template_id and self.stage_id)
-
-    def binding_map(self) -> dict[str, str]:
-        """Bindings as a dict."""
-        return dict(self.bindings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,28 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
 
 from services.common.errors import (AlreadyExists, DeadlineExceeded, InvalidArgument,
                                     PayloadTooLarge, Unavailable)
+from services.common.convert import sampling_to_proto
 from services.common.pb import common_pb2, engine_pb2
-from services.engine_agent.backend import LoadReport
+from services.common.tracing import outgoing_metadata
+from services.engine_agent.backend import (FinishReason, GenerationRequest, LoadReport, Priority,
+                                           Timings, Usage)
 from services.engine_agent.client import EngineAgentClient
-from services.gateway.router import EngineState, pick_engine
+from services.gateway.ports import Execution
+from services.gateway.router import EngineState, Router
 
 log = logging.getLogger(__name__)
+#: Receives streamed text as it arrives.
+DeltaSink = Callable[[str], None]
 _FIELD_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
                  grpc.StatusCode.RESOURCE_EXHAUSTED: PayloadTooLarge}
-
-
-@dataclass(slots=True)
-class Generation:
-    """A finished generation as the gateway returns it."""
-
-    engine_id: str
-    finished: engine_pb2.Finished
 
 
 def _load_from_view(view: common_pb2.LoadView) -> LoadReport:
@@ -37,6 +36,13 @@ def _load_from_view(view: common_pb2.LoadView) -> LoadReport:
                       kv_blocks_used=view.kv_blocks_used, kv_blocks_total=view.kv_blocks_total,
                       fill_running=view.fill_running, fill_kv_blocks=view.fill_kv_blocks,
                       block_size=view.block_size)
+
+
+def _execution(engine_id: str, fin: engine_pb2.Finished) -> Execution:
+    u, t = fin.usage, fin.timings
+    return Execution(fin.text, FinishReason(fin.reason or FinishReason.ERROR),
+                     Usage(u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens),
+                     Timings(t.queue_s, t.prefill_s, t.decode_s, t.total_s), engine_id)
 
 
 def _map_rpc_error(err: grpc.aio.AioRpcError, engine_id: str) -> Exception:
@@ -58,6 +64,7 @@ class EnginePool:
     def __init__(self, targets: list[str]) -> None:
         self.clients = {t: EngineAgentClient(t) for t in targets}
         self.states: dict[str, EngineState] = {}
+        self.router = Router()
         self._watchers: list[asyncio.Task[None]] = []
 
     async def start(self, timeout_s: float) -> None:
@@ -97,25 +104,45 @@ class EnginePool:
         """Models served by at least one engine."""
         return {s.model for s in self.states.values()}
 
-    def pick(self, model: str) -> EngineState:
-        """Least-loaded healthy engine for ``model``."""
-        return pick_engine(self.states.values(), model)
+    def max_model_len(self, model: str) -> int:
+        """The smallest context limit over the engines serving ``model`` (0 if none)."""
+        return min((s.max_model_len for s in self.states.values() if s.model == model), default=0)
 
-    async def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float,
-                       metadata: tuple[tuple[str, str], ...] = ()) -> Generation:
-        """Run a generation on the least-loaded engine and return its Finished event."""
-        state = self.pick(request.model)
+    def pick(self, model: str, *, fill: bool = False, affinity_key: str = "") -> EngineState:
+        """The engine for one generation (see ``Router``)."""
+        return self.router.pick(self.states.values(), model, fill=fill, affinity_key=affinity_key)
+
+    async def generate(self, request: GenerationRequest, timeout_s: float,
+                       prefix_key: str = "", on_delta: DeltaSink | None = None) -> Execution:
+        """Run a generation on a routed engine; cancelling this call aborts it on the engine.
+
+        With ``on_delta`` the engine streams token deltas and each one is passed on as it arrives.
+        """
+        fill = request.priority is Priority.FILL
+        state = self.pick(request.model, fill=fill, affinity_key=prefix_key)
         state.outstanding += 1
+        state.outstanding_fills += fill
         try:
-            call = self.clients[state.target].generate(request, timeout_s=timeout_s,
-                                                       metadata=metadata)
-            async for event in call:
-                if event.HasField("finished"):
-                    return Generation(state.engine_id, event.finished)
-        except grpc.aio.AioRpcError as err:
-            raise _map_rpc_error(err, state.engine_id) from None
+            return await self._run(state, request, timeout_s, on_delta)
         finally:
             state.outstanding -= 1
+            state.outstanding_fills -= fill
+
+    async def _run(self, state: EngineState, request: GenerationRequest, timeout_s: float,
+                   on_delta: DeltaSink | None) -> Execution:
+        proto = engine_pb2.GenerateRequest(
+            request_id=request.request_id, model=request.model, prompt=request.prompt,
+            sampling=sampling_to_proto(request.sampling), priority=int(request.priority),
+            omit_deltas=on_delta is None)
+        try:
+            async for event in self.clients[state.target].generate(
+                    proto, timeout_s=timeout_s, metadata=outgoing_metadata()):
+                if event.HasField("finished"):
+                    return _execution(state.engine_id, event.finished)
+                if on_delta is not None and event.HasField("delta"):
+                    on_delta(event.delta.text)
+        except grpc.aio.AioRpcError as err:
+            raise _map_rpc_error(err, state.engine_id) from None
         raise Unavailable(f"engine {state.engine_id} ended the stream without finishing")
 
     async def close(self) -> None:
@@ -127,4 +154,4 @@ class EnginePool:
         await asyncio.gather(*(c.close() for c in self.clients.values()))
 
 
-__all__ = ["EnginePool", "Generation"]
+__all__ = ["EnginePool"]

@@ -21,7 +21,8 @@ from typing import Any
 
 from services.common.errors import InvalidArgument
 from services.engine_agent.backend import Sampling
-from services.gateway.templates import PLACEHOLDER, DecisionPoint, Stage, StageKind, Template
+from services.gateway.templates import (PLACEHOLDER, Binding, DecisionPoint, Stage, StageKind,
+                                        Template)
 
 #: Prefix of the fingerprint ``model`` of tool stages, e.g. ``tool:retrieve``.
 TOOL_MODEL_PREFIX = "tool:"
@@ -105,16 +106,37 @@ def resolve_bindings(template: Template, coordinate: str, candidate: str, stage_
     if step is None:
         raise InvalidArgument("stage_id", f"stage {stage_id!r} is not in the subgraph of "
                                           f"candidate {candidate!r} at {point.coordinate}")
+    return _resolve(step.bind, stage_id, candidate, inputs, outputs)
+
+
+def resolve_stage_bindings(template: Template, stage_id: str, *, inputs: Mapping[str, str],
+                           outputs: Mapping[str, str],
+                           values: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Placeholder values of a stage called on its own (not as a branch candidate's step).
+
+    The stage's default ``bind`` is resolved from ``inputs`` and ``outputs``; ``values`` gives
+    placeholders directly and wins over the defaults.
+    """
+    given = dict(values or {})
+    bind = tuple((n, src) for n, src in template.stage(stage_id).bind if n not in given)
+    return _resolve(bind, stage_id, None, inputs, outputs) | given
+
+
+def _resolve(bind: Binding, stage_id: str, candidate: str | None, inputs: Mapping[str, str],
+             outputs: Mapping[str, str]) -> dict[str, str]:
     values: dict[str, str] = {}
-    for name, source in step.bind:
+    for name, source in bind:
         if source.kind == "candidate":
+            if candidate is None:
+                raise InvalidArgument(f"values.{name}", f"stage {stage_id} binds {{{{{name}}}}} "
+                                                       "to the candidate: pass it")
             values[name] = candidate
-        else:
-            pool, field = (inputs, "inputs") if source.kind == "input" else (outputs, "outputs")
-            if source.name not in pool:
-                raise InvalidArgument(f"{field}.{source.name}", f"needed for {{{{{name}}}}} of "
-                                                               f"stage {stage_id}, not given")
-            values[name] = pool[source.name]
+            continue
+        pool, field = (inputs, "inputs") if source.kind == "input" else (outputs, "outputs")
+        if source.name not in pool:
+            raise InvalidArgument(f"{field}.{source.name}", f"needed for {{{{{name}}}}} of "
+                                                           f"stage {stage_id}, not given")
+        values[name] = pool[source.name]
     return values
 
 
@@ -156,5 +178,5 @@ def _utf8(text: str, field: str) -> bytes:
 
 __all__ = [
     "TOOL_MODEL_PREFIX", "RenderedStage", "render_args", "render_candidate_stage", "render_stage",
-    "render_text", "resolve_bindings",
+    "render_text", "resolve_bindings", "resolve_stage_bindings",
 ]

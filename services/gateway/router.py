@@ -1,12 +1,24 @@
-"""Least-loaded routing over engine agents' load views (protocol-free core)."""
+"""Routing over engine agents' load views (protocol-free core).
+
+Canonical work goes to the least-loaded healthy engine, counting fills as free capacity because
+engines preempt fills for canonical work; it prefers the engine that served the same workflow
+last (prefix affinity: its KV prefix is likely resident) unless that engine is clearly busier.
+Fills go to the engine with the most room, counting everything, so they never take the last
+free slot of one engine while another is idle.
+"""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument, Unavailable
 from services.engine_agent.backend import LoadReport
+
+#: An affine engine is kept while its score is within this much of the best one.
+AFFINITY_MARGIN = 0.25
+AFFINITY_ENTRIES = 65_536
 
 
 @dataclass(slots=True)
@@ -21,14 +33,22 @@ class EngineState:
     healthy: bool = True
     #: Calls this gateway has in flight on the engine, counted before the next load view.
     outstanding: int = 0
+    outstanding_fills: int = 0
 
     def score(self) -> float:
-        """Lower is less loaded: the engine's reported pressure plus our own in-flight share."""
+        """Load of everything: lower is less loaded (used for fills)."""
         return self.load.pressure + self.outstanding / max(self.load.max_running, 1)
 
+    def canonical_score(self) -> float:
+        """Load as canonical work sees it: running fills are preemptible, so they do not count."""
+        load, slots = self.load, max(self.load.max_running, 1)
+        busy = load.running - load.fill_running + load.waiting
+        mine = self.outstanding - self.outstanding_fills
+        kv = (load.kv_blocks_used - load.fill_kv_blocks) / max(load.kv_blocks_total, 1)
+        return (busy + mine) / slots + kv
 
-def pick_engine(engines: Iterable[EngineState], model: str) -> EngineState:
-    """The healthy engine serving ``model`` with the lowest score (ties: first listed)."""
+
+def _serving(engines: Iterable[EngineState], model: str) -> list[EngineState]:
     engines = list(engines)
     serving = [e for e in engines if e.model == model]
     if not serving:
@@ -37,7 +57,40 @@ def pick_engine(engines: Iterable[EngineState], model: str) -> EngineState:
     healthy = [e for e in serving if e.healthy]
     if not healthy:
         raise Unavailable(f"no healthy engine agent serves model {model!r}")
-    return min(healthy, key=EngineState.score)
+    return healthy
 
 
-__all__ = ["EngineState", "pick_engine"]
+def pick_engine(engines: Iterable[EngineState], model: str) -> EngineState:
+    """The healthy engine serving ``model`` with the lowest load (ties: first listed)."""
+    return min(_serving(engines, model), key=EngineState.canonical_score)
+
+
+class Router:
+    """Least-loaded routing with prefix affinity for canonical work and room-first for fills."""
+
+    def __init__(self) -> None:
+        self._affinity: OrderedDict[str, str] = OrderedDict()
+
+    def pick(self, engines: Iterable[EngineState], model: str, *, fill: bool = False,
+             affinity_key: str = "") -> EngineState:
+        """The engine for one generation."""
+        healthy = _serving(engines, model)
+        if fill:
+            return min(healthy, key=EngineState.score)
+        best = min(healthy, key=EngineState.canonical_score)
+        affine_id = self._affinity.get(affinity_key) if affinity_key else None
+        affine = next((e for e in healthy if e.engine_id == affine_id), None)
+        if affine is not None and affine.canonical_score() <= best.canonical_score() + AFFINITY_MARGIN:
+            best = affine
+        if affinity_key:
+            self._remember(affinity_key, best.engine_id)
+        return best
+
+    def _remember(self, key: str, engine_id: str) -> None:
+        self._affinity[key] = engine_id
+        self._affinity.move_to_end(key)
+        while len(self._affinity) > AFFINITY_ENTRIES:
+            self._affinity.popitem(last=False)
+
+
+__all__ = ["AFFINITY_MARGIN", "EngineState", "Router", "pick_engine"]

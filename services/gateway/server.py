@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from pathlib import Path
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -12,24 +14,101 @@ from services.common.config import ConfigError, load_settings
 from services.common.pb import gateway_pb2, gateway_pb2_grpc
 from services.common.server import ServiceRuntime, run_service
 from services.common.telemetry import configure_logging
+from services.gateway.admission_client import RemoteAdmission, StaticAdmission
+from services.gateway.auth import Authenticator
+from services.gateway.branches import BranchManager, BranchSettings
 from services.gateway.config import GatewaySettings
+from services.gateway.core import GatewayCore, Limits
 from services.gateway.engine_client import EnginePool
+from services.gateway.library_client import RemoteLibrary
+from services.gateway.predictors import default_predictor
 from services.gateway.servicer import GatewayMetrics, GatewayServicer
+from services.gateway.stages import Features, StageService
+from services.gateway.templates import (TemplateRegistry, builtin_names, load_builtin,
+                                        load_template)
+from services.gateway.tools.corpus import Corpus
+from services.gateway.tools.loaders import load_corpus
+from services.gateway.tools.retrieve import RetrieveTool
 
+log = logging.getLogger(__name__)
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
+
+
+def build_registry(settings: GatewaySettings) -> TemplateRegistry:
+    """Built-in templates plus the configured template files."""
+    registry = TemplateRegistry()
+    for name in builtin_names():
+        registry.register(load_builtin(name))
+    for path in settings.templates:
+        registry.register(load_template(path))
+    return registry
+
+
+def open_corpus(settings: GatewaySettings) -> Corpus | None:
+    """The retrieval corpus, loaded from the shared data set when it is new."""
+    if not settings.corpus_path:
+        return None
+    corpus = Corpus(Path(settings.corpus_path), settings.corpus_source or "corpus")
+    if settings.corpus_source:
+        load_corpus(corpus, settings.corpus_source, settings.data_dir or None)
+    return corpus
 
 
 async def build_runtime(settings: GatewaySettings, *,
                         span_exporter: SpanExporter | None = None) -> ServiceRuntime:
-    """A runtime serving the Gateway service, connected to its engine agents."""
+    """A runtime serving the Gateway service, connected to engines, csl and admission."""
     runtime = ServiceRuntime("gateway", settings, span_exporter=span_exporter)
     engines = EnginePool(settings.engines)
     runtime.on_close(engines.close)
     await engines.start(settings.engine_connect_timeout_s)
-    servicer = GatewayServicer(settings, engines, GatewayMetrics(runtime.registry),
-                               runtime.tracer)
+    core = await build_core(settings, runtime, engines)
+    servicer = GatewayServicer(core, Authenticator(settings.api_keys, settings.auth),
+                               GatewayMetrics(runtime.registry), runtime.tracer,
+                               settings.call_deadline_s)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
+    runtime.core = core  # type: ignore[attr-defined]  # for in-process tests and benchmarks
     return runtime
+
+
+async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
+                     engines: EnginePool) -> GatewayCore:
+    """Wire the protocol-free core; every owned resource is closed by the runtime."""
+    library = RemoteLibrary(settings.csl) if settings.csl else None
+    if library is not None:
+        runtime.on_close(library.close)
+    else:
+        log.warning("no csl configured: exact reuse (C1) and early fill (C2) are off")
+    corpus = open_corpus(settings)
+    tools = {"retrieve": RetrieveTool(corpus)} if corpus is not None else {}
+    if corpus is not None:
+        runtime.on_close(_closer(corpus.close))
+    features = Features(c1=settings.c1 and library is not None,
+                        c2=settings.c2 and library is not None)
+    registry = build_registry(settings)
+    stages = StageService(registry=registry, library=library, engines=engines, tools=tools,
+                          features=features, tracer=runtime.tracer)
+    branches = None
+    if features.c2:
+        admission = (RemoteAdmission(settings.admission) if settings.admission
+                     else StaticAdmission(top_k=settings.top_k))
+        if isinstance(admission, RemoteAdmission):
+            runtime.on_close(admission.close)
+        branches = BranchManager(stages, library, admission, default_predictor(k=max(3, settings.top_k)),
+                                 BranchSettings(fill_wait_s=settings.fill_wait_s,
+                                                shadow_ttl_s=settings.shadow_ttl_s,
+                                                branch_ttl_s=settings.branch_ttl_s),
+                                 runtime.tracer)
+    core = GatewayCore(registry=registry, stages=stages, branches=branches, library=library,
+                       engines=engines, corpus=corpus,
+                       limits=Limits(settings.max_prompt_bytes, settings.max_request_id))
+    runtime.on_close(core.close)
+    return core
+
+
+def _closer(fn):  # noqa: ANN001, ANN202 - adapts a sync close to a close hook
+    async def close() -> None:
+        fn()
+    return close
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     add_service_args(parser)
     parser.add_argument("--engine", action="append", dest="engines", metavar="HOST:PORT",
                         help="engine agent target (repeatable)")
+    parser.add_argument("--csl", metavar="HOST:PORT", help="csl service target")
+    parser.add_argument("--admission", metavar="HOST:PORT", help="admission service target")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(GatewaySettings, config_file=args.config, engines=args.engines,
-                                 **overrides_from(args))
+                                 csl=args.csl, admission=args.admission, **overrides_from(args))
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
@@ -53,4 +134,4 @@ def main(argv: list[str] | None = None) -> int:
     return run_service(lambda: build_runtime(settings))
 
 
-__all__ = ["SERVICE_NAME", "build_runtime", "main"]
+__all__ = ["SERVICE_NAME", "build_core", "build_runtime", "main"]

@@ -1,8 +1,7 @@
-"""Gateway gRPC servicer: a stage demand in, its answer out (pass-through routing for now)."""
+"""Gateway gRPC servicer: protos ↔ ``GatewayCore`` (STYLE.md §2); the tenant comes from the key."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import grpc
@@ -10,12 +9,15 @@ from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from services.common.clients import deadline
-from services.common.convert import require, sampling_from_proto, sampling_to_proto
-from services.common.errors import InvalidArgument, PayloadTooLarge
-from services.common.pb import common_pb2, engine_pb2, gateway_pb2, gateway_pb2_grpc
-from services.common.tracing import outgoing_metadata
-from services.gateway.config import GatewaySettings
-from services.gateway.engine_client import EnginePool
+from services.common.convert import require, sampling_from_proto, timings_to_proto, usage_to_proto
+from services.common.errors import InvalidArgument
+from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
+from services.common.tracing import has_span, incoming_context, workflow_context
+from services.gateway.auth import Authenticator
+from services.gateway.core import GatewayCore
+from services.gateway.demand import Answer, Demand
+from services.gateway.templates import StageKind
+from services.gateway.tools.corpus import Document
 
 
 class GatewayMetrics:
@@ -28,54 +30,112 @@ class GatewayMetrics:
                                  registry=registry,
                                  buckets=(.001, .0025, .005, .01, .05, .1, .5, 1, 5, 30, 120))
 
+    def observe(self, answer: Answer) -> None:
+        """Account one answered demand."""
+        self.calls.labels(answer.source.name.lower()).inc()
+        self.seconds.observe(answer.gateway_s)
+
+
+def _authorization(context: grpc.aio.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
+def trace_parent(metadata, tenant: str, workflow_id: str):  # noqa: ANN001, ANN201
+    """The caller's trace if it sent one, else the workflow's own trace (one per workflow)."""
+    ctx = incoming_context(metadata)
+    if has_span(ctx) or not workflow_id:
+        return ctx
+    return workflow_context(f"{tenant}/{workflow_id}")
+
+
+def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDemand) -> Demand:
+    """A validated core demand from the wire (sampling checked for llm stages only)."""
+    is_tool = False
+    if msg.template_id and msg.stage_id:
+        stage = core.registry.get(msg.template_id).stage(msg.stage_id)
+        is_tool = stage.kind is StageKind.TOOL
+    if not is_tool:
+        core.check_model(msg.model)
+    sampling = None if is_tool else sampling_from_proto(
+        msg.sampling, "demand.sampling", core.max_tokens_limit(msg.model))
+    return Demand(
+        tenant=tenant, request_id=msg.header.id or uuid.uuid4().hex, model=msg.model,
+        prompt=msg.prompt, sampling=sampling, workflow_type=msg.workflow_type,
+        workflow_id=msg.workflow_id, agent_id=msg.agent_id, template_id=msg.template_id,
+        stage_id=msg.stage_id, stage_version=msg.stage_version,
+        inputs=tuple(sorted(msg.inputs.items())), outputs=tuple(sorted(msg.outputs.items())),
+        offered=tuple(msg.offered), observation=msg.observation)
+
+
+def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
+    """The wire form of an answer."""
+    return gateway_pb2.CallResponse(
+        request_id=a.request_id, text=a.text, finish_reason=int(a.finish_reason),
+        usage=usage_to_proto(a.usage), timings=timings_to_proto(a.timings),
+        engine_id=a.engine_id, source=int(a.source), gateway_s=a.gateway_s,
+        reuse_name=a.reuse_name)
+
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    """Validates a demand, routes it to the least-loaded engine agent, returns the answer."""
+    """Maps the Gateway service onto the core."""
 
-    def __init__(self, settings: GatewaySettings, engines: EnginePool,
-                 metrics: GatewayMetrics, tracer: Tracer) -> None:
-        self.settings = settings
-        self.tracer = tracer
-        self.engines = engines
+    def __init__(self, core: GatewayCore, auth: Authenticator, metrics: GatewayMetrics,
+                 tracer: Tracer, call_deadline_s: float) -> None:
+        self.core = core
+        self.auth = auth
         self.metrics = metrics
-
-    def _engine_request(self, demand: common_pb2.StageDemand) -> engine_pb2.GenerateRequest:
-        request_id = demand.header.id or uuid.uuid4().hex
-        if len(request_id) > self.settings.max_request_id:
-            raise InvalidArgument("demand.header.id",
-                                  f"at most {self.settings.max_request_id} characters")
-        if len(require(demand.prompt, "demand.prompt").encode()) > self.settings.max_prompt_bytes:
-            raise PayloadTooLarge("demand.prompt",
-                                  f"larger than {self.settings.max_prompt_bytes} bytes")
-        engine = self.engines.pick(require(demand.model, "demand.model"))
-        sampling = sampling_from_proto(demand.sampling, "demand.sampling", engine.max_model_len)
-        return engine_pb2.GenerateRequest(
-            request_id=request_id, model=demand.model, prompt=demand.prompt,
-            sampling=sampling_to_proto(sampling), priority=common_pb2.PRIORITY_CLASS_CANONICAL,
-            omit_deltas=True)
+        self.tracer = tracer
+        self.call_deadline_s = call_deadline_s
 
     async def Call(self, request: gateway_pb2.CallRequest,
                    context: grpc.aio.ServicerContext) -> gateway_pb2.CallResponse:
-        start = time.perf_counter()
+        tenant = self.auth.tenant(_authorization(context))
         if not request.HasField("demand"):
             raise InvalidArgument("demand", "required")
-        engine_request = self._engine_request(request.demand)
-        with self.tracer.start_as_current_span("gateway.call", attributes={
-                "dynbranch.request_id": engine_request.request_id,
-                "dynbranch.workflow_id": request.demand.workflow_id,
-                "dynbranch.stage_id": request.demand.stage_id}) as span:
-            result = await self.engines.generate(
-                engine_request, timeout_s=deadline(context, self.settings.call_deadline_s),
-                metadata=outgoing_metadata())
-            span.set_attribute("dynbranch.engine_id", result.engine_id)
-        elapsed = time.perf_counter() - start
-        self.metrics.calls.labels("engine").inc()
-        self.metrics.seconds.observe(elapsed)
-        fin = result.finished
-        return gateway_pb2.CallResponse(
-            request_id=engine_request.request_id, text=fin.text, finish_reason=fin.reason,
-            usage=fin.usage, timings=fin.timings, engine_id=result.engine_id,
-            source=gateway_pb2.RESULT_SOURCE_ENGINE, gateway_s=elapsed)
+        require(request.demand.prompt, "demand.prompt")
+        demand = demand_from_proto(self.core, tenant, request.demand)
+        with self.tracer.start_as_current_span("gateway.call", context=trace_parent(
+                context.invocation_metadata(), tenant, demand.workflow_id), attributes={
+                "dynbranch.request_id": demand.request_id,
+                "dynbranch.workflow_id": demand.workflow_id,
+                "dynbranch.stage_id": demand.stage_id}) as span:
+            answer = await self.core.call(demand, deadline(context, self.call_deadline_s))
+            span.set_attribute("dynbranch.source", answer.source.name.lower())
+            span.set_attribute("dynbranch.engine_id", answer.engine_id)
+        self.metrics.observe(answer)
+        return answer_to_proto(answer)
+
+    async def RegisterTemplate(self, request: gateway_pb2.RegisterTemplateRequest,
+                               context: grpc.aio.ServicerContext
+                               ) -> gateway_pb2.RegisterTemplateResponse:
+        self.auth.tenant(_authorization(context))
+        template = self.core.register_template(require(request.yaml, "yaml"))
+        return gateway_pb2.RegisterTemplateResponse(
+            template_id=template.id, version=template.version,
+            coordinates=[d.coordinate for d in template.decisions])
+
+    async def WriteRecords(self, request: gateway_pb2.GatewayWriteRequest,
+                           context: grpc.aio.ServicerContext) -> gateway_pb2.GatewayWriteResponse:
+        tenant = self.auth.tenant(_authorization(context))
+        upserts = [Document(require(d.doc_id, f"upserts[{i}].doc_id"), d.title, d.text)
+                   for i, d in enumerate(request.upserts)]
+        if not (upserts or request.removals or request.record_ids):
+            raise InvalidArgument("upserts", "nothing to write")
+        written = await self.core.write(tenant, upserts, list(request.removals),
+                                        list(request.record_ids))
+        return gateway_pb2.GatewayWriteResponse(versions=[
+            common_pb2.RecordVersion(record_id=r.record_id, version=r.version) for r in written])
+
+    async def SettleBranch(self, request: gateway_pb2.SettleBranchRequest,
+                           context: grpc.aio.ServicerContext) -> gateway_pb2.SettleBranchResponse:
+        tenant = self.auth.tenant(_authorization(context))
+        settled = self.core.settle(tenant, request.workflow_id,
+                                   require(request.coordinate, "coordinate"), request.selected)
+        return gateway_pb2.SettleBranchResponse(settled=settled)
 
 
-__all__ = ["GatewayMetrics", "GatewayServicer"]
+__all__ = ["GatewayMetrics", "GatewayServicer", "answer_to_proto", "demand_from_proto",
+           "trace_parent"]

@@ -106,7 +106,7 @@ async def test_one_trace_spans_gateway_and_engine() -> None:
     eng = await build_engine(EngineAgentSettings(model=MODEL, preset="zero", time_scale=0,
                                                  metrics_port=-1), span_exporter=engine_spans)
     await eng.start()
-    gw = await build_gateway(GatewaySettings(engines=[eng.address], metrics_port=-1),
+    gw = await build_gateway(GatewaySettings(engines=[eng.address], metrics_port=-1, auth=False),
                              span_exporter=gateway_spans)
     await gw.start()
     async with GatewayClient(gw.address) as client:

@@ -25,19 +25,23 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64ynbranch/v1/common.proto\x12\x0c\x64ynbranch.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n\x0cRecordHeader\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x30\n\x0cpublished_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08producer\x18\x04 \x01(\t\"\x95\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nmax_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x12\n\nignore_eos\x18\x07 \x01(\x08\x42\x07\n\x05_seed\"+\n\tReuseName\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\"3\n\rRecordVersion\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"s\n\x07ReadSet\x12*\n\x05reads\x18\x01 \x03(\x0b\x32\x1b.dynbranch.v1.RecordVersion\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12*\n\tproducers\x18\x03 \x03(\x0b\x32\x17.dynbranch.v1.ReuseName\"\x84\x02\n\x0bStageDemand\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x15\n\rworkflow_type\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\x12\x13\n\x0btemplate_id\x18\x05 \x01(\t\x12\x10\n\x08stage_id\x18\x06 \x01(\t\x12\x15\n\rstage_version\x18\x07 \x01(\r\x12\r\n\x05model\x18\x08 \x01(\t\x12\x0e\n\x06prompt\x18\t \x01(\t\x12.\n\x08sampling\x18\n \x01(\x0b\x32\x1c.dynbranch.v1.SamplingParams\"W\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x02 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\r\"P\n\x07Timings\x12\x0f\n\x07queue_s\x18\x01 \x01(\x01\x12\x11\n\tprefill_s\x18\x02 \x01(\x01\x12\x10\n\x08\x64\x65\x63ode_s\x18\x03 \x01(\x01\x12\x0f\n\x07total_s\x18\x04 \x01(\x01\"\xc3\x02\n\x08LoadView\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07running\x18\x03 \x01(\r\x12\x0f\n\x07waiting\x18\x04 \x01(\r\x12\x13\n\x0bmax_running\x18\x05 \x01(\r\x12\x16\n\x0ekv_blocks_used\x18\x06 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\x07 \x01(\r\x12\x14\n\x0c\x66ill_running\x18\x08 \x01(\r\x12\x16\n\x0e\x66ill_kv_blocks\x18\t \x01(\r\x12\x12\n\nblock_size\x18\n \x01(\r\x12\x1d\n\x15prefix_queries_tokens\x18\x0b \x01(\x04\x12\x19\n\x11prefix_hit_tokens\x18\x0c \x01(\x04\x12\x18\n\x10leases_supported\x18\r \x01(\x08\"\xf0\x01\n\x0cShadowRecord\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12%\n\x04name\x18\x02 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\x12\x11\n\tbranch_id\x18\x03 \x01(\t\x12\x11\n\tcandidate\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\r\x12\x10\n\x08producer\x18\x06 \x01(\t\x12\x0e\n\x06result\x18\x07 \x01(\x0c\x12\'\n\x08read_set\x18\x08 \x01(\x0b\x32\x15.dynbranch.v1.ReadSet\x12\x0e\n\x06\x63ost_s\x18\t \x01(\x01\"\xe0\x01\n\x0bLeaseRecord\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\x12\n\nhistory_id\x18\x03 \x01(\t\x12\x15\n\rprefix_digest\x18\x04 \x01(\t\x12\x0e\n\x06\x62locks\x18\x05 \x01(\r\x12\x19\n\x11\x62udget_generation\x18\x06 \x01(\x04\x12\'\n\x05state\x18\x07 \x01(\x0e\x32\x18.dynbranch.v1.LeaseState\x12\x13\n\x0bremaining_s\x18\x08 \x01(\x01*f\n\rPriorityClass\x12\x1e\n\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x1c\n\x18PRIORITY_CLASS_CANONICAL\x10\x01\x12\x17\n\x13PRIORITY_CLASS_FILL\x10\x02*\x91\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04*v\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x01\x12\x1a\n\x16LEASE_STATE_HANDED_OFF\x10\x02\x12\x17\n\x13LEASE_STATE_REVOKED\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64ynbranch/v1/common.proto\x12\x0c\x64ynbranch.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n\x0cRecordHeader\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x30\n\x0cpublished_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08producer\x18\x04 \x01(\t\"\x95\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nmax_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x12\n\nignore_eos\x18\x07 \x01(\x08\x42\x07\n\x05_seed\"+\n\tReuseName\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\"3\n\rRecordVersion\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"s\n\x07ReadSet\x12*\n\x05reads\x18\x01 \x03(\x0b\x32\x1b.dynbranch.v1.RecordVersion\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12*\n\tproducers\x18\x03 \x03(\x0b\x32\x17.dynbranch.v1.ReuseName\"\xf9\x03\n\x0bStageDemand\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x15\n\rworkflow_type\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\x12\x13\n\x0btemplate_id\x18\x05 \x01(\t\x12\x10\n\x08stage_id\x18\x06 \x01(\t\x12\x15\n\rstage_version\x18\x07 \x01(\r\x12\r\n\x05model\x18\x08 \x01(\t\x12\x0e\n\x06prompt\x18\t \x01(\t\x12.\n\x08sampling\x18\n \x01(\x0b\x32\x1c.dynbranch.v1.SamplingParams\x12\x35\n\x06inputs\x18\x0b \x03(\x0b\x32%.dynbranch.v1.StageDemand.InputsEntry\x12\x37\n\x07outputs\x18\x0c \x03(\x0b\x32&.dynbranch.v1.StageDemand.OutputsEntry\x12\x0f\n\x07offered\x18\r \x03(\t\x12\x13\n\x0bobservation\x18\x0e \x01(\t\x1a-\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x02 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\r\"P\n\x07Timings\x12\x0f\n\x07queue_s\x18\x01 \x01(\x01\x12\x11\n\tprefill_s\x18\x02 \x01(\x01\x12\x10\n\x08\x64\x65\x63ode_s\x18\x03 \x01(\x01\x12\x0f\n\x07total_s\x18\x04 \x01(\x01\"\xc3\x02\n\x08LoadView\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07running\x18\x03 \x01(\r\x12\x0f\n\x07waiting\x18\x04 \x01(\r\x12\x13\n\x0bmax_running\x18\x05 \x01(\r\x12\x16\n\x0ekv_blocks_used\x18\x06 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\x07 \x01(\r\x12\x14\n\x0c\x66ill_running\x18\x08 \x01(\r\x12\x16\n\x0e\x66ill_kv_blocks\x18\t \x01(\r\x12\x12\n\nblock_size\x18\n \x01(\r\x12\x1d\n\x15prefix_queries_tokens\x18\x0b \x01(\x04\x12\x19\n\x11prefix_hit_tokens\x18\x0c \x01(\x04\x12\x18\n\x10leases_supported\x18\r \x01(\x08\"\xf0\x01\n\x0cShadowRecord\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12%\n\x04name\x18\x02 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\x12\x11\n\tbranch_id\x18\x03 \x01(\t\x12\x11\n\tcandidate\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\r\x12\x10\n\x08producer\x18\x06 \x01(\t\x12\x0e\n\x06result\x18\x07 \x01(\x0c\x12\'\n\x08read_set\x18\x08 \x01(\x0b\x32\x15.dynbranch.v1.ReadSet\x12\x0e\n\x06\x63ost_s\x18\t \x01(\x01\"\xe0\x01\n\x0bLeaseRecord\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\x12\n\nhistory_id\x18\x03 \x01(\t\x12\x15\n\rprefix_digest\x18\x04 \x01(\t\x12\x0e\n\x06\x62locks\x18\x05 \x01(\r\x12\x19\n\x11\x62udget_generation\x18\x06 \x01(\x04\x12\'\n\x05state\x18\x07 \x01(\x0e\x32\x18.dynbranch.v1.LeaseState\x12\x13\n\x0bremaining_s\x18\x08 \x01(\x01*f\n\rPriorityClass\x12\x1e\n\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x1c\n\x18PRIORITY_CLASS_CANONICAL\x10\x01\x12\x17\n\x13PRIORITY_CLASS_FILL\x10\x02*\x91\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04*v\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x01\x12\x1a\n\x16LEASE_STATE_HANDED_OFF\x10\x02\x12\x17\n\x13LEASE_STATE_REVOKED\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dynbranch.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRIORITYCLASS']._serialized_start=1787
-  _globals['_PRIORITYCLASS']._serialized_end=1889
-  _globals['_FINISHREASON']._serialized_start=1892
-  _globals['_FINISHREASON']._serialized_end=2037
-  _globals['_LEASESTATE']._serialized_start=2039
-  _globals['_LEASESTATE']._serialized_end=2157
+  _globals['_STAGEDEMAND_INPUTSENTRY']._loaded_options = None
+  _globals['_STAGEDEMAND_INPUTSENTRY']._serialized_options = b'8\001'
+  _globals['_STAGEDEMAND_OUTPUTSENTRY']._loaded_options = None
+  _globals['_STAGEDEMAND_OUTPUTSENTRY']._serialized_options = b'8\001'
+  _globals['_PRIORITYCLASS']._serialized_start=2032
+  _globals['_PRIORITYCLASS']._serialized_end=2134
+  _globals['_FINISHREASON']._serialized_start=2137
+  _globals['_FINISHREASON']._serialized_end=2282
+  _globals['_LEASESTATE']._serialized_start=2284
+  _globals['_LEASESTATE']._serialized_end=2402
   _globals['_RECORDHEADER']._serialized_start=76
   _globals['_RECORDHEADER']._serialized_end=188
   _globals['_SAMPLINGPARAMS']._serialized_start=191
@@ -49,15 +53,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READSET']._serialized_start=440
   _globals['_READSET']._serialized_end=555
   _globals['_STAGEDEMAND']._serialized_start=558
-  _globals['_STAGEDEMAND']._serialized_end=818
-  _globals['_USAGE']._serialized_start=820
-  _globals['_USAGE']._serialized_end=907
-  _globals['_TIMINGS']._serialized_start=909
-  _globals['_TIMINGS']._serialized_end=989
-  _globals['_LOADVIEW']._serialized_start=992
-  _globals['_LOADVIEW']._serialized_end=1315
-  _globals['_SHADOWRECORD']._serialized_start=1318
-  _globals['_SHADOWRECORD']._serialized_end=1558
-  _globals['_LEASERECORD']._serialized_start=1561
-  _globals['_LEASERECORD']._serialized_end=1785
+  _globals['_STAGEDEMAND']._serialized_end=1063
+  _globals['_STAGEDEMAND_INPUTSENTRY']._serialized_start=970
+  _globals['_STAGEDEMAND_INPUTSENTRY']._serialized_end=1015
+  _globals['_STAGEDEMAND_OUTPUTSENTRY']._serialized_start=1017
+  _globals['_STAGEDEMAND_OUTPUTSENTRY']._serialized_end=1063
+  _globals['_USAGE']._serialized_start=1065
+  _globals['_USAGE']._serialized_end=1152
+  _globals['_TIMINGS']._serialized_start=1154
+  _globals['_TIMINGS']._serialized_end=1234
+  _globals['_LOADVIEW']._serialized_start=1237
+  _globals['_LOADVIEW']._serialized_end=1560
+  _globals['_SHADOWRECORD']._serialized_start=1563
+  _globals['_SHADOWRECORD']._serialized_end=1803
+  _globals['_LEASERECORD']._serialized_start=1806
+  _globals['_LEASERECORD']._serialized_end=2030
 # @@protoc_insertion_point(module_scope)

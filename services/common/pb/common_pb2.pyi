@@ -100,7 +100,21 @@ class ReadSet(_message.Message):
     def __init__(self, reads: _Optional[_Iterable[_Union[RecordVersion, _Mapping]]] = ..., complete: _Optional[bool] = ..., producers: _Optional[_Iterable[_Union[ReuseName, _Mapping]]] = ...) -> None: ...
 
 class StageDemand(_message.Message):
-    __slots__ = ("header", "workflow_type", "workflow_id", "agent_id", "template_id", "stage_id", "stage_version", "model", "prompt", "sampling")
+    __slots__ = ("header", "workflow_type", "workflow_id", "agent_id", "template_id", "stage_id", "stage_version", "model", "prompt", "sampling", "inputs", "outputs", "offered", "observation")
+    class InputsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class OutputsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     HEADER_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_TYPE_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +125,10 @@ class StageDemand(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    OFFERED_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     header: RecordHeader
     workflow_type: str
     workflow_id: str
@@ -121,7 +139,11 @@ class StageDemand(_message.Message):
     model: str
     prompt: str
     sampling: SamplingParams
-    def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., workflow_type: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., template_id: _Optional[str] = ..., stage_id: _Optional[str] = ..., stage_version: _Optional[int] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
+    inputs: _containers.ScalarMap[str, str]
+    outputs: _containers.ScalarMap[str, str]
+    offered: _containers.RepeatedScalarFieldContainer[str]
+    observation: str
+    def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., workflow_type: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., template_id: _Optional[str] = ..., stage_id: _Optional[str] = ..., stage_version: _Optional[int] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., inputs: _Optional[_Mapping[str, str]] = ..., outputs: _Optional[_Mapping[str, str]] = ..., offered: _Optional[_Iterable[str]] = ..., observation: _Optional[str] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens")

@@ -41,6 +41,21 @@ class GatewayStub:
                 request_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallResponse.FromString,
                 _registered_method=True)
+        self.RegisterTemplate = channel.unary_unary(
+                '/dynbranch.v1.Gateway/RegisterTemplate',
+                request_serializer=dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateResponse.FromString,
+                _registered_method=True)
+        self.WriteRecords = channel.unary_unary(
+                '/dynbranch.v1.Gateway/WriteRecords',
+                request_serializer=dynbranch_dot_v1_dot_gateway__pb2.GatewayWriteRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.GatewayWriteResponse.FromString,
+                _registered_method=True)
+        self.SettleBranch = channel.unary_unary(
+                '/dynbranch.v1.Gateway/SettleBranch',
+                request_serializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -55,6 +70,29 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterTemplate(self, request, context):
+        """Register a workflow template (YAML text). Idempotent for an identical body.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteRecords(self, request, context):
+        """Write external records (corpus documents or other record ids) and invalidate every library
+        entry that read them. Not idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleBranch(self, request, context):
+        """Resolve a workflow's open branch at a coordinate with the harness's selection (e.g. the
+        user's pick in HCI). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -62,6 +100,21 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Call,
                     request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallResponse.SerializeToString,
+            ),
+            'RegisterTemplate': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterTemplate,
+                    request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateResponse.SerializeToString,
+            ),
+            'WriteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteRecords,
+                    request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.GatewayWriteRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_gateway__pb2.GatewayWriteResponse.SerializeToString,
+            ),
+            'SettleBranch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleBranch,
+                    request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -93,6 +146,87 @@ class Gateway:
             '/dynbranch.v1.Gateway/Call',
             dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
             dynbranch_dot_v1_dot_gateway__pb2.CallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.Gateway/RegisterTemplate',
+            dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateRequest.SerializeToString,
+            dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.Gateway/WriteRecords',
+            dynbranch_dot_v1_dot_gateway__pb2.GatewayWriteRequest.SerializeToString,
+            dynbranch_dot_v1_dot_gateway__pb2.GatewayWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleBranch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.Gateway/SettleBranch',
+            dynbranch_dot_v1_dot_gateway__pb2.SettleBranchRequest.SerializeToString,
+            dynbranch_dot_v1_dot_gateway__pb2.SettleBranchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,94 @@
+"""The gateway's admission port over the admission service: failures mean no speculation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from services.admission.policy import FixedPolicy
+from services.admission.policy import RankedCandidate as PolicyCandidate
+from services.common.clients import open_channel
+from services.common.pb import admission_pb2, admission_pb2_grpc
+from services.common.records import make_header
+from services.gateway.predictors import RankedCandidate
+
+log = logging.getLogger(__name__)
+
+
+class RemoteAdmission:
+    """``AdmissionPort`` over one admission service; safe default on failure: do not fill."""
+
+    def __init__(self, target: str, deadline_s: float = 0.25) -> None:
+        self.channel = open_channel(target)
+        self.stub = admission_pb2_grpc.AdmissionStub(self.channel)
+        self.deadline_s = deadline_s
+
+    async def open_branch(self, branch_id: str, coordinate: str, branch_class: str,
+                          model: str) -> bool:
+        """Action 0; False when admission is unreachable."""
+        request = admission_pb2.OpenBranchRequest(header=make_header(branch_id, 0, "gateway"),
+                                                  coordinate=coordinate,
+                                                  branch_class=branch_class, model=model)
+        try:
+            return (await self.stub.OpenBranch(request, timeout=self.deadline_s)).open
+        except grpc.aio.AioRpcError as err:
+            log.warning("admission OpenBranch failed (%s): not filling", err.code().name)
+            return False
+
+    async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
+                    model: str) -> list[str]:
+        """Action 1; [] when admission is unreachable."""
+        request = admission_pb2.AdmitFillsRequest(
+            header=make_header(branch_id, 1, "gateway"), coordinate=coordinate, model=model,
+            candidates=[admission_pb2.Candidate(candidate=c.candidate, rank=c.rank,
+                                                probability=min(max(c.probability, 0.0), 1.0))
+                        for c in candidates])
+        try:
+            return list((await self.stub.AdmitFills(request, timeout=self.deadline_s)).admitted)
+        except grpc.aio.AioRpcError as err:
+            log.warning("admission AdmitFills failed (%s): not filling", err.code().name)
+            return []
+
+    async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
+                     fill_cost_s: float, setup_s: float) -> None:
+        """Delayed feedback; a lost report is logged, never retried by hand."""
+        request = admission_pb2.ReportOutcomeRequest(
+            header=make_header(branch_id, 2, "gateway"), coordinate=coordinate,
+            selected=selected, saved_s=saved_s, fill_cost_s=fill_cost_s, setup_s=setup_s)
+        try:
+            await self.stub.ReportOutcome(request, timeout=self.deadline_s * 4)
+        except grpc.aio.AioRpcError as err:
+            log.info("admission ReportOutcome failed (%s)", err.code().name)
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self.channel.close()
+
+
+class StaticAdmission:
+    """``AdmissionPort`` in-process: the admission service's fixed policy, without a hop."""
+
+    def __init__(self, open_branches: bool = True, top_k: int = 2) -> None:
+        self.policy = FixedPolicy(open_branches=open_branches, top_k=top_k)
+        self.reports: list[tuple[str, str, float]] = []
+
+    async def open_branch(self, branch_id: str, coordinate: str, branch_class: str,
+                          model: str) -> bool:
+        """Action 0 under the fixed policy."""
+        return self.policy.open_branch(coordinate)[0]
+
+    async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
+                    model: str) -> list[str]:
+        """Action 1 under the fixed policy."""
+        ranked = [PolicyCandidate(c.candidate, c.rank, c.probability) for c in candidates]
+        return list(self.policy.admit(ranked).admitted)
+
+    async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
+                     fill_cost_s: float, setup_s: float) -> None:
+        """Keep the report for inspection."""
+        self.reports.append((branch_id, selected, saved_s))
+
+
+__all__ = ["RemoteAdmission", "StaticAdmission"]

@@ -1,0 +1,430 @@
+"""Early fill (C2): branch lifecycle from opening to settlement (dynbranch §3.3, DESIGN.md §4).
+
+A demand for a decision-point stage opens a branch: admission's generation gate (Action 0), the
+predictor's ranked candidates, the fill gate (Action 1), then one fill per admitted candidate
+that runs the candidate's downstream chain with fill priority, storing each step as a shadow.
+The branch resolves when a demand for a first downstream stage of the same workflow arrives: the
+candidate whose rendered name equals the demand's is the winner. An exclusive branch aborts every
+loser's fill at once and discards its shadows; an independent one keeps them until their TTL.
+A demand whose name matches a fill step promotes that step's shadow (exact name and fresh
+read-set, checked atomically by the library), waiting a bounded interval when the step is still
+running; chained steps are promoted one demand at a time. Anything that goes wrong leaves the
+demand to run normally (DESIGN.md §5.6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from opentelemetry.trace import Tracer
+
+from services.common.errors import DynbranchError, InvalidArgument
+from services.common.reuse_name import ReuseName
+from services.csl.entries import ReadSet, Served, Shadow
+from services.engine_agent.backend import Priority
+from services.gateway.demand import Demand
+from services.gateway.ports import AdmissionPort, LibraryPort
+from services.gateway.predictors import Predictor, context_for
+from services.gateway.render import render_candidate_stage
+from services.gateway.results import StoredResult
+from services.gateway.stages import StageService
+from services.gateway.templates import DecisionPoint, Semantics, Stage, Template, Window
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BranchSettings:
+    """Knobs of the branch lifecycle."""
+
+    #: Longest a demand waits for a matching fill step that is still running.
+    fill_wait_s: float = 1.0
+    #: Deadline of one fill step on an engine.
+    fill_timeout_s: float = 120.0
+    #: Seconds an unclaimed shadow lives (independent branches keep theirs this long).
+    shadow_ttl_s: float = 60.0
+    #: Seconds a branch is remembered after opening.
+    branch_ttl_s: float = 300.0
+    #: Open branches kept at most (older ones retire first).
+    max_branches: int = 10_000
+
+
+@dataclass(slots=True)
+class FillStep:
+    """One stage of a fill's chain."""
+
+    stage_id: str
+    name: ReuseName | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: A shadow is stored under ``name`` (or a confirmed entry already existed: ``confirmed``).
+    ok: bool = False
+    confirmed: bool = False
+    claimed: bool = False
+
+
+@dataclass(slots=True)
+class Fill:
+    """The speculative run of one candidate's chain."""
+
+    candidate: str
+    rank: int
+    steps: list[FillStep] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    cost_s: float = 0.0
+
+
+@dataclass(slots=True)
+class Branch:
+    """One open branch of one workflow."""
+
+    id: str
+    tenant: str
+    workflow_id: str
+    template: Template
+    point: DecisionPoint
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    model: str
+    opened_at: float = field(default_factory=time.monotonic)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set when the deciding stage's output is known (fills of a user window read it).
+    decided: asyncio.Event = field(default_factory=asyncio.Event)
+    fills: dict[str, Fill] = field(default_factory=dict)
+    resolved: bool = False
+    winner: str = ""
+    setup_s: float = 0.0
+    saved_s: float = 0.0
+    reported: bool = False
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether one winner excludes the other candidates."""
+        return self.point.semantics is Semantics.EXCLUSIVE
+
+    def first_stages(self) -> set[str]:
+        """Stage ids that start a candidate's chain: a demand for one resolves the branch."""
+        chains = [self.point.subgraph, *(c for _, c in self.point.per_candidate)]
+        return {chain[0].stage for chain in chains if chain}
+
+    def match(self, name: ReuseName) -> tuple[Fill, FillStep] | None:
+        """The fill step whose name equals ``name``."""
+        for fill in self.fills.values():
+            for step in fill.steps:
+                if step.name == name:
+                    return fill, step
+        return None
+
+
+class BranchManager:
+    """Opens, fills, resolves and retires branches; every task it starts is owned and awaited."""
+
+    def __init__(self, stages: StageService, library: LibraryPort, admission: AdmissionPort,
+                 predictor: Predictor, settings: BranchSettings, tracer: Tracer) -> None:
+        self.stages = stages
+        self.library = library
+        self.admission = admission
+        self.predictor = predictor
+        self.settings = settings
+        self.tracer = tracer
+        self.branches: dict[str, Branch] = {}
+        self._by_workflow: dict[tuple[str, str], list[Branch]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._by_request: dict[str, Branch] = {}
+        self._seq = itertools.count()
+        self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0,
+                         "fills_discarded": 0, "fills_aborted": 0}
+        stages.branches = self
+
+    # -- entry from the canonical path -------------------------------------------------------
+
+    async def handle(self, d: Demand, stage: Stage, name: ReuseName | None,
+                     timeout_s: float) -> Served | None:
+        """Open a branch at a decision point; resolve and claim branches this demand matches."""
+        self._retire_expired()
+        served = None
+        if d.workflow_id:
+            for branch in list(self._by_workflow.get((d.tenant, d.workflow_id), ())):
+                found = await self._visit(branch, d, name, timeout_s)
+                served = served or found
+        template = self.stages.registry.get(d.template_id)
+        point = next((p for p in template.decisions if p.stage == stage.id), None)
+        if point is not None and d.workflow_id:
+            self._open(d, template, point)
+        return served
+
+    async def _visit(self, branch: Branch, d: Demand, name: ReuseName | None,
+                     timeout_s: float) -> Served | None:
+        if branch.template.id != d.template_id:
+            return None
+        if not branch.resolved and d.stage_id in branch.first_stages():
+            await self._wait_ready(branch, timeout_s)
+            match = branch.match(name) if name is not None else None
+            self._resolve(branch, match[0].candidate if match else "")
+        if name is None:
+            return None
+        match = branch.match(name)
+        if match is None or match[1].claimed:
+            return None
+        return await self._claim(branch, *match, name, timeout_s)
+
+    async def _wait_ready(self, branch: Branch, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(branch.ready.wait(), min(self.settings.fill_wait_s, timeout_s))
+        except TimeoutError:
+            pass
+
+    async def _claim(self, branch: Branch, fill: Fill, step: FillStep, name: ReuseName,
+                     timeout_s: float) -> Served | None:
+        if not step.done.is_set():
+            try:
+                await asyncio.wait_for(asyncio.shield(step.done.wait()),
+                                       min(self.settings.fill_wait_s, timeout_s))
+            except TimeoutError:
+                self._abort(fill, "demand stopped waiting")
+                return None
+        if not step.ok or step.confirmed:
+            return None  # the canonical path probes the library itself
+        with self.tracer.start_as_current_span("branch.promote", attributes=self._attrs(
+                branch, fill, name)) as span:
+            served = await self.library.promote(name, branch.id)
+            span.set_attribute("dynbranch.promoted", served is not None)
+        if served is not None:
+            step.claimed = True
+            branch.saved_s += served.cost_s
+            self.counters["fills_consumed"] += 1
+        return served
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def _open(self, d: Demand, template: Template, point: DecisionPoint) -> None:
+        if len(self.branches) >= self.settings.max_branches:
+            self._retire(min(self.branches.values(), key=lambda b: b.opened_at))
+        for old in self._by_workflow.get((d.tenant, d.workflow_id), ()):
+            if old.point.coordinate == point.coordinate and old.exclusive and not old.resolved:
+                self._resolve(old, "")  # the workflow moved on: a new turn at the same point
+        branch = Branch(id=f"b-{uuid.uuid4().hex[:16]}", tenant=d.tenant,
+                        workflow_id=d.workflow_id, template=template, point=point,
+                        inputs=dict(d.inputs), outputs=dict(d.outputs), model=d.model)
+        self.branches[branch.id] = branch
+        self._by_workflow.setdefault((d.tenant, d.workflow_id), []).append(branch)
+        self._by_request[d.request_id] = branch
+        self.counters["opened"] += 1
+        self._spawn(self._launch(branch, d), f"open:{branch.id}")
+
+    def on_output(self, d: Demand, text: str) -> None:
+        """The deciding stage of a branch answered: fills that read its output may start."""
+        branch = self._by_request.pop(d.request_id, None)
+        if branch is not None:
+            branch.outputs[branch.point.stage] = text
+            branch.decided.set()
+
+    async def _launch(self, branch: Branch, d: Demand) -> None:
+        if branch.point.window is Window.USER:
+            try:  # fills read the offer, so they start once it is out (the user's think time)
+                await asyncio.wait_for(branch.decided.wait(), self.settings.branch_ttl_s)
+            except TimeoutError:
+                branch.ready.set()
+                return
+        start = time.monotonic()
+        attrs = {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate}
+        try:
+            with self.tracer.start_as_current_span("branch.open", attributes=attrs):
+                admitted = await self._gates(branch, d)
+            branch.setup_s = time.monotonic() - start
+            if not branch.resolved:
+                for rank, candidate in admitted:
+                    fill = Fill(candidate, rank)
+                    branch.fills[candidate] = fill
+                    fill.task = self._spawn(self._run_fill(branch, fill), f"fill:{branch.id}")
+                    self.counters["fills_issued"] += 1
+        finally:
+            branch.ready.set()
+
+    async def _gates(self, branch: Branch, d: Demand) -> list[tuple[int, str]]:
+        coordinate = branch.point.coordinate
+        with self.tracer.start_as_current_span("branch.generation_gate") as span:
+            is_open = await self.admission.open_branch(
+                branch.id, coordinate, d.workflow_type or branch.template.id, d.model)
+            span.set_attribute("dynbranch.open", is_open)
+        if not is_open or branch.resolved:
+            return []
+        try:
+            context = context_for(branch.point, offered=d.offered, observation=d.observation)
+        except InvalidArgument as exc:
+            log.warning("branch %s not filled: %s", branch.id, exc)
+            return []
+        ranked = self.predictor.rank(coordinate, context)
+        with self.tracer.start_as_current_span("branch.fill_gate") as span:
+            admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model)
+            span.set_attribute("dynbranch.admitted", ",".join(admitted))
+        ranks = {c.candidate: c.rank for c in ranked}
+        return [(ranks.get(c, len(ranks)), c) for c in admitted if c in ranks]
+
+    # -- running a fill -----------------------------------------------------------------------
+
+    async def _run_fill(self, branch: Branch, fill: Fill) -> None:
+        outputs = dict(branch.outputs)
+        previous: ReuseName | None = None
+        try:
+            for i, step_def in enumerate(branch.point.chain_for(fill.candidate)):
+                step = FillStep(step_def.stage)
+                fill.steps.append(step)
+                output = await self._run_step(branch, fill, step, i, outputs, previous)
+                if output is None:
+                    return
+                outputs[step.stage_id], previous = output, step.name
+        except (DynbranchError, TimeoutError) as exc:
+            log.info("fill %s/%s ended: %s", branch.id, fill.candidate, exc)
+        finally:
+            for step in fill.steps:
+                step.done.set()
+
+    async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
+                        outputs: dict[str, str], previous: ReuseName | None) -> str | None:
+        stage = branch.template.stage(step.stage_id)
+        try:
+            rendered = render_candidate_stage(branch.template, branch.point.coordinate,
+                                              fill.candidate, step.stage_id,
+                                              inputs=branch.inputs, outputs=outputs)
+        except InvalidArgument:
+            return None  # depends on a value only the canonical path will know
+        if not rendered.speculable:
+            return None
+        fp = self.stages.fingerprint(rendered.template_id, rendered.stage_id,
+                                     rendered.stage_version, rendered.model, rendered.sampling,
+                                     stage)
+        step.name = self.stages.name_for(branch.tenant, fp, rendered.input, stage,
+                                         rendered.sampling)
+        if step.name is None:
+            return None
+        if self.stages.features.c1:
+            hit = await self.library.lookup(step.name)
+            if hit is not None:
+                step.ok = step.confirmed = True
+                step.done.set()
+                return StoredResult.decode(hit.result).text
+        return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
+
+    async def _execute_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
+                            rendered, stage: Stage, previous: ReuseName | None) -> str | None:
+        assert step.name is not None
+        request_id = f"fill-{branch.id}-{next(self._seq)}"
+        demand = Demand(tenant=branch.tenant, request_id=request_id, model=rendered.model,
+                        prompt=rendered.text, sampling=rendered.sampling,
+                        workflow_id=branch.workflow_id, template_id=rendered.template_id,
+                        stage_id=rendered.stage_id, stage_version=rendered.stage_version)
+        with self.tracer.start_as_current_span("fill.run", attributes=self._attrs(
+                branch, fill, step.name)):
+            run = await self.stages.execute(demand, stage, Priority.FILL, request_id,
+                                            self.settings.fill_timeout_s)
+        fill.cost_s += run.cost_s
+        if not run.complete:
+            return None
+        read_set = ReadSet(run.read_set.reads, run.read_set.complete,
+                           (previous,) if previous is not None else ())
+        shadow = Shadow(step.name, branch.id, fill.candidate, fill.rank,
+                        f"fill/{branch.id}/{fill.candidate}/{index}", run.stored.encode(),
+                        read_set, run.cost_s)
+        with self.tracer.start_as_current_span("shadow.store", attributes=self._attrs(
+                branch, fill, step.name)):
+            step.ok = await self.library.put_shadow(shadow, self.settings.shadow_ttl_s)
+        step.done.set()
+        return run.stored.text if step.ok else None
+
+    # -- settlement ---------------------------------------------------------------------------
+
+    def _resolve(self, branch: Branch, winner: str) -> None:
+        branch.resolved, branch.winner = True, winner
+        with self.tracer.start_as_current_span("branch.settle", attributes={
+                "dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
+                "dynbranch.candidate": winner, "dynbranch.exclusive": branch.exclusive}):
+            if winner:
+                observe = getattr(self.predictor, "observe", None)
+                if observe is not None:
+                    observe(branch.point.coordinate, winner)
+            if branch.exclusive:
+                for candidate, fill in branch.fills.items():
+                    if candidate != winner:
+                        self._abort(fill, "lost the branch")
+                        self.counters["fills_discarded"] += 1
+                self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}")
+
+    def settle(self, tenant: str, workflow_id: str, coordinate: str, selected: str) -> int:
+        """Resolve open branches of a workflow at ``coordinate`` explicitly (HCI picks)."""
+        count = 0
+        for branch in self._by_workflow.get((tenant, workflow_id), ()):
+            if branch.point.coordinate == coordinate and not branch.resolved:
+                self._resolve(branch, selected)
+                count += 1
+        return count
+
+    async def _discard(self, branch_id: str, keep: str) -> None:
+        await self.library.discard(branch_id, keep)
+
+    def _abort(self, fill: Fill, why: str) -> None:
+        if fill.task is not None and not fill.task.done():
+            fill.task.cancel()
+            self.counters["fills_aborted"] += 1
+            log.debug("fill %s aborted: %s", fill.candidate, why)
+
+    # -- retirement ---------------------------------------------------------------------------
+
+    def _retire_expired(self) -> None:
+        horizon = time.monotonic() - self.settings.branch_ttl_s
+        for branch in [b for b in self.branches.values() if b.opened_at < horizon]:
+            self._retire(branch)
+
+    def _retire(self, branch: Branch) -> None:
+        self.branches.pop(branch.id, None)
+        self._by_request = {k: b for k, b in self._by_request.items() if b is not branch}
+        siblings = self._by_workflow.get((branch.tenant, branch.workflow_id), [])
+        if branch in siblings:
+            siblings.remove(branch)
+        if not siblings:
+            self._by_workflow.pop((branch.tenant, branch.workflow_id), None)
+        for fill in branch.fills.values():
+            self._abort(fill, "branch retired")
+        self._report(branch)
+
+    def _report(self, branch: Branch) -> None:
+        if branch.reported:
+            return
+        branch.reported = True
+        cost = sum(f.cost_s for f in branch.fills.values())
+        self._spawn(self.admission.report(branch.id, branch.point.coordinate, branch.winner,
+                                          branch.saved_s, cost, branch.setup_s),
+                    f"report:{branch.id}")
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def _spawn(self, coro, name: str) -> asyncio.Task[None]:  # noqa: ANN001
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("branch task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def close(self) -> None:
+        """Retire every branch (aborting fills, reporting outcomes) and await every task."""
+        for branch in list(self.branches.values()):
+            self._retire(branch)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    @staticmethod
+    def _attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | int]:
+        return {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
+                "dynbranch.candidate": fill.candidate, "dynbranch.rank": fill.rank,
+                "dynbranch.reuse_name": str(name)}
+
+
+__all__ = ["Branch", "BranchManager", "BranchSettings", "Fill", "FillStep"]

@@ -1,0 +1,87 @@
+"""The gateway's library port over the csl service: failures degrade to a miss or a refusal.
+
+Correctness never depends on the library being reachable (DESIGN.md §5.6): a lookup that fails
+or times out is a miss, a store that fails is dropped, a promotion that fails lets the demand run
+normally.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from services.common.reuse_name import ReuseName
+from services.csl.client import CslClient
+from services.csl.entries import ReadSet, Served, Shadow
+
+log = logging.getLogger(__name__)
+
+
+class RemoteLibrary:
+    """``LibraryPort`` over one csl service."""
+
+    def __init__(self, target: str, lookup_deadline_s: float = 0.25,
+                 deadline_s: float = 2.0) -> None:
+        self.client = CslClient(target, producer="gateway")
+        self.lookup_deadline_s = lookup_deadline_s
+        self.deadline_s = deadline_s
+        self.errors = 0
+
+    def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
+        self.errors += 1
+        log.warning("csl %s failed (%s): degrading", op, err.code().name,
+                    extra={"op": op, "code": err.code().name})
+
+    async def lookup(self, name: ReuseName) -> Served | None:
+        """A fresh confirmed entry, or None (also on any failure)."""
+        try:
+            return await self.client.lookup(name, timeout_s=self.lookup_deadline_s)
+        except grpc.aio.AioRpcError as err:
+            self._failed("lookup", err)
+            return None
+
+    async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float) -> bool:
+        """Store a canonical result; False when refused or unreachable."""
+        try:
+            return await self.client.put(name, result, read_set, cost_s, self.deadline_s)
+        except grpc.aio.AioRpcError as err:
+            self._failed("put", err)
+            return False
+
+    async def put_shadow(self, shadow: Shadow, ttl_s: float) -> bool:
+        """Store a shadow; False when refused or unreachable."""
+        try:
+            return await self.client.put_shadow(shadow, ttl_s, self.deadline_s)
+        except grpc.aio.AioRpcError as err:
+            self._failed("put_shadow", err)
+            return False
+
+    async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
+        """Promote a shadow; None when it cannot (or the library is unreachable)."""
+        try:
+            return await self.client.promote(name, branch_id, self.deadline_s)
+        except grpc.aio.AioRpcError as err:
+            self._failed("promote", err)
+            return None
+
+    async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
+        """Drop a branch's shadows; 0 on failure (their TTL removes them)."""
+        try:
+            return await self.client.discard(branch_id, keep_candidate, self.deadline_s)
+        except grpc.aio.AioRpcError as err:
+            self._failed("discard", err)
+            return 0
+
+    async def write_records(self, tenant: str, record_ids: Sequence[str]) -> tuple[int, ...]:
+        """Bump versions; failures propagate (a write must not be silently lost)."""
+        outcome = await self.client.write_records(tenant, record_ids, self.deadline_s)
+        return tuple(v.version for v in outcome.versions)
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self.client.close()
+
+
+__all__ = ["RemoteLibrary"]

@@ -1,0 +1,87 @@
+"""What the gateway's core needs from other services, as protocols (adapters live at the edge).
+
+Every adapter degrades instead of failing the demand (DESIGN.md §5.6): a lost library answers a
+miss and refuses stores, a lost admission service opens no branch, a lost engine raises
+``Unavailable`` for canonical work and simply ends a fill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.common.reuse_name import ReuseName
+from services.csl.entries import ReadSet, Served, Shadow
+from services.engine_agent.backend import FinishReason, GenerationRequest, Timings, Usage
+from services.gateway.predictors import RankedCandidate
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """A finished engine generation."""
+
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    engine_id: str
+
+
+class LibraryPort(Protocol):
+    """The Completed-Subgraph Library (C1) as the gateway uses it."""
+
+    async def lookup(self, name: ReuseName) -> Served | None:
+        """A fresh confirmed entry, or None (a miss, also when the library is unreachable)."""
+
+    async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float) -> bool:
+        """Store a canonical result; False when refused or unreachable."""
+
+    async def put_shadow(self, shadow: Shadow, ttl_s: float) -> bool:
+        """Store a fill's result as a shadow; False when refused or unreachable."""
+
+    async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
+        """Promote the branch's shadow under ``name``; None when it cannot."""
+
+    async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
+        """Drop a branch's shadows (all but ``keep_candidate``)."""
+
+    async def write_records(self, tenant: str, record_ids: Sequence[str]) -> tuple[int, ...]:
+        """Bump record versions, invalidating readers; returns the new versions."""
+
+
+class EnginePort(Protocol):
+    """Engine agents as the gateway uses them."""
+
+    async def generate(self, request: GenerationRequest, timeout_s: float,
+                       prefix_key: str = "",
+                       on_delta: Callable[[str], None] | None = None) -> Execution:
+        """Run a generation to completion on a routed engine; cancelling aborts it.
+
+        ``on_delta`` receives streamed text as it arrives (SSE streaming fronts).
+        """
+
+    def models(self) -> set[str]:
+        """Models served by at least one engine."""
+
+    def max_model_len(self, model: str) -> int:
+        """Context limit of ``model`` (the smallest over its engines)."""
+
+
+class AdmissionPort(Protocol):
+    """The admission service (C3) as the gateway uses it."""
+
+    async def open_branch(self, branch_id: str, coordinate: str, branch_class: str,
+                          model: str) -> bool:
+        """Action 0; False (no speculation) when admission is unreachable."""
+
+    async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
+                    model: str) -> list[str]:
+        """Action 1; the admitted candidates ([] when admission is unreachable)."""
+
+    async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
+                     fill_cost_s: float, setup_s: float) -> None:
+        """Delayed feedback of a settled branch (best effort)."""
+
+
+__all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort"]

@@ -1,0 +1,56 @@
+"""An in-process mesh for gateway tests: a csl, sim engine agents and a gateway on port 0."""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.common.server import ServiceRuntime
+from services.csl.config import CslSettings
+from services.csl.server import build_runtime as build_csl
+from services.gateway.sdk import DynbranchClient
+from tests.factories import engine_agent, gateway
+
+MODEL = "qwen3-32b"
+
+
+@dataclass
+class Mesh:
+    """Handles on the running pieces."""
+
+    csl: ServiceRuntime
+    engines: list[ServiceRuntime]
+    gateway: ServiceRuntime
+    client: DynbranchClient
+    spans: InMemorySpanExporter
+
+    @property
+    def branches(self) -> Any:
+        """The gateway's branch manager."""
+        return self.gateway.core.branches
+
+
+@asynccontextmanager
+async def mesh(engines: int = 1, time_scale: float = 0.02, **gateway_settings: Any
+               ) -> AsyncIterator[Mesh]:
+    """Start csl, ``engines`` sim engine agents (32B/H200 preset) and a gateway."""
+    async with AsyncExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        csl = await build_csl(CslSettings(data_dir=f"{tmp}/csl", metrics_port=-1, grace_s=0.2))
+        await csl.start()
+        stack.push_async_callback(csl.shutdown)
+        agents = [await stack.enter_async_context(engine_agent(
+            engine_id=f"e{i}", model=MODEL, preset="qwen3-32b-h200", time_scale=time_scale))
+            for i in range(engines)]
+        spans = InMemorySpanExporter()
+        settings = {"csl": csl.address, "fill_wait_s": 2.0, **gateway_settings}
+        gw = await stack.enter_async_context(gateway([a.address for a in agents],
+                                                     span_exporter=spans, **settings))
+        client = DynbranchClient(gw.address)
+        stack.push_async_callback(client.close)
+        yield Mesh(csl, agents, gw, client, spans)
