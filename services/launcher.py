@@ -101,7 +101,7 @@ class Mesh:
     def _extra(self, name: str) -> list[str]:
         """Per-service flags: the csl keeps its LMDB environment in the run folder."""
         if name == "csl":
-            return ["--set", f"data_dir={self.run_dir / 'csl'}"]
+            return ["--data-dir", str(self.run_dir / "csl")]
         return []
 
     async def stop(self, timeout_s: float = 10.0) -> None:

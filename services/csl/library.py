@@ -57,6 +57,8 @@ from services.csl.versions import VersionTable
 
 log = logging.getLogger(__name__)
 
+#: Receives confirmed name keys added and removed, on the thread that changed them.
+NameListener = Callable[[list[bytes], list[bytes]], None]
 _new_tuple = tuple.__new__  # builds a Served without NamedTuple.__new__'s argument handling
 
 
@@ -74,6 +76,7 @@ class SubgraphLibrary:
         self._begin = self._store.env.begin
         self._db = self._store.entries_db
         self._names: dict[bytes, EntryMeta] = {}
+        self._listeners: list[NameListener] = []
         self._entries: dict[int, EntryMeta] = {}
         self._index = ReverseIndex()
         self._policy = EvictionPolicy()
@@ -108,6 +111,23 @@ class SubgraphLibrary:
         meta.prio = self._policy.clock + meta.freq * meta.value
         self._hits += 1
         return _new_tuple(Served, (value[meta.result_offset:], meta.cost_s))
+
+    def watch_names(self, listener: NameListener) -> list[bytes]:
+        """Call ``listener(added, removed)`` (name keys) on every change of the confirmed set,
+        from the mutating thread; returns the current set, consistent with the first call."""
+        with self._mutex:
+            self._listeners.append(listener)
+            return list(self._names)
+
+    def unwatch_names(self, listener: NameListener) -> None:
+        """Stop calling ``listener``."""
+        with self._mutex:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _notify(self, added: list[bytes], removed: list[bytes]) -> None:
+        for listener in self._listeners:
+            listener(added, removed)
 
     # -- confirmed entries ------------------------------------------------------------------
 
@@ -335,6 +355,8 @@ class SubgraphLibrary:
         self._entries[eid] = meta
         self._names[key] = meta
         self._bytes += size
+        if self._listeners:
+            self._notify([key], [])
 
     def _drop_many(self, closure: list[int]) -> list[bytes]:
         """Forget entries found by a cascade or closure; return their LMDB keys."""
@@ -344,6 +366,8 @@ class SubgraphLibrary:
             del names[meta.key]
         self._index.retire(metas)
         self._bytes -= sum([m.size for m in metas])
+        if self._listeners:
+            self._notify([], [m.key for m in metas])
         return [m.lkey for m in metas]
 
     def _make_room(self, size: int) -> list[bytes]:

@@ -9,6 +9,7 @@ reader in place, while applying it twice only invalidates again (the safe direct
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
 import grpc
 from opentelemetry.trace import Tracer
@@ -16,6 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from services.common.convert import require
+from services.common.errors import ResourceExhausted
+from services.common.records import make_header
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.tracing import incoming_context
 from services.csl.async_library import AsyncSubgraphLibrary
@@ -29,6 +32,7 @@ from services.csl.convert import (
 )
 from services.csl.entries import check_cost
 from services.csl.library import SubgraphLibrary
+from services.csl.name_feed import FeedOverflow, NameBatch, name_feed
 
 log = logging.getLogger(__name__)
 _MISS = csl_pb2.LookupResponse(hit=False)
@@ -140,6 +144,24 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
             entries=s.entries, shadows=s.shadows, bytes=s.bytes, budget_bytes=s.budget_bytes,
             hits=s.hits, misses=s.misses, promotions=s.promotions,
             invalidations=s.invalidations, evictions=s.evictions)
+
+    async def WatchNames(self, request: csl_pb2.WatchNamesRequest,
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[csl_pb2.NameEvents]:
+        store = str(self.library.library.path)
+        try:
+            async for seq, batch in _enumerate(name_feed(self.library.library)):
+                yield csl_pb2.NameEvents(header=make_header(store, seq, "csl"),
+                                         added=batch.added, removed=batch.removed,
+                                         synced=batch.synced)
+        except FeedOverflow as exc:
+            raise ResourceExhausted(f"name feed: {exc}; resubscribe") from None
+
+
+async def _enumerate(items: AsyncIterator[NameBatch]) -> AsyncIterator[tuple[int, NameBatch]]:
+    seq = 0
+    async for item in items:
+        yield seq, item
+        seq += 1
 
 
 __all__ = ["LibraryCollector", "SubgraphLibraryServicer"]

@@ -121,7 +121,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                             "dynbranch.engine_id": self.engine_id,
                             "dynbranch.priority": req.priority.name.lower()}) as span:
             async for event in self.backend.generate(req):
-                if request.omit_deltas and isinstance(event, TokenDelta):
+                if request.final_only and not isinstance(event, Finished):
                     continue
                 if isinstance(event, Finished):
                     self.metrics.observe_finish(req.priority.name.lower(), event)

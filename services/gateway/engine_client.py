@@ -133,7 +133,7 @@ class EnginePool:
         proto = engine_pb2.GenerateRequest(
             request_id=request.request_id, model=request.model, prompt=request.prompt,
             sampling=sampling_to_proto(request.sampling), priority=int(request.priority),
-            omit_deltas=on_delta is None)
+            final_only=on_delta is None)
         try:
             async for event in self.clients[state.target].generate(
                     proto, timeout_s=timeout_s, metadata=outgoing_metadata()):

@@ -7,14 +7,18 @@ normally.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
 import grpc
 
+from services.common.pb import csl_pb2
+
 from services.common.reuse_name import ReuseName
 from services.csl.client import CslClient
 from services.csl.entries import ReadSet, Served, Shadow
+from services.gateway.name_mirror import NameMirror
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,28 @@ class RemoteLibrary:
         self.lookup_deadline_s = lookup_deadline_s
         self.deadline_s = deadline_s
         self.errors = 0
+        self.mirror = NameMirror()
+        self._watch: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start following the library's confirmed names (the mirror that saves miss hops)."""
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._follow(), name="csl-watch-names")
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for batch in self.client.stub.WatchNames(csl_pb2.WatchNamesRequest(),
+                                                               timeout=3600):
+                    if not self.mirror.apply(batch.header.sequence, batch.added, batch.removed,
+                                             batch.synced):
+                        break  # a gap: resubscribe for a fresh snapshot
+            except grpc.aio.AioRpcError as err:
+                if self.mirror.synced:
+                    log.warning("csl name feed lost (%s): probing every name until it is back",
+                                err.code().name)
+            self.mirror.reset()
+            await asyncio.sleep(0.5)
 
     def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
         self.errors += 1
@@ -36,6 +62,8 @@ class RemoteLibrary:
 
     async def lookup(self, name: ReuseName) -> Served | None:
         """A fresh confirmed entry, or None (also on any failure)."""
+        if not self.mirror.may_hold(name):
+            return None
         try:
             return await self.client.lookup(name, timeout_s=self.lookup_deadline_s)
         except grpc.aio.AioRpcError as err:
@@ -45,10 +73,13 @@ class RemoteLibrary:
     async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float) -> bool:
         """Store a canonical result; False when refused or unreachable."""
         try:
-            return await self.client.put(name, result, read_set, cost_s, self.deadline_s)
+            stored = await self.client.put(name, result, read_set, cost_s, self.deadline_s)
         except grpc.aio.AioRpcError as err:
             self._failed("put", err)
             return False
+        if stored:
+            self.mirror.add(name)
+        return stored
 
     async def put_shadow(self, shadow: Shadow, ttl_s: float) -> bool:
         """Store a shadow; False when refused or unreachable."""
@@ -61,10 +92,13 @@ class RemoteLibrary:
     async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
         """Promote a shadow; None when it cannot (or the library is unreachable)."""
         try:
-            return await self.client.promote(name, branch_id, self.deadline_s)
+            served = await self.client.promote(name, branch_id, self.deadline_s)
         except grpc.aio.AioRpcError as err:
             self._failed("promote", err)
             return None
+        if served is not None:
+            self.mirror.add(name)
+        return served
 
     async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
         """Drop a branch's shadows; 0 on failure (their TTL removes them)."""
@@ -80,7 +114,11 @@ class RemoteLibrary:
         return tuple(v.version for v in outcome.versions)
 
     async def close(self) -> None:
-        """Close the channel."""
+        """Stop following names and close the channel."""
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+            self._watch = None
         await self.client.close()
 
 

@@ -75,6 +75,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
     """Wire the protocol-free core; every owned resource is closed by the runtime."""
     library = RemoteLibrary(settings.csl) if settings.csl else None
     if library is not None:
+        library.start()
         runtime.on_close(library.close)
     else:
         log.warning("no csl configured: exact reuse (C1) and early fill (C2) are off")

@@ -148,12 +148,12 @@ async def test_watch_load_interval_out_of_range_is_refused() -> None:
         await client.close()
 
 
-async def test_omit_deltas_sends_only_lifecycle_events_with_the_whole_text() -> None:
+async def test_final_only_sends_just_the_finished_event_with_the_whole_text() -> None:
     async with engine_agent() as rt:
         client = EngineAgentClient(rt.address)
         full = await _collect(client, generate_request("a", sampling=sampling(8, ignore_eos=True)))
         lean = await _collect(client, generate_request(
-            "b", sampling=sampling(8, ignore_eos=True), omit_deltas=True))
-        assert [e.WhichOneof("event") for e in lean] == ["queued", "allocated", "finished"]
+            "b", sampling=sampling(8, ignore_eos=True), final_only=True))
+        assert [e.WhichOneof("event") for e in lean] == ["finished"]
         assert lean[-1].finished.text == full[-1].finished.text
         await client.close()

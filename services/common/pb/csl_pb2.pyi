@@ -7,6 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class WatchNamesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NameEvents(_message.Message):
+    __slots__ = ("header", "added", "removed", "synced")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ADDED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    SYNCED_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.RecordHeader
+    added: _containers.RepeatedScalarFieldContainer[bytes]
+    removed: _containers.RepeatedScalarFieldContainer[bytes]
+    synced: bool
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., added: _Optional[_Iterable[bytes]] = ..., removed: _Optional[_Iterable[bytes]] = ..., synced: _Optional[bool] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("name",)
     NAME_FIELD_NUMBER: _ClassVar[int]

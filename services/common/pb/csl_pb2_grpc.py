@@ -70,6 +70,11 @@ class SubgraphLibraryStub:
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.StatsRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_csl__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.WatchNames = channel.unary_stream(
+                '/dynbranch.v1.SubgraphLibrary/WatchNames',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.WatchNamesRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.NameEvents.FromString,
+                _registered_method=True)
 
 
 class SubgraphLibraryServicer:
@@ -125,6 +130,15 @@ class SubgraphLibraryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchNames(self, request, context):
+        """Stream the set of confirmed names: a snapshot, then every change in order. A gateway keeps
+        a mirror so that a demand whose name is absent misses without a Lookup round trip (the hop
+        budget of DESIGN.md §6); the mirror is advisory, Lookup stays the authority. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SubgraphLibraryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +176,11 @@ def add_SubgraphLibraryServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=dynbranch_dot_v1_dot_csl__pb2.StatsRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_csl__pb2.StatsResponse.SerializeToString,
+            ),
+            'WatchNames': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchNames,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.WatchNamesRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.NameEvents.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +373,33 @@ class SubgraphLibrary:
             '/dynbranch.v1.SubgraphLibrary/Stats',
             dynbranch_dot_v1_dot_csl__pb2.StatsRequest.SerializeToString,
             dynbranch_dot_v1_dot_csl__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchNames(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/WatchNames',
+            dynbranch_dot_v1_dot_csl__pb2.WatchNamesRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.NameEvents.FromString,
             options,
             channel_credentials,
             insecure,
