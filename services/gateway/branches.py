@@ -15,109 +15,24 @@ demand to run normally (DESIGN.md §5.6).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 
 from opentelemetry.trace import Tracer
 
-from services.common.errors import DynbranchError, InvalidArgument
+from services.common.errors import InvalidArgument
 from services.common.reuse_name import ReuseName
-from services.csl.entries import ReadSet, Served, Shadow
-from services.engine_agent.backend import Priority
+from services.csl.entries import Served
 from services.gateway.demand import Demand
 from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.predictors import Predictor, context_for
-from services.gateway.render import render_candidate_stage
-from services.gateway.results import StoredResult
 from services.gateway.stages import StageService
-from services.gateway.templates import DecisionPoint, Semantics, Stage, Template, Window
+from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
+from services.gateway.fills import FillRunner
+from services.gateway.templates import DecisionPoint, Stage, Template, Window
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class BranchSettings:
-    """Knobs of the branch lifecycle."""
-
-    #: Longest a demand waits for a matching fill step that is still running.
-    fill_wait_s: float = 1.0
-    #: Deadline of one fill step on an engine.
-    fill_timeout_s: float = 120.0
-    #: Seconds an unclaimed shadow lives (independent branches keep theirs this long).
-    shadow_ttl_s: float = 60.0
-    #: Seconds a branch is remembered after opening.
-    branch_ttl_s: float = 300.0
-    #: Open branches kept at most (older ones retire first).
-    max_branches: int = 10_000
-
-
-@dataclass(slots=True)
-class FillStep:
-    """One stage of a fill's chain."""
-
-    stage_id: str
-    name: ReuseName | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    #: A shadow is stored under ``name`` (or a confirmed entry already existed: ``confirmed``).
-    ok: bool = False
-    confirmed: bool = False
-    claimed: bool = False
-
-
-@dataclass(slots=True)
-class Fill:
-    """The speculative run of one candidate's chain."""
-
-    candidate: str
-    rank: int
-    steps: list[FillStep] = field(default_factory=list)
-    task: asyncio.Task[None] | None = None
-    cost_s: float = 0.0
-
-
-@dataclass(slots=True)
-class Branch:
-    """One open branch of one workflow."""
-
-    id: str
-    tenant: str
-    workflow_id: str
-    template: Template
-    point: DecisionPoint
-    inputs: dict[str, str]
-    outputs: dict[str, str]
-    model: str
-    opened_at: float = field(default_factory=time.monotonic)
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Set when the deciding stage's output is known (fills of a user window read it).
-    decided: asyncio.Event = field(default_factory=asyncio.Event)
-    fills: dict[str, Fill] = field(default_factory=dict)
-    resolved: bool = False
-    winner: str = ""
-    setup_s: float = 0.0
-    saved_s: float = 0.0
-    reported: bool = False
-
-    @property
-    def exclusive(self) -> bool:
-        """Whether one winner excludes the other candidates."""
-        return self.point.semantics is Semantics.EXCLUSIVE
-
-    def first_stages(self) -> set[str]:
-        """Stage ids that start a candidate's chain: a demand for one resolves the branch."""
-        chains = [self.point.subgraph, *(c for _, c in self.point.per_candidate)]
-        return {chain[0].stage for chain in chains if chain}
-
-    def match(self, name: ReuseName) -> tuple[Fill, FillStep] | None:
-        """The fill step whose name equals ``name``."""
-        for fill in self.fills.values():
-            for step in fill.steps:
-                if step.name == name:
-                    return fill, step
-        return None
 
 
 class BranchManager:
@@ -135,7 +50,7 @@ class BranchManager:
         self._by_workflow: dict[tuple[str, str], list[Branch]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._by_request: dict[str, Branch] = {}
-        self._seq = itertools.count()
+        self.fills = FillRunner(stages, library, settings, tracer)
         self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0,
                          "fills_discarded": 0, "fills_aborted": 0}
         stages.branches = self
@@ -189,7 +104,7 @@ class BranchManager:
                 return None
         if not step.ok or step.confirmed:
             return None  # the canonical path probes the library itself
-        with self.tracer.start_as_current_span("branch.promote", attributes=self._attrs(
+        with self.tracer.start_as_current_span("branch.promote", attributes=span_attrs(
                 branch, fill, name)) as span:
             served = await self.library.promote(name, branch.id)
             span.set_attribute("dynbranch.promoted", served is not None)
@@ -240,7 +155,7 @@ class BranchManager:
                 for rank, candidate in admitted:
                     fill = Fill(candidate, rank)
                     branch.fills[candidate] = fill
-                    fill.task = self._spawn(self._run_fill(branch, fill), f"fill:{branch.id}")
+                    fill.task = self._spawn(self.fills.run(branch, fill), f"fill:{branch.id}")
                     self.counters["fills_issued"] += 1
         finally:
             branch.ready.set()
@@ -264,77 +179,6 @@ class BranchManager:
             span.set_attribute("dynbranch.admitted", ",".join(admitted))
         ranks = {c.candidate: c.rank for c in ranked}
         return [(ranks.get(c, len(ranks)), c) for c in admitted if c in ranks]
-
-    # -- running a fill -----------------------------------------------------------------------
-
-    async def _run_fill(self, branch: Branch, fill: Fill) -> None:
-        outputs = dict(branch.outputs)
-        previous: ReuseName | None = None
-        try:
-            for i, step_def in enumerate(branch.point.chain_for(fill.candidate)):
-                step = FillStep(step_def.stage)
-                fill.steps.append(step)
-                output = await self._run_step(branch, fill, step, i, outputs, previous)
-                if output is None:
-                    return
-                outputs[step.stage_id], previous = output, step.name
-        except (DynbranchError, TimeoutError) as exc:
-            log.info("fill %s/%s ended: %s", branch.id, fill.candidate, exc)
-        finally:
-            for step in fill.steps:
-                step.done.set()
-
-    async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
-                        outputs: dict[str, str], previous: ReuseName | None) -> str | None:
-        stage = branch.template.stage(step.stage_id)
-        try:
-            rendered = render_candidate_stage(branch.template, branch.point.coordinate,
-                                              fill.candidate, step.stage_id,
-                                              inputs=branch.inputs, outputs=outputs)
-        except InvalidArgument:
-            return None  # depends on a value only the canonical path will know
-        if not rendered.speculable:
-            return None
-        fp = self.stages.fingerprint(rendered.template_id, rendered.stage_id,
-                                     rendered.stage_version, rendered.model, rendered.sampling,
-                                     stage)
-        step.name = self.stages.name_for(branch.tenant, fp, rendered.input, stage,
-                                         rendered.sampling)
-        if step.name is None:
-            return None
-        if self.stages.features.c1:
-            hit = await self.library.lookup(step.name)
-            if hit is not None:
-                step.ok = step.confirmed = True
-                step.done.set()
-                return StoredResult.decode(hit.result).text
-        return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
-
-    async def _execute_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
-                            rendered, stage: Stage, previous: ReuseName | None) -> str | None:
-        assert step.name is not None
-        request_id = f"fill-{branch.id}-{next(self._seq)}"
-        demand = Demand(tenant=branch.tenant, request_id=request_id, model=rendered.model,
-                        prompt=rendered.text, sampling=rendered.sampling,
-                        workflow_id=branch.workflow_id, template_id=rendered.template_id,
-                        stage_id=rendered.stage_id, stage_version=rendered.stage_version)
-        with self.tracer.start_as_current_span("fill.run", attributes=self._attrs(
-                branch, fill, step.name)):
-            run = await self.stages.execute(demand, stage, Priority.FILL, request_id,
-                                            self.settings.fill_timeout_s)
-        fill.cost_s += run.cost_s
-        if not run.complete:
-            return None
-        read_set = ReadSet(run.read_set.reads, run.read_set.complete,
-                           (previous,) if previous is not None else ())
-        shadow = Shadow(step.name, branch.id, fill.candidate, fill.rank,
-                        f"fill/{branch.id}/{fill.candidate}/{index}", run.stored.encode(),
-                        read_set, run.cost_s)
-        with self.tracer.start_as_current_span("shadow.store", attributes=self._attrs(
-                branch, fill, step.name)):
-            step.ok = await self.library.put_shadow(shadow, self.settings.shadow_ttl_s)
-        step.done.set()
-        return run.stored.text if step.ok else None
 
     # -- settlement ---------------------------------------------------------------------------
 
@@ -419,12 +263,6 @@ class BranchManager:
             self._retire(branch)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    @staticmethod
-    def _attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | int]:
-        return {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
-                "dynbranch.candidate": fill.candidate, "dynbranch.rank": fill.rank,
-                "dynbranch.reuse_name": str(name)}
 
 
 __all__ = ["Branch", "BranchManager", "BranchSettings", "Fill", "FillStep"]

@@ -1,0 +1,108 @@
+"""Running one fill: a candidate's downstream chain with fill priority, each step stored as a
+shadow whose read-set names the previous step as its producer (chained promotion)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+from opentelemetry.trace import Tracer
+
+from services.common.errors import DynbranchError, InvalidArgument
+from services.common.reuse_name import ReuseName
+from services.csl.entries import ReadSet, Shadow
+from services.engine_agent.backend import Priority
+from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
+from services.gateway.demand import Demand
+from services.gateway.ports import LibraryPort
+from services.gateway.render import RenderedStage, render_candidate_stage
+from services.gateway.results import StoredResult
+from services.gateway.stages import StageService
+from services.gateway.templates import Stage
+
+log = logging.getLogger(__name__)
+
+
+class FillRunner:
+    """Executes fills for the branch manager."""
+
+    def __init__(self, stages: StageService, library: LibraryPort, settings: BranchSettings,
+                 tracer: Tracer) -> None:
+        self.stages = stages
+        self.library = library
+        self.settings = settings
+        self.tracer = tracer
+        self._seq = itertools.count()
+
+    async def run(self, branch: Branch, fill: Fill) -> None:
+        """Run ``fill``'s chain until a step cannot be filled; every step's event ends set."""
+        outputs = dict(branch.outputs)
+        previous: ReuseName | None = None
+        try:
+            for i, step_def in enumerate(branch.point.chain_for(fill.candidate)):
+                step = FillStep(step_def.stage)
+                fill.steps.append(step)
+                output = await self._run_step(branch, fill, step, i, outputs, previous)
+                if output is None:
+                    return
+                outputs[step.stage_id], previous = output, step.name
+        except (DynbranchError, TimeoutError) as exc:
+            log.info("fill %s/%s ended: %s", branch.id, fill.candidate, exc)
+        finally:
+            for step in fill.steps:
+                step.done.set()
+
+    async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
+                        outputs: dict[str, str], previous: ReuseName | None) -> str | None:
+        stage = branch.template.stage(step.stage_id)
+        try:
+            rendered = render_candidate_stage(branch.template, branch.point.coordinate,
+                                              fill.candidate, step.stage_id,
+                                              inputs=branch.inputs, outputs=outputs)
+        except InvalidArgument:
+            return None  # depends on a value only the canonical path will know
+        if not rendered.speculable:
+            return None
+        fp = self.stages.fingerprint(rendered.template_id, rendered.stage_id,
+                                     rendered.stage_version, rendered.model, rendered.sampling,
+                                     stage)
+        step.name = self.stages.name_for(branch.tenant, fp, rendered.input, stage,
+                                         rendered.sampling)
+        if step.name is None:
+            return None
+        if self.stages.features.c1:
+            hit = await self.library.lookup(step.name)
+            if hit is not None:
+                step.ok = step.confirmed = True
+                step.done.set()
+                return StoredResult.decode(hit.result).text
+        return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
+
+    async def _execute_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
+                            rendered: RenderedStage, stage: Stage, previous: ReuseName | None) -> str | None:
+        assert step.name is not None
+        request_id = f"fill-{branch.id}-{next(self._seq)}"
+        demand = Demand(tenant=branch.tenant, request_id=request_id, model=rendered.model,
+                        prompt=rendered.text, sampling=rendered.sampling,
+                        workflow_id=branch.workflow_id, template_id=rendered.template_id,
+                        stage_id=rendered.stage_id, stage_version=rendered.stage_version)
+        with self.tracer.start_as_current_span("fill.run", attributes=span_attrs(
+                branch, fill, step.name)):
+            run = await self.stages.execute(demand, stage, Priority.FILL, request_id,
+                                            self.settings.fill_timeout_s)
+        fill.cost_s += run.cost_s
+        if not run.complete:
+            return None
+        read_set = ReadSet(run.read_set.reads, run.read_set.complete,
+                           (previous,) if previous is not None else ())
+        shadow = Shadow(step.name, branch.id, fill.candidate, fill.rank,
+                        f"fill/{branch.id}/{fill.candidate}/{index}", run.stored.encode(),
+                        read_set, run.cost_s)
+        with self.tracer.start_as_current_span("shadow.store", attributes=span_attrs(
+                branch, fill, step.name)):
+            step.ok = await self.library.put_shadow(shadow, self.settings.shadow_ttl_s)
+        step.done.set()
+        return run.stored.text if step.ok else None
+
+
+__all__ = ["FillRunner"]
