@@ -52,6 +52,10 @@ async def _up(args: argparse.Namespace) -> int:
         for child in mesh.children:
             print(f"  {child.name:<10} grpc {child.address:<21} metrics "
                   f"http://127.0.0.1:{child.metrics_port}/metrics")
+        http = next((c.http_address for c in mesh.children if c.http_address), "")
+        if http:
+            print(f"  openai-compatible API: http://{http}/v1 (chat/completions, completions, "
+                  f"models)")
         print(f"try: dynbranch call --gateway {mesh.address('gateway')} --prompt 'hello'",
               flush=True)
         await stop.wait()
@@ -133,11 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     call.set_defaults(run=lambda a: asyncio.run(_call(a)))
     demo = sub.add_parser("demo", help="start the mesh, send a batch, print a summary",
                           description="The main job on the embedded default: start the mesh with "
-                          "simulated engines, send a small batch of requests, print a summary.")
+                          "simulated engines, run a small batch of Routing workflows through the "
+                          "gateway (early fill and exact reuse on), print a summary.")
     _mesh_args(demo)
     demo.set_defaults(time_scale=0.02)
-    demo.add_argument("--requests", type=int, default=32, help="requests to send (default 32)")
-    demo.add_argument("--concurrency", type=int, default=8, help="in flight at once (default 8)")
+    demo.add_argument("--requests", type=int, default=12,
+                      help="routing workflows to run (default 12)")
+    demo.add_argument("--concurrency", type=int, default=4,
+                      help="workflows in flight at once (default 4)")
     demo.set_defaults(run=_demo)
     bench = sub.add_parser("bench", help="run a benchmark",
                            description="Run a benchmark; figures that compare are ratios "

@@ -72,10 +72,9 @@ def test_up_serves_calls_and_stops_every_process_on_sigterm() -> None:
 
 @pytest.mark.slow
 def test_demo_runs_the_batch_and_prints_a_summary() -> None:
-    out = subprocess.run([*DYNBRANCH, "demo", "--requests", "12", "--concurrency", "4",
+    out = subprocess.run([*DYNBRANCH, "demo", "--requests", "8", "--concurrency", "4",
                           "--log-level", "WARNING"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "12 requests, 12 ok, 0 failed" in out.stdout
+    assert "8 routing workflows, 8 ok, 0 failed" in out.stdout
     assert "SIMULATED engine" in out.stdout
-    cached = re.search(r"prefix cache: (\d+)/(\d+)", out.stdout)
-    assert cached and int(cached.group(1)) > 0
+    assert "promoted fill (C2)" in out.stdout and "library (C1)" in out.stdout
