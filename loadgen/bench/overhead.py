@@ -16,15 +16,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-
+from loadgen.bench.echo_server import METHOD as ECHO_METHOD
 from services.common.clients import open_channel
 from services.common.pb import common_pb2, engine_pb2, gateway_pb2
 from services.engine_agent.client import EngineAgentClient
 from services.gateway.client import GatewayClient
 from services.launcher import Mesh, MeshSpec
-
-from loadgen.bench.echo_server import METHOD as ECHO_METHOD
 
 PROMPT = "Route this request to billing, shipping, returns or technical: my card was charged twice."
 MAX_TOKENS = 16

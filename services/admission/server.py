@@ -7,14 +7,14 @@ import sys
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from services.admission.config import AdmissionSettings
+from services.admission.policy import FixedPolicy
+from services.admission.servicer import AdmissionServicer
 from services.common.cli_args import add_service_args, overrides_from
 from services.common.config import ConfigError, load_settings
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.server import ServiceRuntime, run_service
 from services.common.telemetry import configure_logging
-from services.admission.config import AdmissionSettings
-from services.admission.policy import FixedPolicy
-from services.admission.servicer import AdmissionServicer
 
 SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name
 

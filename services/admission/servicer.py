@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
+from services.admission.policy import FixedPolicy, RankedCandidate
 from services.common.convert import require
 from services.common.errors import InvalidArgument
 from services.common.pb import admission_pb2, admission_pb2_grpc
-from services.admission.policy import FixedPolicy, RankedCandidate
 
 MAX_CANDIDATES = 256
 

@@ -18,8 +18,8 @@ from prometheus_client.registry import Collector
 
 from services.common.convert import require
 from services.common.errors import ResourceExhausted
-from services.common.records import make_header
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
+from services.common.records import make_header
 from services.common.tracing import incoming_context
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (

@@ -7,7 +7,11 @@ import enum
 from collections import deque
 
 from services.engine_agent.backend import (
-    Finished, FinishReason, GenerationEvent, GenerationRequest, TokenDelta,
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    TokenDelta,
 )
 from services.engine_agent.block_pool import KVBlock
 from services.engine_agent.tokenizer import EOS_TOKEN_ID, PseudoText

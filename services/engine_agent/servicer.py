@@ -10,14 +10,27 @@ import grpc
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.common.convert import (priority_from_proto, require, sampling_from_proto,
-                                     timings_to_proto, usage_to_proto)
+from services.common.convert import (
+    priority_from_proto,
+    require,
+    sampling_from_proto,
+    timings_to_proto,
+    usage_to_proto,
+)
 from services.common.errors import InvalidArgument, PayloadTooLarge
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.records import make_header
 from services.common.tracing import incoming_context
-from services.engine_agent.backend import (Allocated, EngineBackend, Finished, GenerationEvent,
-                                           GenerationRequest, LoadReport, Queued, TokenDelta)
+from services.engine_agent.backend import (
+    Allocated,
+    EngineBackend,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    LoadReport,
+    Queued,
+    TokenDelta,
+)
 
 MAX_REQUEST_ID = 128
 

@@ -12,7 +12,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from services.engine_agent.backend import (
-    BackendInfo, GenerationEvent, GenerationRequest, LoadReport, PrefixLookup,
+    BackendInfo,
+    GenerationEvent,
+    GenerationRequest,
+    LoadReport,
+    PrefixLookup,
 )
 from services.engine_agent.cost_model import CostPreset, get_preset, load_preset_file
 from services.engine_agent.sim_engine import PrefixPin, SimEngine

@@ -18,8 +18,16 @@ from dataclasses import dataclass, field
 
 from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge, Unavailable
 from services.engine_agent.backend import (
-    Allocated, Finished, FinishReason, GenerationRequest, LoadReport, PrefixLookup, Priority,
-    Queued, Timings, Usage,
+    Allocated,
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    LoadReport,
+    PrefixLookup,
+    Priority,
+    Queued,
+    Timings,
+    Usage,
 )
 from services.engine_agent.block_pool import BlockPool, KVBlock, hash_full_blocks
 from services.engine_agent.cost_model import CostPreset

@@ -24,12 +24,12 @@ from opentelemetry.trace import Tracer
 from services.common.errors import InvalidArgument
 from services.common.reuse_name import ReuseName
 from services.csl.entries import Served
+from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
 from services.gateway.demand import Demand
+from services.gateway.fills import FillRunner
 from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.predictors import Predictor, context_for
 from services.gateway.stages import StageService
-from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
-from services.gateway.fills import FillRunner
 from services.gateway.templates import DecisionPoint, Stage, Template, Window
 
 log = logging.getLogger(__name__)

@@ -113,7 +113,7 @@ class GatewayCore:
                 written += await self._write_corpus(upserts, removals)
             if record_ids:
                 versions = await self.library.write_records(tenant, record_ids)
-                written += [RecordVersion(r, v) for r, v in zip(record_ids, versions)]
+                written += [RecordVersion(r, v) for r, v in zip(record_ids, versions, strict=True)]
             return written
 
     async def _write_corpus(self, upserts: Sequence[Document], removals: Sequence[str]
@@ -123,7 +123,7 @@ class GatewayCore:
         assert self.corpus is not None and self.library is not None
         ids = await asyncio.to_thread(self.corpus.plan_write, upserts, removals)
         versions = await self.library.write_records("", ids)
-        assigned = dict(zip(ids, versions))
+        assigned = dict(zip(ids, versions, strict=True))
         return list(await asyncio.to_thread(self.corpus.write_documents, upserts, removals,
                                             assigned))
 

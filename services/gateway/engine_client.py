@@ -9,17 +9,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import grpc
 
-from services.common.errors import (AlreadyExists, DeadlineExceeded, InvalidArgument,
-                                    PayloadTooLarge, Unavailable)
 from services.common.convert import sampling_to_proto
+from services.common.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    InvalidArgument,
+    PayloadTooLarge,
+    Unavailable,
+)
 from services.common.pb import common_pb2, engine_pb2
 from services.common.tracing import outgoing_metadata
-from services.engine_agent.backend import (FinishReason, GenerationRequest, LoadReport, Priority,
-                                           Timings, Usage)
+from services.engine_agent.backend import (
+    FinishReason,
+    GenerationRequest,
+    LoadReport,
+    Priority,
+    Timings,
+    Usage,
+)
 from services.engine_agent.client import EngineAgentClient
 from services.gateway.ports import Execution
 from services.gateway.router import EngineState, Router

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import grpc
 
 from services.common.pb import csl_pb2
-
 from services.common.reuse_name import ReuseName
 from services.csl.client import CslClient
 from services.csl.entries import ReadSet, Served, Shadow

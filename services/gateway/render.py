@@ -21,8 +21,14 @@ from typing import Any
 
 from services.common.errors import InvalidArgument
 from services.engine_agent.backend import Sampling
-from services.gateway.templates import (PLACEHOLDER, Binding, DecisionPoint, Stage, StageKind,
-                                        Template)
+from services.gateway.templates import (
+    PLACEHOLDER,
+    Binding,
+    DecisionPoint,
+    Stage,
+    StageKind,
+    Template,
+)
 
 #: Prefix of the fingerprint ``model`` of tool stages, e.g. ``tool:retrieve``.
 TOOL_MODEL_PREFIX = "tool:"

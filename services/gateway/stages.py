@@ -22,8 +22,14 @@ from opentelemetry.trace import Tracer
 from services.common.errors import NotFound
 from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.csl.entries import ReadSet, RecordRead, Served
-from services.engine_agent.backend import (FinishReason, GenerationRequest, Priority, Sampling,
-                                           Timings, Usage)
+from services.engine_agent.backend import (
+    FinishReason,
+    GenerationRequest,
+    Priority,
+    Sampling,
+    Timings,
+    Usage,
+)
 from services.gateway.demand import ZERO_TIMINGS, Answer, Demand, Source
 from services.gateway.ports import EnginePort, Execution, LibraryPort
 from services.gateway.results import StoredResult

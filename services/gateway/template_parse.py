@@ -16,8 +16,19 @@ from typing import Any, NoReturn
 
 from services.engine_agent.backend import Sampling
 from services.gateway.template_model import (
-    Binding, CandidateSpace, ChainStep, DecisionPoint, Scalar, Semantics, Source,
-    Stage, StageKind, Template, TemplateError, Window, placeholders,
+    Binding,
+    CandidateSpace,
+    ChainStep,
+    DecisionPoint,
+    Scalar,
+    Semantics,
+    Source,
+    Stage,
+    StageKind,
+    Template,
+    TemplateError,
+    Window,
+    placeholders,
 )
 from services.gateway.tools.base import BUILTIN_TOOLS
 

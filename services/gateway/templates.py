@@ -10,8 +10,20 @@ import yaml
 
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.gateway.template_model import (
-    PLACEHOLDER, Binding, CandidateSpace, ChainStep, DecisionPoint, Scalar, Semantics, Source,
-    Stage, StageKind, Template, TemplateError, Window, placeholders,
+    PLACEHOLDER,
+    Binding,
+    CandidateSpace,
+    ChainStep,
+    DecisionPoint,
+    Scalar,
+    Semantics,
+    Source,
+    Stage,
+    StageKind,
+    Template,
+    TemplateError,
+    Window,
+    placeholders,
 )
 from services.gateway.template_parse import parse_template
 

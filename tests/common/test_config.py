@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from pydantic import ValidationError
 
 from services.common.config import ConfigError, ServiceSettings, load_settings
 
@@ -70,5 +71,5 @@ def test_otlp_endpoint_comes_from_standard_otel_variable() -> None:
 
 def test_settings_are_frozen() -> None:
     s = load_settings(DemoSettings, environ={})
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         s.port = 1  # type: ignore[misc]

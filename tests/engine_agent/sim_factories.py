@@ -6,7 +6,11 @@ import string
 from typing import Any
 
 from services.engine_agent.backend import (
-    Finished, GenerationEvent, GenerationRequest, Priority, Sampling,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    Priority,
+    Sampling,
 )
 from services.engine_agent.cost_model import CostPreset, get_preset
 from services.engine_agent.sim_backend import SimBackend

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from services.engine_agent.block_pool import (
-    ROOT_HASH, BlockPool, hash_block_tokens, hash_full_blocks,
+    ROOT_HASH,
+    BlockPool,
+    hash_block_tokens,
+    hash_full_blocks,
 )
 from services.engine_agent.kv_cache import KVCacheManager
 from services.engine_agent.sequence import Sequence

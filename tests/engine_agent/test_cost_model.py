@@ -7,8 +7,15 @@ import json
 import pytest
 
 from services.engine_agent.cost_model import (
-    GiB, CostPreset, StepWork, get_preset, load_preset_file, preset_from_dict, preset_names,
-    preset_to_dict, register_preset,
+    CostPreset,
+    GiB,
+    StepWork,
+    get_preset,
+    load_preset_file,
+    preset_from_dict,
+    preset_names,
+    preset_to_dict,
+    register_preset,
 )
 
 H200 = get_preset("qwen3-32b-h200")

@@ -11,14 +11,27 @@ import pytest
 
 from services.common.errors import Unavailable
 from services.engine_agent.backend import (
-    Allocated, EngineBackend, Finished, FinishReason, GenerationEvent, Priority, Queued,
+    Allocated,
+    EngineBackend,
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    Priority,
+    Queued,
     TokenDelta,
 )
 from services.engine_agent.cost_model import get_preset
 from services.engine_agent.scheduler import StepPlan
 from services.engine_agent.sim_backend import SimBackend
 from tests.engine_agent.sim_factories import (
-    MODEL, assert_idle, collect, finish, make_backend, make_request, small_preset, words,
+    MODEL,
+    assert_idle,
+    collect,
+    finish,
+    make_backend,
+    make_request,
+    small_preset,
+    words,
 )
 
 H200 = get_preset("qwen3-32b-h200")

@@ -17,7 +17,13 @@ from services.engine_agent.cost_model import get_preset
 from services.engine_agent.sim_backend import SimBackend
 from services.engine_agent.sim_engine import PrefixPin, SimEngine
 from tests.engine_agent.sim_factories import (
-    assert_idle, finish, make_backend, make_engine, make_request, small_preset, words,
+    assert_idle,
+    finish,
+    make_backend,
+    make_engine,
+    make_request,
+    small_preset,
+    words,
 )
 
 CORE = ["block_pool", "cost_model", "kv_cache", "scheduler", "sequence", "sim_backend",

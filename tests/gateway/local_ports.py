@@ -7,9 +7,8 @@ interleavings in seconds, without sockets.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import TracerProvider

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import tempfile
-from contextlib import AsyncExitStack, asynccontextmanager
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import pytest
 
-from services.common.pb import common_pb2, gateway_pb2
+from services.common.pb import gateway_pb2
 from services.engine_agent.client import EngineAgentClient
 from services.gateway.client import GatewayClient
 from tests.factories import MODEL, call_request, engine_agent, gateway, generate_request, sampling

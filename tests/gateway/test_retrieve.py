@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from services.gateway.tools.base import BUILTIN_TOOLS
 from services.gateway.tools import Corpus, Document, RecordVersion, RetrieveTool
+from services.gateway.tools.base import BUILTIN_TOOLS
 from services.gateway.tools.loaders import (
     HOTPOTQA_FILE,
     MAGENTO_DIR,
