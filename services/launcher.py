@@ -29,6 +29,8 @@ class Child:
     address: str
     metrics_port: int | None
     log_path: Path
+    #: ``host:port`` of the OpenAI-compatible HTTP front (the gateway only; empty otherwise).
+    http_address: str = ""
 
 
 @dataclass(slots=True)
@@ -72,7 +74,8 @@ class Mesh:
             await process.wait()
             tail = log_path.read_text()[-2000:]
             raise RuntimeError(f"{name} did not start; its log {log_path} ends:\n{tail}") from None
-        child = Child(name, process, info["address"], info.get("metrics_port"), log_path)
+        child = Child(name, process, info["address"], info.get("metrics_port"), log_path,
+                      info.get("http_address", ""))
         self.children.append(child)
         return child
 
@@ -94,7 +97,7 @@ class Mesh:
             if name in spec.others:
                 targets += [f"--{name}", self.address(name)]
         await self.spawn("gateway", "services.gateway", [
-            *targets, *common, "--set", "auth=false",
+            *targets, *common, "--set", "auth=false", "--set", "http_port=0",
             *sum((["--set", s] for s in spec.gateway_settings), [])])
         await asyncio.gather(*(wait_serving(c.address) for c in self.children))
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -20,6 +21,7 @@ from services.gateway.branches import BranchManager, BranchSettings
 from services.gateway.config import GatewaySettings
 from services.gateway.core import GatewayCore, Limits
 from services.gateway.engine_client import EnginePool
+from services.gateway.http_front import HttpFront
 from services.gateway.library_client import RemoteLibrary
 from services.gateway.predictors import default_predictor
 from services.gateway.servicer import GatewayMetrics, GatewayServicer
@@ -54,19 +56,62 @@ def open_corpus(settings: GatewaySettings) -> Corpus | None:
     return corpus
 
 
+class GatewayRuntime(ServiceRuntime):
+    """The gateway's runtime: the gRPC server, plus the OpenAI-compatible HTTP front when
+    ``http_port >= 0`` (started with the gRPC server, announced on the same line)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.http: HttpFront | None = None
+
+    @property
+    def http_port(self) -> int | None:
+        """The bound HTTP port (after start), or None when the HTTP front is off."""
+        return self.http.port if self.http is not None else None
+
+    @property
+    def http_address(self) -> str:
+        """``host:port`` of the HTTP front (after start); empty when it is off."""
+        port = self.http_port
+        return f"{self.settings.host}:{port}" if port is not None else ""
+
+    async def start(self) -> int:
+        """Start the gRPC server, then the HTTP front; returns the gRPC port."""
+        port = await super().start()
+        if self.http is not None:
+            await self.http.start(self.settings.host, self.settings.http_port)
+        return port
+
+    async def shutdown(self) -> None:
+        """As ``ServiceRuntime.shutdown``; ``/healthz`` reports draining from the start."""
+        if self.http is not None:
+            self.http.draining = True
+        await super().shutdown()
+
+    def announce(self, extra: dict[str, Any] | None = None) -> None:
+        """The listening line, with ``http_port`` and ``http_address`` when HTTP is on."""
+        http = ({"http_port": self.http_port, "http_address": self.http_address}
+                if self.http_port is not None else {})
+        super().announce({**http, **(extra or {})})
+
+
 async def build_runtime(settings: GatewaySettings, *,
-                        span_exporter: SpanExporter | None = None) -> ServiceRuntime:
+                        span_exporter: SpanExporter | None = None) -> GatewayRuntime:
     """A runtime serving the Gateway service, connected to engines, csl and admission."""
-    runtime = ServiceRuntime("gateway", settings, span_exporter=span_exporter)
+    runtime = GatewayRuntime("gateway", settings, span_exporter=span_exporter)
     engines = EnginePool(settings.engines)
     runtime.on_close(engines.close)
     await engines.start(settings.engine_connect_timeout_s)
     core = await build_core(settings, runtime, engines)
-    servicer = GatewayServicer(core, Authenticator(settings.api_keys, settings.auth),
-                               GatewayMetrics(runtime.registry), runtime.tracer,
-                               settings.call_deadline_s)
+    auth, metrics = Authenticator(settings.api_keys, settings.auth), GatewayMetrics(runtime.registry)
+    servicer = GatewayServicer(core, auth, metrics, runtime.tracer, settings.call_deadline_s)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
     runtime.core = core  # type: ignore[attr-defined]  # for in-process tests and benchmarks
+    if settings.http_port >= 0:
+        runtime.http = HttpFront(core, auth, deadline_s=settings.call_deadline_s,
+                                 tracer=runtime.tracer, observe=metrics.observe,
+                                 grace_s=settings.grace_s)
+        runtime.on_close(runtime.http.close)  # registered last: runs first, before core.close
     return runtime
 
 
@@ -135,4 +180,4 @@ def main(argv: list[str] | None = None) -> int:
     return run_service(lambda: build_runtime(settings))
 
 
-__all__ = ["SERVICE_NAME", "build_core", "build_runtime", "main"]
+__all__ = ["SERVICE_NAME", "GatewayRuntime", "build_core", "build_runtime", "main"]

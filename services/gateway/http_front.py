@@ -1,0 +1,416 @@
+"""The gateway's OpenAI-compatible HTTP front (DESIGN.md §3 gateway): an edge, like the servicer.
+
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or server-sent events
+with ``stream: true``), ``GET /v1/models`` and ``GET /v1/models/{id}``, and ``GET /healthz``.
+A starlette app served by uvicorn inside the gateway's own event loop: :meth:`HttpFront.start`
+binds the port, :meth:`HttpFront.close` stops it (idempotent).
+
+Every request becomes one core ``Demand``. The tenant comes only from the bearer key (a
+tenant-like header a caller sets is never read); workflow tags come from ``x-dynbranch-*``
+headers (``x-dynbranch-stage: template/stage`` names a template stage); the prompt is the
+completion prompt or the rendered chat messages (``openai_schema``). Answers carry
+``x-dynbranch-source`` (engine, library, promoted_fill) and ``x-dynbranch-reuse-name``. Errors
+use OpenAI's error object and status codes. A client that goes away cancels its call, and the
+cancellation aborts the engine work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, TypeVar
+
+import uvicorn
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Tracer
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from services.common.errors import DynbranchError, InvalidArgument, Unavailable
+from services.common.tracing import has_span, incoming_context, workflow_context
+from services.gateway.auth import Authenticator
+from services.gateway.core import GatewayCore
+from services.gateway.demand import Answer, Demand, Source
+from services.gateway.openai_schema import (INTERNAL_ERROR, ApiRequest, BodyTooLarge, Endpoint,
+                                            ModelNotFound, chunk_body, error_body, error_status,
+                                            finish_reason, parse_request, response_body,
+                                            usage_chunk)
+from services.gateway.templates import Stage, StageKind
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HEADER_SOURCE = "x-dynbranch-source"
+HEADER_REUSE_NAME = "x-dynbranch-reuse-name"
+HEADER_STAGE = "x-dynbranch-stage"
+#: Workflow-tag headers and the ``Demand`` fields they fill.
+TAG_HEADERS = {"x-dynbranch-workflow-type": "workflow_type",
+               "x-dynbranch-workflow-id": "workflow_id", "x-dynbranch-agent-id": "agent_id"}
+MAX_TAG_CHARS = 256
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+def error_response(exc: DynbranchError, chat: bool = False) -> JSONResponse:
+    """OpenAI's error JSON with the status for ``exc``; internal errors stay generic."""
+    status, body = error_status(exc, chat)
+    if status == 500:
+        log.error("http: internal error: %s", exc, exc_info=exc)
+    return JSONResponse(body, status_code=status)
+
+
+def _sse(body: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _trace_parent(headers: Mapping[str, str], tenant: str, workflow_id: str
+                  ) -> otel_context.Context:
+    """The caller's ``traceparent`` if sent, else the workflow's own trace (as over gRPC)."""
+    ctx = incoming_context(list(headers.items()))
+    if has_span(ctx) or not workflow_id:
+        return ctx
+    return workflow_context(f"{tenant}/{workflow_id}")
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has gone (the request body must already be consumed)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(waitable: asyncio.Future[T], request: Request) -> T:
+    """``waitable``'s result; cancels it and raises ``ClientGone`` if the client leaves first."""
+    watcher = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({waitable, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if waitable.done():
+            return _outcome(waitable)
+        raise ClientGone
+    finally:
+        watcher.cancel()
+        waitable.cancel()  # a no-op once done; stops the call when we leave early
+
+
+def _outcome(call: asyncio.Future[T]) -> T:
+    """A finished call's result; a call the front cancelled at shutdown is ``Unavailable``."""
+    if call.cancelled():
+        raise Unavailable("the gateway is shutting down; retry on another replica")
+    return call.result()
+
+
+class _CallStream(StreamingResponse):
+    """An SSE response that cancels its call however the stream ends (also on disconnect)."""
+
+    def __init__(self, content: AsyncIterator[bytes], call: asyncio.Task[Answer],
+                 headers: Mapping[str, str]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self.call = call
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.call.cancel()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the gateway's runtime owns SIGTERM and SIGINT."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class HttpFront:
+    """OpenAI-compatible routes over one ``GatewayCore``; ``start`` binds, ``close`` stops."""
+
+    def __init__(self, core: GatewayCore, auth: Authenticator, *, deadline_s: float,
+                 tracer: Tracer, observe: Callable[[Answer], None] | None = None,
+                 grace_s: float = 5.0, max_body_bytes: int | None = None) -> None:
+        self.core = core
+        self.auth = auth
+        self.deadline_s = deadline_s
+        self.tracer = tracer
+        self.observe = observe
+        self.grace_s = grace_s
+        # Room for the prompt's JSON escaping and the other fields of the body.
+        self.max_body_bytes = max_body_bytes or 2 * core.limits.max_prompt_bytes + 65_536
+        self.created = int(time.time())
+        self.draining = False
+        self.port: int | None = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Task[Answer]] = set()
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/models", self.list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.get_model, methods=["GET"]),
+            Route("/healthz", self.healthz, methods=["GET"]),
+        ], exception_handlers={HTTPException: self._http_error})
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind ``host:port`` (0 picks a free port) and serve; returns the bound port."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family)  # OSError names the address
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, host=host, port=self.port, loop="none",
+                                lifespan="off", log_level="warning", log_config=None,
+                                access_log=False, ws="none",
+                                timeout_graceful_shutdown=self.grace_s + 1.0)  # backstop
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="http-front")
+        while not self._server.started and not self._task.done():
+            await asyncio.sleep(0.005)
+        if self._task.done():
+            self._task.result()  # raises what stopped it
+            raise OSError(f"http front on {host}:{self.port} stopped at start")
+        log.info("http front serving on %s:%d", host, self.port, extra={"http_port": self.port})
+        return self.port
+
+    async def close(self) -> None:
+        """Stop accepting, let running requests finish within the grace period; idempotent."""
+        self.draining = True
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), self.grace_s)
+        except TimeoutError:
+            # Calls still running end as 503 (whole) or an inline error event (streams), so
+            # every connection closes cleanly before uvicorn's own backstop cancels tasks.
+            for call in list(self._calls):
+                call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    # -- routes ---------------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        """Liveness and readiness: 503 once the gateway is shutting down."""
+        if self.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def list_models(self, request: Request) -> Response:
+        """Models served by at least one engine."""
+        try:
+            self.auth.tenant(request.headers.get("authorization"))
+        except DynbranchError as exc:
+            return error_response(exc)
+        data = [self._model(m) for m in sorted(self.core.engines.models())]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def get_model(self, request: Request) -> Response:
+        """One served model, or 404 ``model_not_found``."""
+        try:
+            self.auth.tenant(request.headers.get("authorization"))
+            model = request.path_params["model"]
+            self._check_model(model)
+        except DynbranchError as exc:
+            return error_response(exc)
+        return JSONResponse(self._model(model))
+
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``."""
+        return await self._generate(request, Endpoint.CHAT)
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``."""
+        return await self._generate(request, Endpoint.COMPLETION)
+
+    def _model(self, model: str) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": self.created, "owned_by": "dynbranch"}
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        body = error_body(f"{request.method} {request.url.path}: {exc.detail}",
+                          "invalid_request_error", None, None)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    # -- generation -----------------------------------------------------------------------------
+
+    async def _generate(self, request: Request, endpoint: Endpoint) -> Response:
+        try:
+            tenant = self.auth.tenant(request.headers.get("authorization"))
+            req = parse_request(await self._read_json(request), endpoint)
+            demand = self._demand(tenant, req, request.headers)
+            if req.stream:
+                return await self._stream(request, req, demand)
+            answer = await _unless_disconnected(self._call(demand, request), request)
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
+        except DynbranchError as exc:
+            return error_response(exc, endpoint is Endpoint.CHAT)
+        except Exception:  # the detail goes to the log, never to the client
+            log.exception("http: unexpected error on %s", request.url.path)
+            return JSONResponse(INTERNAL_ERROR, status_code=500)
+        rid = endpoint.id_prefix + demand.request_id
+        return JSONResponse(response_body(req, rid, int(time.time()), answer),
+                            headers=self._headers(answer.source, answer.reuse_name, rid))
+
+    async def _read_json(self, request: Request) -> Any:
+        """The body as JSON, read in chunks and refused once over ``max_body_bytes``."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise BodyTooLarge("body", f"larger than {self.max_body_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise BodyTooLarge("body", f"larger than {self.max_body_bytes} bytes")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks))
+        except ValueError:  # also UnicodeDecodeError
+            raise InvalidArgument("body", "not valid JSON") from None
+
+    def _demand(self, tenant: str, req: ApiRequest, headers: Mapping[str, str]) -> Demand:
+        """The core demand of one request; a tool stage takes no model or sampling."""
+        tags = {field: self._tag(headers, name) for name, field in TAG_HEADERS.items()}
+        template_id, stage_id, stage = self._stage(self._tag(headers, HEADER_STAGE))
+        is_tool = stage is not None and stage.kind is StageKind.TOOL
+        if not is_tool:
+            self._check_model(req.model)
+        sampling = None if is_tool else req.sampling(self.core.max_tokens_limit(req.model))
+        if template_id and not tags["workflow_type"]:
+            tags["workflow_type"] = template_id
+        return Demand(tenant=tenant, request_id=uuid.uuid4().hex, model=req.model,
+                      prompt=req.prompt, sampling=sampling, template_id=template_id,
+                      stage_id=stage_id, stage_version=stage.version if stage else 0, **tags)
+
+    @staticmethod
+    def _tag(headers: Mapping[str, str], name: str) -> str:
+        value = headers.get(name, "").strip()
+        if len(value) > MAX_TAG_CHARS:
+            raise InvalidArgument(name, f"at most {MAX_TAG_CHARS} characters")
+        return value
+
+    def _stage(self, value: str) -> tuple[str, str, Stage | None]:
+        """``template/stage`` → its ids and registered stage; NotFound names what is missing."""
+        if not value:
+            return "", "", None
+        template_id, _, stage_id = value.partition("/")
+        if not template_id or not stage_id:
+            raise InvalidArgument(HEADER_STAGE, f"expected 'template_id/stage_id', got {value!r}")
+        return template_id, stage_id, self.core.registry.get(template_id).stage(stage_id)
+
+    def _check_model(self, model: str) -> None:
+        if not model:
+            raise InvalidArgument("model", "required")
+        served = self.core.engines.models()
+        if model not in served:
+            known = ", ".join(sorted(served)) or "none"
+            raise ModelNotFound(f"The model {model!r} does not exist (served: {known})")
+
+    def _call(self, demand: Demand, request: Request,
+              on_delta: Callable[[str], None] | None = None) -> asyncio.Task[Answer]:
+        parent = _trace_parent(request.headers, demand.tenant, demand.workflow_id)
+        call = asyncio.create_task(self._traced(demand, parent, on_delta),
+                                   name=f"http-call:{demand.request_id}")
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+        return call
+
+    async def _traced(self, demand: Demand, parent: otel_context.Context,
+                      on_delta: Callable[[str], None] | None) -> Answer:
+        with self.tracer.start_as_current_span("gateway.call", context=parent, attributes={
+                "dynbranch.request_id": demand.request_id, "dynbranch.edge": "http",
+                "dynbranch.workflow_id": demand.workflow_id,
+                "dynbranch.stage_id": demand.stage_id}) as span:
+            answer = await self.core.call(demand, self.deadline_s, on_delta)
+            span.set_attribute("dynbranch.source", answer.source.name.lower())
+            span.set_attribute("dynbranch.engine_id", answer.engine_id)
+        if self.observe is not None:
+            self.observe(answer)
+        return answer
+
+    @staticmethod
+    def _headers(source: Source, reuse_name: str, rid: str) -> dict[str, str]:
+        headers = {HEADER_SOURCE: source.name.lower(), "x-request-id": rid}
+        if reuse_name:
+            headers[HEADER_REUSE_NAME] = reuse_name
+        return headers
+
+    # -- streaming ------------------------------------------------------------------------------
+
+    async def _stream(self, request: Request, req: ApiRequest, demand: Demand) -> Response:
+        """Wait for the first delta (or the whole answer), then stream; errors before it are
+        ordinary error responses with their status."""
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        call = self._call(demand, request, queue.put_nowait)
+        call.add_done_callback(lambda _t: queue.put_nowait(None))  # after every delta
+        try:
+            first = await _unless_disconnected(asyncio.ensure_future(queue.get()), request)
+            if first is None:
+                answer = _outcome(call)  # raises the call's error
+                source, name = answer.source, answer.reuse_name
+            else:
+                source, name = Source.ENGINE, self._reuse_name(demand)
+        except BaseException:
+            call.cancel()
+            raise
+        rid = req.endpoint.id_prefix + demand.request_id
+        events = self._events(req, rid, int(time.time()), first, queue, call)
+        return _CallStream(events, call, self._headers(source, name, rid))
+
+    def _reuse_name(self, demand: Demand) -> str:
+        """The name an engine-streamed answer will carry (the core derives the same one)."""
+        stages = self.core.stages
+        return str(stages.demand_name(demand, stages.stage_of(demand)) or "")
+
+    async def _events(self, req: ApiRequest, rid: str, created: int, first: str | None,
+                      queue: asyncio.Queue[str | None], call: asyncio.Task[Answer]
+                      ) -> AsyncIterator[bytes]:
+        """SSE events: role (chat), text deltas, any unsent rest, the finish, usage, [DONE]."""
+        sent: list[str] = []
+        try:
+            if req.chat:
+                yield _sse(chunk_body(req, rid, created, role=True))
+            item = first
+            while item is not None:
+                if item:
+                    sent.append(item)
+                    yield _sse(chunk_body(req, rid, created, text=item))
+                item = await queue.get()
+            answer = _outcome(call)
+            rest = self._rest(answer.text, "".join(sent), rid)
+            if rest:  # a library hit or promoted fill arrives whole, as one chunk
+                yield _sse(chunk_body(req, rid, created, text=rest))
+            yield _sse(chunk_body(req, rid, created, finish=finish_reason(answer)))
+            if req.include_usage:
+                yield _sse(usage_chunk(req, rid, created, answer.usage))
+            yield b"data: [DONE]\n\n"
+        except DynbranchError as exc:  # after the first byte the status is sent: report inline
+            status, body = error_status(exc, req.chat)
+            if status == 500:
+                log.error("http: stream %s: internal error: %s", rid, exc, exc_info=exc)
+            yield _sse(body)
+        except Exception:  # the detail goes to the log, never to the client
+            log.exception("http: stream %s failed", rid)
+            yield _sse(INTERNAL_ERROR)
+
+    @staticmethod
+    def _rest(text: str, sent: str, rid: str) -> str:
+        """What of the final text the deltas did not carry."""
+        if text.startswith(sent):
+            return text[len(sent):]
+        log.warning("http: stream %s: streamed text is not a prefix of the answer", rid)
+        return ""
+
+
+__all__ = ["HEADER_REUSE_NAME", "HEADER_SOURCE", "HEADER_STAGE", "TAG_HEADERS", "HttpFront",
+           "error_response"]

@@ -1,0 +1,369 @@
+"""OpenAI request and response shapes for the gateway's HTTP front (plain dicts, no transport).
+
+Requests are parsed the way OpenAI parses them: unknown fields are ignored, ``null`` means
+"not given", and a known field of the wrong type is refused naming the field. Fields this gateway
+cannot honour (log-probabilities, penalties, tools, ``n > 1`` ...) are refused rather than
+silently ignored, because ignoring them would change what the caller gets.
+
+Chat messages become one prompt through :func:`render_chat`, a fixed ChatML rendering, so the
+same conversation always renders the same bytes and reuses the same library entry.
+
+Defaults: ``max_tokens`` is 16 for completions (OpenAI's default) and
+:data:`CHAT_DEFAULT_MAX_TOKENS` for chat (OpenAI's "up to the context" would make every default
+chat request as long as the model allows); both are clamped to the model's limit. ``temperature``
+defaults to 1.0 as in OpenAI, so a request that sets neither ``temperature: 0`` nor ``seed`` is
+sampled and never served from, nor stored in, the library.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.errors import (AlreadyExists, DeadlineExceeded, DynbranchError,
+                                    FailedPrecondition, InvalidArgument, NotFound,
+                                    PayloadTooLarge, ResourceExhausted, Unauthenticated,
+                                    Unavailable, Unimplemented)
+from services.engine_agent.backend import FinishReason, Sampling, Usage
+from services.gateway.demand import Answer
+
+#: ``max_tokens`` when a completion request sets none (OpenAI's default).
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+#: ``max_tokens`` when a chat request sets none (clamped to the model's limit).
+CHAT_DEFAULT_MAX_TOKENS = 256
+#: OpenAI accepts at most four stop sequences.
+MAX_STOP = 4
+MAX_STOP_CHARS = 256
+MAX_SEED = (1 << 64) - 1
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length",
+                  FinishReason.ABORT: "abort", FinishReason.ERROR: "error"}
+
+
+class Endpoint(enum.Enum):
+    """The two generation endpoints."""
+
+    CHAT = "chat.completion"
+    COMPLETION = "text_completion"
+
+    @property
+    def id_prefix(self) -> str:
+        """Prefix of response ids (``chatcmpl-`` / ``cmpl-``)."""
+        return "chatcmpl-" if self is Endpoint.CHAT else "cmpl-"
+
+
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "a string": lambda v: isinstance(v, str),
+    "an integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "a number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "a boolean": lambda v: isinstance(v, bool),
+    "an object": lambda v: isinstance(v, dict),
+}
+
+#: Known fields whose non-default values this gateway cannot honour.
+_UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
+    "logprobs": lambda v: v not in (None, False, 0),
+    "top_logprobs": lambda v: v not in (None, 0),
+    "echo": lambda v: v not in (None, False),
+    "best_of": lambda v: v not in (None, 1),
+    "suffix": lambda v: v not in (None, ""),
+    "presence_penalty": lambda v: v not in (None, 0),
+    "frequency_penalty": lambda v: v not in (None, 0),
+    "logit_bias": bool,
+    "tools": bool,
+    "functions": bool,
+    "response_format": lambda v: isinstance(v, dict) and v.get("type") not in (None, "text"),
+}
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+             dict: "object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _field(body: Mapping[str, Any], name: str, kind: str, default: Any = None) -> Any:
+    """``body[name]`` checked against ``kind`` (one of ``_KINDS``); null or absent → default."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not _KINDS[kind](value):
+        raise InvalidArgument(name, f"must be {kind}, got {_json_type(value)}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRequest:
+    """One parsed generation request, before the gateway's limits are applied."""
+
+    endpoint: Endpoint
+    model: str
+    prompt: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    stop: tuple[str, ...]
+    ignore_eos: bool
+    #: The field ``max_tokens`` came from (``max_completion_tokens`` for newer chat clients).
+    max_tokens_field: str = "max_tokens"
+
+    @property
+    def chat(self) -> bool:
+        """Whether this is a chat request."""
+        return self.endpoint is Endpoint.CHAT
+
+    def sampling(self, max_tokens_limit: int) -> Sampling:
+        """Sampling parameters, ``max_tokens`` checked against the model's limit."""
+        default = (CHAT_DEFAULT_MAX_TOKENS if self.chat else COMPLETION_DEFAULT_MAX_TOKENS)
+        max_tokens = self.max_tokens
+        if max_tokens is None:
+            max_tokens = min(default, max_tokens_limit)
+        elif max_tokens < 1:
+            raise InvalidArgument(self.max_tokens_field, f"must be >= 1, got {max_tokens}")
+        elif max_tokens > max_tokens_limit:
+            raise InvalidArgument(self.max_tokens_field,
+                                  f"must be <= {max_tokens_limit}, got {max_tokens}")
+        return Sampling(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
+                        top_k=self.top_k, seed=self.seed, stop=self.stop,
+                        ignore_eos=self.ignore_eos)
+
+
+def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
+    """Validate a decoded JSON body; errors name the offending field."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("body", f"must be a JSON object, got {_json_type(body)}")
+    for name, unsupported in _UNSUPPORTED.items():
+        if unsupported(body.get(name)):
+            raise InvalidArgument(name, "is not supported by this gateway")
+    if _field(body, "n", "an integer", 1) != 1:
+        raise InvalidArgument("n", "only n=1 is supported")
+    _field(body, "user", "a string")  # accepted and ignored, as OpenAI ignores it for output
+    stream = _field(body, "stream", "a boolean", False)
+    options = _field(body, "stream_options", "an object", {})
+    max_tokens, max_tokens_field = _max_tokens(body, endpoint)
+    prompt = (render_chat(body.get("messages")) if endpoint is Endpoint.CHAT
+              else _prompt(body.get("prompt")))
+    return ApiRequest(
+        endpoint=endpoint, model=_field(body, "model", "a string", ""), prompt=prompt,
+        stream=stream, include_usage=_field(options, "include_usage", "a boolean", False),
+        max_tokens=max_tokens, max_tokens_field=max_tokens_field,
+        temperature=_ranged(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_ranged(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        top_k=_top_k(body), seed=_seed(body), stop=_stop(body.get("stop")),
+        ignore_eos=_field(body, "ignore_eos", "a boolean", False))
+
+
+def _max_tokens(body: Mapping[str, Any], endpoint: Endpoint) -> tuple[int | None, str]:
+    value = _field(body, "max_tokens", "an integer")
+    if endpoint is Endpoint.CHAT:
+        newer = _field(body, "max_completion_tokens", "an integer")
+        if newer is not None:
+            return newer, "max_completion_tokens"
+    return value, "max_tokens"
+
+
+def _ranged(body: Mapping[str, Any], name: str, default: float, low: float, high: float,
+            low_open: bool = False) -> float:
+    value = float(_field(body, name, "a number", default))
+    if not (low < value if low_open else low <= value) or not value <= high:
+        bracket = "(" if low_open else "["
+        raise InvalidArgument(name, f"must be in {bracket}{low:g}, {high:g}], got {value:g}")
+    return value
+
+
+def _top_k(body: Mapping[str, Any]) -> int:
+    value = _field(body, "top_k", "an integer", 0)  # vLLM's extension; -1 also means "off"
+    if value < -1:
+        raise InvalidArgument("top_k", f"must be >= -1, got {value}")
+    return max(value, 0)
+
+
+def _seed(body: Mapping[str, Any]) -> int | None:
+    value = _field(body, "seed", "an integer")
+    if value is not None and not 0 <= value <= MAX_SEED:
+        raise InvalidArgument("seed", f"must be in [0, 2^64), got {value}")
+    return value
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise InvalidArgument("stop", "must be a string or an array of strings")
+    if len(stops) > MAX_STOP or any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+        raise InvalidArgument("stop", f"at most {MAX_STOP} non-empty strings of at most "
+                                      f"{MAX_STOP_CHARS} characters")
+    return tuple(stops)
+
+
+def _prompt(value: Any) -> str:
+    if value is None:
+        raise InvalidArgument("prompt", "required")
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise InvalidArgument("prompt", f"exactly one prompt is supported, got {len(value)}")
+        value = value[0]
+    if not isinstance(value, str):
+        raise InvalidArgument("prompt", "must be a string (token-id prompts are not supported)")
+    return value
+
+
+def render_chat(messages: Any) -> str:
+    """The prompt of a conversation: ChatML turns, then an open assistant turn."""
+    if not isinstance(messages, list) or not messages:
+        raise InvalidArgument("messages", "must be a non-empty array of messages")
+    turns = [_render_message(i, m) for i, m in enumerate(messages)]
+    return "".join(turns) + "<|im_start|>assistant\n"
+
+
+def _render_message(index: int, message: Any) -> str:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise InvalidArgument(where, f"must be an object, got {_json_type(message)}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidArgument(f"{where}.role", f"must be one of {', '.join(sorted(ROLES))}")
+    return f"<|im_start|>{role}\n{_content(where, message.get('content'))}<|im_end|>\n"
+
+
+def _content(where: str, content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise InvalidArgument(f"{where}.content", "must be a string or an array of text parts")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise InvalidArgument(f"{where}.content[{j}]", "only text parts are supported")
+        if not isinstance(part.get("text"), str):
+            raise InvalidArgument(f"{where}.content[{j}].text", "must be a string")
+        texts.append(part["text"])
+    return "\n".join(texts)  # vLLM joins text parts the same way
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+def usage_body(u: Usage) -> dict[str, Any]:
+    """OpenAI's usage object."""
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.prompt_tokens + u.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens}}
+
+
+def finish_reason(answer: Answer) -> str:
+    """OpenAI's name for why the answer ended."""
+    return FINISH_REASONS.get(answer.finish_reason, "stop")
+
+
+def response_body(req: ApiRequest, rid: str, created: int, answer: Answer) -> dict[str, Any]:
+    """A complete (non-streamed) response."""
+    if req.chat:
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
+                                                          "content": answer.text}}
+    else:
+        choice = {"index": 0, "text": answer.text}
+    choice |= {"logprobs": None, "finish_reason": finish_reason(answer)}
+    return {"id": rid, "object": req.endpoint.value, "created": created, "model": req.model,
+            "choices": [choice], "usage": usage_body(answer.usage)}
+
+
+def chunk_body(req: ApiRequest, rid: str, created: int, *, text: str = "", role: bool = False,
+               finish: str | None = None) -> dict[str, Any]:
+    """One streamed chunk: the assistant role (chat, first), a text piece, or the finish."""
+    if req.chat:
+        delta: dict[str, Any] = {}
+        if role:
+            delta = {"role": "assistant", "content": ""}
+        elif text:
+            delta = {"content": text}
+        choice: dict[str, Any] = {"index": 0, "delta": delta}
+        kind = "chat.completion.chunk"
+    else:
+        choice, kind = {"index": 0, "text": text}, "text_completion"
+    choice |= {"logprobs": None, "finish_reason": finish}
+    body = {"id": rid, "object": kind, "created": created, "model": req.model,
+            "choices": [choice]}
+    if req.include_usage:
+        body["usage"] = None
+    return body
+
+
+def usage_chunk(req: ApiRequest, rid: str, created: int, usage: Usage) -> dict[str, Any]:
+    """The last chunk when ``stream_options.include_usage`` is set: no choices, the usage."""
+    body = chunk_body(req, rid, created)
+    body["choices"] = []
+    body["usage"] = usage_body(usage)
+    return body
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class BodyTooLarge(InvalidArgument):
+    """The request body is larger than the front accepts (HTTP 413)."""
+
+
+class ModelNotFound(NotFound):
+    """The request names a model no engine serves (HTTP 404 ``model_not_found``)."""
+
+
+#: Error class → (HTTP status, OpenAI error type, code); most specific class first.
+_ERRORS: tuple[tuple[type[DynbranchError], int, str, str | None], ...] = (
+    (BodyTooLarge, 413, "invalid_request_error", "request_too_large"),
+    (ModelNotFound, 404, "invalid_request_error", "model_not_found"),
+    (PayloadTooLarge, 400, "invalid_request_error", "context_length_exceeded"),
+    (InvalidArgument, 400, "invalid_request_error", None),
+    (Unauthenticated, 401, "authentication_error", "invalid_api_key"),
+    (NotFound, 404, "invalid_request_error", "not_found"),
+    (AlreadyExists, 409, "invalid_request_error", "conflict"),
+    (FailedPrecondition, 400, "invalid_request_error", "failed_precondition"),
+    (ResourceExhausted, 429, "rate_limit_error", "overloaded"),
+    (Unavailable, 503, "server_error", "unavailable"),
+    (DeadlineExceeded, 504, "server_error", "deadline_exceeded"),
+    (Unimplemented, 501, "server_error", "unimplemented"),
+)
+
+
+def error_body(message: str, type_: str, param: str | None, code: str | None
+               ) -> dict[str, Any]:
+    """OpenAI's error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+INTERNAL_ERROR = error_body("internal error", "server_error", None, "internal_error")
+
+
+def _param(field: str, chat: bool) -> str:
+    """The request field an error is about, named as the OpenAI request names it."""
+    name = field.removeprefix("demand.").removeprefix("sampling.")
+    return "messages" if chat and name == "prompt" else name
+
+
+def error_status(exc: DynbranchError, chat: bool = False) -> tuple[int, dict[str, Any]]:
+    """HTTP status and OpenAI error object for ``exc`` (500 and a generic message unless the
+    error is one a client may see); ``param`` names the request field."""
+    found = next((row for row in _ERRORS if isinstance(exc, row[0])), None)
+    if found is None or not exc.client_visible:
+        return 500, INTERNAL_ERROR
+    _, status, type_, code = found
+    param, message = None, str(exc)
+    if isinstance(exc, InvalidArgument):
+        param = _param(exc.field, chat)
+        message = f"{param}: {message.removeprefix(f'{exc.field}: ')}"
+    elif isinstance(exc, ModelNotFound):
+        param = "model"
+    return status, error_body(message, type_, param, code)
+
+
+__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "COMPLETION_DEFAULT_MAX_TOKENS", "INTERNAL_ERROR",
+           "ApiRequest", "BodyTooLarge", "Endpoint", "ModelNotFound", "chunk_body", "error_body",
+           "error_status", "finish_reason", "parse_request", "render_chat", "response_body",
+           "usage_body", "usage_chunk"]
