@@ -59,9 +59,11 @@ def _map_rpc_error(err: grpc.aio.AioRpcError, engine_id: str) -> Exception:
     code = err.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(f"engine {engine_id} did not finish before the deadline")
+    field, _, message = (err.details() or "").partition(": ")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not message:
+        return ResourceExhausted(f"engine {engine_id} is overloaded: {field}")
     if code in _FIELD_ERRORS:
         # The engine validated a field the gateway passed through; keep its message.
-        field, _, message = (err.details() or "").partition(": ")
         return _FIELD_ERRORS[code](f"demand.{field}" if message else "demand", message or field)
     if code == grpc.StatusCode.ALREADY_EXISTS:
         return AlreadyExists(err.details() or "duplicate request id")

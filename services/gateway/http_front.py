@@ -288,9 +288,12 @@ class HttpFront:
         sampling = None if is_tool else req.sampling(self.core.max_tokens_limit(req.model))
         if template_id and not tags["workflow_type"]:
             tags["workflow_type"] = template_id
+        ctx = req.context
         return Demand(tenant=tenant, request_id=uuid.uuid4().hex, model=req.model,
                       prompt=req.prompt, sampling=sampling, template_id=template_id,
-                      stage_id=stage_id, stage_version=stage.version if stage else 0, **tags)
+                      stage_id=stage_id, stage_version=stage.version if stage else 0,
+                      inputs=ctx.inputs, outputs=ctx.outputs, offered=ctx.offered,
+                      observation=ctx.observation, **tags)
 
     @staticmethod
     def _tag(headers: Mapping[str, str], name: str) -> str:

@@ -95,6 +95,16 @@ def _field(body: Mapping[str, Any], name: str, kind: str, default: Any = None) -
 
 
 @dataclass(frozen=True, slots=True)
+class WorkflowContext:
+    """Template context of a tagged request (the ``dynbranch`` body extension)."""
+
+    inputs: tuple[tuple[str, str], ...] = ()
+    outputs: tuple[tuple[str, str], ...] = ()
+    offered: tuple[str, ...] = ()
+    observation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ApiRequest:
     """One parsed generation request, before the gateway's limits are applied."""
 
@@ -112,6 +122,8 @@ class ApiRequest:
     ignore_eos: bool
     #: The field ``max_tokens`` came from (``max_completion_tokens`` for newer chat clients).
     max_tokens_field: str = "max_tokens"
+    #: Template context from the ``dynbranch`` body extension (``extra_body`` in the SDK).
+    context: WorkflowContext = WorkflowContext()
 
     @property
     def chat(self) -> bool:
@@ -132,6 +144,31 @@ class ApiRequest:
         return Sampling(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
                         top_k=self.top_k, seed=self.seed, stop=self.stop,
                         ignore_eos=self.ignore_eos)
+
+
+def _strings(where: str, value: Any, mapping: bool) -> Any:
+    if mapping:
+        if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise InvalidArgument(where, "must be an object of strings")
+        return tuple(sorted(value.items()))
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidArgument(where, "must be a list of non-empty strings")
+    return tuple(value)
+
+
+def parse_context(body: Mapping[str, Any]) -> WorkflowContext:
+    """The ``dynbranch`` extension object: template inputs, upstream outputs, offered
+    candidates and the latest observation (what the gRPC ``StageDemand`` carries)."""
+    ext = _field(body, "dynbranch", "an object", {})
+    unknown = sorted(set(ext) - {"inputs", "outputs", "offered", "observation"})
+    if unknown:
+        raise InvalidArgument(f"dynbranch.{unknown[0]}", "unknown field")
+    return WorkflowContext(
+        inputs=_strings("dynbranch.inputs", ext.get("inputs", {}), True),
+        outputs=_strings("dynbranch.outputs", ext.get("outputs", {}), True),
+        offered=_strings("dynbranch.offered", ext.get("offered", []), False),
+        observation=_field(ext, "observation", "a string", ""))
 
 
 def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
@@ -156,7 +193,8 @@ def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
         temperature=_ranged(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_ranged(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
         top_k=_top_k(body), seed=_seed(body), stop=_stop(body.get("stop")),
-        ignore_eos=_field(body, "ignore_eos", "a boolean", False))
+        ignore_eos=_field(body, "ignore_eos", "a boolean", False),
+        context=parse_context(body))
 
 
 def _max_tokens(body: Mapping[str, Any], endpoint: Endpoint) -> tuple[int | None, str]:

@@ -338,3 +338,37 @@ async def test_shutdown_drains_then_ends_open_streams_with_an_error_event() -> N
         await _wait_idle(eng.address)
     assert json.loads(rest[-1][6:])["error"]["code"] == "unavailable"
     assert "data: [DONE]" not in rest
+
+
+async def test_dynbranch_extension_lets_http_callers_fill_and_promote(tmp_path: Path) -> None:
+    from services.gateway.render import render_candidate_stage, render_stage
+    from services.gateway.templates import load_builtin
+
+    routing = load_builtin("routing")
+    functions = ["get_weather", "book_flight", "convert_currency"]
+    inputs = {"functions": json.dumps([{"name": f} for f in functions]),
+              "query": "Book me a flight to Rome."}
+    router = render_stage(routing, "router", inputs)
+    handler = render_candidate_stage(routing, "routing/router", "book_flight", "handler",
+                                     inputs=inputs, outputs={})
+    async with csl_service(tmp_path) as csl, \
+            engine_agent(model="qwen3-32b", preset="qwen3-32b-h200", time_scale=0.02) as eng, \
+            front([eng.address], csl=csl.address, fill_wait_s=2.0) as (_, base):
+        tags = {"x-dynbranch-workflow-id": "wf-http"}
+        async with sdk(base, **tags, **{"x-dynbranch-stage": "routing/router"}) as client:
+            await client.completions.create(
+                model="qwen3-32b", prompt=router.text, temperature=0, max_tokens=64,
+                extra_body={"dynbranch": {"inputs": inputs, "offered": functions}})
+        async with sdk(base, **tags, **{"x-dynbranch-stage": "routing/handler"}) as client:
+            raw = await client.completions.with_raw_response.create(
+                model="qwen3-32b", prompt=handler.text, temperature=0, max_tokens=256)
+    assert raw.headers["x-dynbranch-source"] == "promoted_fill"
+
+
+async def test_dynbranch_extension_fields_are_validated() -> None:
+    async with engine_agent() as eng, front([eng.address]) as (_, base):
+        async with httpx.AsyncClient(timeout=10) as client:
+            reply = await client.post(f"{base}/v1/completions", json={
+                "model": MODEL, "prompt": "x", "dynbranch": {"inputs": {"a": 1}}})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == "dynbranch.inputs"
