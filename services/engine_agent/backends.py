@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from services.common.errors import Unimplemented
+from collections.abc import Callable
+
 from services.engine_agent.backend import EngineBackend
 from services.engine_agent.config import EngineAgentSettings
 
@@ -13,15 +14,27 @@ def _sim(settings: EngineAgentSettings) -> EngineBackend:
     return SimBackend.from_settings(settings)
 
 
-def _unbuilt(name: str):  # noqa: ANN202 - small table entry
-    def build(settings: EngineAgentSettings) -> EngineBackend:
-        raise Unimplemented(f"backend {name!r} is not built into this release yet")
-    return build
+def _vllm(settings: EngineAgentSettings) -> EngineBackend:
+    from services.engine_agent.vllm_backend import VllmBackend  # needs the vllm extra
+
+    return VllmBackend.from_settings(settings)
 
 
-#: backend name → builder; entries are replaced as real backends land.
-BUILDERS = {"sim": _sim, "vllm": _unbuilt("vllm"), "openai": _unbuilt("openai"),
-            "sglang": _unbuilt("sglang")}
+def _openai(settings: EngineAgentSettings) -> EngineBackend:
+    from services.engine_agent.openai_backend import OpenAIBackend
+
+    return OpenAIBackend.from_settings(settings)
+
+
+def _sglang(settings: EngineAgentSettings) -> EngineBackend:
+    from services.engine_agent.sglang_backend import SglangBackend
+
+    return SglangBackend.from_settings(settings)
+
+
+#: backend name → builder.
+BUILDERS: dict[str, Callable[[EngineAgentSettings], EngineBackend]] = {
+    "sim": _sim, "vllm": _vllm, "openai": _openai, "sglang": _sglang}
 
 
 def make_backend(settings: EngineAgentSettings) -> EngineBackend:

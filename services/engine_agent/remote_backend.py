@@ -1,0 +1,387 @@
+"""What the remote HTTP backends (``openai``, ``sglang``) share.
+
+The HTTP client, the ``/metrics`` poller (load views from the engine's own metrics, by name),
+the KV-event subscriber and residency map (``kv_events``), request bookkeeping, and abort by
+closing the request's stream. Remotely there are no prefix leases (the engine's block pool is in
+another process): ``leases_supported=False``, ``lease_prefix`` raises ``Unimplemented`` and the
+delivery path falls back to Cache-first. ``Allocated`` is a proxy: it is sent with the first
+streamed token (late by the prefill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from services.common.errors import (
+    AlreadyExists,
+    DynbranchError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+    Unimplemented,
+)
+from services.engine_agent.backend import (
+    Allocated,
+    BackendInfo,
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    LoadReport,
+    PrefixLookup,
+    Priority,
+    Timings,
+    Usage,
+)
+from services.engine_agent.engine_metrics import FLAVORS, EngineSnapshot, parse_metrics
+from services.engine_agent.kv_events import KVEventSubscriber
+from services.engine_agent.vllm_settings import validate_sampling
+
+logger = logging.getLogger(__name__)
+
+FINISH_REASONS = {"length": FinishReason.LENGTH, "stop": FinishReason.STOP,
+                  "abort": FinishReason.ABORT}
+LEASES_UNAVAILABLE = ("prefix leases are not available on a remote engine; "
+                      "delivery falls back to Cache-first")
+_TOO_LONG = ("maximum context length", "too long", "longer than", "exceeds", "context length")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSettings:
+    """Where the server is and the facts its API may not tell (0: ask the server)."""
+
+    base_url: str
+    model: str
+    flavor: str = "vllm"
+    max_model_len: int = 0
+    max_running: int = 256
+    block_size: int = 0
+    kv_blocks_total: int = 0
+    poll_interval_s: float = 0.25
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 600.0
+    ready_timeout_s: float = 0.0
+    kv_events_endpoint: str = ""
+    kv_events_replay_endpoint: str = ""
+    kv_events_topic: str = ""
+    api_key: str = ""
+
+
+@dataclass(slots=True)
+class RemoteStream:
+    """Bookkeeping of one in-flight HTTP generation."""
+
+    request: GenerationRequest
+    prompt_tokens: int
+    started: float
+    response: httpx.Response | None = None
+    aborted: bool = False
+    allocated: bool = False
+    completion_tokens: int = 0
+    first_token_at: float = 0.0
+    text: str = ""
+
+
+def http_error(status: int, message: str) -> DynbranchError:
+    """An engine's HTTP error as one of ours."""
+    lowered = message.lower()
+    if status in (400, 413, 422) and any(k in lowered for k in _TOO_LONG):
+        return PayloadTooLarge("prompt", message)
+    if status == 404:
+        return NotFound(message)
+    if status in (400, 422):
+        return InvalidArgument("request", message)
+    if status in (429, 503) or status >= 500:
+        return Unavailable(f"engine answered {status}: {message}")
+    return DynbranchError(f"engine answered {status}: {message}")
+
+
+async def iter_sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The ``data:`` payloads of a server-sent-event stream, ``[DONE]`` included."""
+    async for line in response.aiter_lines():
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+class RemoteBackend:
+    """Shared machinery of the HTTP backends; subclasses speak one request format."""
+
+    backend_name = "remote"
+
+    def __init__(self, settings: RemoteSettings, client: httpx.AsyncClient | None = None) -> None:
+        self.settings = settings
+        self._names = FLAVORS[settings.flavor]
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        self._client = client or httpx.AsyncClient(
+            base_url=settings.base_url, headers=headers,
+            timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s))
+        self._own_client = client is None
+        self._snapshot = EngineSnapshot(0, 0, 0.0)
+        self._active: dict[str, RemoteStream] = {}
+        self._facts: dict[str, int] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self.subscriber: KVEventSubscriber | None = None
+        self._started = False
+        self._closed = False
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def info(self) -> BackendInfo:
+        """Static facts, from the settings and what the server told at start."""
+        s, f = self.settings, self._facts
+        return BackendInfo(
+            backend=self.backend_name, model=s.model,
+            max_model_len=f.get("max_model_len", s.max_model_len),
+            block_size=f.get("block_size", s.block_size) or 1,
+            kv_blocks_total=f.get("num_blocks", s.kv_blocks_total),
+            max_running=f.get("max_running", s.max_running),
+            leases_supported=False,
+            extra={"url": s.base_url, "leases": LEASES_UNAVAILABLE,
+                   "allocated_signal": "first streamed token (proxy)",
+                   "residency": "kv-events" if s.kv_events_endpoint else "none"},
+        )
+
+    async def start(self) -> None:
+        """Check the server, read its facts, start the metrics poller and event subscriber."""
+        if self._started:
+            return
+        if self._closed:
+            raise FailedPrecondition("backend is closed")
+        await self._wait_ready()
+        await self._discover()
+        await self.refresh_load()
+        if self.settings.kv_events_endpoint:
+            self.subscriber = KVEventSubscriber(
+                self.settings.kv_events_endpoint, self.settings.kv_events_replay_endpoint or None,
+                topic=self.settings.kv_events_topic)
+            await self.subscriber.start()
+        self._poller = asyncio.create_task(self._poll(), name=f"{self.backend_name}-metrics")
+        self._started = True
+
+    async def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.settings.ready_timeout_s
+        while True:
+            try:
+                resp = await self._client.get("/health", timeout=self.settings.connect_timeout_s)
+                if resp.status_code == 200:
+                    return
+            except httpx.HTTPError as exc:
+                if time.monotonic() >= deadline:
+                    raise Unavailable(f"engine at {self.settings.base_url} is down: {exc}") from exc
+            if time.monotonic() >= deadline:
+                raise Unavailable(f"engine at {self.settings.base_url} is not healthy")
+            await asyncio.sleep(0.5)
+
+    async def _discover(self) -> None:
+        """Fill ``self._facts`` from the server (subclasses)."""
+
+    async def close(self) -> None:
+        """Abort every stream, stop polling and subscribing; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for rid in list(self._active):
+            with contextlib.suppress(Exception):
+                await self.abort(rid)
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._poller
+        if self.subscriber is not None:
+            await self.subscriber.close()
+        if self._own_client:
+            await self._client.aclose()
+
+    # ---- load -----------------------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.poll_interval_s)
+            with contextlib.suppress(Exception):
+                await self.refresh_load()
+
+    async def refresh_load(self) -> LoadReport:
+        """Scrape ``/metrics`` now."""
+        try:
+            resp = await self._client.get("/metrics", timeout=self.settings.connect_timeout_s)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"metrics of {self.settings.base_url} unreachable: {exc}") from exc
+        if resp.status_code == 200:
+            self._snapshot = parse_metrics(resp.text, self._names)
+            for key, value in (("block_size", self._snapshot.block_size),
+                               ("num_blocks", self._snapshot.num_blocks)):
+                if value:
+                    self._facts[key] = value
+        return self.load()
+
+    @property
+    def snapshot(self) -> EngineSnapshot:
+        """The latest scrape."""
+        return self._snapshot
+
+    def load(self) -> LoadReport:
+        """Latest scraped load, with fill occupancy tracked here."""
+        info = self.info
+        base = self._snapshot.to_load(info.max_running, info.block_size, info.kv_blocks_total)
+        fills = [a for a in self._active.values()
+                 if a.request.priority == Priority.FILL and a.allocated]
+        size = max(base.block_size, 1)
+        fill_blocks = sum(math.ceil((a.prompt_tokens + a.completion_tokens) / size) for a in fills)
+        return LoadReport(
+            running=base.running, waiting=base.waiting, max_running=base.max_running,
+            kv_blocks_used=base.kv_blocks_used, kv_blocks_total=base.kv_blocks_total,
+            fill_running=len(fills), fill_kv_blocks=fill_blocks, block_size=base.block_size,
+            prefix_query_tokens=base.prefix_query_tokens, prefix_hit_tokens=base.prefix_hit_tokens)
+
+    # ---- prefix residency -----------------------------------------------------------------
+
+    async def tokenize(self, prompt: str) -> list[int] | None:
+        """The prompt's token ids as the server sees them; None when it cannot say."""
+        return None
+
+    def _predicted_cached(self, ids: list[int] | None) -> int:
+        if not ids or self.subscriber is None:
+            return 0
+        size = self.subscriber.residency.block_size or self.info.block_size
+        resident = self.subscriber.residency.resident_tokens(ids)
+        # the engine recomputes the last prompt token, so a hit stops at a block before it
+        return min(resident, (len(ids) - 1) // size * size)
+
+    async def lookup_prefix(self, prompt: str) -> PrefixLookup:
+        """Resident prefix from the KV-event residency map (0 when events are not configured)."""
+        ids = await self.tokenize(prompt)
+        n = len(ids) if ids is not None else estimate_tokens(prompt)
+        return PrefixLookup(n, self._predicted_cached(ids), self.info.block_size)
+
+    async def lease_prefix(self, prompt_or_token_ids: Any, lease_id: str, ttl_s: float) -> int:
+        """Not available remotely."""
+        raise Unimplemented(LEASES_UNAVAILABLE)
+
+    async def release_lease(self, lease_id: str) -> int:
+        """Nothing is ever leased remotely."""
+        return 0
+
+    async def lease_stats(self) -> dict[str, int]:
+        """Always empty remotely."""
+        return {"leases": 0, "blocks": 0, "granted": 0, "released": 0, "expired": 0}
+
+    # ---- generation -----------------------------------------------------------------------
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort by closing the request's stream (the server aborts on disconnect)."""
+        stream = self._active.get(request_id)
+        if stream is None or stream.aborted:
+            return False
+        stream.aborted = True
+        await self._abort_remote(request_id)
+        if stream.response is not None:
+            await stream.response.aclose()
+        return True
+
+    async def _abort_remote(self, request_id: str) -> None:
+        """An explicit abort call where the server has one (SGLang)."""
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Submit and stream Queued, Allocated (proxy), TokenDeltas and Finished."""
+        if not self._started or self._closed:
+            raise Unavailable("backend is not started")
+        if not request.request_id:
+            raise InvalidArgument("request_id", "must not be empty")
+        if request.request_id in self._active:
+            raise AlreadyExists(f"request {request.request_id!r} is already running")
+        validate_sampling(request.sampling)
+        if not request.prompt:
+            raise InvalidArgument("prompt", "must not be empty")
+        stream = RemoteStream(request, 0, time.monotonic())
+        self._active[request.request_id] = stream
+        return self._run(stream)
+
+    async def _run(self, stream: RemoteStream) -> AsyncIterator[GenerationEvent]:
+        rid = stream.request.request_id
+        try:
+            async for event in self._exchange(stream):
+                yield event
+        except (httpx.StreamError, httpx.ReadError, httpx.RemoteProtocolError):
+            if not stream.aborted:
+                raise Unavailable(f"stream of {rid} broke") from None
+            yield self._aborted(stream)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"engine at {self.settings.base_url}: {exc}") from exc
+        finally:
+            self._active.pop(rid, None)
+
+    def _aborted(self, stream: RemoteStream) -> Finished:
+        usage = Usage(stream.prompt_tokens, 0, stream.completion_tokens)
+        return Finished(FinishReason.ABORT, stream.text, usage, self._timings(stream))
+
+    def _timings(self, stream: RemoteStream) -> Timings:
+        # Remotely the queue is not observable: prefill_s spans submit → first token.
+        now = time.monotonic()
+        first = stream.first_token_at or now
+        return Timings(0.0, first - stream.started, now - first, now - stream.started)
+
+    def _first_token(self, stream: RemoteStream, cached: int) -> Allocated | None:
+        if stream.allocated:
+            return None
+        stream.allocated, stream.first_token_at = True, time.monotonic()
+        return Allocated(cached, stream.first_token_at - stream.started)
+
+    async def _open(self, stream: RemoteStream, path: str, body: dict[str, Any]) -> httpx.Response:
+        req = self._client.build_request("POST", path, json=body,
+                                         headers={"X-Request-Id": stream.request.request_id})
+        try:
+            resp = await self._client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"engine at {self.settings.base_url}: {exc}") from exc
+        stream.response = resp
+        if resp.status_code != 200:
+            await resp.aread()
+            await resp.aclose()
+            raise http_error(resp.status_code, error_message(resp))
+        return resp
+
+    async def _exchange(self, stream: RemoteStream) -> AsyncIterator[GenerationEvent]:
+        """One request's HTTP exchange as events (subclasses)."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+
+def error_message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("detail") or err)
+    return str(err)[:500]
+
+
+def estimate_tokens(prompt: str) -> int:
+    """A rough token count (4 bytes a token) where the server cannot tokenize for us."""
+    return max(1, len(prompt.encode()) // 4)
+
+
+__all__ = [
+    "FINISH_REASONS",
+    "LEASES_UNAVAILABLE",
+    "RemoteBackend",
+    "RemoteSettings",
+    "RemoteStream",
+    "error_message",
+    "estimate_tokens",
+    "http_error",
+    "iter_sse_data",
+]

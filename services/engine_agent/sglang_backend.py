@@ -1,0 +1,162 @@
+"""``sglang`` backend: a remote SGLang server over its native API.
+
+* ``POST /generate`` with ``{"text", "sampling_params", "rid", "stream": true}``
+  (``GenerateReqInput``, ``python/sglang/srt/managers/io_struct.py``); the reply is server-sent
+  events ``data: {"text", "output_ids", "meta_info"}`` ending with ``data: [DONE]``, errors as
+  ``data: {"error": {"message"}}`` (``python/sglang/srt/entrypoints/http_server.py``).
+  ``text`` is cumulative (``tokenizer_manager.py`` appends each detokenized piece to
+  ``state.text``); an incremental server is tolerated. ``meta_info`` carries ``id``,
+  ``prompt_tokens``, ``completion_tokens`` (cumulative), ``cached_tokens`` and ``finish_reason``
+  (``null`` or ``{"type": "length"|"stop"|"abort", ...}``).
+* ``POST /abort_request`` with ``{"rid", "abort_all": false}`` (``AbortReq``), and the stream is
+  closed too: SGLang notices a disconnect only on its ~4 s poll.
+* ``GET /metrics``: ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
+  ``sglang:token_usage``, ``sglang:cache_hit_rate``.
+
+SGLang cannot run on the CPU machines this project is tested on: the client is tested against the
+schema above (tests/engine_agent/test_sglang_protocol.py) and is unverified against a live SGLang.
+Prefix leases (which would map onto ``RadixCache.inc_lock_ref``/``dec_lock_ref``) need the
+engine in-process and are not available remotely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from services.common.errors import InvalidArgument
+from services.engine_agent.backend import (
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    Queued,
+    Sampling,
+    TokenDelta,
+    Usage,
+)
+from services.engine_agent.remote_backend import (
+    FINISH_REASONS,
+    RemoteBackend,
+    RemoteSettings,
+    RemoteStream,
+    estimate_tokens,
+    http_error,
+    iter_sse_data,
+)
+
+
+def sampling_params(s: Sampling) -> dict[str, Any]:
+    """Our sampling values in SGLang's ``sampling_params`` schema (``sampling_params.py``)."""
+    params: dict[str, Any] = {
+        "max_new_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
+        "ignore_eos": s.ignore_eos,
+    }
+    if s.top_k > 0:  # SGLang: -1 disables top-k and 0 is rejected, so leave it out
+        params["top_k"] = s.top_k
+    if s.stop:
+        params["stop"] = list(s.stop)
+    if s.seed is not None:
+        params["sampling_seed"] = s.seed
+    return params
+
+
+def finish_reason(meta: dict[str, Any]) -> FinishReason | None:
+    """``meta_info.finish_reason`` (``None``, a dict with ``type``, or a bare string)."""
+    raw = meta.get("finish_reason")
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else raw
+    return FINISH_REASONS.get(str(kind), FinishReason.ERROR)
+
+
+class SglangBackend(RemoteBackend):
+    """``EngineBackend`` over SGLang's native ``/generate``."""
+
+    backend_name = "sglang"
+
+    def __init__(self, settings: RemoteSettings, client: Any = None) -> None:
+        if settings.flavor != "sglang":
+            settings = RemoteSettings(**{**_fields(settings), "flavor": "sglang"})
+        super().__init__(settings, client)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SglangBackend:
+        """Build from ``EngineAgentSettings`` (``engine_url``)."""
+        if not settings.engine_url:
+            raise InvalidArgument("engine_url", "the sglang backend needs the server's URL")
+        return cls(RemoteSettings(
+            base_url=settings.engine_url, model=settings.model, flavor="sglang",
+            max_running=settings.max_running or 256, block_size=settings.block_size,
+            kv_blocks_total=settings.kv_blocks))
+
+    async def _discover(self) -> None:
+        resp = await self._client.get("/get_server_info")
+        if resp.status_code != 200:
+            return  # optional: facts then come from the settings and /metrics
+        info = resp.json()
+        for key, fact in (("context_length", "max_model_len"),
+                          ("max_running_requests", "max_running"),
+                          ("page_size", "block_size"), ("max_total_num_tokens", "kv_tokens")):
+            value = info.get(key)
+            if isinstance(value, int) and value > 0:
+                self._facts[fact] = value
+        if "kv_tokens" in self._facts:
+            self._facts["num_blocks"] = self._facts.pop("kv_tokens") // max(
+                self._facts.get("block_size", 1), 1)
+
+    async def _abort_remote(self, request_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self._client.post("/abort_request", json={"rid": request_id, "abort_all": False},
+                                    timeout=self.settings.connect_timeout_s)
+
+    def _body(self, request: GenerationRequest) -> dict[str, Any]:
+        return {"text": request.prompt, "sampling_params": sampling_params(request.sampling),
+                "rid": request.request_id, "stream": True}
+
+    async def _exchange(self, stream: RemoteStream) -> AsyncIterator[GenerationEvent]:
+        request = stream.request
+        stream.prompt_tokens = estimate_tokens(request.prompt)  # exact once meta_info arrives
+        yield Queued(stream.prompt_tokens, self._snapshot.waiting)
+        resp = await self._open(stream, "/generate", self._body(request))
+        text, meta, reason = "", {}, None
+        async with contextlib.aclosing(resp), contextlib.aclosing(iter_sse_data(resp)) as lines:
+            async for data in lines:
+                if data == "[DONE]" or stream.aborted:
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise http_error(400, str(chunk["error"].get("message", chunk["error"])))
+                meta = chunk.get("meta_info") or meta
+                stream.prompt_tokens = int(meta.get("prompt_tokens") or stream.prompt_tokens)
+                delta, text = _text_delta(text, chunk.get("text") or "")
+                stream.text = text
+                tokens = int(meta.get("completion_tokens") or 0) - stream.completion_tokens
+                if delta or tokens > 0:
+                    if (alloc := self._first_token(stream, int(meta.get("cached_tokens") or 0))):
+                        yield alloc
+                    stream.completion_tokens += max(tokens, 0)
+                    yield TokenDelta(delta, max(tokens, 0))
+                reason = finish_reason(meta) or reason
+        if stream.aborted:
+            yield self._aborted(stream)
+            return
+        usage = Usage(stream.prompt_tokens, int(meta.get("cached_tokens") or 0),
+                      int(meta.get("completion_tokens") or stream.completion_tokens))
+        yield Finished(reason or FinishReason.ERROR, text, usage, self._timings(stream))
+
+
+def _text_delta(previous: str, received: str) -> tuple[str, str]:
+    """(new text, cumulative text) for a cumulative or an incremental stream."""
+    if received.startswith(previous):
+        return received[len(previous):], received
+    return received, previous + received
+
+
+def _fields(settings: RemoteSettings) -> dict[str, Any]:
+    return {name: getattr(settings, name) for name in settings.__dataclass_fields__}
+
+
+__all__ = ["SglangBackend", "finish_reason", "sampling_params"]

@@ -1,0 +1,198 @@
+"""Protocol tests: the ``sglang`` backend against SGLang's native HTTP schema, not a live SGLang.
+
+SGLang cannot run on this project's CPU machines, so these tests pin the client to the request
+and response shapes SGLang's source defines (sgl-project/sglang):
+
+* request ``GenerateReqInput``: ``text``, ``sampling_params``, ``rid``, ``stream`` —
+  ``python/sglang/srt/managers/io_struct.py``;
+* ``sampling_params``: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k`` (-1 disables,
+  0 rejected), ``stop``, ``ignore_eos``, ``sampling_seed`` —
+  ``python/sglang/srt/sampling/sampling_params.py``;
+* streaming reply ``data: {"text", "output_ids", "meta_info"}`` per chunk with cumulative
+  ``text``, errors as ``data: {"error": {"message"}}``, closed by ``data: [DONE]`` —
+  ``python/sglang/srt/entrypoints/http_server.py`` (``generate_request``) and
+  ``python/sglang/srt/managers/tokenizer_manager.py`` (``meta_info``: ``id``, ``finish_reason``,
+  ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``);
+* ``finish_reason`` JSON ``{"type": "length", "length": n}``, ``{"type": "stop", "matched":
+  ...}``, ``{"type": "abort", "message": ...}`` —
+  ``python/sglang/srt/managers/schedule_batch.py``;
+* ``POST /abort_request {"rid", "abort_all"}`` (``AbortReq``) and the ``sglang:*`` metrics.
+
+The backend stays unverified against a live SGLang until these run against one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from services.common.errors import InvalidArgument, PayloadTooLarge, Unimplemented
+from services.engine_agent.backend import (
+    Allocated,
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    Queued,
+    Sampling,
+    TokenDelta,
+)
+from services.engine_agent.openai_backend import RemoteSettings
+from services.engine_agent.sglang_backend import SglangBackend, finish_reason, sampling_params
+
+SGLANG_METRICS = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="tiny"} 3.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="tiny"} 4.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="tiny"} 0.5
+# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{model_name="tiny"} 0.75
+"""
+
+
+def meta(rid: str, completion: int, finish=None, cached: int = 4) -> dict:
+    return {"id": rid, "finish_reason": finish, "prompt_tokens": 9,
+            "completion_tokens": completion, "cached_tokens": cached, "e2e_latency": 0.1}
+
+
+class FakeSglang:
+    """SGLang's /generate, /abort_request, /get_server_info, /health and /metrics."""
+
+    def __init__(self, pieces: list[str], finish: dict | None = None, delay: float = 0.0,
+                 error: str | None = None) -> None:
+        self.pieces, self.delay, self.error = pieces, delay, error
+        self.finish = finish or {"type": "length", "length": len(pieces)}
+        self.generate_bodies: list[dict] = []
+        self.aborts: list[dict] = []
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200)
+        if path == "/metrics":
+            return httpx.Response(200, text=SGLANG_METRICS)
+        if path == "/get_server_info":
+            return httpx.Response(200, json={"context_length": 4096, "max_running_requests": 48,
+                                             "page_size": 1, "max_total_num_tokens": 20000})
+        body = json.loads(request.content)
+        if path == "/abort_request":
+            self.aborts.append(body)
+            return httpx.Response(200)
+        assert path == "/generate"
+        self.generate_bodies.append(body)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                              content=self.stream(body["rid"]))
+
+    async def stream(self, rid: str):
+        text = ""
+        if self.error:
+            yield b"data: " + json.dumps({"error": {"message": self.error}}).encode() + b"\n\n"
+        for i, piece in enumerate(self.pieces):
+            await asyncio.sleep(self.delay)
+            text += piece  # cumulative, as tokenizer_manager sends it
+            done = i == len(self.pieces) - 1
+            out = {"text": text, "output_ids": [i],
+                   "meta_info": meta(rid, i + 1, self.finish if done else None)}
+            yield b"data: " + json.dumps(out).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+
+def backend_for(server: FakeSglang) -> SglangBackend:
+    client = httpx.AsyncClient(transport=server.transport(), base_url="http://sglang")
+    return SglangBackend(RemoteSettings(base_url="http://sglang", model="tiny",
+                                        poll_interval_s=60), client=client)
+
+
+def request(rid: str = "s1", **sampling) -> GenerationRequest:
+    return GenerationRequest(rid, "tiny", "hello there", Sampling(**{"max_tokens": 8, **sampling}))
+
+
+def test_sampling_params_follow_sglang_schema() -> None:
+    assert sampling_params(Sampling(max_tokens=8)) == {
+        "max_new_tokens": 8, "temperature": 0.0, "top_p": 1.0, "ignore_eos": False}
+    full = sampling_params(Sampling(max_tokens=4, temperature=0.7, top_k=20, seed=3,
+                                    stop=("\n",), ignore_eos=True))
+    assert full["top_k"] == 20 and full["sampling_seed"] == 3 and full["stop"] == ["\n"]
+    assert full["ignore_eos"] is True
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (None, None),
+    ({"type": "length", "length": 8}, FinishReason.LENGTH),
+    ({"type": "stop", "matched": 2}, FinishReason.STOP),
+    ({"type": "stop", "matched": "\n"}, FinishReason.STOP),
+    ({"type": "abort", "message": "client disconnected"}, FinishReason.ABORT),
+    ("length", FinishReason.LENGTH),
+    ({"type": "mystery"}, FinishReason.ERROR),
+])
+def test_finish_reason_json(raw, expected) -> None:
+    assert finish_reason({"finish_reason": raw}) == expected
+
+
+async def test_generate_request_and_cumulative_stream() -> None:
+    server = FakeSglang(["Hel", "lo", " world"], finish={"type": "stop", "matched": 2})
+    backend = backend_for(server)
+    await backend.start()
+    events = [ev async for ev in backend.generate(request(seed=5))]
+    body = server.generate_bodies[0]
+    assert body == {"text": "hello there", "rid": "s1", "stream": True,
+                    "sampling_params": {"max_new_tokens": 8, "temperature": 0.0, "top_p": 1.0,
+                                        "ignore_eos": False, "sampling_seed": 5}}
+    assert isinstance(events[0], Queued)
+    assert events[1] == Allocated(4, events[1].queue_s)  # cached_tokens from meta_info
+    assert [e.text for e in events if isinstance(e, TokenDelta)] == ["Hel", "lo", " world"]
+    assert all(e.tokens == 1 for e in events if isinstance(e, TokenDelta))
+    fin = events[-1]
+    assert isinstance(fin, Finished) and fin.reason == FinishReason.STOP
+    assert fin.text == "Hello world"
+    assert (fin.usage.prompt_tokens, fin.usage.cached_prompt_tokens,
+            fin.usage.completion_tokens) == (9, 4, 3)
+    await backend.close()
+
+
+async def test_abort_posts_abort_request_and_closes() -> None:
+    server = FakeSglang(["x"] * 40, delay=0.02)
+    backend = backend_for(server)
+    await backend.start()
+    events = []
+    async for ev in backend.generate(request("s2", max_tokens=40)):
+        events.append(ev)
+        if isinstance(ev, TokenDelta) and len(events) == 3:
+            assert await backend.abort("s2")
+    assert server.aborts == [{"rid": "s2", "abort_all": False}]
+    assert isinstance(events[-1], Finished) and events[-1].reason == FinishReason.ABORT
+    await backend.close()
+
+
+async def test_inline_error_maps_to_our_errors() -> None:
+    backend = backend_for(FakeSglang([], error="The input (5000 tokens) is longer than the "
+                                                "model's context length (4096 tokens)."))
+    await backend.start()
+    with pytest.raises(PayloadTooLarge):
+        _ = [ev async for ev in backend.generate(request())]
+    await backend.close()
+    backend = backend_for(FakeSglang([], error="top_k must be -1 (disable), or at least 1"))
+    await backend.start()
+    with pytest.raises(InvalidArgument):
+        _ = [ev async for ev in backend.generate(request())]
+    await backend.close()
+
+
+async def test_load_and_facts_from_sglang_metrics_and_server_info() -> None:
+    backend = backend_for(FakeSglang(["x"]))
+    await backend.start()
+    load = backend.load()
+    assert (load.running, load.waiting, load.max_running) == (3, 4, 48)
+    assert load.kv_blocks_total == 20000 and load.kv_blocks_used == 10000
+    assert backend.snapshot.hit_rate == 0.75 and backend.info.max_model_len == 4096
+    assert backend.info.backend == "sglang" and not backend.info.leases_supported
+    with pytest.raises(Unimplemented):
+        await backend.lease_prefix("x", "L", 1.0)
+    await backend.close()

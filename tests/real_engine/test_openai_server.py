@@ -1,0 +1,170 @@
+"""The ``openai`` backend against a real ``vllm`` OpenAI server, with its metrics and KV events.
+
+One server for the module (``python -m vllm.entrypoints.openai.api_server``, about 35 s to
+start), publishing KV-cache events on ``ipc://`` sockets with a replay endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from services.common.errors import Unimplemented
+from services.engine_agent.backend import (
+    Allocated,
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    Queued,
+    Sampling,
+    TokenDelta,
+)
+from services.engine_agent.engine_metrics import parse_metrics
+from services.engine_agent.kv_events import KVEventSubscriber
+from services.engine_agent.openai_backend import OpenAIBackend, RemoteSettings
+from tests.real_engine.engines import MODEL_NAME, VllmServer, long_prompt, vllm_server
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow,
+              pytest.mark.asyncio(loop_scope="module")]
+
+BLOCK = 128
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path: Path, run_dir: Path):
+    folder = run_dir / "srv"
+    folder.mkdir()
+    with vllm_server(tiny_model_path, folder) as srv:
+        yield srv
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def backend(server: VllmServer):
+    b = OpenAIBackend(RemoteSettings(
+        base_url=server.url, model=MODEL_NAME, poll_interval_s=0.2,
+        kv_events_endpoint=server.kv_endpoint, kv_events_replay_endpoint=server.kv_replay_endpoint,
+        kv_events_topic="kv-events"))
+    await b.start()
+    yield b
+    await b.close()
+
+
+def greedy(n: int) -> Sampling:
+    return Sampling(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+async def run(b: OpenAIBackend, rid: str, prompt: str, n: int) -> list:
+    return [ev async for ev in b.generate(GenerationRequest(rid, MODEL_NAME, prompt, greedy(n)))]
+
+
+async def raw_metrics(server: VllmServer) -> dict[str, float]:
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"{server.url}/metrics")).text
+    from prometheus_client.parser import text_string_to_metric_families
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+async def wait_until(cond, timeout: float = 5.0, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not await cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(step)
+
+
+async def test_server_facts(backend: OpenAIBackend, server: VllmServer) -> None:
+    info = backend.info
+    assert info.max_model_len == 2048 and info.block_size == BLOCK
+    assert info.kv_blocks_total == server.num_blocks and not info.leases_supported
+    with pytest.raises(Unimplemented):
+        await backend.lease_prefix("x", "lease", 1.0)
+
+
+async def test_streaming_greedy_and_deterministic(backend: OpenAIBackend) -> None:
+    prompt = long_prompt(11, 300)
+    first = await run(backend, "oa-1", prompt, 16)
+    assert isinstance(first[0], Queued) and isinstance(first[1], Allocated)
+    deltas = [e for e in first if isinstance(e, TokenDelta)]
+    assert len(deltas) >= 2 and sum(d.tokens for d in deltas) == 16
+    fin = first[-1]
+    assert isinstance(fin, Finished) and fin.reason == FinishReason.LENGTH
+    assert fin.usage.completion_tokens == 16 and fin.usage.prompt_tokens == first[0].prompt_tokens
+    again = await run(backend, "oa-2", prompt, 16)
+    assert again[-1].text == fin.text
+
+
+async def test_abort_by_closing_the_stream_frees_the_slot(backend: OpenAIBackend,
+                                                          server: VllmServer) -> None:
+    gen = backend.generate(GenerationRequest("oa-abort", MODEL_NAME, long_prompt(12, 300),
+                                             greedy(1500)))
+    seen = 0
+    async for ev in gen:
+        seen += isinstance(ev, TokenDelta)
+        if seen == 3:
+            break
+    assert (await backend.refresh_load()).running == 1
+    assert await backend.abort("oa-abort") is True
+    tail = [ev async for ev in gen]
+    assert isinstance(tail[-1], Finished) and tail[-1].reason == FinishReason.ABORT
+
+    async def idle() -> bool:
+        return (await backend.refresh_load()).running == 0
+    await wait_until(idle, timeout=10.0)  # generous: CI shares 2 cores with the engine
+    produced = (await raw_metrics(server))["vllm:generation_tokens_total"]
+    await asyncio.sleep(0.5)
+    assert (await raw_metrics(server))["vllm:generation_tokens_total"] == produced  # stopped
+
+
+async def test_prefix_cache_hits_in_usage_metrics_and_kv_events(backend: OpenAIBackend,
+                                                                server: VllmServer) -> None:
+    prompt = long_prompt(13, 1500)
+    before = await backend.refresh_load()
+    first = (await run(backend, "oa-hit-1", prompt, 2))[-1]
+    n = first.usage.prompt_tokens
+    expected = (n - 1) // BLOCK * BLOCK
+    assert first.usage.cached_prompt_tokens == 0
+
+    # the KV events of that prompt reach the residency map
+    assert backend.subscriber is not None
+
+    async def resident() -> bool:
+        return (await backend.lookup_prefix(prompt)).resident_tokens == expected
+    await wait_until(resident, timeout=3.0)
+    assert backend.subscriber.stats.events > 0 and backend.subscriber.stats.decode_errors == 0
+
+    second = await run(backend, "oa-hit-2", prompt, 2)
+    assert second[-1].usage.cached_prompt_tokens == expected
+    assert next(e for e in second if isinstance(e, Allocated)).cached_prompt_tokens == expected
+    after = await backend.refresh_load()
+    assert after.prefix_hit_tokens - before.prefix_hit_tokens == expected
+    assert after.prefix_query_tokens - before.prefix_query_tokens == 2 * n
+
+
+async def test_late_subscriber_catches_up_through_replay(backend: OpenAIBackend,
+                                                        server: VllmServer) -> None:
+    prompt = long_prompt(14, 700)
+    await run(backend, "oa-replay", prompt, 1)
+    ids = await backend.tokenize(prompt)
+    late = KVEventSubscriber(server.kv_endpoint, server.kv_replay_endpoint, topic="kv-events")
+    await late.start()  # joins after the events were published
+    try:
+        assert late.stats.replayed > 0
+        assert late.residency.resident_tokens(ids) == len(ids) // BLOCK * BLOCK
+    finally:
+        await late.close()
+
+
+async def test_metrics_page_parses_with_vllm_names(server: VllmServer) -> None:
+    async with httpx.AsyncClient() as client:
+        page = (await client.get(f"{server.url}/metrics")).text
+    snap = parse_metrics(page)
+    assert snap.block_size == BLOCK and snap.num_blocks == server.num_blocks
+    assert 0.0 <= snap.kv_usage <= 1.0
