@@ -96,7 +96,10 @@ async def _call(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from loadgen.bench import load
 
-    result = load(args.name)(args.quick)
+    run = load(args.name)
+    if args.workload and args.name != "arms":
+        raise SystemExit("--workload: only `bench arms` takes a workload")
+    result = run(args.quick, workload=args.workload) if args.workload else run(args.quick)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     return 0
@@ -152,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark")
     bench.add_argument("--quick", action="store_true", help="finish in under a minute")
     bench.add_argument("--json", action="store_true", help="print one JSON object last")
+    bench.add_argument("--workload", choices=["routing", "react", "subagent", "hci"],
+                       help="workload of `bench arms` (default routing)")
     bench.set_defaults(run=_bench)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",
                                description="Measure an engine backend's prefill throughput and "

