@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 ARMS: dict[str, tuple[bool, bool]] = {
     "floor": (False, False), "c1": (True, False), "c2": (False, True), "full": (True, True),
 }
-COUNTERS = ("opened", "fills_issued", "fills_consumed", "fills_discarded", "fills_aborted")
+COUNTERS = ("opened", "fills_issued", "fills_consumed", "stages_promoted", "fills_discarded",
+            "fills_aborted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,7 @@ def summarize(arms: dict[str, ArmResult]) -> dict[str, dict[str, Any]]:
             "p99_s": round(quantile([r.measured_s for r in arm.results], 0.99), 3),
             "ratio_to_floor": round(mean / floor_mean, 3) if floor_mean > 0 else None,
             **{k: round(arm.counters.get(k, 0) / n, 3)
-               for k in ("fills_issued", "fills_consumed", "fills_discarded")},
+               for k in ("fills_issued", "fills_consumed", "stages_promoted", "fills_discarded")},
             "branches_opened": arm.counters.get("opened", 0),
             "sources": dict(sorted(sources.items())),
             "errors": sum(1 for r in arm.results if r.error),

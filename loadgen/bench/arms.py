@@ -81,8 +81,8 @@ def _print(result: dict[str, Any]) -> None:
               f"{arm['fills_consumed']:>13.3f} {arm['fills_discarded']:>14.3f}  "
               f"{'yes' if arm['outputs_equal_floor'] else 'NO'}"
               + (f"  ({arm['errors']} failed)" if arm["errors"] else ""))
-    print("  fills_consumed counts promoted stages (the gateway's counter), issued/discarded "
-          "count fills")
+    print("  fills per request: issued; consumed (at least one stage promoted); discarded "
+          "(lost an exclusive branch)")
 
 
 __all__ = ["RATES", "run"]

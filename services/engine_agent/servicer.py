@@ -128,11 +128,14 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                        context: grpc.aio.ServicerContext) -> AsyncIterator[engine_pb2.GenerateEvent]:
         req = self._to_request(request)
         sequence = 0
-        with self.tracer.start_as_current_span(
-                "engine.generate", context=incoming_context(context.invocation_metadata()),
-                attributes={"dynbranch.request_id": req.request_id,
-                            "dynbranch.engine_id": self.engine_id,
-                            "dynbranch.priority": req.priority.name.lower()}) as span:
+        # A span, not a current-span context: this generator may be closed from another task
+        # (an aborted fill), and a context attached here could not be detached there.
+        span = self.tracer.start_span(
+            "engine.generate", context=incoming_context(context.invocation_metadata()),
+            attributes={"dynbranch.request_id": req.request_id,
+                        "dynbranch.engine_id": self.engine_id,
+                        "dynbranch.priority": req.priority.name.lower()})
+        try:
             async for event in self.backend.generate(req):
                 if request.final_only and not isinstance(event, Finished):
                     continue
@@ -141,6 +144,8 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                     span.set_attribute("dynbranch.finish_reason", event.reason.name.lower())
                 yield event_to_proto(req.request_id, sequence, event)
                 sequence += 1
+        finally:
+            span.end()
 
     async def Abort(self, request: engine_pb2.AbortRequest,
                     context: grpc.aio.ServicerContext) -> engine_pb2.AbortResponse:

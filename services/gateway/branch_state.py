@@ -49,6 +49,8 @@ class Fill:
     steps: list[FillStep] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cost_s: float = 0.0
+    #: At least one step was promoted to answer a demand.
+    consumed: bool = False
 
 
 @dataclass(slots=True)

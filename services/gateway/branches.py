@@ -51,7 +51,7 @@ class BranchManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._by_request: dict[str, Branch] = {}
         self.fills = FillRunner(stages, library, settings, tracer)
-        self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0,
+        self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
                          "fills_discarded": 0, "fills_aborted": 0}
         stages.branches = self
 
@@ -111,7 +111,10 @@ class BranchManager:
         if served is not None:
             step.claimed = True
             branch.saved_s += served.cost_s
-            self.counters["fills_consumed"] += 1
+            self.counters["stages_promoted"] += 1
+            if not fill.consumed:
+                fill.consumed = True
+                self.counters["fills_consumed"] += 1
         return served
 
     # -- opening ------------------------------------------------------------------------------
@@ -168,8 +171,11 @@ class BranchManager:
             span.set_attribute("dynbranch.open", is_open)
         if not is_open or branch.resolved:
             return []
-        try:
-            context = context_for(branch.point, offered=d.offered, observation=d.observation)
+        searched = [b.winner for b in self._by_workflow.get((branch.tenant, branch.workflow_id), ())
+                    if b.point.coordinate == coordinate and b.winner]
+        try:  # a candidate this workflow already selected at this point is not predicted again
+            context = context_for(branch.point, offered=d.offered, observation=d.observation,
+                                  exclude=searched)
         except InvalidArgument as exc:
             log.warning("branch %s not filled: %s", branch.id, exc)
             return []

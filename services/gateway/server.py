@@ -24,7 +24,7 @@ from services.gateway.engine_client import EnginePool
 from services.gateway.http_front import HttpFront
 from services.gateway.library_client import RemoteLibrary
 from services.gateway.predictors import default_predictor
-from services.gateway.servicer import GatewayMetrics, GatewayServicer
+from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
 from services.gateway.stages import Features, StageService
 from services.gateway.templates import (TemplateRegistry, builtin_names, load_builtin,
                                         load_template)
@@ -103,6 +103,7 @@ async def build_runtime(settings: GatewaySettings, *,
     runtime.on_close(engines.close)
     await engines.start(settings.engine_connect_timeout_s)
     core = await build_core(settings, runtime, engines)
+    runtime.registry.register(CoreCollector(core))
     auth, metrics = Authenticator(settings.api_keys, settings.auth), GatewayMetrics(runtime.registry)
     servicer = GatewayServicer(core, auth, metrics, runtime.tracer, settings.call_deadline_s)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)

@@ -7,6 +7,8 @@ import uuid
 import grpc
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from services.common.clients import deadline
 from services.common.convert import require, sampling_from_proto, timings_to_proto, usage_to_proto
@@ -18,6 +20,27 @@ from services.gateway.core import GatewayCore
 from services.gateway.demand import Answer, Demand
 from services.gateway.templates import StageKind
 from services.gateway.tools.corpus import Document
+
+
+class CoreCollector(Collector):
+    """Branch and reuse counters of the core, read at scrape time (nothing on the hot path)."""
+
+    def __init__(self, core: GatewayCore) -> None:
+        self.core = core
+
+    def collect(self):  # type: ignore[no-untyped-def]  # noqa: ANN201
+        branches = self.core.branches
+        for key, value in (branches.counters.items() if branches is not None else ()):
+            yield CounterMetricFamily(f"dynbranch_gateway_branch_{key}",
+                                      f"Branch lifecycle count: {key}", value=value)
+        mirror = getattr(self.core.library, "mirror", None)
+        if mirror is not None:
+            yield GaugeMetricFamily("dynbranch_gateway_name_mirror_synced",
+                                    "1 when the library name mirror is synced",
+                                    value=int(mirror.synced))
+            yield CounterMetricFamily("dynbranch_gateway_lookups_skipped",
+                                      "Library lookups skipped by the name mirror",
+                                      value=mirror.skipped)
 
 
 class GatewayMetrics:
@@ -137,5 +160,5 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return gateway_pb2.SettleBranchResponse(settled=settled)
 
 
-__all__ = ["GatewayMetrics", "GatewayServicer", "answer_to_proto", "demand_from_proto",
+__all__ = ["CoreCollector", "GatewayMetrics", "GatewayServicer", "answer_to_proto", "demand_from_proto",
            "trace_parent"]

@@ -61,7 +61,8 @@ async def test_predicted_choice_is_promoted_stage_by_stage_and_equals_the_floor(
         again = await _stage(m, "handler", "book_flight", workflow_id="wf-2")
         assert again.source == LIBRARY and again.text == handler.text
         counters = m.branches.counters
-        assert counters["fills_issued"] == 2 and counters["fills_consumed"] == 2
+        assert counters["fills_issued"] == 2 and counters["fills_consumed"] == 1
+        assert counters["stages_promoted"] == 2
     assert [handler.text, executor.text] == await _floor_texts("book_flight")
 
 
@@ -168,3 +169,15 @@ async def test_one_trace_per_workflow_covers_branch_fill_and_promotion() -> None
     for span in (fill, next(s for s in spans if s.name == "branch.promote")):
         assert {"dynbranch.branch_id", "dynbranch.coordinate", "dynbranch.candidate",
                 "dynbranch.rank", "dynbranch.reuse_name"} <= set(span.attributes)
+
+
+async def test_branch_counters_are_exported_to_prometheus() -> None:
+    from prometheus_client import generate_latest
+
+    async with mesh() as m:
+        await _router(m)
+        await _stage(m, "handler", "book_flight")
+        text = generate_latest(m.gateway.registry).decode()
+    assert "dynbranch_gateway_branch_fills_issued_total 2.0" in text
+    assert "dynbranch_gateway_branch_stages_promoted_total 1.0" in text
+    assert "dynbranch_gateway_name_mirror_synced" in text
