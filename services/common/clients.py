@@ -15,7 +15,8 @@ import grpc
 #: Methods safe to retry, per fully-qualified service. Anything absent is never retried.
 IDEMPOTENT: dict[str, tuple[str, ...]] = {
     "dynbranch.v1.EngineAgent": ("Abort", "LookupPrefix", "GetInfo"),
-    "dynbranch.v1.SubgraphLibrary": ("Lookup", "Put", "PutShadow", "Discard", "Stats"),
+    "dynbranch.v1.SubgraphLibrary": ("Lookup", "Put", "PutShadow", "Discard", "Stats",
+                                     "WatchNames"),
     "dynbranch.v1.Admission": ("OpenBranch", "AdmitFills", "ReportOutcome"),
     "dynbranch.v1.Delivery": ("Submit", "PublishLease"),
     "grpc.health.v1.Health": ("Check",),

@@ -51,21 +51,34 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Ca
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Turns ``DynbranchError`` into its status and anything else into a generic INTERNAL."""
+    """Turns ``DynbranchError`` into its status and anything else into a generic INTERNAL.
+
+    Wrapped handlers are built once per method and reused: the interceptor runs on every call.
+    """
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, Any] = {}
 
     async def intercept_service(self, continuation: Callable[..., Awaitable[Any]],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming:
             return handler
-        method = handler_call_details.method
-        kwargs = {"request_deserializer": handler.request_deserializer,
-                  "response_serializer": handler.response_serializer}
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method), **kwargs)
-        return grpc.unary_stream_rpc_method_handler(
-            _wrap_stream(handler.unary_stream, method), **kwargs)
+        method = handler_call_details.method  # one handler per method for a server's life
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            wrapped = self._wrapped[method] = _wrap(handler, method)
+        return wrapped
+
+
+def _wrap(handler: Any, method: str) -> Any:
+    kwargs = {"request_deserializer": handler.request_deserializer,
+              "response_serializer": handler.response_serializer}
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(_wrap_unary(handler.unary_unary, method),
+                                                   **kwargs)
+    return grpc.unary_stream_rpc_method_handler(_wrap_stream(handler.unary_stream, method),
+                                                **kwargs)
 
 
 __all__ = ["ErrorInterceptor", "status_of"]

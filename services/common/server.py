@@ -20,7 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry
 
 from services.common.config import ServiceSettings
@@ -65,7 +65,11 @@ class ServiceRuntime:
         self.metrics = MetricsEndpoint(registry)
         self.tracer_provider: TracerProvider = make_tracer_provider(
             name, settings.otlp_endpoint, span_exporter)
-        self.tracer: Tracer = self.tracer_provider.get_tracer(f"dynbranch.{name}")
+        # Without an exporter nothing is recorded, so the hot path gets the no-op tracer rather
+        # than the SDK's sampling machinery (measured: half the cost of a span).
+        self.tracer: Tracer = (self.tracer_provider.get_tracer(f"dynbranch.{name}")
+                               if span_exporter is not None or settings.otlp_endpoint
+                               else NoOpTracer())
         self.server = grpc.aio.server(interceptors=[ErrorInterceptor()],
                                       options=server_options(settings))
         self.health = health.aio.HealthServicer()

@@ -10,6 +10,7 @@ from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from prometheus_client import CollectorRegistry, start_http_server
 
@@ -48,9 +49,14 @@ def make_tracer_provider(service: str, otlp_endpoint: str = "",
                          exporter: SpanExporter | None = None) -> TracerProvider:
     """A tracer provider that exports over OTLP gRPC when an endpoint is set, else nowhere.
 
-    Tests pass an ``InMemorySpanExporter`` as ``exporter``; it is attached synchronously.
+    Tests pass an ``InMemorySpanExporter`` as ``exporter``; it is attached synchronously. With
+    neither, spans are not recorded at all (the sampler drops them): building attributes for
+    spans nobody exports would cost the hot path for nothing, while trace context still flows.
     """
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    resource = Resource.create({"service.name": service})
+    if exporter is None and not otlp_endpoint:
+        return TracerProvider(resource=resource, sampler=ALWAYS_OFF)
+    provider = TracerProvider(resource=resource)
     if exporter is not None:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 

@@ -6,8 +6,10 @@ policy (``services.common.clients.IDEMPOTENT``); Promote and WriteRecords are no
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
-from typing import Self
+from typing import Any, Self
 
 import grpc
 
@@ -17,6 +19,8 @@ from services.common.records import make_header
 from services.common.reuse_name import ReuseName
 from services.csl.convert import name_to_proto, read_set_to_proto, shadow_to_proto
 from services.csl.entries import ReadSet, RecordRead, Served, Shadow, WriteOutcome
+
+log = logging.getLogger(__name__)
 
 #: The hot path: a lookup that takes longer than this is better treated as a miss.
 LOOKUP_DEADLINE_S = 0.5
@@ -41,12 +45,17 @@ class CslClient:
                                        timeout=timeout_s)
         return Served(reply.result, reply.cost_s) if reply.hit else None
 
+    def put_request(self, name: ReuseName, result: bytes, read_set: ReadSet,
+                    cost_s: float = 0.0) -> csl_pb2.PutRequest:
+        """The wire form of a store (its header carries a fresh sequence number)."""
+        return csl_pb2.PutRequest(header=self._header(name.digest), name=name_to_proto(name),
+                                  result=result, read_set=read_set_to_proto(read_set),
+                                  cost_s=cost_s)
+
     async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float = 0.0,
                   timeout_s: float = DEADLINE_S) -> bool:
         """Store a canonical result; False when the library refused it."""
-        request = csl_pb2.PutRequest(header=self._header(name.digest), name=name_to_proto(name),
-                                     result=result, read_set=read_set_to_proto(read_set),
-                                     cost_s=cost_s)
+        request = self.put_request(name, result, read_set, cost_s)
         return (await self.stub.Put(request, timeout=timeout_s)).stored
 
     async def put_shadow(self, shadow: Shadow, ttl_s: float = 0.0,
@@ -102,4 +111,74 @@ class CslClient:
         return make_header(record_id, self._sequence, self.producer)
 
 
-__all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient"]
+class PutPipe:
+    """Stores over one long-lived ``PutStream``: a stream message per store instead of a call,
+    which is what keeps a miss's background store cheap for the gateway (DESIGN.md §6).
+
+    Acks resolve their stores by sequence number. A broken stream fails every store in flight
+    (a lost store is a missed reuse, never a wrong answer) and the next store opens a new one.
+    """
+
+    def __init__(self, client: CslClient, stream_timeout_s: float = 3600.0) -> None:
+        self.client = client
+        self.stream_timeout_s = stream_timeout_s
+        self._queue: asyncio.Queue[csl_pb2.PutRequest] = asyncio.Queue()
+        self._waiting: dict[int, asyncio.Future[bool]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def put(self, request: csl_pb2.PutRequest, timeout_s: float = DEADLINE_S) -> bool:
+        """Send one store and wait for its ack; False when refused, lost or late."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="csl-put-stream")
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting[request.header.sequence] = future
+        self._queue.put_nowait(request)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            self._waiting.pop(request.header.sequence, None)
+
+    async def _run(self) -> None:
+        call = self.client.stub.PutStream(timeout=self.stream_timeout_s)
+        reader = asyncio.create_task(self._read(call))
+        try:
+            while True:
+                await call.write(await self._queue.get())
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as err:
+            log.info("csl put stream ended: %s", err)
+        finally:
+            reader.cancel()
+            call.cancel()
+            self._fail_all()
+
+    async def _read(self, call: Any) -> None:
+        try:
+            async for ack in call:
+                future = self._waiting.get(ack.sequence)
+                if future is not None and not future.done():
+                    future.set_result(ack.stored)
+        except grpc.aio.AioRpcError as err:
+            log.info("csl put stream lost: %s", err.code().name)
+        self._fail_all()
+        if self._task is not None:
+            self._task.cancel()
+
+    def _fail_all(self) -> None:
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_result(False)
+
+    async def close(self) -> None:
+        """Stop the stream; stores in flight resolve False."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._fail_all()
+
+
+__all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient", "PutPipe"]

@@ -12,6 +12,9 @@ from services.csl.library import SubgraphLibrary
 SNAPSHOT_CHUNK = 4096
 #: Changes a slow subscriber may fall behind by before its feed ends (it then resyncs).
 MAX_BACKLOG = 100_000
+#: Changes are gathered this long before a batch goes out: under load one message carries many
+#: changes instead of one message per store (the mirror is advisory, so a few ms of lag is fine).
+BATCH_WINDOW_S = 0.02
 
 
 class FeedOverflow(Exception):
@@ -27,7 +30,8 @@ class NameBatch:
     synced: bool
 
 
-async def name_feed(library: SubgraphLibrary) -> AsyncIterator[NameBatch]:
+async def name_feed(library: SubgraphLibrary, batch_window_s: float = BATCH_WINDOW_S
+                    ) -> AsyncIterator[NameBatch]:
     """Yield the current confirmed names in chunks, then every change, coalesced per batch."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[list[bytes], list[bytes]]] = asyncio.Queue()
@@ -41,7 +45,10 @@ async def name_feed(library: SubgraphLibrary) -> AsyncIterator[NameBatch]:
         for i, chunk in enumerate(chunks or [[]]):
             yield NameBatch(tuple(chunk), (), i == max(len(chunks), 1) - 1)
         while True:
-            yield _coalesce([await queue.get(), *_drain(queue)])
+            first = await queue.get()
+            if batch_window_s:
+                await asyncio.sleep(batch_window_s)
+            yield _coalesce([first, *_drain(queue)])
     finally:
         library.unwatch_names(listener)
 

@@ -17,10 +17,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from services.common.convert import require
-from services.common.errors import ResourceExhausted
+from services.common.errors import DynbranchError, ResourceExhausted
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.records import make_header
-from services.common.tracing import incoming_context
+from services.common.tracing import incoming_context, maybe_span
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (
     MAX_ID_CHARS,
@@ -94,6 +94,15 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         stored = await self.library.put(name, result, read_set, request.cost_s)
         return csl_pb2.PutResponse(stored=stored)
 
+    async def PutStream(self, request_iterator: AsyncIterator[csl_pb2.PutRequest],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[csl_pb2.PutAck]:
+        async for request in request_iterator:
+            try:
+                stored, error = (await self.Put(request, context)).stored, ""
+            except DynbranchError as exc:  # one bad store must not end the stream
+                stored, error = False, exc.client_message()
+            yield csl_pb2.PutAck(sequence=request.header.sequence, stored=stored, error=error)
+
     async def PutShadow(self, request: csl_pb2.PutShadowRequest,
                         context: grpc.aio.ServicerContext) -> csl_pb2.PutShadowResponse:
         shadow = shadow_from_proto(request.shadow, self.max_result_bytes)
@@ -105,7 +114,7 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
                       context: grpc.aio.ServicerContext) -> csl_pb2.PromoteResponse:
         name = name_from_proto(request.name)
         branch_id = require(request.branch_id, "branch_id", MAX_ID_CHARS)
-        with self.tracer.start_as_current_span(
+        with maybe_span(self.tracer, 
                 "csl.promote", context=incoming_context(context.invocation_metadata()),
                 attributes={"dynbranch.branch_id": branch_id}) as span:
             served = await self.library.promote(name, branch_id)
@@ -123,7 +132,7 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
     async def WriteRecords(self, request: csl_pb2.WriteRecordsRequest,
                            context: grpc.aio.ServicerContext) -> csl_pb2.WriteRecordsResponse:
         record_ids = record_ids_from_proto(request)
-        with self.tracer.start_as_current_span(
+        with maybe_span(self.tracer, 
                 "csl.write_records", context=incoming_context(context.invocation_metadata()),
                 attributes={"dynbranch.writes": len(record_ids)}) as span:
             outcome = await self.library.write_records(request.tenant, record_ids)

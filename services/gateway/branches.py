@@ -23,6 +23,7 @@ from opentelemetry.trace import Tracer
 
 from services.common.errors import InvalidArgument
 from services.common.reuse_name import ReuseName
+from services.common.tracing import maybe_span
 from services.csl.entries import Served
 from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
 from services.gateway.demand import Demand
@@ -104,7 +105,7 @@ class BranchManager:
                 return None
         if not step.ok or step.confirmed:
             return None  # the canonical path probes the library itself
-        with self.tracer.start_as_current_span("branch.promote", attributes=span_attrs(
+        with maybe_span(self.tracer, "branch.promote", attributes=span_attrs(
                 branch, fill, name)) as span:
             served = await self.library.promote(name, branch.id)
             span.set_attribute("dynbranch.promoted", served is not None)
@@ -151,7 +152,7 @@ class BranchManager:
         start = time.monotonic()
         attrs = {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate}
         try:
-            with self.tracer.start_as_current_span("branch.open", attributes=attrs):
+            with maybe_span(self.tracer, "branch.open", attributes=attrs):
                 admitted = await self._gates(branch, d)
             branch.setup_s = time.monotonic() - start
             if not branch.resolved:
@@ -165,7 +166,7 @@ class BranchManager:
 
     async def _gates(self, branch: Branch, d: Demand) -> list[tuple[int, str]]:
         coordinate = branch.point.coordinate
-        with self.tracer.start_as_current_span("branch.generation_gate") as span:
+        with maybe_span(self.tracer, "branch.generation_gate") as span:
             is_open = await self.admission.open_branch(
                 branch.id, coordinate, d.workflow_type or branch.template.id, d.model)
             span.set_attribute("dynbranch.open", is_open)
@@ -180,7 +181,7 @@ class BranchManager:
             log.warning("branch %s not filled: %s", branch.id, exc)
             return []
         ranked = self.predictor.rank(coordinate, context)
-        with self.tracer.start_as_current_span("branch.fill_gate") as span:
+        with maybe_span(self.tracer, "branch.fill_gate") as span:
             admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model)
             span.set_attribute("dynbranch.admitted", ",".join(admitted))
         ranks = {c.candidate: c.rank for c in ranked}
@@ -190,7 +191,7 @@ class BranchManager:
 
     def _resolve(self, branch: Branch, winner: str) -> None:
         branch.resolved, branch.winner = True, winner
-        with self.tracer.start_as_current_span("branch.settle", attributes={
+        with maybe_span(self.tracer, "branch.settle", attributes={
                 "dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
                 "dynbranch.candidate": winner, "dynbranch.exclusive": branch.exclusive}):
             if winner:

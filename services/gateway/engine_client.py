@@ -18,6 +18,7 @@ from services.common.errors import (
     DeadlineExceeded,
     InvalidArgument,
     PayloadTooLarge,
+    ResourceExhausted,
     Unavailable,
 )
 from services.common.pb import common_pb2, engine_pb2

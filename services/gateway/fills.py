@@ -10,6 +10,7 @@ from opentelemetry.trace import Tracer
 
 from services.common.errors import DynbranchError, InvalidArgument
 from services.common.reuse_name import ReuseName
+from services.common.tracing import maybe_span
 from services.csl.entries import ReadSet, Shadow
 from services.engine_agent.backend import Priority
 from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
@@ -86,7 +87,7 @@ class FillRunner:
                         prompt=rendered.text, sampling=rendered.sampling,
                         workflow_id=branch.workflow_id, template_id=rendered.template_id,
                         stage_id=rendered.stage_id, stage_version=rendered.stage_version)
-        with self.tracer.start_as_current_span("fill.run", attributes=span_attrs(
+        with maybe_span(self.tracer, "fill.run", attributes=span_attrs(
                 branch, fill, step.name)):
             run = await self.stages.execute(demand, stage, Priority.FILL, request_id,
                                             self.settings.fill_timeout_s)
@@ -98,7 +99,7 @@ class FillRunner:
         shadow = Shadow(step.name, branch.id, fill.candidate, fill.rank,
                         f"fill/{branch.id}/{fill.candidate}/{index}", run.stored.encode(),
                         read_set, run.cost_s)
-        with self.tracer.start_as_current_span("shadow.store", attributes=span_attrs(
+        with maybe_span(self.tracer, "shadow.store", attributes=span_attrs(
                 branch, fill, step.name)):
             step.ok = await self.library.put_shadow(shadow, self.settings.shadow_ttl_s)
         step.done.set()

@@ -37,14 +37,24 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from services.common.errors import DynbranchError, InvalidArgument, Unavailable
-from services.common.tracing import has_span, incoming_context, workflow_context
+from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.demand import Answer, Demand, Source
-from services.gateway.openai_schema import (INTERNAL_ERROR, ApiRequest, BodyTooLarge, Endpoint,
-                                            ModelNotFound, chunk_body, error_body, error_status,
-                                            finish_reason, parse_request, response_body,
-                                            usage_chunk)
+from services.gateway.openai_schema import (
+    INTERNAL_ERROR,
+    ApiRequest,
+    BodyTooLarge,
+    Endpoint,
+    ModelNotFound,
+    chunk_body,
+    error_body,
+    error_status,
+    finish_reason,
+    parse_request,
+    response_body,
+    usage_chunk,
+)
 from services.gateway.templates import Stage, StageKind
 
 log = logging.getLogger(__name__)
@@ -330,7 +340,7 @@ class HttpFront:
 
     async def _traced(self, demand: Demand, parent: otel_context.Context,
                       on_delta: Callable[[str], None] | None) -> Answer:
-        with self.tracer.start_as_current_span("gateway.call", context=parent, attributes={
+        with maybe_span(self.tracer, "gateway.call", context=parent, attributes={
                 "dynbranch.request_id": demand.request_id, "dynbranch.edge": "http",
                 "dynbranch.workflow_id": demand.workflow_id,
                 "dynbranch.stage_id": demand.stage_id}) as span:

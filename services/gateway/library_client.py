@@ -15,7 +15,7 @@ import grpc
 
 from services.common.pb import csl_pb2
 from services.common.reuse_name import ReuseName
-from services.csl.client import CslClient
+from services.csl.client import CslClient, PutPipe
 from services.csl.entries import ReadSet, Served, Shadow
 from services.gateway.name_mirror import NameMirror
 
@@ -28,6 +28,7 @@ class RemoteLibrary:
     def __init__(self, target: str, lookup_deadline_s: float = 0.25,
                  deadline_s: float = 2.0) -> None:
         self.client = CslClient(target, producer="gateway")
+        self.pipe = PutPipe(self.client)
         self.lookup_deadline_s = lookup_deadline_s
         self.deadline_s = deadline_s
         self.errors = 0
@@ -72,7 +73,8 @@ class RemoteLibrary:
     async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float) -> bool:
         """Store a canonical result; False when refused or unreachable."""
         try:
-            stored = await self.client.put(name, result, read_set, cost_s, self.deadline_s)
+            request = self.client.put_request(name, result, read_set, cost_s)
+            stored = await self.pipe.put(request, self.deadline_s)
         except grpc.aio.AioRpcError as err:
             self._failed("put", err)
             return False
@@ -118,6 +120,7 @@ class RemoteLibrary:
             self._watch.cancel()
             await asyncio.gather(self._watch, return_exceptions=True)
             self._watch = None
+        await self.pipe.close()
         await self.client.close()
 
 

@@ -22,10 +22,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import (AlreadyExists, DeadlineExceeded, DynbranchError,
-                                    FailedPrecondition, InvalidArgument, NotFound,
-                                    PayloadTooLarge, ResourceExhausted, Unauthenticated,
-                                    Unavailable, Unimplemented)
+from services.common.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    DynbranchError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PayloadTooLarge,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
 from services.engine_agent.backend import FinishReason, Sampling, Usage
 from services.gateway.demand import Answer
 

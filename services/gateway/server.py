@@ -26,8 +26,7 @@ from services.gateway.library_client import RemoteLibrary
 from services.gateway.predictors import default_predictor
 from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
 from services.gateway.stages import Features, StageService
-from services.gateway.templates import (TemplateRegistry, builtin_names, load_builtin,
-                                        load_template)
+from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
 from services.gateway.tools.corpus import Corpus
 from services.gateway.tools.loaders import load_corpus
 from services.gateway.tools.retrieve import RetrieveTool

@@ -14,7 +14,7 @@ from services.common.clients import deadline
 from services.common.convert import require, sampling_from_proto, timings_to_proto, usage_to_proto
 from services.common.errors import InvalidArgument
 from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
-from services.common.tracing import has_span, incoming_context, workflow_context
+from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.demand import Answer, Demand
@@ -120,7 +120,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise InvalidArgument("demand", "required")
         require(request.demand.prompt, "demand.prompt")
         demand = demand_from_proto(self.core, tenant, request.demand)
-        with self.tracer.start_as_current_span("gateway.call", context=trace_parent(
+        with maybe_span(self.tracer, "gateway.call", context=trace_parent(
                 context.invocation_metadata(), tenant, demand.workflow_id), attributes={
                 "dynbranch.request_id": demand.request_id,
                 "dynbranch.workflow_id": demand.workflow_id,

@@ -39,6 +39,8 @@ from services.gateway.tools.base import Tool, ToolResult
 if TYPE_CHECKING:
     from services.gateway.branches import BranchManager
 
+from services.common.tracing import maybe_span
+
 log = logging.getLogger(__name__)
 
 
@@ -164,7 +166,7 @@ class StageService:
         pending = self._stores.get(name)
         if pending is not None:
             await asyncio.shield(pending)
-        with self.tracer.start_as_current_span("csl.lookup", attributes={
+        with maybe_span(self.tracer, "csl.lookup", attributes={
                 "dynbranch.reuse_name": str(name)}) as span:
             served = await self.library.lookup(name)
             span.set_attribute("dynbranch.hit", served is not None)
@@ -206,7 +208,7 @@ class StageService:
         task.add_done_callback(lambda _t: self._stores.pop(name, None))
 
     async def _put(self, name: ReuseName, run: StageRun) -> bool:
-        with self.tracer.start_as_current_span("csl.put", attributes={
+        with maybe_span(self.tracer, "csl.put", attributes={
                 "dynbranch.reuse_name": str(name)}):
             return await self.library.put(name, run.stored.encode(), run.read_set, run.cost_s)
 

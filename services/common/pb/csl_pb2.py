@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from services.common.pb import common_pb2 as dynbranch_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64ynbranch/v1/csl.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\"\x13\n\x11WatchNamesRequest\"h\n\nNameEvents\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x03(\x0c\x12\x0f\n\x07removed\x18\x03 \x03(\x0c\x12\x0e\n\x06synced\x18\x04 \x01(\x08\"6\n\rLookupRequest\x12%\n\x04name\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\"=\n\x0eLookupResponse\x12\x0b\n\x03hit\x18\x01 \x01(\x08\x12\x0e\n\x06result\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63ost_s\x18\x03 \x01(\x01\"\xa8\x01\n\nPutRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12%\n\x04name\x18\x02 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\x12\x0e\n\x06result\x18\x03 \x01(\x0c\x12\'\n\x08read_set\x18\x04 \x01(\x0b\x32\x15.dynbranch.v1.ReadSet\x12\x0e\n\x06\x63ost_s\x18\x05 \x01(\x01\"\x1d\n\x0bPutResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x08\"M\n\x10PutShadowRequest\x12*\n\x06shadow\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.ShadowRecord\x12\r\n\x05ttl_s\x18\x02 \x01(\x01\"#\n\x11PutShadowResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x08\"J\n\x0ePromoteRequest\x12%\n\x04name\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\x12\x11\n\tbranch_id\x18\x02 \x01(\t\"C\n\x0fPromoteResponse\x12\x10\n\x08promoted\x18\x01 \x01(\x08\x12\x0e\n\x06result\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63ost_s\x18\x03 \x01(\x01\";\n\x0e\x44iscardRequest\x12\x11\n\tbranch_id\x18\x01 \x01(\t\x12\x16\n\x0ekeep_candidate\x18\x02 \x01(\t\"$\n\x0f\x44iscardResponse\x12\x11\n\tdiscarded\x18\x01 \x01(\r\" \n\x0bRecordWrite\x12\x11\n\trecord_id\x18\x01 \x01(\t\"|\n\x13WriteRecordsRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12)\n\x06writes\x18\x03 \x03(\x0b\x32\x19.dynbranch.v1.RecordWrite\"Z\n\x14WriteRecordsResponse\x12-\n\x08versions\x18\x01 \x03(\x0b\x32\x1b.dynbranch.v1.RecordVersion\x12\x13\n\x0binvalidated\x18\x02 \x01(\r\"\x0e\n\x0cStatsRequest\"\xb2\x01\n\rStatsResponse\x12\x0f\n\x07\x65ntries\x18\x01 \x01(\x04\x12\x0f\n\x07shadows\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\x14\n\x0c\x62udget_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04hits\x18\x05 \x01(\x04\x12\x0e\n\x06misses\x18\x06 \x01(\x04\x12\x12\n\npromotions\x18\x07 \x01(\x04\x12\x15\n\rinvalidations\x18\x08 \x01(\x04\x12\x11\n\tevictions\x18\t \x01(\x04\x32\xd4\x04\n\x0fSubgraphLibrary\x12\x43\n\x06Lookup\x12\x1b.dynbranch.v1.LookupRequest\x1a\x1c.dynbranch.v1.LookupResponse\x12:\n\x03Put\x12\x18.dynbranch.v1.PutRequest\x1a\x19.dynbranch.v1.PutResponse\x12L\n\tPutShadow\x12\x1e.dynbranch.v1.PutShadowRequest\x1a\x1f.dynbranch.v1.PutShadowResponse\x12\x46\n\x07Promote\x12\x1c.dynbranch.v1.PromoteRequest\x1a\x1d.dynbranch.v1.PromoteResponse\x12\x46\n\x07\x44iscard\x12\x1c.dynbranch.v1.DiscardRequest\x1a\x1d.dynbranch.v1.DiscardResponse\x12U\n\x0cWriteRecords\x12!.dynbranch.v1.WriteRecordsRequest\x1a\".dynbranch.v1.WriteRecordsResponse\x12@\n\x05Stats\x12\x1a.dynbranch.v1.StatsRequest\x1a\x1b.dynbranch.v1.StatsResponse\x12I\n\nWatchNames\x12\x1f.dynbranch.v1.WatchNamesRequest\x1a\x18.dynbranch.v1.NameEvents0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64ynbranch/v1/csl.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\"\x13\n\x11WatchNamesRequest\"h\n\nNameEvents\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x03(\x0c\x12\x0f\n\x07removed\x18\x03 \x03(\x0c\x12\x0e\n\x06synced\x18\x04 \x01(\x08\"6\n\rLookupRequest\x12%\n\x04name\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\"=\n\x0eLookupResponse\x12\x0b\n\x03hit\x18\x01 \x01(\x08\x12\x0e\n\x06result\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63ost_s\x18\x03 \x01(\x01\"\xa8\x01\n\nPutRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12%\n\x04name\x18\x02 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\x12\x0e\n\x06result\x18\x03 \x01(\x0c\x12\'\n\x08read_set\x18\x04 \x01(\x0b\x32\x15.dynbranch.v1.ReadSet\x12\x0e\n\x06\x63ost_s\x18\x05 \x01(\x01\"\x1d\n\x0bPutResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x08\"9\n\x06PutAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x0e\n\x06stored\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"M\n\x10PutShadowRequest\x12*\n\x06shadow\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.ShadowRecord\x12\r\n\x05ttl_s\x18\x02 \x01(\x01\"#\n\x11PutShadowResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x08\"J\n\x0ePromoteRequest\x12%\n\x04name\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ReuseName\x12\x11\n\tbranch_id\x18\x02 \x01(\t\"C\n\x0fPromoteResponse\x12\x10\n\x08promoted\x18\x01 \x01(\x08\x12\x0e\n\x06result\x18\x02 \x01(\x0c\x12\x0e\n\x06\x63ost_s\x18\x03 \x01(\x01\";\n\x0e\x44iscardRequest\x12\x11\n\tbranch_id\x18\x01 \x01(\t\x12\x16\n\x0ekeep_candidate\x18\x02 \x01(\t\"$\n\x0f\x44iscardResponse\x12\x11\n\tdiscarded\x18\x01 \x01(\r\" \n\x0bRecordWrite\x12\x11\n\trecord_id\x18\x01 \x01(\t\"|\n\x13WriteRecordsRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12)\n\x06writes\x18\x03 \x03(\x0b\x32\x19.dynbranch.v1.RecordWrite\"Z\n\x14WriteRecordsResponse\x12-\n\x08versions\x18\x01 \x03(\x0b\x32\x1b.dynbranch.v1.RecordVersion\x12\x13\n\x0binvalidated\x18\x02 \x01(\r\"\x0e\n\x0cStatsRequest\"\xb2\x01\n\rStatsResponse\x12\x0f\n\x07\x65ntries\x18\x01 \x01(\x04\x12\x0f\n\x07shadows\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\x14\n\x0c\x62udget_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04hits\x18\x05 \x01(\x04\x12\x0e\n\x06misses\x18\x06 \x01(\x04\x12\x12\n\npromotions\x18\x07 \x01(\x04\x12\x15\n\rinvalidations\x18\x08 \x01(\x04\x12\x11\n\tevictions\x18\t \x01(\x04\x32\x95\x05\n\x0fSubgraphLibrary\x12\x43\n\x06Lookup\x12\x1b.dynbranch.v1.LookupRequest\x1a\x1c.dynbranch.v1.LookupResponse\x12:\n\x03Put\x12\x18.dynbranch.v1.PutRequest\x1a\x19.dynbranch.v1.PutResponse\x12?\n\tPutStream\x12\x18.dynbranch.v1.PutRequest\x1a\x14.dynbranch.v1.PutAck(\x01\x30\x01\x12L\n\tPutShadow\x12\x1e.dynbranch.v1.PutShadowRequest\x1a\x1f.dynbranch.v1.PutShadowResponse\x12\x46\n\x07Promote\x12\x1c.dynbranch.v1.PromoteRequest\x1a\x1d.dynbranch.v1.PromoteResponse\x12\x46\n\x07\x44iscard\x12\x1c.dynbranch.v1.DiscardRequest\x1a\x1d.dynbranch.v1.DiscardResponse\x12U\n\x0cWriteRecords\x12!.dynbranch.v1.WriteRecordsRequest\x1a\".dynbranch.v1.WriteRecordsResponse\x12@\n\x05Stats\x12\x1a.dynbranch.v1.StatsRequest\x1a\x1b.dynbranch.v1.StatsResponse\x12I\n\nWatchNames\x12\x1f.dynbranch.v1.WatchNamesRequest\x1a\x18.dynbranch.v1.NameEvents0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,28 +44,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUTREQUEST']._serialized_end=482
   _globals['_PUTRESPONSE']._serialized_start=484
   _globals['_PUTRESPONSE']._serialized_end=513
-  _globals['_PUTSHADOWREQUEST']._serialized_start=515
-  _globals['_PUTSHADOWREQUEST']._serialized_end=592
-  _globals['_PUTSHADOWRESPONSE']._serialized_start=594
-  _globals['_PUTSHADOWRESPONSE']._serialized_end=629
-  _globals['_PROMOTEREQUEST']._serialized_start=631
-  _globals['_PROMOTEREQUEST']._serialized_end=705
-  _globals['_PROMOTERESPONSE']._serialized_start=707
-  _globals['_PROMOTERESPONSE']._serialized_end=774
-  _globals['_DISCARDREQUEST']._serialized_start=776
-  _globals['_DISCARDREQUEST']._serialized_end=835
-  _globals['_DISCARDRESPONSE']._serialized_start=837
-  _globals['_DISCARDRESPONSE']._serialized_end=873
-  _globals['_RECORDWRITE']._serialized_start=875
-  _globals['_RECORDWRITE']._serialized_end=907
-  _globals['_WRITERECORDSREQUEST']._serialized_start=909
-  _globals['_WRITERECORDSREQUEST']._serialized_end=1033
-  _globals['_WRITERECORDSRESPONSE']._serialized_start=1035
-  _globals['_WRITERECORDSRESPONSE']._serialized_end=1125
-  _globals['_STATSREQUEST']._serialized_start=1127
-  _globals['_STATSREQUEST']._serialized_end=1141
-  _globals['_STATSRESPONSE']._serialized_start=1144
-  _globals['_STATSRESPONSE']._serialized_end=1322
-  _globals['_SUBGRAPHLIBRARY']._serialized_start=1325
-  _globals['_SUBGRAPHLIBRARY']._serialized_end=1921
+  _globals['_PUTACK']._serialized_start=515
+  _globals['_PUTACK']._serialized_end=572
+  _globals['_PUTSHADOWREQUEST']._serialized_start=574
+  _globals['_PUTSHADOWREQUEST']._serialized_end=651
+  _globals['_PUTSHADOWRESPONSE']._serialized_start=653
+  _globals['_PUTSHADOWRESPONSE']._serialized_end=688
+  _globals['_PROMOTEREQUEST']._serialized_start=690
+  _globals['_PROMOTEREQUEST']._serialized_end=764
+  _globals['_PROMOTERESPONSE']._serialized_start=766
+  _globals['_PROMOTERESPONSE']._serialized_end=833
+  _globals['_DISCARDREQUEST']._serialized_start=835
+  _globals['_DISCARDREQUEST']._serialized_end=894
+  _globals['_DISCARDRESPONSE']._serialized_start=896
+  _globals['_DISCARDRESPONSE']._serialized_end=932
+  _globals['_RECORDWRITE']._serialized_start=934
+  _globals['_RECORDWRITE']._serialized_end=966
+  _globals['_WRITERECORDSREQUEST']._serialized_start=968
+  _globals['_WRITERECORDSREQUEST']._serialized_end=1092
+  _globals['_WRITERECORDSRESPONSE']._serialized_start=1094
+  _globals['_WRITERECORDSRESPONSE']._serialized_end=1184
+  _globals['_STATSREQUEST']._serialized_start=1186
+  _globals['_STATSREQUEST']._serialized_end=1200
+  _globals['_STATSRESPONSE']._serialized_start=1203
+  _globals['_STATSRESPONSE']._serialized_end=1381
+  _globals['_SUBGRAPHLIBRARY']._serialized_start=1384
+  _globals['_SUBGRAPHLIBRARY']._serialized_end=2045
 # @@protoc_insertion_point(module_scope)

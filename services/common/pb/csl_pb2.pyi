@@ -59,6 +59,16 @@ class PutResponse(_message.Message):
     stored: bool
     def __init__(self, stored: _Optional[bool] = ...) -> None: ...
 
+class PutAck(_message.Message):
+    __slots__ = ("sequence", "stored", "error")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    stored: bool
+    error: str
+    def __init__(self, sequence: _Optional[int] = ..., stored: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
 class PutShadowRequest(_message.Message):
     __slots__ = ("shadow", "ttl_s")
     SHADOW_FIELD_NUMBER: _ClassVar[int]

@@ -45,6 +45,11 @@ class SubgraphLibraryStub:
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutResponse.FromString,
                 _registered_method=True)
+        self.PutStream = channel.stream_stream(
+                '/dynbranch.v1.SubgraphLibrary/PutStream',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutAck.FromString,
+                _registered_method=True)
         self.PutShadow = channel.unary_unary(
                 '/dynbranch.v1.SubgraphLibrary/PutShadow',
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.PutShadowRequest.SerializeToString,
@@ -90,6 +95,15 @@ class SubgraphLibraryServicer:
 
     def Put(self, request, context):
         """Store a confirmed entry from a canonical execution. Idempotent per name and content.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutStream(self, request_iterator, context):
+        """Store confirmed entries over one long-lived stream: what a gateway uses on its hot path (a
+        message per store instead of a call). Each PutRequest is acknowledged, in order, by a PutAck
+        carrying its header.sequence. Idempotent per name and content.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -151,6 +165,11 @@ def add_SubgraphLibraryServicer_to_server(servicer, server):
                     servicer.Put,
                     request_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_csl__pb2.PutResponse.SerializeToString,
+            ),
+            'PutStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PutStream,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.PutAck.SerializeToString,
             ),
             'PutShadow': grpc.unary_unary_rpc_method_handler(
                     servicer.PutShadow,
@@ -238,6 +257,33 @@ class SubgraphLibrary:
             '/dynbranch.v1.SubgraphLibrary/Put',
             dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
             dynbranch_dot_v1_dot_csl__pb2.PutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/PutStream',
+            dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.PutAck.FromString,
             options,
             channel_credentials,
             insecure,

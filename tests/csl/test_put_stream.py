@@ -1,0 +1,57 @@
+"""Streamed stores: acks by sequence, a bad store does not end the stream, a lost stream fails
+its stores (never hangs) and the next store opens a new one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.csl.client import CslClient, PutPipe
+from services.csl.config import CslSettings
+from services.csl.entries import ReadSet
+from services.csl.server import build_runtime
+from tests.csl.factories import name
+
+
+async def _csl(path: Path):  # noqa: ANN202
+    runtime = await build_runtime(CslSettings(data_dir=str(path), metrics_port=-1, grace_s=0.2,
+                                              sync=False))
+    await runtime.start()
+    return runtime
+
+
+async def test_streamed_stores_are_acked_and_readable(tmp_path: Path) -> None:
+    runtime = await _csl(tmp_path / "csl")
+    async with CslClient(runtime.address) as client:
+        pipe = PutPipe(client)
+        for i in range(5):
+            assert await pipe.put(client.put_request(name(i), f"r{i}".encode(), ReadSet.pure()))
+        bad = client.put_request(name(9), b"x", ReadSet.pure())
+        bad.name.digest = "not-hex"
+        assert await pipe.put(bad) is False  # refused, and the stream goes on
+        assert await pipe.put(client.put_request(name(6), b"r6", ReadSet.pure()))
+        assert (await client.lookup(name(6))).result == b"r6"
+        await pipe.close()
+    await runtime.shutdown()
+
+
+async def test_lost_stream_fails_its_stores_and_the_next_store_reconnects(tmp_path: Path) -> None:
+    runtime = await _csl(tmp_path / "csl")
+    port = runtime.port
+    async with CslClient(runtime.address) as client:
+        pipe = PutPipe(client)
+        assert await pipe.put(client.put_request(name(1), b"a", ReadSet.pure()))
+        await runtime.shutdown()
+        assert await pipe.put(client.put_request(name(2), b"b", ReadSet.pure()),
+                              timeout_s=2) is False
+        runtime = await build_runtime(CslSettings(data_dir=str(tmp_path / "csl"),
+                                                  metrics_port=-1, port=port, sync=False))
+        await runtime.start()
+        stored = False
+        for _ in range(50):  # the channel reconnects on its own backoff
+            stored = await pipe.put(client.put_request(name(3), b"c", ReadSet.pure()),
+                                    timeout_s=1)
+            if stored:
+                break
+        assert stored
+        await pipe.close()
+    await runtime.shutdown()
