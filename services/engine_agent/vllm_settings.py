@@ -69,13 +69,18 @@ def engine_environment(settings: VllmSettings, root: Path) -> dict[str, str]:
     }
 
 
+def make_engine_dirs(env: dict[str, str]) -> None:
+    """Create the folders the environment names (vLLM binds its ipc sockets inside them)."""
+    for key, value in env.items():
+        if key.endswith(("_ROOT", "_DIR", "_PATH")):
+            Path(value).mkdir(parents=True, exist_ok=True)
+
+
 def set_engine_environment(env: dict[str, str]) -> None:
     # vLLM is configured by environment variables, read by the engine-core process it spawns,
     # so they must be in this process's environment before the engine starts.
-    for key, value in env.items():
-        os.environ[key] = value
-        if key.endswith(("_ROOT", "_DIR", "_PATH")):
-            Path(value).mkdir(parents=True, exist_ok=True)
+    make_engine_dirs(env)
+    os.environ.update(env)
 
 
 def engine_error(exc: Exception) -> DynbranchError:

@@ -20,6 +20,7 @@ import pytest
 
 from services.engine_agent.tiny_model import default_cache_root
 from services.engine_agent.vllm_backend import VllmSettings, engine_environment
+from services.engine_agent.vllm_settings import make_engine_dirs
 
 REQUIRE = os.environ.get("DYNBRANCH_REQUIRE_REAL_ENGINE") == "1"
 SERVER_START_TIMEOUT_S = 240.0
@@ -93,8 +94,9 @@ def vllm_server(model: Path, folder: Path, blocks: int = 64) -> Iterator[VllmSer
     port = free_port()
     kv, replay = f"ipc://{folder}/kv.ipc", f"ipc://{folder}/kv-replay.ipc"
     log = folder / "vllm-server.log"
-    env = {**os.environ, **engine_environment(VllmSettings(model_path=str(model)),
-                                              default_cache_root())}
+    engine_env = engine_environment(VllmSettings(model_path=str(model)), default_cache_root())
+    make_engine_dirs(engine_env)
+    env = {**os.environ, **engine_env}
     with log.open("w") as out:
         proc = subprocess.Popen(_server_command(model, port, kv, replay, blocks), env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
