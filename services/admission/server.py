@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission.config import AdmissionSettings
 from services.admission.policy import FixedPolicy
 from services.admission.servicer import AdmissionServicer
-from services.common.cli_args import add_service_args, overrides_from
-from services.common.config import ConfigError, load_settings
+from services.common.cli_args import service_main
 from services.common.pb import admission_pb2, admission_pb2_grpc
-from services.common.server import ServiceRuntime, run_service
-from services.common.telemetry import configure_logging
+from services.common.server import ServiceRuntime
 
 SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name
 
@@ -31,18 +26,9 @@ async def build_runtime(settings: AdmissionSettings, *,
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, load settings, serve until SIGTERM."""
-    parser = argparse.ArgumentParser(
-        prog="dynbranch serve admission",
-        description="Run the admission service (a fixed policy until C3 lands).")
-    add_service_args(parser)
-    args = parser.parse_args(argv)
-    try:
-        settings = load_settings(AdmissionSettings, config_file=args.config, **overrides_from(args))
-    except ConfigError as exc:
-        print(f"admission: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(settings.log_level, settings.log_format)
-    return run_service(lambda: build_runtime(settings))
+    return service_main(argv, service="admission", settings_cls=AdmissionSettings,
+                        description="Run the admission service (a fixed policy until C3 lands).",
+                        build=build_runtime)
 
 
 __all__ = ["SERVICE_NAME", "build_runtime", "main"]

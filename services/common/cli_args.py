@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from services.common.config import ConfigError
+from services.common.config import ConfigError, ServiceSettings, load_settings
+from services.common.server import run_service
+from services.common.telemetry import configure_logging
 
 
 def add_service_args(parser: argparse.ArgumentParser) -> None:
@@ -35,4 +40,45 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-__all__ = ["add_service_args", "overrides_from"]
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A service-specific flag that sets one setting (``--engine-id`` → ``engine_id``)."""
+
+    name: str
+    setting: str
+    help: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def service_main(argv: list[str] | None, *, service: str, description: str,
+                 settings_cls: type[ServiceSettings],
+                 build: Callable[[Any], Awaitable[Any]], flags: Sequence[Flag] = (),
+                 fatal: tuple[type[BaseException], ...] = ()) -> int:
+    """The entry point every service shares: flags → settings → logs → serve until SIGTERM.
+
+    A configuration error, or a start-up error of a class in ``fatal`` (e.g. a corrupt store),
+    prints one line naming the problem and exits 2.
+    """
+    parser = argparse.ArgumentParser(prog=f"dynbranch serve {service}", description=description)
+    add_service_args(parser)
+    for flag in flags:
+        parser.add_argument(flag.name, dest=flag.setting, help=flag.help, **flag.options)
+    args = parser.parse_args(argv)
+    values = {f.setting: getattr(args, f.setting) for f in flags}
+    values.update({k: v for k, v in overrides_from(args).items() if v is not None})
+    try:
+        settings = load_settings(settings_cls, config_file=args.config, **values)
+    except ConfigError as exc:
+        print(f"{service}: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        return run_service(lambda: build(settings))
+    except fatal as exc:
+        print(f"{service}: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["Flag", "add_service_args", "overrides_from", "service_main"]

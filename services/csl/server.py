@@ -7,19 +7,15 @@ Shutdown follows the runtime's order, then lets queued mutations finish and clos
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
-import sys
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from services.common.cli_args import add_service_args, overrides_from
-from services.common.config import ConfigError, load_settings
+from services.common.cli_args import Flag, service_main
 from services.common.pb import csl_pb2, csl_pb2_grpc
-from services.common.server import ServiceRuntime, run_service
-from services.common.telemetry import configure_logging
+from services.common.server import ServiceRuntime
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.config import CslSettings
 from services.csl.errors import StoreError
@@ -66,23 +62,10 @@ async def _sweep(library: AsyncSubgraphLibrary, interval_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, load settings, open the store, serve until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="dynbranch serve csl",
-                                     description="Run the Completed-Subgraph Library service.")
-    add_service_args(parser)
-    parser.add_argument("--data-dir", help="LMDB environment directory")
-    args = parser.parse_args(argv)
-    try:
-        settings = load_settings(CslSettings, config_file=args.config, data_dir=args.data_dir,
-                                 **overrides_from(args))
-    except ConfigError as exc:
-        print(f"csl: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(settings.log_level, settings.log_format)
-    try:
-        return run_service(lambda: build_runtime(settings))
-    except StoreError as exc:
-        print(f"csl: {exc}", file=sys.stderr)
-        return 2
+    return service_main(argv, service="csl", settings_cls=CslSettings,
+                        description="Run the Completed-Subgraph Library service.",
+                        build=build_runtime, fatal=(StoreError,),
+                        flags=[Flag("--data-dir", "data_dir", "LMDB environment directory")])
 
 
 __all__ = ["SERVICE_NAME", "build_runtime", "main"]

@@ -43,6 +43,12 @@ class GatewaySettings(ServiceSettings):
     max_request_id: int = Field(128, ge=8, le=1024, description="longest request id accepted")
 
     @model_validator(mode="after")
+    def _engines_given(self) -> GatewaySettings:
+        if not self.engines:
+            raise ValueError("engines: at least one engine agent target is required")
+        return self
+
+    @model_validator(mode="after")
     def _keys_when_auth(self) -> GatewaySettings:
         if self.auth and not self.api_keys:
             raise ValueError("auth is on but api_keys is empty: configure api_keys "

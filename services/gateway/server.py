@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from services.common.cli_args import add_service_args, overrides_from
-from services.common.config import ConfigError, load_settings
+from services.common.cli_args import Flag, service_main
 from services.common.pb import gateway_pb2, gateway_pb2_grpc
-from services.common.server import ServiceRuntime, run_service
-from services.common.telemetry import configure_logging
+from services.common.server import ServiceRuntime
 from services.gateway.admission_client import RemoteAdmission, StaticAdmission
 from services.gateway.auth import Authenticator
 from services.gateway.branches import BranchManager, BranchSettings
@@ -159,25 +155,14 @@ def _closer(fn):  # noqa: ANN001, ANN202 - adapts a sync close to a close hook
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, load settings, serve until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="dynbranch serve gateway",
-                                     description="Run the gateway in front of engine agents.")
-    add_service_args(parser)
-    parser.add_argument("--engine", action="append", dest="engines", metavar="HOST:PORT",
-                        help="engine agent target (repeatable)")
-    parser.add_argument("--csl", metavar="HOST:PORT", help="csl service target")
-    parser.add_argument("--admission", metavar="HOST:PORT", help="admission service target")
-    args = parser.parse_args(argv)
-    try:
-        settings = load_settings(GatewaySettings, config_file=args.config, engines=args.engines,
-                                 csl=args.csl, admission=args.admission, **overrides_from(args))
-    except ConfigError as exc:
-        print(f"gateway: {exc}", file=sys.stderr)
-        return 2
-    if not settings.engines:
-        print("gateway: engines: at least one engine agent target is required", file=sys.stderr)
-        return 2
-    configure_logging(settings.log_level, settings.log_format)
-    return run_service(lambda: build_runtime(settings))
+    return service_main(argv, service="gateway", settings_cls=GatewaySettings,
+                        description="Run the gateway in front of engine agents.",
+                        build=build_runtime, flags=[
+                            Flag("--engine", "engines", "engine agent target (repeatable)",
+                                 {"action": "append", "metavar": "HOST:PORT"}),
+                            Flag("--csl", "csl", "csl service target", {"metavar": "HOST:PORT"}),
+                            Flag("--admission", "admission", "admission service target",
+                                 {"metavar": "HOST:PORT"})])
 
 
 __all__ = ["SERVICE_NAME", "GatewayRuntime", "build_core", "build_runtime", "main"]
