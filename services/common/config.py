@@ -86,7 +86,10 @@ def _read_env(cls: type[ServiceSettings], prefix: str, environ: Mapping[str, str
 def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
     lines = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "<root>"
+        if not err["loc"]:  # a whole-model check; its message names the keys itself
+            lines.append(str(err["msg"]).removeprefix("Value error, "))
+            continue
+        key = ".".join(str(p) for p in err["loc"])
         where = sources.get(str(err["loc"][0]) if err["loc"] else "", "default")
         lines.append(f"{key} (from {where}): {err['msg']}")
     return "invalid configuration: " + "; ".join(lines)
