@@ -18,6 +18,7 @@ treats names as opaque.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import struct
@@ -120,10 +121,16 @@ def reuse_name(
     # One buffer, one update: the same byte stream as field-by-field updates, at a third of the
     # cost (this runs on every demand).
     parts = [_field(b"V", SCHEME), _field(b"N", b"\x01" if shared else b"\x00"),
-             _field(b"t", namespace.encode()), *_fingerprint_fields(fingerprint),
+             _field(b"t", namespace.encode()), _fingerprint_bytes(fingerprint),
              _field(b"q", bytes(rendered_input))]
     h = hashlib.blake2b(b"".join(parts), digest_size=DIGEST_BYTES, person=b"dynbranch-csl")
     return ReuseName(namespace, h.hexdigest())
+
+
+@functools.lru_cache(maxsize=4096)
+def _fingerprint_bytes(fp: StageFingerprint) -> bytes:
+    """The encoded fingerprint; a workload has few distinct stages, so this is mostly a hit."""
+    return b"".join(_fingerprint_fields(fp))
 
 
 def _fingerprint_fields(fp: StageFingerprint) -> list[bytes]:

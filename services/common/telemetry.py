@@ -10,8 +10,8 @@ from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from prometheus_client import CollectorRegistry, start_http_server
 
 _STD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}

@@ -22,7 +22,6 @@ import json
 import logging
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -40,7 +39,7 @@ from services.common.errors import DynbranchError, InvalidArgument, Unavailable
 from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
-from services.gateway.demand import Answer, Demand, Source
+from services.gateway.demand import Answer, Demand, Source, new_request_id
 from services.gateway.openai_schema import (
     INTERNAL_ERROR,
     ApiRequest,
@@ -299,7 +298,7 @@ class HttpFront:
         if template_id and not tags["workflow_type"]:
             tags["workflow_type"] = template_id
         ctx = req.context
-        return Demand(tenant=tenant, request_id=uuid.uuid4().hex, model=req.model,
+        return Demand(tenant=tenant, request_id=new_request_id(), model=req.model,
                       prompt=req.prompt, sampling=sampling, template_id=template_id,
                       stage_id=stage_id, stage_version=stage.version if stage else 0,
                       inputs=ctx.inputs, outputs=ctx.outputs, offered=ctx.offered,

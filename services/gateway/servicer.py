@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
-
 import grpc
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -17,7 +15,7 @@ from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
-from services.gateway.demand import Answer, Demand
+from services.gateway.demand import Answer, Demand, Source, new_request_id
 from services.gateway.templates import StageKind
 from services.gateway.tools.corpus import Document
 
@@ -53,9 +51,11 @@ class GatewayMetrics:
                                  registry=registry,
                                  buckets=(.001, .0025, .005, .01, .05, .1, .5, 1, 5, 30, 120))
 
+        self._by_source = {s: self.calls.labels(s.name.lower()) for s in Source}
+
     def observe(self, answer: Answer) -> None:
         """Account one answered demand."""
-        self.calls.labels(answer.source.name.lower()).inc()
+        self._by_source[answer.source].inc()
         self.seconds.observe(answer.gateway_s)
 
 
@@ -85,7 +85,7 @@ def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDeman
     sampling = None if is_tool else sampling_from_proto(
         msg.sampling, "demand.sampling", core.max_tokens_limit(msg.model))
     return Demand(
-        tenant=tenant, request_id=msg.header.id or uuid.uuid4().hex, model=msg.model,
+        tenant=tenant, request_id=msg.header.id or new_request_id(), model=msg.model,
         prompt=msg.prompt, sampling=sampling, workflow_type=msg.workflow_type,
         workflow_id=msg.workflow_id, agent_id=msg.agent_id, template_id=msg.template_id,
         stage_id=msg.stage_id, stage_version=msg.stage_version,
@@ -120,8 +120,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise InvalidArgument("demand", "required")
         require(request.demand.prompt, "demand.prompt")
         demand = demand_from_proto(self.core, tenant, request.demand)
-        with maybe_span(self.tracer, "gateway.call", context=trace_parent(
-                context.invocation_metadata(), tenant, demand.workflow_id), attributes={
+        parent = (None if isinstance(self.tracer, NoOpTracer) else
+                  trace_parent(context.invocation_metadata(), tenant, demand.workflow_id))
+        with maybe_span(self.tracer, "gateway.call", context=parent, attributes={
                 "dynbranch.request_id": demand.request_id,
                 "dynbranch.workflow_id": demand.workflow_id,
                 "dynbranch.stage_id": demand.stage_id}) as span:
