@@ -49,6 +49,7 @@ from services.csl.entries import (
     tenant_of_key,
 )
 from services.csl.eviction import EvictionPolicy
+from services.csl.name_watch import NameListener, NameWatch
 from services.csl.options import LibraryOptions, MiB
 from services.csl.reverse_index import ReverseIndex
 from services.csl.shadows import HeldShadow, ShadowStore
@@ -57,12 +58,10 @@ from services.csl.versions import VersionTable
 
 log = logging.getLogger(__name__)
 
-#: Receives confirmed name keys added and removed, on the thread that changed them.
-NameListener = Callable[[list[bytes], list[bytes]], None]
 _new_tuple = tuple.__new__  # builds a Served without NamedTuple.__new__'s argument handling
 
 
-class SubgraphLibrary:
+class SubgraphLibrary(NameWatch):
     """Confirmed entries on LMDB, shadows in memory, versions, reverse index and eviction."""
 
     def __init__(self, path: str | Path, options: LibraryOptions | None = None,
@@ -111,23 +110,6 @@ class SubgraphLibrary:
         meta.prio = self._policy.clock + meta.freq * meta.value
         self._hits += 1
         return _new_tuple(Served, (value[meta.result_offset:], meta.cost_s))
-
-    def watch_names(self, listener: NameListener) -> list[bytes]:
-        """Call ``listener(added, removed)`` (name keys) on every change of the confirmed set,
-        from the mutating thread; returns the current set, consistent with the first call."""
-        with self._mutex:
-            self._listeners.append(listener)
-            return list(self._names)
-
-    def unwatch_names(self, listener: NameListener) -> None:
-        """Stop calling ``listener``."""
-        with self._mutex:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-    def _notify(self, added: list[bytes], removed: list[bytes]) -> None:
-        for listener in self._listeners:
-            listener(added, removed)
 
     # -- confirmed entries ------------------------------------------------------------------
 

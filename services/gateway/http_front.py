@@ -22,8 +22,8 @@ import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import uvicorn
 from opentelemetry import context as otel_context
@@ -31,33 +31,33 @@ from opentelemetry.trace import Tracer
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from services.common.errors import DynbranchError, InvalidArgument, Unavailable
+from services.common.errors import DynbranchError, InvalidArgument
 from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.demand import Answer, Demand, Source, new_request_id
-from services.gateway.openai_schema import (
+from services.gateway.http_stream import (
+    CallStream,
+    ClientGone,
+    outcome,
+    sse_events,
+    unless_disconnected,
+)
+from services.gateway.openai_bodies import (
     INTERNAL_ERROR,
-    ApiRequest,
     BodyTooLarge,
-    Endpoint,
     ModelNotFound,
-    chunk_body,
     error_body,
     error_status,
-    finish_reason,
-    parse_request,
     response_body,
-    usage_chunk,
 )
+from services.gateway.openai_schema import ApiRequest, Endpoint, parse_request
 from services.gateway.templates import Stage, StageKind
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 HEADER_SOURCE = "x-dynbranch-source"
 HEADER_REUSE_NAME = "x-dynbranch-reuse-name"
@@ -68,20 +68,12 @@ TAG_HEADERS = {"x-dynbranch-workflow-type": "workflow_type",
 MAX_TAG_CHARS = 256
 
 
-class ClientGone(Exception):
-    """The client disconnected before its answer was ready."""
-
-
 def error_response(exc: DynbranchError, chat: bool = False) -> JSONResponse:
     """OpenAI's error JSON with the status for ``exc``; internal errors stay generic."""
     status, body = error_status(exc, chat)
     if status == 500:
         log.error("http: internal error: %s", exc, exc_info=exc)
     return JSONResponse(body, status_code=status)
-
-
-def _sse(body: Mapping[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _trace_parent(headers: Mapping[str, str], tenant: str, workflow_id: str
@@ -91,47 +83,6 @@ def _trace_parent(headers: Mapping[str, str], tenant: str, workflow_id: str
     if has_span(ctx) or not workflow_id:
         return ctx
     return workflow_context(f"{tenant}/{workflow_id}")
-
-
-async def _disconnected(receive: Receive) -> None:
-    """Return once the client has gone (the request body must already be consumed)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _unless_disconnected(waitable: asyncio.Future[T], request: Request) -> T:
-    """``waitable``'s result; cancels it and raises ``ClientGone`` if the client leaves first."""
-    watcher = asyncio.ensure_future(_disconnected(request.receive))
-    try:
-        await asyncio.wait({waitable, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if waitable.done():
-            return _outcome(waitable)
-        raise ClientGone
-    finally:
-        watcher.cancel()
-        waitable.cancel()  # a no-op once done; stops the call when we leave early
-
-
-def _outcome(call: asyncio.Future[T]) -> T:
-    """A finished call's result; a call the front cancelled at shutdown is ``Unavailable``."""
-    if call.cancelled():
-        raise Unavailable("the gateway is shutting down; retry on another replica")
-    return call.result()
-
-
-class _CallStream(StreamingResponse):
-    """An SSE response that cancels its call however the stream ends (also on disconnect)."""
-
-    def __init__(self, content: AsyncIterator[bytes], call: asyncio.Task[Answer],
-                 headers: Mapping[str, str]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=headers)
-        self.call = call
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.call.cancel()
 
 
 class _Server(uvicorn.Server):
@@ -259,7 +210,7 @@ class HttpFront:
             demand = self._demand(tenant, req, request.headers)
             if req.stream:
                 return await self._stream(request, req, demand)
-            answer = await _unless_disconnected(self._call(demand, request), request)
+            answer = await unless_disconnected(self._call(demand, request), request)
         except ClientGone:
             return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
         except DynbranchError as exc:
@@ -366,9 +317,9 @@ class HttpFront:
         call = self._call(demand, request, queue.put_nowait)
         call.add_done_callback(lambda _t: queue.put_nowait(None))  # after every delta
         try:
-            first = await _unless_disconnected(asyncio.ensure_future(queue.get()), request)
+            first = await unless_disconnected(asyncio.ensure_future(queue.get()), request)
             if first is None:
-                answer = _outcome(call)  # raises the call's error
+                answer = outcome(call)  # raises the call's error
                 source, name = answer.source, answer.reuse_name
             else:
                 source, name = Source.ENGINE, self._reuse_name(demand)
@@ -376,52 +327,13 @@ class HttpFront:
             call.cancel()
             raise
         rid = req.endpoint.id_prefix + demand.request_id
-        events = self._events(req, rid, int(time.time()), first, queue, call)
-        return _CallStream(events, call, self._headers(source, name, rid))
+        events = sse_events(req, rid, int(time.time()), first, queue, call)
+        return CallStream(events, call, self._headers(source, name, rid))
 
     def _reuse_name(self, demand: Demand) -> str:
         """The name an engine-streamed answer will carry (the core derives the same one)."""
         stages = self.core.stages
         return str(stages.demand_name(demand, stages.stage_of(demand)) or "")
-
-    async def _events(self, req: ApiRequest, rid: str, created: int, first: str | None,
-                      queue: asyncio.Queue[str | None], call: asyncio.Task[Answer]
-                      ) -> AsyncIterator[bytes]:
-        """SSE events: role (chat), text deltas, any unsent rest, the finish, usage, [DONE]."""
-        sent: list[str] = []
-        try:
-            if req.chat:
-                yield _sse(chunk_body(req, rid, created, role=True))
-            item = first
-            while item is not None:
-                if item:
-                    sent.append(item)
-                    yield _sse(chunk_body(req, rid, created, text=item))
-                item = await queue.get()
-            answer = _outcome(call)
-            rest = self._rest(answer.text, "".join(sent), rid)
-            if rest:  # a library hit or promoted fill arrives whole, as one chunk
-                yield _sse(chunk_body(req, rid, created, text=rest))
-            yield _sse(chunk_body(req, rid, created, finish=finish_reason(answer)))
-            if req.include_usage:
-                yield _sse(usage_chunk(req, rid, created, answer.usage))
-            yield b"data: [DONE]\n\n"
-        except DynbranchError as exc:  # after the first byte the status is sent: report inline
-            status, body = error_status(exc, req.chat)
-            if status == 500:
-                log.error("http: stream %s: internal error: %s", rid, exc, exc_info=exc)
-            yield _sse(body)
-        except Exception:  # the detail goes to the log, never to the client
-            log.exception("http: stream %s failed", rid)
-            yield _sse(INTERNAL_ERROR)
-
-    @staticmethod
-    def _rest(text: str, sent: str, rid: str) -> str:
-        """What of the final text the deltas did not carry."""
-        if text.startswith(sent):
-            return text[len(sent):]
-        log.warning("http: stream %s: streamed text is not a prefix of the answer", rid)
-        return ""
 
 
 __all__ = ["HEADER_REUSE_NAME", "HEADER_SOURCE", "HEADER_STAGE", "TAG_HEADERS", "HttpFront",

@@ -1,4 +1,5 @@
-"""OpenAI request and response shapes for the gateway's HTTP front (plain dicts, no transport).
+"""OpenAI request shapes for the gateway's HTTP front (plain dicts, no transport); the
+response, chunk and error bodies are in ``openai_bodies``.
 
 Requests are parsed the way OpenAI parses them: unknown fields are ignored, ``null`` means
 "not given", and a known field of the wrong type is refused naming the field. Fields this gateway
@@ -22,21 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import (
-    AlreadyExists,
-    DeadlineExceeded,
-    DynbranchError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PayloadTooLarge,
-    ResourceExhausted,
-    Unauthenticated,
-    Unavailable,
-    Unimplemented,
-)
-from services.engine_agent.backend import FinishReason, Sampling, Usage
-from services.gateway.demand import Answer
+from services.common.errors import InvalidArgument
+from services.engine_agent.backend import Sampling
 
 #: ``max_tokens`` when a completion request sets none (OpenAI's default).
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -47,8 +35,6 @@ MAX_STOP = 4
 MAX_STOP_CHARS = 256
 MAX_SEED = (1 << 64) - 1
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length",
-                  FinishReason.ABORT: "abort", FinishReason.ERROR: "error"}
 
 
 class Endpoint(enum.Enum):
@@ -295,122 +281,5 @@ def _content(where: str, content: Any) -> str:
     return "\n".join(texts)  # vLLM joins text parts the same way
 
 
-# -- responses ------------------------------------------------------------------------------
-
-
-def usage_body(u: Usage) -> dict[str, Any]:
-    """OpenAI's usage object."""
-    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-            "total_tokens": u.prompt_tokens + u.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens}}
-
-
-def finish_reason(answer: Answer) -> str:
-    """OpenAI's name for why the answer ended."""
-    return FINISH_REASONS.get(answer.finish_reason, "stop")
-
-
-def response_body(req: ApiRequest, rid: str, created: int, answer: Answer) -> dict[str, Any]:
-    """A complete (non-streamed) response."""
-    if req.chat:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
-                                                          "content": answer.text}}
-    else:
-        choice = {"index": 0, "text": answer.text}
-    choice |= {"logprobs": None, "finish_reason": finish_reason(answer)}
-    return {"id": rid, "object": req.endpoint.value, "created": created, "model": req.model,
-            "choices": [choice], "usage": usage_body(answer.usage)}
-
-
-def chunk_body(req: ApiRequest, rid: str, created: int, *, text: str = "", role: bool = False,
-               finish: str | None = None) -> dict[str, Any]:
-    """One streamed chunk: the assistant role (chat, first), a text piece, or the finish."""
-    if req.chat:
-        delta: dict[str, Any] = {}
-        if role:
-            delta = {"role": "assistant", "content": ""}
-        elif text:
-            delta = {"content": text}
-        choice: dict[str, Any] = {"index": 0, "delta": delta}
-        kind = "chat.completion.chunk"
-    else:
-        choice, kind = {"index": 0, "text": text}, "text_completion"
-    choice |= {"logprobs": None, "finish_reason": finish}
-    body = {"id": rid, "object": kind, "created": created, "model": req.model,
-            "choices": [choice]}
-    if req.include_usage:
-        body["usage"] = None
-    return body
-
-
-def usage_chunk(req: ApiRequest, rid: str, created: int, usage: Usage) -> dict[str, Any]:
-    """The last chunk when ``stream_options.include_usage`` is set: no choices, the usage."""
-    body = chunk_body(req, rid, created)
-    body["choices"] = []
-    body["usage"] = usage_body(usage)
-    return body
-
-
-# -- errors ---------------------------------------------------------------------------------
-
-
-class BodyTooLarge(InvalidArgument):
-    """The request body is larger than the front accepts (HTTP 413)."""
-
-
-class ModelNotFound(NotFound):
-    """The request names a model no engine serves (HTTP 404 ``model_not_found``)."""
-
-
-#: Error class → (HTTP status, OpenAI error type, code); most specific class first.
-_ERRORS: tuple[tuple[type[DynbranchError], int, str, str | None], ...] = (
-    (BodyTooLarge, 413, "invalid_request_error", "request_too_large"),
-    (ModelNotFound, 404, "invalid_request_error", "model_not_found"),
-    (PayloadTooLarge, 400, "invalid_request_error", "context_length_exceeded"),
-    (InvalidArgument, 400, "invalid_request_error", None),
-    (Unauthenticated, 401, "authentication_error", "invalid_api_key"),
-    (NotFound, 404, "invalid_request_error", "not_found"),
-    (AlreadyExists, 409, "invalid_request_error", "conflict"),
-    (FailedPrecondition, 400, "invalid_request_error", "failed_precondition"),
-    (ResourceExhausted, 429, "rate_limit_error", "overloaded"),
-    (Unavailable, 503, "server_error", "unavailable"),
-    (DeadlineExceeded, 504, "server_error", "deadline_exceeded"),
-    (Unimplemented, 501, "server_error", "unimplemented"),
-)
-
-
-def error_body(message: str, type_: str, param: str | None, code: str | None
-               ) -> dict[str, Any]:
-    """OpenAI's error object."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-INTERNAL_ERROR = error_body("internal error", "server_error", None, "internal_error")
-
-
-def _param(field: str, chat: bool) -> str:
-    """The request field an error is about, named as the OpenAI request names it."""
-    name = field.removeprefix("demand.").removeprefix("sampling.")
-    return "messages" if chat and name == "prompt" else name
-
-
-def error_status(exc: DynbranchError, chat: bool = False) -> tuple[int, dict[str, Any]]:
-    """HTTP status and OpenAI error object for ``exc`` (500 and a generic message unless the
-    error is one a client may see); ``param`` names the request field."""
-    found = next((row for row in _ERRORS if isinstance(exc, row[0])), None)
-    if found is None or not exc.client_visible:
-        return 500, INTERNAL_ERROR
-    _, status, type_, code = found
-    param, message = None, str(exc)
-    if isinstance(exc, InvalidArgument):
-        param = _param(exc.field, chat)
-        message = f"{param}: {message.removeprefix(f'{exc.field}: ')}"
-    elif isinstance(exc, ModelNotFound):
-        param = "model"
-    return status, error_body(message, type_, param, code)
-
-
-__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "COMPLETION_DEFAULT_MAX_TOKENS", "INTERNAL_ERROR",
-           "ApiRequest", "BodyTooLarge", "Endpoint", "ModelNotFound", "chunk_body", "error_body",
-           "error_status", "finish_reason", "parse_request", "render_chat", "response_body",
-           "usage_body", "usage_chunk"]
+__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "COMPLETION_DEFAULT_MAX_TOKENS", "ApiRequest", "Endpoint",
+           "parse_request", "render_chat"]

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from services.engine_agent.backend import Sampling
+from services.gateway.template_graph import check_graph
 from services.gateway.template_model import (
     Binding,
     CandidateSpace,
@@ -126,7 +127,7 @@ def parse_template(data: Mapping[str, Any]) -> Template:
     _unique([d.stage for d in decisions], root.at("decisions"), "decision stage")
     template = Template(tid, root.at("version").integer(1, _U32), stages, decisions,
                         root.opt("description", _At.note, ""), model)
-    _check_graph(root, template)
+    check_graph(template)
     return template
 
 
@@ -309,98 +310,6 @@ def _safe_twice(stage: Stage) -> bool:
     if stage.kind is StageKind.TOOL:
         return stage.read_only
     return stage.sampling is not None and stage.sampling.deterministic
-
-
-# --- graph checks ----------------------------------------------------------------------------
-
-def _chains(point: DecisionPoint) -> list[tuple[str, tuple[ChainStep, ...]]]:
-    return [("subgraph", point.subgraph)] * bool(point.subgraph) + [
-        (f"per_candidate.{c}", chain) for c, chain in point.per_candidate]
-
-
-def _edges(template: Template) -> dict[str, set[str]]:
-    """stage -> the stages that read its output or follow it in a subgraph."""
-    out: dict[str, set[str]] = {s.id: set() for s in template.stages}
-
-    def link(bind: Binding, reader: str) -> None:
-        for _, src in bind:
-            if src.kind == "output" and src.name in out:
-                out[src.name].add(reader)
-
-    for stage in template.stages:
-        link(stage.bind, stage.id)
-    for point in template.decisions:
-        for _, chain in _chains(point):
-            for prev, step in zip((point.stage, *[s.stage for s in chain]), chain, strict=False):
-                out[prev].add(step.stage)
-                link(step.bind, step.stage)
-    return out
-
-
-def _check_graph(root: _At, template: Template) -> None:
-    index = {s.id: i for i, s in enumerate(template.stages)}
-    for stage in template.stages:
-        for name, src in stage.bind:
-            if src.kind == "output" and src.name not in index:
-                root.at("stages").at(index[stage.id]).at("bind").at(name).fail(
-                    f"unknown stage {src.name!r}")
-    edges = _edges(template)
-    cycle = _find_cycle(edges)
-    if cycle:
-        root.at("stages").at(index[cycle[0]]).fail("cycle " + " -> ".join(cycle))
-    for i, point in enumerate(template.decisions):
-        after = _reachable(edges, point.stage) - {point.stage}
-        decider = point.stage if point.window is Window.DECODE else ""
-        for label, chain in _chains(point):
-            for j in range(len(chain)):
-                where, why = _step_fault(decider, chain, j, after, index)
-                if why:
-                    _At(template.id, f"decisions[{i}].{label}[{j}]{where}", None).fail(why)
-
-
-def _step_fault(decider: str, chain: tuple[ChainStep, ...], j: int, after: set[str],
-                index: Mapping[str, int]) -> tuple[str, str]:
-    """(path suffix, reason) when step ``j`` of a chain cannot run as a fill, else ("", "")."""
-    earlier = {s.stage for s in chain[:j]}
-    for name, src in chain[j].bind:
-        if src.kind != "output" or src.name in earlier:
-            continue
-        if src.name not in index:
-            return f".bind.{name}", f"unknown stage {src.name!r}"
-        if src.name == decider:
-            return f".bind.{name}", (f"stages.{decider}.output is what the branch decides; "
-                                     "bind 'candidate' instead")
-        if src.name in after:
-            return f".bind.{name}", f"stage {src.name!r} runs after the branch resolves"
-    return "", ""
-
-
-def _find_cycle(edges: Mapping[str, set[str]]) -> list[str]:
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(edges[node]):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        state[node] = 2
-        path.pop()
-        return []
-
-    return next((c for n in edges if n not in state and (c := visit(n))), [])
-
-
-def _reachable(edges: Mapping[str, set[str]], start: str) -> set[str]:
-    seen, todo = {start}, [start]
-    while todo:
-        for nxt in edges[todo.pop()] - seen:
-            seen.add(nxt)
-            todo.append(nxt)
-    return seen
 
 
 __all__ = ["parse_template"]

@@ -37,7 +37,6 @@ process opens a corpus at a time (LMDB also forbids opening one environment twic
 from __future__ import annotations
 
 import secrets
-import struct
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,20 +56,18 @@ from services.gateway.tools.bm25 import (
     tokenize,
     top_k,
 )
+from services.gateway.tools.corpus_codec import (
+    MAX_DOC_ID_BYTES,
+    U64,
+    Document,
+    check_doc,
+    decode_doc,
+    encode_doc,
+    refuse_duplicate,
+    u64,
+)
 
 SCHEMA = b"dynbranch.corpus/1"
-MAX_DOC_ID_BYTES = 400  # LMDB keys are at most 511 bytes
-_U64 = struct.Struct(">Q")
-_DOC_HEAD = struct.Struct(">QI")
-
-
-@dataclass(frozen=True, slots=True)
-class Document:
-    """A document to store: stable id, title and text."""
-
-    doc_id: str
-    title: str
-    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +144,14 @@ class Corpus:
         self._doc_versions: dict[str, int] = {}
         with self._env.begin() as txn:
             for key, raw in txn.cursor(db=self._docs):
-                doc, version = _decode_doc(key, raw)
+                doc, version = decode_doc(key, raw)
                 self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
                 self._doc_versions[doc.doc_id] = version
-            self._term_versions = {k.decode(): _U64.unpack(v)[0]
+            self._term_versions = {k.decode(): U64.unpack(v)[0]
                                    for k, v in txn.cursor(db=self._terms)}
-            self._seq = _u64(txn.get(b"seq", db=self._meta))
-            self._writes_since = _u64(txn.get(b"writes_since", db=self._meta))
-            self._stats_version = _u64(txn.get(b"stats_version", db=self._meta))
+            self._seq = u64(txn.get(b"seq", db=self._meta))
+            self._writes_since = u64(txn.get(b"writes_since", db=self._meta))
+            self._stats_version = u64(txn.get(b"stats_version", db=self._meta))
             raw = txn.get(b"stats", db=self._meta)
         self._stats = CorpusStats.from_json(raw) if raw else self._index.stats()
 
@@ -196,7 +193,7 @@ class Corpus:
         """A stored document and its version, or None."""
         with self._env.begin(db=self._docs) as txn:
             raw = txn.get(doc_id.encode())
-        return None if raw is None else _decode_doc(doc_id.encode(), raw)
+        return None if raw is None else decode_doc(doc_id.encode(), raw)
 
     # --- search ----------------------------------------------------------------------------
 
@@ -218,7 +215,7 @@ class Corpus:
         return SearchResult(hits, tuple(sorted(reads, key=lambda r: r.record_id)))
 
     def _hit(self, txn: Any, doc_id: str, score: float) -> Hit:
-        doc, version = _decode_doc(doc_id.encode(), txn.get(doc_id.encode()))
+        doc, version = decode_doc(doc_id.encode(), txn.get(doc_id.encode()))
         return Hit(doc.doc_id, doc.title, doc.text, version, score)
 
     # --- writes ----------------------------------------------------------------------------
@@ -230,7 +227,7 @@ class Corpus:
                 raise FailedPrecondition(f"corpus {self.name!r} is not empty; write instead")
             docs: dict[str, Document] = {}
             for doc in documents:
-                _check_doc(doc)
+                check_doc(doc)
                 if doc.doc_id in docs:
                     raise InvalidArgument("documents", f"duplicate document id {doc.doc_id!r}")
                 docs[doc.doc_id] = doc
@@ -239,7 +236,7 @@ class Corpus:
             self._stats, self._doc_versions = self._index.stats(), dict.fromkeys(docs, 0)
             with self._env.begin(write=True) as txn:
                 for doc in docs.values():
-                    txn.put(doc.doc_id.encode(), _encode_doc(doc, 0), db=self._docs)
+                    txn.put(doc.doc_id.encode(), encode_doc(doc, 0), db=self._docs)
                 txn.put(b"stats", self._stats.to_json(), db=self._meta)
             return len(docs)
 
@@ -273,11 +270,11 @@ class Corpus:
     def _plan(self, upserts: Sequence[Document], removals: Sequence[str]) -> _Plan:
         docs: dict[str, Document | None] = {}
         for doc in upserts:
-            _check_doc(doc)
-            _refuse_duplicate(docs, doc.doc_id)
+            check_doc(doc)
+            refuse_duplicate(docs, doc.doc_id)
             docs[doc.doc_id] = doc
         for doc_id in removals:
-            _refuse_duplicate(docs, doc_id)
+            refuse_duplicate(docs, doc_id)
             if doc_id not in self._index:
                 raise NotFound(f"corpus {self.name!r} has no document {doc_id!r}")
             docs[doc_id] = None
@@ -340,10 +337,10 @@ class Corpus:
                 if doc is None:
                     txn.delete(key, db=self._docs)
                 else:
-                    txn.put(key, _encode_doc(doc, assigned[self.doc_record(doc_id)]),
+                    txn.put(key, encode_doc(doc, assigned[self.doc_record(doc_id)]),
                             db=self._docs)
             for term in plan.terms:
-                txn.put(term.encode(), _U64.pack(assigned[self.term_record(term)]),
+                txn.put(term.encode(), U64.pack(assigned[self.term_record(term)]),
                         db=self._terms)
             self._put_meta(txn, seq, writes_since, stats if plan.refresh else None,
                            assigned.get(self.stats_record()))
@@ -360,11 +357,11 @@ class Corpus:
 
     def _put_meta(self, txn: Any, seq: int, writes_since: int, stats: CorpusStats | None,
                   stats_version: int | None) -> None:
-        txn.put(b"seq", _U64.pack(seq), db=self._meta)
-        txn.put(b"writes_since", _U64.pack(writes_since), db=self._meta)
+        txn.put(b"seq", U64.pack(seq), db=self._meta)
+        txn.put(b"writes_since", U64.pack(writes_since), db=self._meta)
         if stats is not None and stats_version is not None:
             txn.put(b"stats", stats.to_json(), db=self._meta)
-            txn.put(b"stats_version", _U64.pack(stats_version), db=self._meta)
+            txn.put(b"stats_version", U64.pack(stats_version), db=self._meta)
 
     def _remember(self, plan: _Plan, assigned: Mapping[str, int], stats: CorpusStats,
                   seq: int, writes_since: int) -> None:
@@ -379,36 +376,6 @@ class Corpus:
         if plan.refresh:
             self._stats, self._stats_version = stats, assigned[self.stats_record()]
         self._seq, self._writes_since = seq, writes_since
-
-
-def _check_doc(doc: Document) -> None:
-    if not isinstance(doc.doc_id, str) or not doc.doc_id:
-        raise InvalidArgument("doc_id", "must be a non-empty string")
-    if len(doc.doc_id.encode()) > MAX_DOC_ID_BYTES:
-        raise InvalidArgument("doc_id", f"longer than {MAX_DOC_ID_BYTES} bytes")
-    if not isinstance(doc.title, str) or not isinstance(doc.text, str):
-        raise InvalidArgument("document", f"{doc.doc_id!r}: title and text must be strings")
-
-
-def _refuse_duplicate(docs: Mapping[str, object], doc_id: str) -> None:
-    if doc_id in docs:
-        raise InvalidArgument("documents", f"document {doc_id!r} appears twice in one write")
-
-
-def _encode_doc(doc: Document, version: int) -> bytes:
-    title = doc.title.encode()
-    return _DOC_HEAD.pack(version, len(title)) + title + doc.text.encode()
-
-
-def _decode_doc(key: bytes, raw: bytes) -> tuple[Document, int]:
-    version, title_len = _DOC_HEAD.unpack_from(raw)
-    start = _DOC_HEAD.size
-    title = raw[start:start + title_len].decode()
-    return Document(key.decode(), title, raw[start + title_len:].decode()), version
-
-
-def _u64(raw: bytes | None) -> int:
-    return 0 if raw is None else _U64.unpack(raw)[0]
 
 
 __all__ = ["MAX_DOC_ID_BYTES", "Corpus", "Document", "Hit", "SearchResult"]

@@ -1,0 +1,61 @@
+"""Corpus documents and their LMDB encoding: the ``Document`` value, its checks, byte layouts."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.common.errors import InvalidArgument
+
+MAX_DOC_ID_BYTES = 400  # LMDB keys are at most 511 bytes
+U64 = struct.Struct(">Q")
+DOC_HEAD = struct.Struct(">QI")
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A document to store: stable id, title and text."""
+
+    doc_id: str
+    title: str
+    text: str
+
+
+def check_doc(doc: Document) -> None:
+    """Refuse a document with a bad id, title or text."""
+    if not isinstance(doc.doc_id, str) or not doc.doc_id:
+        raise InvalidArgument("doc_id", "must be a non-empty string")
+    if len(doc.doc_id.encode()) > MAX_DOC_ID_BYTES:
+        raise InvalidArgument("doc_id", f"longer than {MAX_DOC_ID_BYTES} bytes")
+    if not isinstance(doc.title, str) or not isinstance(doc.text, str):
+        raise InvalidArgument("document", f"{doc.doc_id!r}: title and text must be strings")
+
+
+def refuse_duplicate(docs: Mapping[str, object], doc_id: str) -> None:
+    """Refuse a document id that one write already names."""
+    if doc_id in docs:
+        raise InvalidArgument("documents", f"document {doc_id!r} appears twice in one write")
+
+
+def encode_doc(doc: Document, version: int) -> bytes:
+    """A ``docs`` row: version, title length, title, text."""
+    title = doc.title.encode()
+    return DOC_HEAD.pack(version, len(title)) + title + doc.text.encode()
+
+
+def decode_doc(key: bytes, raw: bytes) -> tuple[Document, int]:
+    """The document and version of a ``docs`` row."""
+    version, title_len = DOC_HEAD.unpack_from(raw)
+    start = DOC_HEAD.size
+    title = raw[start:start + title_len].decode()
+    return Document(key.decode(), title, raw[start + title_len:].decode()), version
+
+
+def u64(raw: bytes | None) -> int:
+    """A stored big-endian u64; 0 when absent."""
+    return 0 if raw is None else U64.unpack(raw)[0]
+
+
+__all__ = ["DOC_HEAD", "MAX_DOC_ID_BYTES", "U64", "Document", "check_doc", "decode_doc",
+           "encode_doc", "refuse_duplicate", "u64"]
