@@ -42,6 +42,8 @@ from services.engine_agent.backend import (
     TokenDelta,
     Usage,
 )
+from services.engine_agent.vllm_leases import VllmLeases, allocated_event, settle
+from services.engine_agent.vllm_load import LoadState, load_tap
 from services.engine_agent.vllm_settings import (
     VllmSettings,
     default_root,
@@ -69,16 +71,6 @@ class _Active:
     finished: bool = False
 
 
-@dataclass(slots=True)
-class _LoadState:
-    running: int = 0
-    waiting: int = 0
-    kv_blocks_used: int = 0
-    leased_blocks: int = 0
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-
-
 class VllmBackend:
     """``EngineBackend`` over an embedded vLLM ``AsyncLLM`` with the dynbranch plugin."""
 
@@ -89,8 +81,8 @@ class VllmBackend:
         self._facts: dict[str, Any] = {}
         self._plugin = False
         self._active: dict[str, _Active] = {}
-        self._load = _LoadState()
-        self._leases: dict[str, dict[str, Any]] = {}
+        self._load = LoadState()
+        self._leases = VllmLeases(self)
         self._poller: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
         self._closed = False
@@ -145,7 +137,7 @@ class VllmBackend:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(**self._engine_kwargs())
-        return AsyncLLM.from_engine_args(args, stat_loggers=[self._stat_logger_factory()])
+        return AsyncLLM.from_engine_args(args, stat_loggers=[load_tap(self._load)])
 
     def _engine_kwargs(self) -> dict[str, Any]:
         s = self.settings
@@ -164,33 +156,6 @@ class VllmBackend:
                 enable_kv_cache_events=True, publisher="zmq", endpoint=s.kv_events_endpoint,
                 replay_endpoint=s.kv_events_replay_endpoint or None, topic="kv-events")
         return {**kwargs, **s.extra_engine_args}
-
-    def _stat_logger_factory(self) -> Any:
-        from vllm.v1.metrics.loggers import StatLoggerBase
-
-        load = self._load
-
-        class _LoadTap(StatLoggerBase):
-            """Folds each step's scheduler stats into the backend's load view."""
-
-            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-                self.engine_index = engine_index
-
-            def record(self, scheduler_stats: Any, iteration_stats: Any,
-                       mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
-                if scheduler_stats is None:
-                    return
-                load.running = scheduler_stats.num_running_reqs
-                load.waiting = scheduler_stats.num_waiting_reqs
-                pcs = scheduler_stats.prefix_cache_stats
-                if pcs is not None:
-                    load.prefix_queries += int(pcs.queries)
-                    load.prefix_hits += int(pcs.hits)
-
-            def log_engine_initialized(self) -> None:
-                pass
-
-        return _LoadTap
 
     async def _probe_plugin(self) -> None:
         try:
@@ -277,47 +242,28 @@ class VllmBackend:
 
     async def lookup_prefix(self, prompt: str) -> PrefixLookup:
         """Resident prefix as the scheduler would reuse it (whole blocks, before the last token)."""
-        ids = self.tokenize(prompt)
-        if not self._plugin:
-            return PrefixLookup(len(ids), 0, self.info.block_size)
-        view = await self._utility("dynbranch_lookup", ids)
-        return PrefixLookup(view["prompt_tokens"], view["resident_tokens"], view["block_size"])
+        return await self._leases.lookup_prefix(prompt)
 
     async def lease_prefix(self, prompt_or_token_ids: str | Sequence[int], lease_id: str,
                            ttl_s: float) -> int:
         """Add one reference to each resident block of the prefix; blocks leased (0: none)."""
-        if not self._plugin:
-            raise FailedPrecondition("prefix leases need the dynbranch vLLM plugin")
-        if not lease_id:
-            raise InvalidArgument("lease_id", "must not be empty")
-        if ttl_s <= 0:
-            raise InvalidArgument("ttl_s", "must be positive")
-        grant = await self._utility("dynbranch_lease", lease_id, self._tokens(prompt_or_token_ids),
-                                    float(ttl_s))
-        if grant["blocks"]:
-            self._leases[lease_id] = grant
-        return int(grant["blocks"])
+        return await self._leases.lease_prefix(prompt_or_token_ids, lease_id, ttl_s)
 
     async def release_lease(self, lease_id: str) -> int:
         """Drop exactly the references the lease added; blocks released (0: unknown/expired)."""
-        self._leases.pop(lease_id, None)
-        if not self._plugin or self._llm is None:
-            return 0
-        return int(await self._utility("dynbranch_release", lease_id))
+        return await self._leases.release_lease(lease_id)
 
     async def lease_stats(self) -> dict[str, int]:
         """Live leases and blocks, and lifetime grants, releases and expiries (engine side)."""
-        if not self._plugin:
-            return {"leases": 0, "blocks": 0, "granted": 0, "released": 0, "expired": 0}
-        return dict(await self._utility("dynbranch_lease_stats"))
+        return await self._leases.lease_stats()
 
     def leased_block_ids(self, lease_id: str) -> list[int]:
         """Engine block ids a lease holds (as granted)."""
-        return list(self._leases.get(lease_id, {}).get("block_ids", ()))
+        return self._leases.leased_block_ids(lease_id)
 
     async def block_refs(self, block_ids: Sequence[int]) -> list[int]:
         """Reference counts of engine blocks (diagnostics and tests)."""
-        return list(await self._utility("dynbranch_block_refs", list(block_ids)))
+        return await self._leases.block_refs(block_ids)
 
     # ---- generation -----------------------------------------------------------------------
 
@@ -374,9 +320,7 @@ class VllmBackend:
             yield Queued(prompt_tokens=len(ids), queue_position=self._load.waiting)
             q = await self._llm.add_request(rid, self._engine_input(ids), params)
             active.engine_id = q.request_id
-            if self._plugin:
-                alloc = asyncio.ensure_future(
-                    self._utility("dynbranch_wait_allocated", q.request_id))
+            alloc = self._leases.wait_allocated(q.request_id)
             async for event in self._drain(active, q, alloc, wall0):
                 done = isinstance(event, Finished)
                 yield event
@@ -404,9 +348,9 @@ class VllmBackend:
                 getter = getter or asyncio.ensure_future(q.get())
                 await asyncio.wait({getter, exact}, return_when=asyncio.FIRST_COMPLETED)
                 if getter.done() and not exact.done():
-                    await _settle(exact, _ALLOC_GRACE_S)  # output first: a short grace
+                    await settle(exact, _ALLOC_GRACE_S)  # output first: a short grace
                 if exact.done():
-                    event = self._allocated_event(exact, wall0)
+                    event = allocated_event(exact, wall0)
                     if event is not None:
                         active.allocated = True
                         yield event
@@ -429,15 +373,6 @@ class VllmBackend:
                 yield self._finished(active, out, "".join(texts), wall0)
                 return
 
-    @staticmethod
-    def _allocated_event(alloc: asyncio.Future[Any], wall0: float) -> Allocated | None:
-        if not alloc.done() or alloc.cancelled() or alloc.exception() is not None:
-            return None
-        record = alloc.result()
-        if not record:
-            return None  # finished or aborted before it was scheduled
-        return Allocated(int(record["cached_tokens"]), max(float(record["t"]) - wall0, 0.0))
-
     def _finished(self, active: _Active, out: Any, text: str, wall0: float) -> Finished:
         completion = out.outputs[0]
         reason = _FINISH.get(str(completion.finish_reason), FinishReason.ERROR)
@@ -453,18 +388,9 @@ class VllmBackend:
             alloc.cancel()
             if self._llm is not None and active.engine_id:
                 with contextlib.suppress(Exception):
-                    await self._utility("dynbranch_forget", active.engine_id)
+                    await self._leases.forget(active.engine_id)
         if q is not None:
             q.close()
-
-
-async def _settle(fut: asyncio.Future[Any] | None, timeout: float) -> bool:
-    """Wait briefly for a future; True when it is done."""
-    if fut is None:
-        return False
-    with contextlib.suppress(asyncio.TimeoutError, Exception):
-        await asyncio.wait_for(asyncio.shield(fut), timeout)
-    return fut.done()
 
 
 __all__ = ["VllmBackend", "VllmSettings", "engine_environment", "validate_sampling"]
