@@ -63,3 +63,18 @@ async def gateway(engines: list[str], span_exporter: Any = None, **settings: Any
         yield runtime
     finally:
         await runtime.shutdown()
+
+
+@asynccontextmanager
+async def csl_service(path: Any, **settings: Any) -> AsyncIterator[Any]:
+    """A started csl service on port 0 with its store under ``path`` (no fsync: tests)."""
+    from services.csl.config import CslSettings
+    from services.csl.server import build_runtime
+
+    defaults = {"metrics_port": -1, "grace_s": 0.5, "sync": False}
+    runtime = await build_runtime(CslSettings(data_dir=str(path), **{**defaults, **settings}))
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.shutdown()

@@ -11,10 +11,8 @@ from typing import Any
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.common.server import ServiceRuntime
-from services.csl.config import CslSettings
-from services.csl.server import build_runtime as build_csl
 from services.gateway.sdk import DynbranchClient
-from tests.factories import engine_agent, gateway
+from tests.factories import csl_service, engine_agent, gateway
 
 MODEL = "qwen3-32b"
 
@@ -41,9 +39,8 @@ async def mesh(engines: int = 1, time_scale: float = 0.02, **gateway_settings: A
     """Start csl, ``engines`` sim engine agents (32B/H200 preset) and a gateway."""
     async with AsyncExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
-        csl = await build_csl(CslSettings(data_dir=f"{tmp}/csl", metrics_port=-1, grace_s=0.2))
-        await csl.start()
-        stack.push_async_callback(csl.shutdown)
+        csl = await stack.enter_async_context(csl_service(f"{tmp}/csl", grace_s=0.2,
+                                                          sync=True))
         agents = [await stack.enter_async_context(engine_agent(
             engine_id=f"e{i}", model=MODEL, preset="qwen3-32b-h200", time_scale=time_scale))
             for i in range(engines)]

@@ -14,11 +14,9 @@ import pytest
 
 from services.common.errors import Unauthenticated
 from services.common.pb import gateway_pb2
-from services.csl.config import CslSettings
-from services.csl.server import build_runtime as build_csl
 from services.gateway.auth import LOCAL_TENANT, Authenticator
 from services.gateway.client import GatewayClient
-from tests.factories import MODEL, call_request, engine_agent, gateway
+from tests.factories import MODEL, call_request, csl_service, engine_agent, gateway
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 LIBRARY, ENGINE = gateway_pb2.RESULT_SOURCE_LIBRARY, gateway_pb2.RESULT_SOURCE_ENGINE
@@ -26,21 +24,9 @@ BODY = {"model": MODEL, "prompt": "what is our refund policy?", "max_tokens": 6,
 
 
 @asynccontextmanager
-async def csl_service(tmp_path: Path) -> AsyncIterator[Any]:
-    """An in-process csl service on port 0."""
-    runtime = await build_csl(CslSettings(data_dir=str(tmp_path / "csl"), metrics_port=-1,
-                                          grace_s=0.5, sync=False))
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.shutdown()
-
-
-@asynccontextmanager
 async def mesh(tmp_path: Path, **settings: Any) -> AsyncIterator[Any]:
     """Engine, csl and a gateway with gRPC and HTTP fronts."""
-    async with csl_service(tmp_path) as csl, engine_agent() as eng, \
+    async with csl_service(tmp_path / "csl") as csl, engine_agent() as eng, \
             gateway([eng.address], csl=csl.address, http_port=0, **settings) as gw:
         yield gw
 

@@ -14,11 +14,9 @@ import httpx
 import openai
 import pytest
 
-from services.csl.config import CslSettings
-from services.csl.server import build_runtime as build_csl
 from services.engine_agent.client import EngineAgentClient
 from services.gateway.openai_schema import render_chat
-from tests.factories import MODEL, engine_agent, gateway
+from tests.factories import MODEL, csl_service, engine_agent, gateway
 
 CHAT = [{"role": "system", "content": "You route tickets."},
         {"role": "user", "content": [{"type": "text", "text": "my card was charged twice"}]}]
@@ -29,18 +27,6 @@ async def front(engines: list[str], **settings: Any) -> AsyncIterator[tuple[Any,
     """A gateway with its HTTP front on a free port, and the front's base URL."""
     async with gateway(engines, http_port=0, **settings) as gw:
         yield gw, f"http://127.0.0.1:{gw.http_port}"
-
-
-@asynccontextmanager
-async def csl_service(tmp_path: Path) -> AsyncIterator[Any]:
-    """An in-process csl service on port 0."""
-    runtime = await build_csl(CslSettings(data_dir=str(tmp_path / "csl"), metrics_port=-1,
-                                          grace_s=0.5, sync=False))
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.shutdown()
 
 
 def sdk(base: str, api_key: str = "unused", **headers: str) -> openai.AsyncOpenAI:
@@ -109,7 +95,7 @@ async def test_models_lists_every_served_model() -> None:
 
 async def test_untagged_greedy_request_is_served_from_the_library_the_second_time(
         tmp_path: Path) -> None:
-    async with csl_service(tmp_path) as csl, engine_agent() as eng, \
+    async with csl_service(tmp_path / "csl") as csl, engine_agent() as eng, \
             front([eng.address], csl=csl.address) as (_, base), sdk(base) as client:
         replies = [await client.chat.completions.with_raw_response.create(
             model=MODEL, messages=CHAT, temperature=0, max_tokens=8) for _ in range(2)]
@@ -130,7 +116,7 @@ async def test_untagged_greedy_request_is_served_from_the_library_the_second_tim
 
 
 async def test_sampled_request_is_reused_only_with_a_seed(tmp_path: Path) -> None:
-    async with csl_service(tmp_path) as csl, engine_agent() as eng, \
+    async with csl_service(tmp_path / "csl") as csl, engine_agent() as eng, \
             front([eng.address], csl=csl.address) as (_, base), sdk(base) as client:
         async def sources(**kw: Any) -> list[str]:
             out = []
@@ -351,7 +337,7 @@ async def test_dynbranch_extension_lets_http_callers_fill_and_promote(tmp_path: 
     router = render_stage(routing, "router", inputs)
     handler = render_candidate_stage(routing, "routing/router", "book_flight", "handler",
                                      inputs=inputs, outputs={})
-    async with csl_service(tmp_path) as csl, \
+    async with csl_service(tmp_path / "csl") as csl, \
             engine_agent(model="qwen3-32b", preset="qwen3-32b-h200", time_scale=0.02) as eng, \
             front([eng.address], csl=csl.address, fill_wait_s=2.0) as (_, base):
         tags = {"x-dynbranch-workflow-id": "wf-http"}
