@@ -113,7 +113,8 @@ async def _run(quick: bool) -> dict[str, Any]:
     direct_p50, gateway_p50 = statistics.median(ms["direct"]), statistics.median(ms["gateway"])
     return {
         "calls": n, "max_tokens": MAX_TOKENS, "simulated": True, "preset": "zero",
-        "direct_p50_ms": round(direct_p50, 3), "direct_p99_ms": round(_quantile(ms["direct"], .99), 3),
+        "direct_p50_ms": round(direct_p50, 3),
+        "direct_p99_ms": round(_quantile(ms["direct"], .99), 3),
         "gateway_p50_ms": round(gateway_p50, 3),
         "gateway_p99_ms": round(_quantile(ms["gateway"], .99), 3),
         "added_p50_ms": round(gateway_p50 - direct_p50, 3),
@@ -131,7 +132,8 @@ def run(quick: bool) -> dict[str, Any]:
           f"{MAX_TOKENS} tokens/call; SIMULATED engine)")
     print(f"  direct to engine agent  p50 {result['direct_p50_ms']:.3f} ms  "
           f"p99 {result['direct_p99_ms']:.3f} ms")
-    print(f"  through the gateway (library miss)\n                          p50 {result['gateway_p50_ms']:.3f} ms  "
+    print("  through the gateway (library miss)")
+    print(f"                          p50 {result['gateway_p50_ms']:.3f} ms  "
           f"p99 {result['gateway_p99_ms']:.3f} ms")
     print(f"  gateway adds            p50 {result['added_p50_ms']:.3f} ms (target <= 1 ms)")
     print(f"  library hit (no engine) p50 {result['library_hit_p50_ms']:.3f} ms")

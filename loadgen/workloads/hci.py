@@ -98,7 +98,8 @@ def _options(menu: tuple[str, ...], slot: str, details: list[str],
 
 def _history(turns: list[dict[str, Any]], i: int, keep: int = 6) -> str:
     speaker = {"USER": "User", "SYSTEM": "Assistant"}
-    return "\n".join(f"{speaker[t['speaker']]}: {t['utterance']}" for t in turns[max(0, i - keep):i])
+    return "\n".join(f"{speaker[t['speaker']]}: {t['utterance']}"
+                     for t in turns[max(0, i - keep):i])
 
 
 def offer_turns(dialogue: dict[str, Any], limit: int = 4) -> list[tuple[str, HciTurn]]:

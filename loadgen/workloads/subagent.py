@@ -1,4 +1,4 @@
-"""Sub-Agent orchestration over MuSiQue decompositions (dynbranch §2.1, §5.1; template ``subagent``).
+"""Sub-Agent orchestration over MuSiQue decompositions (dynbranch §2.1, §5.1; ``subagent``).
 
 A question's single-hop decomposition gives its sub-tasks; ``#k`` references are resolved with
 hop k's reference answer, so a sub-task is a concrete sub-topic whose text recurs byte for byte

@@ -69,7 +69,8 @@ def _env_value(raw: str) -> Any:
     return raw
 
 
-def _read_env(cls: type[ServiceSettings], prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
+def _read_env(cls: type[ServiceSettings], prefix: str,
+              environ: Mapping[str, str]) -> dict[str, Any]:
     known = set(cls.model_fields)
     values: dict[str, Any] = {}
     for name, raw in environ.items():

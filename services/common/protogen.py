@@ -20,7 +20,8 @@ PROTO_ROOT = REPO / "protos"
 PROTO_DIR = PROTO_ROOT / "dynbranch" / "v1"
 OUT_DIR = Path(__file__).resolve().parent / "pb"
 _IMPORT = re.compile(r"^from dynbranch\.v1 import (\w+) as", re.MULTILINE)
-_INIT = '"""Generated protobuf and gRPC stubs (python -m services.common.protogen); do not edit."""\n'
+_INIT = ('"""Generated protobuf and gRPC stubs (python -m services.common.protogen); '
+         'do not edit."""\n')
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -48,7 +49,8 @@ def generate(out_dir: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output folder (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=OUT_DIR,
+                        help="output folder (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.out == OUT_DIR:
         shutil.rmtree(OUT_DIR, ignore_errors=True)

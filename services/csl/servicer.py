@@ -114,7 +114,7 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
                       context: grpc.aio.ServicerContext) -> csl_pb2.PromoteResponse:
         name = name_from_proto(request.name)
         branch_id = require(request.branch_id, "branch_id", MAX_ID_CHARS)
-        with maybe_span(self.tracer, 
+        with maybe_span(self.tracer,
                 "csl.promote", context=incoming_context(context.invocation_metadata()),
                 attributes={"dynbranch.branch_id": branch_id}) as span:
             served = await self.library.promote(name, branch_id)
@@ -132,7 +132,7 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
     async def WriteRecords(self, request: csl_pb2.WriteRecordsRequest,
                            context: grpc.aio.ServicerContext) -> csl_pb2.WriteRecordsResponse:
         record_ids = record_ids_from_proto(request)
-        with maybe_span(self.tracer, 
+        with maybe_span(self.tracer,
                 "csl.write_records", context=incoming_context(context.invocation_metadata()),
                 attributes={"dynbranch.writes": len(record_ids)}) as span:
             outcome = await self.library.write_records(request.tenant, record_ids)

@@ -1,1 +1,1 @@
-"""Engine agent: one per engine; wraps one backend (sim, vllm, openai, sglang) behind one interface."""
+"""Engine agent: one per engine; one backend (sim, vllm, openai, sglang) behind one interface."""

@@ -124,8 +124,8 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                                  prompt=request.prompt, sampling=sampling,
                                  priority=priority_from_proto(request.priority))
 
-    async def Generate(self, request: engine_pb2.GenerateRequest,
-                       context: grpc.aio.ServicerContext) -> AsyncIterator[engine_pb2.GenerateEvent]:
+    async def Generate(self, request: engine_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[engine_pb2.GenerateEvent]:
         req = self._to_request(request)
         sequence = 0
         # A span, not a current-span context: this generator may be closed from another task

@@ -80,7 +80,8 @@ class FillRunner:
         return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
 
     async def _execute_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
-                            rendered: RenderedStage, stage: Stage, previous: ReuseName | None) -> str | None:
+                            rendered: RenderedStage, stage: Stage,
+                            previous: ReuseName | None) -> str | None:
         assert step.name is not None
         request_id = f"fill-{branch.id}-{next(self._seq)}"
         demand = Demand(tenant=branch.tenant, request_id=request_id, model=rendered.model,

@@ -80,7 +80,8 @@ class Router:
         best = min(healthy, key=EngineState.canonical_score)
         affine_id = self._affinity.get(affinity_key) if affinity_key else None
         affine = next((e for e in healthy if e.engine_id == affine_id), None)
-        if affine is not None and affine.canonical_score() <= best.canonical_score() + AFFINITY_MARGIN:
+        margin = best.canonical_score() + AFFINITY_MARGIN
+        if affine is not None and affine.canonical_score() <= margin:
             best = affine
         if affinity_key:
             self._remember(affinity_key, best.engine_id)

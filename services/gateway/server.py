@@ -99,7 +99,8 @@ async def build_runtime(settings: GatewaySettings, *,
     await engines.start(settings.engine_connect_timeout_s)
     core = await build_core(settings, runtime, engines)
     runtime.registry.register(CoreCollector(core))
-    auth, metrics = Authenticator(settings.api_keys, settings.auth), GatewayMetrics(runtime.registry)
+    auth = Authenticator(settings.api_keys, settings.auth)
+    metrics = GatewayMetrics(runtime.registry)
     servicer = GatewayServicer(core, auth, metrics, runtime.tracer, settings.call_deadline_s)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
     runtime.core = core  # type: ignore[attr-defined]  # for in-process tests and benchmarks
@@ -135,7 +136,8 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                      else StaticAdmission(top_k=settings.top_k))
         if isinstance(admission, RemoteAdmission):
             runtime.on_close(admission.close)
-        branches = BranchManager(stages, library, admission, default_predictor(k=max(3, settings.top_k)),
+        predictor = default_predictor(k=max(3, settings.top_k))
+        branches = BranchManager(stages, library, admission, predictor,
                                  BranchSettings(fill_wait_s=settings.fill_wait_s,
                                                 shadow_ttl_s=settings.shadow_ttl_s,
                                                 branch_ttl_s=settings.branch_ttl_s),

@@ -161,5 +161,5 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return gateway_pb2.SettleBranchResponse(settled=settled)
 
 
-__all__ = ["CoreCollector", "GatewayMetrics", "GatewayServicer", "answer_to_proto", "demand_from_proto",
-           "trace_parent"]
+__all__ = ["CoreCollector", "GatewayMetrics", "GatewayServicer", "answer_to_proto",
+           "demand_from_proto", "trace_parent"]
