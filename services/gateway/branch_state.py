@@ -65,6 +65,8 @@ class Branch:
     inputs: dict[str, str]
     outputs: dict[str, str]
     model: str
+    #: Request id of the demand that opened the branch (its answer feeds ``window: user``).
+    request_id: str = ""
     opened_at: float = field(default_factory=time.monotonic)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set when the deciding stage's output is known (fills of a user window read it).

@@ -15,6 +15,7 @@ demand to run normally (DESIGN.md §5.6).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
@@ -122,13 +123,14 @@ class BranchManager:
 
     def _open(self, d: Demand, template: Template, point: DecisionPoint) -> None:
         if len(self.branches) >= self.settings.max_branches:
-            self._retire(min(self.branches.values(), key=lambda b: b.opened_at))
+            self._retire(next(iter(self.branches.values())))  # the oldest: opening order
         for old in self._by_workflow.get((d.tenant, d.workflow_id), ()):
             if old.point.coordinate == point.coordinate and old.exclusive and not old.resolved:
                 self._resolve(old, "")  # the workflow moved on: a new turn at the same point
         branch = Branch(id=f"b-{uuid.uuid4().hex[:16]}", tenant=d.tenant,
                         workflow_id=d.workflow_id, template=template, point=point,
-                        inputs=dict(d.inputs), outputs=dict(d.outputs), model=d.model)
+                        inputs=dict(d.inputs), outputs=dict(d.outputs), model=d.model,
+                        request_id=d.request_id)
         self.branches[branch.id] = branch
         self._by_workflow.setdefault((d.tenant, d.workflow_id), []).append(branch)
         self._by_request[d.request_id] = branch
@@ -226,13 +228,17 @@ class BranchManager:
     # -- retirement ---------------------------------------------------------------------------
 
     def _retire_expired(self) -> None:
+        # ``branches`` is in opening order, so the expired ones are a prefix: this runs on every
+        # demand and must not scan the live branches.
         horizon = time.monotonic() - self.settings.branch_ttl_s
-        for branch in [b for b in self.branches.values() if b.opened_at < horizon]:
+        expired = list(itertools.takewhile(lambda b: b.opened_at < horizon,
+                                           self.branches.values()))
+        for branch in expired:
             self._retire(branch)
 
     def _retire(self, branch: Branch) -> None:
         self.branches.pop(branch.id, None)
-        self._by_request = {k: b for k, b in self._by_request.items() if b is not branch}
+        self._by_request.pop(branch.request_id, None)
         siblings = self._by_workflow.get((branch.tenant, branch.workflow_id), [])
         if branch in siblings:
             siblings.remove(branch)

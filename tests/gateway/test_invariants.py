@@ -136,3 +136,14 @@ async def test_unauthenticated_call_is_refused_before_any_work() -> None:
             assert err.code() == grpc.StatusCode.UNAUTHENTICATED
         else:
             raise AssertionError("call without a key was served")
+
+
+async def test_branch_records_are_bounded_and_retire_oldest_first() -> None:
+    from services.gateway.branch_state import BranchSettings
+
+    async with local_core(time_scale=0.0) as core:
+        core.branches.settings = BranchSettings(max_branches=3)
+        for i in range(5):
+            await core.stages.run(_demand("acme", f"wf-{i}", "router", _inputs(0)), 30)
+        assert [b.workflow_id for b in core.branches.branches.values()] == ["wf-2", "wf-3", "wf-4"]
+        assert len(core.branches._by_request) <= 3  # noqa: SLF001 - nothing leaks
