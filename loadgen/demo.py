@@ -93,7 +93,7 @@ async def run_demo(spec: MeshSpec, requests: int = 12, concurrency: int = 4) -> 
     mesh = Mesh()
     try:
         print(f"starting mesh: gateway, csl, admission, delivery, {spec.engines} sim engine(s) "
-              f"(logs in {mesh.run_dir})", flush=True)
+              f"(logs in {mesh.run_dir}, removed after a clean stop)", flush=True)
         await mesh.start(spec)
         gate = asyncio.Semaphore(max(concurrency, 1))
         start = time.perf_counter()

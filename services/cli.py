@@ -41,7 +41,7 @@ def _spec(args: argparse.Namespace) -> Any:
 async def _up(args: argparse.Namespace) -> int:
     from services.launcher import Mesh
 
-    mesh = Mesh()
+    mesh = Mesh(keep_run_dir=True)  # the operator may want the logs after Ctrl-C
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -51,7 +52,8 @@ class MeshSpec:
 class Mesh:
     """A set of service processes; ``stop`` is idempotent and also kills stragglers."""
 
-    def __init__(self, run_dir: Path | None = None) -> None:
+    def __init__(self, run_dir: Path | None = None, keep_run_dir: bool = False) -> None:
+        self._own_run_dir = run_dir is None and not keep_run_dir
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="dynbranch-run-"))
         self.children: list[Child] = []
 
@@ -108,7 +110,9 @@ class Mesh:
         return []
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM every child (gateway first), wait, then SIGKILL what is left."""
+        """SIGTERM every child (gateway first), wait, then SIGKILL what is left. A temporary run
+        folder (logs, csl store) is removed when every child stopped cleanly, kept otherwise."""
+        clean = True
         for child in reversed(self.children):
             if child.process.returncode is None:
                 child.process.send_signal(signal.SIGTERM)
@@ -119,7 +123,12 @@ class Mesh:
                 log.warning("%s did not stop in %.0f s; killing it", child.name, timeout_s)
                 child.process.kill()
                 await child.process.wait()
+            clean = clean and child.process.returncode == 0
         self.children = []
+        if clean and self._own_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        elif not clean:
+            log.warning("a service did not stop cleanly; its logs are in %s", self.run_dir)
 
 
 __all__ = ["Child", "Mesh", "MeshSpec"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -40,10 +41,11 @@ def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> 
 
 
 @pytest.mark.slow
-def test_up_serves_calls_and_stops_every_process_on_sigterm() -> None:
+def test_up_serves_calls_and_stops_every_process_on_sigterm(tmp_path) -> None:  # noqa: ANN001
     proc = subprocess.Popen([*DYNBRANCH, "up", "--engines", "2", "--time-scale", "0.01",
                              "--log-level", "WARNING"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})  # its kept run folder
     try:
         lines = _read_until(proc, r"^try: ", 90)
         names = [line.split()[0] for line in lines if "grpc 127.0.0.1:" in line]
