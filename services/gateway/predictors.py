@@ -192,11 +192,15 @@ class CompositePredictor:
                 member.observe(coordinate, selected)
 
 
-def default_predictor(k: int = 3) -> CompositePredictor:
-    """Prior + enumeration for bounded spaces, observation entities (+ prior) for open ones."""
+def default_predictor(k: int = 3, extra: Sequence[tuple[Predictor, float]] = ()
+                      ) -> CompositePredictor:
+    """Prior + enumeration for bounded spaces, observation entities (+ prior) for open ones.
+
+    ``extra`` members join the merge after these, e.g. corpus titles (``title_predictor``).
+    """
     prior = FrequencyPrior()
     return CompositePredictor(
-        [(prior, 1.0), (TemplateEnumeration(), 0.25), (ObservationEntities(), 1.0)], k=k)
+        [(prior, 1.0), (TemplateEnumeration(), 0.25), (ObservationEntities(), 1.0), *extra], k=k)
 
 
 # --- entity extraction -----------------------------------------------------------------------

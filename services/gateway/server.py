@@ -23,6 +23,7 @@ from services.gateway.predictors import default_predictor
 from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
 from services.gateway.stages import Features, StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
+from services.gateway.title_predictor import TITLE_WEIGHT, CorpusTitles
 from services.gateway.tools.corpus import Corpus
 from services.gateway.tools.loaders import load_corpus
 from services.gateway.tools.retrieve import RetrieveTool
@@ -136,7 +137,12 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                      else StaticAdmission(top_k=settings.top_k))
         if isinstance(admission, RemoteAdmission):
             runtime.on_close(admission.close)
-        predictor = default_predictor(k=max(3, settings.top_k))
+        extra: list[tuple[CorpusTitles, float]] = []
+        if corpus is not None:  # open-vocabulary hops name corpus titles (ReAct); index at start
+            titles = CorpusTitles(corpus)
+            titles.refresh()
+            extra.append((titles, TITLE_WEIGHT))
+        predictor = default_predictor(k=max(3, settings.top_k), extra=extra)
         branches = BranchManager(stages, library, admission, predictor,
                                  BranchSettings(fill_wait_s=settings.fill_wait_s,
                                                 shadow_ttl_s=settings.shadow_ttl_s,

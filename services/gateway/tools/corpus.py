@@ -175,6 +175,17 @@ class Corpus:
     def __len__(self) -> int:
         return len(self._index)
 
+    @property
+    def write_seq(self) -> int:
+        """Sequence of the last write: changes whenever any document does."""
+        return self._seq
+
+    def doc_versions(self) -> dict[str, int]:
+        """Doc id → version of every document (a copy; may name a removed document until the
+        corpus is reopened, when ``get`` returns None for it)."""
+        with self._lock:
+            return dict(self._doc_versions)
+
     # --- records ---------------------------------------------------------------------------
 
     def doc_record(self, doc_id: str) -> str:
