@@ -6,7 +6,8 @@ the facts; two hops, then a final ``think`` that answers (Finish), after which t
 the last branch with no selection. The entities are the question's supporting-fact titles in hop
 order (ground truth; the simulated think decodes pseudo-text). Each ``think`` passes the context
 already read as ``observation`` so the gateway's entity predictor can rank candidates: the
-previous hop's retrieval output, or the question itself at the first hop.
+question, followed by the previous hop's retrieval output after the first hop (what the agent
+itself sees when it decides).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class ReactWorkload(Workload):
             facts = await trace.call("read", inputs=inputs, outputs={"retrieve": passages},
                                      candidate=entity)
             notes = f"{notes}\n{entity}: {facts}" if notes else f"{entity}: {facts}"
-            observation = passages
+            observation = f"{instance.question}\n\n{passages}"
         await trace.call("think", inputs={"question": instance.question, "notes": notes},
                          observation=observation)
         await trace.settle(COORDINATE, "")  # Finish: no entity was searched after it
