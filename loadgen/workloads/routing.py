@@ -93,7 +93,8 @@ class RoutingWorkload(Workload):
     async def run(self, trace: Trace, instance: RoutingInstance) -> None:
         """Router (opens the branch), then the chosen handler and executor."""
         inputs = {"functions": instance.functions, "query": instance.query}
-        await trace.call("router", inputs=inputs, offered=instance.offered)
+        await trace.call("router", inputs=inputs, offered=instance.offered,
+                         observation=instance.query)  # what the router reads
         # The router's text is the sim's pseudo-text: the decision is BFCL's ground truth.
         handler = await trace.call("handler", inputs=inputs, candidate=instance.choice)
         await trace.call("executor", inputs=inputs, outputs={"handler": handler},

@@ -204,3 +204,23 @@ def test_entities_cover_the_next_hotpotqa_hop_in_the_top_three_often() -> None:
                    "react/think", ctx(observation=f"{title}\n{text}", exclude=(title,)))[:3]]
                for title, text, nxt in hops)
     assert len(hops) > 100 and hits / len(hops) >= 0.35  # 0.40 at the time of writing
+
+
+def test_lexical_overlap_ranks_offered_names_by_words_shared_with_the_request() -> None:
+    from services.gateway.predictors import LexicalOverlap, PredictionContext
+
+    context = PredictionContext(("get_weather", "book_flight", "convert_currency"),
+                                "Please book a flight to Rome on Friday", ())
+    ranked_ = LexicalOverlap().rank("routing/router", context)
+    assert [r.candidate for r in ranked_] == ["book_flight"]
+    assert LexicalOverlap().rank("routing/router", PredictionContext((), "book", ())) == []
+    excluded = PredictionContext(context.candidates, context.observation, ("book_flight",))
+    assert LexicalOverlap().rank("routing/router", excluded) == []
+
+
+def test_default_predictor_puts_the_lexical_match_first_among_offered() -> None:
+    from services.gateway.predictors import PredictionContext, default_predictor
+
+    context = PredictionContext(("get_weather", "convert_currency", "book_flight"),
+                                "I need to book a flight", ())
+    assert default_predictor(3).rank("routing/router", context)[0].candidate == "book_flight"
