@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Tracer
 
-from services.common.errors import NotFound
+from services.common.errors import InvalidArgument, NotFound
 from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.csl.entries import ReadSet, RecordRead, Served
 from services.engine_agent.backend import (
@@ -178,6 +178,8 @@ class StageService:
         """Execute a stage: a builtin tool in-process, or a generation on an engine."""
         if stage is not None and stage.kind is StageKind.TOOL:
             return await self._run_tool(stage, d.prompt)
+        if d.sampling is None:
+            raise InvalidArgument("demand.sampling", "required for llm stages")
         request = GenerationRequest(request_id=request_id, model=d.model, prompt=d.prompt,
                                     sampling=d.sampling, priority=priority)
         key = f"{d.tenant}/{d.workflow_id}" if d.workflow_id else ""

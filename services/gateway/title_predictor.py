@@ -52,6 +52,12 @@ _FULL_BONUS = 0.5
 TITLE_WEIGHT = 2.0
 
 
+class Titled(Protocol):
+    """A document as far as titles go."""
+
+    title: str
+
+
 class TitleSource(Protocol):
     """What ``CorpusTitles`` reads of a corpus (``services.gateway.tools.corpus.Corpus``)."""
 
@@ -70,8 +76,8 @@ class TitleSource(Protocol):
         """Doc id → version of every document."""
         ...
 
-    def get(self, doc_id: str) -> object | None:
-        """``(document, version)`` with ``document.title``, or None."""
+    def get(self, doc_id: str) -> tuple[Titled, int] | None:
+        """``(document, version)``, or None."""
         ...
 
 
@@ -139,15 +145,16 @@ class CorpusTitles:
 
     # --- index maintenance -----------------------------------------------------------------
 
-    def _version_key(self) -> tuple[object, ...]:
-        corpus = self.corpus
+    @staticmethod
+    def _version_key(corpus: TitleSource) -> tuple[object, ...]:
         return (corpus.identity, corpus.write_seq, len(corpus))
 
     def refresh(self) -> bool:
         """Bring the index up to date with the corpus; True when anything was re-read."""
-        if self.corpus is None:
+        corpus = self.corpus
+        if corpus is None:
             return False
-        key = self._version_key()
+        key = self._version_key(corpus)
         if key == self._key:
             return False
         with self._lock:
@@ -157,23 +164,23 @@ class CorpusTitles:
                 for _, title in self._docs.values():
                     self.index.discard(title)
                 self._docs = {}
-            self._sync(self.corpus.doc_versions())
+            self._sync(corpus, corpus.doc_versions())
             self._key = key
         return True
 
-    def _sync(self, versions: Mapping[str, int]) -> None:
+    def _sync(self, corpus: TitleSource, versions: Mapping[str, int]) -> None:
         for doc_id in [d for d in self._docs if d not in versions]:
             self.index.discard(self._docs.pop(doc_id)[1])
         for doc_id, version in versions.items():
             seen = self._docs.get(doc_id)
             if seen is not None and seen[0] == version:
                 continue
-            found = self.corpus.get(doc_id)
+            found = corpus.get(doc_id)
             if seen is not None:
                 self.index.discard(seen[1])
                 del self._docs[doc_id]
             if found is not None:
-                doc, stored = found  # type: ignore[misc]
+                doc, stored = found
                 self._docs[doc_id] = (stored, doc.title)
                 self.index.add(doc.title)
 
