@@ -13,6 +13,7 @@ from services.common.errors import InvalidArgument, PayloadTooLarge
 from services.gateway.branches import BranchManager
 from services.gateway.demand import Answer, Demand
 from services.gateway.ports import EnginePort, LibraryPort
+from services.gateway.router import unknown_model
 from services.gateway.stages import StageService
 from services.gateway.templates import StageKind, Template, TemplateRegistry, parse_template
 from services.gateway.tools.base import RecordVersion
@@ -74,9 +75,9 @@ class GatewayCore:
         """Refuse a missing or unserved model, naming the field."""
         if not model:
             raise InvalidArgument("demand.model", "required")
-        if model not in self.engines.models():
-            known = ", ".join(sorted(self.engines.models())) or "none"
-            raise InvalidArgument("demand.model", f"unknown model {model!r} (served: {known})")
+        served = self.engines.models()
+        if model not in served:
+            raise unknown_model(model, served)
 
     def max_tokens_limit(self, model: str) -> int:
         """The largest ``max_tokens`` a demand on ``model`` may ask for."""

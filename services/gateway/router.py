@@ -48,12 +48,17 @@ class EngineState:
         return (busy + mine) / slots + kv
 
 
+def unknown_model(model: str, served: Iterable[str]) -> InvalidArgument:
+    """The error for a demand naming a model no engine serves (lists what is served)."""
+    known = ", ".join(sorted(set(served))) or "none"
+    return InvalidArgument("demand.model", f"unknown model {model!r} (served: {known})")
+
+
 def _serving(engines: Iterable[EngineState], model: str) -> list[EngineState]:
     engines = list(engines)
     serving = [e for e in engines if e.model == model]
     if not serving:
-        known = ", ".join(sorted({e.model for e in engines})) or "none"
-        raise InvalidArgument("demand.model", f"unknown model {model!r} (served: {known})")
+        raise unknown_model(model, (e.model for e in engines))
     healthy = [e for e in serving if e.healthy]
     if not healthy:
         raise Unavailable(f"no healthy engine agent serves model {model!r}")
@@ -94,4 +99,4 @@ class Router:
             self._affinity.popitem(last=False)
 
 
-__all__ = ["AFFINITY_MARGIN", "EngineState", "Router", "pick_engine"]
+__all__ = ["AFFINITY_MARGIN", "EngineState", "Router", "pick_engine", "unknown_model"]
