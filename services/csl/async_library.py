@@ -61,9 +61,11 @@ class AsyncSubgraphLibrary:
         """See ``SubgraphLibrary.discard``."""
         return await self._run(self.library.discard, branch_id, keep_candidate)
 
-    async def write_records(self, tenant: str, record_ids: Sequence[str]) -> WriteOutcome:
+    async def write_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> WriteOutcome:
         """See ``SubgraphLibrary.write_records``."""
-        return await self._run(self.library.write_records, tenant, list(record_ids))
+        return await self._run(self.library.write_records, tenant, list(record_ids),
+                               list(floors))
 
     async def expire(self) -> int:
         """See ``SubgraphLibrary.expire``."""

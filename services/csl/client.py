@@ -83,11 +83,15 @@ class CslClient:
         return reply.discarded
 
     async def write_records(self, tenant: str, record_ids: Sequence[str],
-                            timeout_s: float = DEADLINE_S) -> WriteOutcome:
-        """Bump record versions and invalidate their dependents."""
+                            timeout_s: float = DEADLINE_S, floors: Sequence[int] = ()
+                            ) -> WriteOutcome:
+        """Bump record versions and invalidate their dependents; each new version is above the
+        record's entry in ``floors`` (the writer's own current version; missing ones 0)."""
+        padded = list(floors) + [0] * (len(record_ids) - len(floors))
         request = csl_pb2.WriteRecordsRequest(
             header=self._header(self.producer), tenant=tenant,
-            writes=[csl_pb2.RecordWrite(record_id=r) for r in record_ids])
+            writes=[csl_pb2.RecordWrite(record_id=r, floor=f)
+                    for r, f in zip(record_ids, padded, strict=True)])
         reply = await self.stub.WriteRecords(request, timeout=timeout_s)
         return WriteOutcome(tuple(RecordRead(v.record_id, v.version) for v in reply.versions),
                             reply.invalidated)

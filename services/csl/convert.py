@@ -79,6 +79,11 @@ def shadow_to_proto(s: Shadow) -> common_pb2.ShadowRecord:
         cost_s=s.cost_s)
 
 
+def floors_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[int]:
+    """The writer's floors of a write, in request order (0: none)."""
+    return [w.floor for w in msg.writes]
+
+
 def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
     """The record ids of a write, in request order."""
     if not msg.writes:
@@ -89,6 +94,7 @@ def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
 
 
 __all__ = [
-    "name_from_proto", "name_to_proto", "read_set_from_proto", "read_set_to_proto",
-    "record_ids_from_proto", "result_from_proto", "shadow_from_proto", "shadow_to_proto",
+    "floors_from_proto", "name_from_proto", "name_to_proto", "read_set_from_proto",
+    "read_set_to_proto", "record_ids_from_proto", "result_from_proto", "shadow_from_proto",
+    "shadow_to_proto",
 ]

@@ -112,6 +112,8 @@ class LibraryStats:
     evictions: int
     shadows_discarded: int
     shadows_expired: int
+    #: The last record version handed out (0 before the first write).
+    write_seq: int = 0
 
 
 @dataclass(slots=True, eq=False)

@@ -128,11 +128,15 @@ class SubgraphLibrary(NameWatch):
             return self._store_confirmed(key, name.tenant, self._new_eid(), result, read_set,
                                          producers, cost_s, self._versions.seq)
 
-    def write_records(self, tenant: str, record_ids: Sequence[str]) -> WriteOutcome:
+    def write_records(self, tenant: str, record_ids: Sequence[str],
+                      floors: Sequence[int] = ()) -> WriteOutcome:
         """Bump the versions of written records and invalidate every entry that depended on
-        them (Proposition A.5); durable before it returns."""
+        them (Proposition A.5); durable before it returns. Each new version is above the
+        record's ``floors`` entry (the writer's own current version; see ``VersionTable.bump``)."""
         if not record_ids:
             raise InvalidArgument("writes", "at least one record")
+        if len(floors) > len(record_ids) or any(not 0 <= f < 2**63 for f in floors):
+            raise InvalidArgument("writes.floor", "one non-negative floor per record at most")
         validate_tenant(tenant)
         for rid in record_ids:
             RecordRead(rid, 0)  # validates the id
@@ -140,7 +144,7 @@ class SubgraphLibrary(NameWatch):
             self._check_open()
             self._epoch += 1  # odd: lookups miss until the cascade is complete
             try:
-                bumps = self._versions.bump(tenant, record_ids)
+                bumps = self._versions.bump(tenant, record_ids, floors)
                 victims = self._index.cascade([k for k, _ in bumps], writer=tenant)
                 keys = self._drop_many(victims)
                 self._invalidations += len(victims)
@@ -219,6 +223,7 @@ class SubgraphLibrary(NameWatch):
             hits=self._hits, misses=self._misses, promotions=self._promotions,
             invalidations=self._invalidations, evictions=self._evictions,
             shadows_discarded=self._discarded, shadows_expired=self._expired,
+            write_seq=self._versions.seq,
         )
 
     @property

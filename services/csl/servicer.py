@@ -24,6 +24,7 @@ from services.common.tracing import incoming_context, maybe_span
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (
     MAX_ID_CHARS,
+    floors_from_proto,
     name_from_proto,
     read_set_from_proto,
     record_ids_from_proto,
@@ -135,7 +136,8 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         with maybe_span(self.tracer,
                 "csl.write_records", context=incoming_context(context.invocation_metadata()),
                 attributes={"dynbranch.writes": len(record_ids)}) as span:
-            outcome = await self.library.write_records(request.tenant, record_ids)
+            outcome = await self.library.write_records(request.tenant, record_ids,
+                                                       floors_from_proto(request))
             span.set_attribute("dynbranch.invalidated", outcome.invalidated)
         log.info("records written", extra={"writer": request.header.producer or request.header.id,
                                            "sequence": request.header.sequence,
@@ -152,7 +154,7 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         return csl_pb2.StatsResponse(
             entries=s.entries, shadows=s.shadows, bytes=s.bytes, budget_bytes=s.budget_bytes,
             hits=s.hits, misses=s.misses, promotions=s.promotions,
-            invalidations=s.invalidations, evictions=s.evictions)
+            invalidations=s.invalidations, evictions=s.evictions, write_seq=s.write_seq)
 
     async def WatchNames(self, request: csl_pb2.WatchNamesRequest,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[csl_pb2.NameEvents]:

@@ -60,11 +60,17 @@ class VersionTable:
         the stage could have observed since it was stored."""
         return self.is_fresh(tenant, reads) and (complete or self.quiet_since(tenant, stored_seq))
 
-    def bump(self, tenant: str, record_ids: Iterable[str]) -> list[tuple[RecordKey, int]]:
-        """Give each written record the next version; return ``(key, version)`` in order."""
+    def bump(self, tenant: str, record_ids: Iterable[str],
+             floors: Iterable[int] = ()) -> list[tuple[RecordKey, int]]:
+        """Give each written record the next version; return ``(key, version)`` in order.
+
+        ``floors`` (in record order, missing ones 0) are the writer's own current versions: the
+        sequence first moves past each, so a writer never gets back a version it already holds.
+        """
         out = []
+        floor_of = iter(floors)
         for record_id in record_ids:
-            self._seq += 1
+            self._seq = max(self._seq, next(floor_of, 0)) + 1
             key = (tenant, record_id)
             self._versions[key] = self._last[tenant] = self._seq
             out.append((key, self._seq))

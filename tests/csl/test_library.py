@@ -293,3 +293,12 @@ def test_closed_library_refuses_mutations(lib: SubgraphLibrary) -> None:
     with pytest.raises(Unavailable):
         lib.put(name(1), b"x", ReadSet.pure())
     assert lib.lookup(name(1)) is None
+
+
+def test_write_floors_keep_new_versions_above_the_writer_s_own(lib: SubgraphLibrary) -> None:
+    first = lib.write_records("", ["a", "b"], [1743, 0]).versions
+    assert [v.version for v in first] == [1744, 1745]  # past the floor, then the sequence
+    assert lib.stats().write_seq == 1745
+    assert lib.write_records("", ["a"], [10]).versions[0].version == 1746
+    with pytest.raises(InvalidArgument, match="floor"):
+        lib.write_records("", ["a"], [1, 2])

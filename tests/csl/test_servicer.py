@@ -77,6 +77,14 @@ async def test_write_records_invalidates_and_reports_versions(csl) -> None:  # t
     assert (stats.entries, stats.invalidations, stats.misses) == (0, 2, 1)
 
 
+async def test_write_floors_and_write_sequence_over_grpc(csl) -> None:  # type: ignore[no-untyped-def]
+    _, client = csl
+    outcome = await client.write_records("", ["corpus/c/doc/x", "corpus/c/term/y"],
+                                         floors=[500])
+    assert [v.version for v in outcome.versions] == [501, 502]
+    assert (await client.stats()).write_seq == 502
+
+
 async def test_bad_digest_is_invalid_argument_naming_the_field(csl) -> None:  # type: ignore[no-untyped-def]
     _, client = csl
     request = csl_pb2.LookupRequest(name=common_pb2.ReuseName(tenant="acme", digest="nothex"))

@@ -116,10 +116,12 @@ class DiscardResponse(_message.Message):
     def __init__(self, discarded: _Optional[int] = ...) -> None: ...
 
 class RecordWrite(_message.Message):
-    __slots__ = ("record_id",)
+    __slots__ = ("record_id", "floor")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_FIELD_NUMBER: _ClassVar[int]
     record_id: str
-    def __init__(self, record_id: _Optional[str] = ...) -> None: ...
+    floor: int
+    def __init__(self, record_id: _Optional[str] = ..., floor: _Optional[int] = ...) -> None: ...
 
 class WriteRecordsRequest(_message.Message):
     __slots__ = ("header", "tenant", "writes")
@@ -144,7 +146,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("entries", "shadows", "bytes", "budget_bytes", "hits", "misses", "promotions", "invalidations", "evictions")
+    __slots__ = ("entries", "shadows", "bytes", "budget_bytes", "hits", "misses", "promotions", "invalidations", "evictions", "write_seq")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     SHADOWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +156,7 @@ class StatsResponse(_message.Message):
     PROMOTIONS_FIELD_NUMBER: _ClassVar[int]
     INVALIDATIONS_FIELD_NUMBER: _ClassVar[int]
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_SEQ_FIELD_NUMBER: _ClassVar[int]
     entries: int
     shadows: int
     bytes: int
@@ -163,4 +166,5 @@ class StatsResponse(_message.Message):
     promotions: int
     invalidations: int
     evictions: int
-    def __init__(self, entries: _Optional[int] = ..., shadows: _Optional[int] = ..., bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., promotions: _Optional[int] = ..., invalidations: _Optional[int] = ..., evictions: _Optional[int] = ...) -> None: ...
+    write_seq: int
+    def __init__(self, entries: _Optional[int] = ..., shadows: _Optional[int] = ..., bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., promotions: _Optional[int] = ..., invalidations: _Optional[int] = ..., evictions: _Optional[int] = ..., write_seq: _Optional[int] = ...) -> None: ...
