@@ -267,3 +267,43 @@ def test_real_musique_paragraphs_are_distinct_documents() -> None:
 def test_real_magento_products_have_text_without_html() -> None:
     docs = list(magento_documents())
     assert len(docs) > 150 and not any("<p>" in d.text for d in docs)
+
+
+# --- reconciling with a library that lost writes ----------------------------------------------
+
+def test_records_above_a_sequence_and_version_only_adoption(corpus: Corpus) -> None:
+    assert corpus.records_above(0) == ()
+    written = versions(corpus.write_documents([Document("paris", "Paris", "Paris, France.")]))
+    above = {r.record_id: r.version for r in corpus.records_above(0)}
+    assert above == written
+    before = corpus.search("Paris France", k=1)
+    moved = {r: v + 100 for r, v in above.items()}
+    corpus.adopt_versions(moved)
+    after = corpus.search("Paris France", k=1)
+    assert after.hits[0].text == before.hits[0].text  # no text changed
+    assert {r.record_id: r.version for r in after.reads} == {
+        r.record_id: moved.get(r.record_id, r.version) for r in before.reads}
+    with pytest.raises(FailedPrecondition, match="not above"):
+        corpus.adopt_versions(moved)
+    with pytest.raises(InvalidArgument, match="not a record"):
+        corpus.adopt_versions({"corpus/other/doc/x": 10**6})
+
+
+def test_adopted_versions_survive_a_reopen(tmp_path: Path) -> None:
+    with Corpus(tmp_path / "c", "wiki", sync=False) as corpus:
+        corpus.load_documents(DOCS)
+        corpus.write_documents([Document("oslo", "Oslo", "Oslo drummer.")])
+        corpus.adopt_versions({r.record_id: r.version + 50 for r in corpus.records_above(0)})
+        before = corpus.search("drummer Oslo", k=3)
+    with Corpus(tmp_path / "c", "wiki", create=False) as reopened:
+        assert reopened.search("drummer Oslo", k=3) == before
+
+
+def test_tool_confirms_its_output_against_the_store(corpus: Corpus) -> None:
+    tool = RetrieveTool(corpus)
+    result = tool.run({"query": "capital of France", "k": 1})
+    assert tool.confirm(result)
+    corpus.write_documents([Document("paris", "Paris", "Paris is the capital of France!")])
+    assert not tool.confirm(result)  # rewritten since: stale, never stored
+    forged = type(result)("[1] Paris\nsomething else", result.reads, evidence=result.evidence)
+    assert not tool.confirm(forged)  # output that is not the format of what was read

@@ -35,6 +35,8 @@ class ToolResult:
     output: str
     reads: tuple[RecordVersion, ...]
     complete: bool = True
+    #: What the tool read, for its own ``confirm`` before the result is stored (opaque here).
+    evidence: Any = None
 
 
 @runtime_checkable

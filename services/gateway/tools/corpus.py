@@ -24,13 +24,20 @@ standalone, from the corpus's own monotone sequence; with the CSL, the caller fi
 ``plan_write`` which records a write bumps, gets their versions from the CSL's ``WriteRecords``,
 and passes them to ``write_documents(versions=...)``, so the two stores agree. A search in
 between sees the old text at old versions, which the CSL already holds stale: a miss, not a
-wrong hit. A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint
+wrong hit. The gateway passes each record's current corpus version as the write's floor, so a
+CSL that lost its store never hands back a version the corpus already holds; and a CSL whose
+write sequence is below the corpus's versions (empty or restored from an older copy) is
+reconciled with a version-only write of exactly the records above it (``records_above``,
+``adopt_versions``; ``GatewayCore.reconcile``), which invalidates whatever it cached from them. A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint
 of stages that read it, since its version-0 records are not comparable with the old ones.
 
 Layout: one LMDB environment, sub-databases ``meta`` (schema, name, incarnation, sequence,
 writes since refresh, stats snapshot and its version), ``docs`` (doc id -> version, title, text)
 and ``terms`` (term -> version). The index lives in memory, rebuilt at open and updated per
-write; one lock orders searches and writes so a search never mixes two corpus states. One
+write; one lock orders searches and writes so a search never mixes two corpus states. A
+search ranks on the index but reads every text and version it returns (documents, query-term
+records, statistics record) from one LMDB snapshot and refuses to answer if the store disagrees
+with the index, so its read-set names exactly the versions of what it returned. One
 process opens a corpus at a time (LMDB also forbids opening one environment twice in a process).
 """
 
@@ -46,7 +53,12 @@ from typing import Any, Self
 
 import lmdb
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.errors import (
+    DynbranchError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.bm25 import (
     CorpusStats,
@@ -209,7 +221,13 @@ class Corpus:
     # --- search ----------------------------------------------------------------------------
 
     def search(self, query: str, k: int) -> SearchResult:
-        """The ``k`` best documents for ``query`` and the exact read-set (module docstring)."""
+        """The ``k`` best documents for ``query`` and the exact read-set (module docstring).
+
+        Ranking runs on the in-memory index; every text and every version in the result (the
+        returned documents, the query terms' records and the statistics record) is read from
+        one LMDB snapshot, so the read-set names exactly the versions of what was returned. A
+        store that disagrees with the index is refused, never served.
+        """
         if k < 1:
             raise InvalidArgument("k", "must be >= 1")
         terms = sorted(set(tokenize(query)))
@@ -217,17 +235,55 @@ class Corpus:
             return SearchResult((), ())
         with self._lock:
             best = top_k(self._index.score(terms, self._stats, self.k1, self.b), k)
-            with self._env.begin(db=self._docs) as txn:
+            with self._env.begin() as txn:
                 hits = tuple(self._hit(txn, doc_id, score) for doc_id, score in best)
-            reads = [RecordVersion(self.term_record(t), self._term_versions.get(t, 0))
-                     for t in terms]
-            reads.append(RecordVersion(self.stats_record(), self._stats_version))
+                reads = [RecordVersion(self.term_record(t),
+                                       u64(txn.get(t.encode(), db=self._terms)))
+                         for t in terms]
+                reads.append(RecordVersion(self.stats_record(),
+                                           u64(txn.get(b"stats_version", db=self._meta))))
+            self._check_snapshot(hits, reads)
         reads += [RecordVersion(self.doc_record(h.doc_id), h.version) for h in hits]
         return SearchResult(hits, tuple(sorted(reads, key=lambda r: r.record_id)))
 
     def _hit(self, txn: Any, doc_id: str, score: float) -> Hit:
-        doc, version = decode_doc(doc_id.encode(), txn.get(doc_id.encode()))
+        raw = txn.get(doc_id.encode(), db=self._docs)
+        if raw is None:
+            self._load_state()
+            raise DynbranchError(f"corpus {self.name!r}: indexed document {doc_id!r} is not "
+                                 "stored; the index was rebuilt from the store")
+        doc, version = decode_doc(doc_id.encode(), raw)
         return Hit(doc.doc_id, doc.title, doc.text, version, score)
+
+    def _check_snapshot(self, hits: Sequence[Hit], reads: Sequence[RecordVersion]) -> None:
+        """Refuse a search whose stored versions disagree with the index that ranked it."""
+        stale = [h.doc_id for h in hits if self._doc_versions.get(h.doc_id) != h.version]
+        stale += [r.record_id for r in reads if self._current(r.record_id) != r.version]
+        if stale:
+            self._load_state()
+            raise DynbranchError(f"corpus {self.name!r}: the index disagrees with the store on "
+                                 f"{stale[:3]}; the index was rebuilt from the store")
+
+    def confirm(self, hits: Sequence[Hit]) -> bool:
+        """True when every hit is still stored at its version with exactly its title and text.
+
+        One LMDB snapshot. False for a hit rewritten since (stale: not to be stored); a hit
+        whose version is unchanged but whose text differs would be a broken store and is
+        reported as an error, never stored.
+        """
+        with self._env.begin(db=self._docs) as txn:
+            for hit in hits:
+                raw = txn.get(hit.doc_id.encode())
+                if raw is None:
+                    return False
+                doc, version = decode_doc(hit.doc_id.encode(), raw)
+                if version != hit.version:
+                    return False
+                if (doc.title, doc.text) != (hit.title, hit.text):
+                    raise DynbranchError(f"corpus {self.name!r}: document {hit.doc_id!r} at "
+                                         f"version {version} holds another text than the one "
+                                         "returned")
+        return True
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -301,6 +357,76 @@ class Corpus:
     def _record_ids(self, plan: _Plan) -> tuple[str, ...]:
         ids = [self.doc_record(i) for i in plan.docs] + [self.term_record(t) for t in plan.terms]
         return tuple(sorted(ids + [self.stats_record()] * plan.refresh))
+
+    def versions_of(self, record_ids: Sequence[str]) -> list[int]:
+        """The corpus's current versions of ``record_ids``, in order (``version_of`` each)."""
+        with self._lock:
+            return [self._current(r) for r in record_ids]
+
+    def records_above(self, seq: int) -> tuple[RecordVersion, ...]:
+        """Every record the corpus holds at a version above ``seq``, sorted by id.
+
+        A library whose write sequence is ``seq`` cannot know these versions: it lost or rolled
+        back writes (``GatewayCore.reconcile``).
+        """
+        with self._lock:
+            out = [RecordVersion(self.doc_record(d), v) for d, v in self._doc_versions.items()
+                   if v > seq]
+            out += [RecordVersion(self.term_record(t), v)
+                    for t, v in self._term_versions.items() if v > seq]
+            if self._stats_version > seq:
+                out.append(RecordVersion(self.stats_record(), self._stats_version))
+        return tuple(sorted(out, key=lambda r: r.record_id))
+
+    def adopt_versions(self, versions: Mapping[str, int]) -> None:
+        """Move records to new versions without changing any text (a version-only write).
+
+        Used to reconcile with a library that lost writes: the library bumps the records (above
+        the corpus's versions, invalidating whatever read them), and the corpus adopts those
+        versions, so that searches become storable again. Each version must be above the
+        current one; a removed document's record is accepted and ignored. One transaction.
+        """
+        with self._lock:
+            for record_id, version in versions.items():
+                if not self._current(record_id) < version < 2**64:
+                    raise FailedPrecondition(f"version {version} of {record_id} is not above "
+                                             f"the current {self._current(record_id)}")
+            prefix = f"corpus/{self.name}/"
+            docs: dict[str, int] = {}
+            terms: dict[str, int] = {}
+            stats_version = None
+            for record_id, version in versions.items():
+                kind, _, key = record_id[len(prefix):].partition("/")
+                if not record_id.startswith(prefix) or kind not in ("doc", "term", "stats"):
+                    raise InvalidArgument("versions", f"{record_id!r} is not a record of "
+                                          f"corpus {self.name!r}")
+                if kind == "doc":
+                    if key in self._index:
+                        docs[key] = version
+                elif kind == "term":
+                    terms[key] = version
+                else:
+                    stats_version = version
+            seq = max([self._seq, *versions.values()])
+            try:
+                with self._env.begin(write=True) as txn:
+                    for doc_id, version in docs.items():
+                        doc, _ = decode_doc(doc_id.encode(),
+                                            txn.get(doc_id.encode(), db=self._docs))
+                        txn.put(doc_id.encode(), encode_doc(doc, version), db=self._docs)
+                    for term, version in terms.items():
+                        txn.put(term.encode(), U64.pack(version), db=self._terms)
+                    txn.put(b"seq", U64.pack(seq), db=self._meta)
+                    if stats_version is not None:
+                        txn.put(b"stats_version", U64.pack(stats_version), db=self._meta)
+            except BaseException:
+                self._load_state()
+                raise
+            self._doc_versions.update(docs)
+            self._term_versions.update(terms)
+            if stats_version is not None:
+                self._stats_version = stats_version
+            self._seq = seq
 
     def version_of(self, record_id: str) -> int:
         """The corpus's current version of one of its records (0: never written).

@@ -37,7 +37,16 @@ class RetrieveTool:
         """Search and format the top passages; the read-set is the search's (exact)."""
         query, k = self.parse_args(args)
         result = self.corpus.search(query, k)
-        return ToolResult(format_hits(result.hits), result.reads)
+        return ToolResult(format_hits(result.hits), result.reads, evidence=result.hits)
+
+    def confirm(self, result: ToolResult) -> bool:
+        """True when the output is exactly the passages its read-set names: the output is the
+        format of the hits, and every hit is still stored at its version with its text (one
+        snapshot). False when a document was rewritten since; raises on a broken store."""
+        hits = result.evidence
+        if not isinstance(hits, tuple) or format_hits(hits) != result.output:
+            return False
+        return self.corpus.confirm(hits)
 
     def parse_args(self, args: bytes | str | Mapping[str, Any]) -> tuple[str, int]:
         """``(query, k)`` from rendered arguments; a fault names the argument."""
