@@ -28,8 +28,9 @@ wrong hit. The gateway passes each record's current corpus version as the write'
 CSL that lost its store never hands back a version the corpus already holds; and a CSL whose
 write sequence is below the corpus's versions (empty or restored from an older copy) is
 reconciled with a version-only write of exactly the records above it (``records_above``,
-``adopt_versions``; ``GatewayCore.reconcile``), which invalidates whatever it cached from them. A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint
-of stages that read it, since its version-0 records are not comparable with the old ones.
+``adopt_versions``; ``GatewayCore.reconcile``), which invalidates whatever it cached from them.
+A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint of stages
+that read it, since its version-0 records are not comparable with the old ones.
 
 Layout: one LMDB environment, sub-databases ``meta`` (schema, name, incarnation, sequence,
 writes since refresh, stats snapshot and its version), ``docs`` (doc id -> version, title, text)
