@@ -4,6 +4,7 @@ branch settlements. The gRPC servicer and the OpenAI-compatible HTTP front both 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,8 +20,14 @@ from services.gateway.templates import StageKind, Template, TemplateRegistry, pa
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.corpus import Corpus, Document
 
+log = logging.getLogger(__name__)
+
 #: Largest template document accepted.
 MAX_TEMPLATE_BYTES = 256 * 1024
+#: Records per library write while reconciling (the csl takes at most 4,096 per request).
+RECONCILE_BATCH = 1024
+#: Longest wait between background reconcile attempts while the library is unreachable.
+RECONCILE_RETRY_MAX_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,8 @@ class GatewayCore:
         self.corpus = corpus
         self.limits = limits
         self._write_lock = asyncio.Lock()
+        self._reconciled = False
+        self._reconcile_task: asyncio.Task[None] | None = None
 
     def check(self, d: Demand) -> None:
         """Refuse a malformed demand, naming the field."""
@@ -121,12 +130,82 @@ class GatewayCore:
                             ) -> list[RecordVersion]:
         # Bump in the library first, then write the corpus with the library's versions: a search
         # in between reads old text at an old version and is refused as stale (tools/corpus.py).
+        # Each record's floor is the corpus's own version of it, so even a library that lost its
+        # store hands out versions above what the corpus holds.
         assert self.corpus is not None and self.library is not None
+        if not self._reconciled:
+            await self._reconcile()
         ids = await asyncio.to_thread(self.corpus.plan_write, upserts, removals)
-        versions = await self.library.write_records("", ids)
+        floors = await asyncio.to_thread(self.corpus.versions_of, ids)
+        versions = await self.library.write_records("", ids, floors)
         assigned = dict(zip(ids, versions, strict=True))
         return list(await asyncio.to_thread(self.corpus.write_documents, upserts, removals,
                                             assigned))
+
+    async def reconcile(self) -> int:
+        """Agree with the library on the corpus's record versions; returns records moved.
+
+        The corpus's versions all come from the library's write sequence, so a corpus record at
+        a version above that sequence means the library lost or rolled back writes (a new or
+        restored store). Its entries that read such a record could be stale, and its version
+        table would make every search that reads one unstorable. Reconciling is a version-only
+        write of exactly those records: the library bumps them above the corpus's versions
+        (invalidating their readers), and the corpus adopts the new versions. Idempotent.
+        """
+        if self.corpus is None or self.library is None:
+            return 0
+        async with self._write_lock:
+            return await self._reconcile()
+
+    async def reconcile_at_start(self) -> None:
+        """Reconcile before serving; when the library is unreachable, keep trying in the
+        background (and the first corpus write reconciles first)."""
+        try:
+            await self.reconcile()
+        except Exception as exc:  # noqa: BLE001 - start anyway, degraded
+            log.warning("corpus reconcile with the csl failed at start (%s); retrying in the "
+                        "background", exc)
+            self.schedule_reconcile()
+
+    def schedule_reconcile(self) -> None:
+        """Reconcile in an owned background task (when the library may have restarted),
+        retrying with backoff until it succeeds; a corpus write meanwhile reconciles first."""
+        if self.corpus is None or self.library is None:
+            return
+        self._reconciled = False
+        if self._reconcile_task is None or self._reconcile_task.done():
+            self._reconcile_task = asyncio.create_task(self._reconcile_logged(),
+                                                       name="corpus-reconcile")
+
+    async def _reconcile_logged(self) -> None:
+        delay = 0.5
+        while not self._reconciled:
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - degrade: retry; writes reconcile first
+                log.warning("corpus reconcile with the csl failed (%s); retrying in %.1f s",
+                            exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONCILE_RETRY_MAX_S)
+
+    async def _reconcile(self) -> int:
+        assert self.corpus is not None and self.library is not None
+        seq = await self.library.write_seq()
+        behind = await asyncio.to_thread(self.corpus.records_above, seq)
+        for start in range(0, len(behind), RECONCILE_BATCH):
+            batch = behind[start:start + RECONCILE_BATCH]
+            ids = [r.record_id for r in batch]
+            versions = await self.library.write_records("", ids, [r.version for r in batch])
+            await asyncio.to_thread(self.corpus.adopt_versions,
+                                    dict(zip(ids, versions, strict=True)))
+        if behind:
+            log.warning("csl write sequence %d is behind the corpus: moved %d corpus records "
+                        "to new versions (their cached readers were invalidated)", seq,
+                        len(behind))
+        self._reconciled = True
+        return len(behind)
 
     def settle(self, tenant: str, workflow_id: str, coordinate: str, selected: str) -> int:
         """Resolve a workflow's branch at ``coordinate`` with the harness's selection."""
@@ -139,6 +218,9 @@ class GatewayCore:
 
     async def close(self) -> None:
         """Stop branches and wait for stores."""
+        if self._reconcile_task is not None:
+            self._reconcile_task.cancel()
+            await asyncio.gather(self._reconcile_task, return_exceptions=True)
         if self.branches is not None:
             await self.branches.close()
         await self.stages.close()

@@ -93,7 +93,7 @@ class FillRunner:
             run = await self.stages.execute(demand, stage, Priority.FILL, request_id,
                                             self.settings.fill_timeout_s)
         fill.cost_s += run.cost_s
-        if not run.complete:
+        if not run.storable:
             return None
         read_set = ReadSet(run.read_set.reads, run.read_set.complete,
                            (previous,) if previous is not None else ())

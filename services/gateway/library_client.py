@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
+from services.common.errors import Unavailable
 from services.common.pb import csl_pb2
 from services.common.reuse_name import ReuseName
 from services.csl.client import CslClient, PutPipe
@@ -34,6 +35,9 @@ class RemoteLibrary:
         self.errors = 0
         self.mirror = NameMirror()
         self._watch: asyncio.Task[None] | None = None
+        #: Called when the name feed is lost and resubscribed (what a csl restart looks like):
+        #: the gateway then checks that the library still knows the corpus's versions.
+        self.on_resync: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Start following the library's confirmed names (the mirror that saves miss hops)."""
@@ -53,6 +57,8 @@ class RemoteLibrary:
                     log.warning("csl name feed lost (%s): probing every name until it is back",
                                 err.code().name)
             self.mirror.reset()
+            if self.on_resync is not None:
+                self.on_resync()
             await asyncio.sleep(0.5)
 
     def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
@@ -109,10 +115,18 @@ class RemoteLibrary:
             self._failed("discard", err)
             return 0
 
-    async def write_records(self, tenant: str, record_ids: Sequence[str]) -> tuple[int, ...]:
-        """Bump versions; failures propagate (a write must not be silently lost)."""
-        outcome = await self.client.write_records(tenant, record_ids, self.deadline_s)
+    async def write_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> tuple[int, ...]:
+        """Bump versions (each above its floor); failures propagate (a write must not be
+        silently lost)."""
+        outcome = await self.client.write_records(tenant, record_ids, self.deadline_s, floors)
+        if [v.record_id for v in outcome.versions] != list(record_ids):
+            raise Unavailable("csl answered a write with versions of other records")
         return tuple(v.version for v in outcome.versions)
+
+    async def write_seq(self) -> int:
+        """The library's write sequence (the last version it handed out); failures propagate."""
+        return (await self.client.stats(self.deadline_s)).write_seq
 
     async def close(self) -> None:
         """Stop following names and close the channel."""

@@ -46,8 +46,13 @@ class LibraryPort(Protocol):
     async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
         """Drop a branch's shadows (all but ``keep_candidate``)."""
 
-    async def write_records(self, tenant: str, record_ids: Sequence[str]) -> tuple[int, ...]:
-        """Bump record versions, invalidating readers; returns the new versions."""
+    async def write_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> tuple[int, ...]:
+        """Bump record versions, invalidating readers; returns the new versions, each above
+        the record's ``floors`` entry (the writer's own current version)."""
+
+    async def write_seq(self) -> int:
+        """The last version the library handed out (raises when unreachable)."""
 
 
 class EnginePort(Protocol):

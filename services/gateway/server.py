@@ -152,6 +152,9 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                        engines=engines, corpus=corpus,
                        limits=Limits(settings.max_prompt_bytes, settings.max_request_id))
     runtime.on_close(core.close)
+    if corpus is not None and isinstance(library, RemoteLibrary):
+        library.on_resync = core.schedule_reconcile
+        await core.reconcile_at_start()
     return core
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Tracer
 
-from services.common.errors import InvalidArgument, NotFound
+from services.common.errors import DynbranchError, InvalidArgument, NotFound
 from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.csl.entries import ReadSet, RecordRead, Served
 from services.engine_agent.backend import (
@@ -61,11 +61,19 @@ class StageRun:
     cost_s: float
     timings: Timings
     engine_id: str
+    #: False when the tool could not confirm that its output is exactly what its read-set
+    #: names (a record rewritten meanwhile, or a broken store): such a result is never stored.
+    confirmed: bool = True
 
     @property
     def complete(self) -> bool:
-        """Whether the stage ran to a normal end (only such results are ever stored)."""
+        """Whether the stage ran to a normal end."""
         return self.stored.finish_reason in (FinishReason.LENGTH, FinishReason.STOP)
+
+    @property
+    def storable(self) -> bool:
+        """Whether the result may be stored: complete and confirmed against its read-set."""
+        return self.confirmed and self.complete
 
 
 def tool_read_set(result: ToolResult) -> ReadSet:
@@ -146,7 +154,7 @@ class StageService:
         else:
             run = await self.execute(d, stage, Priority.CANONICAL, d.request_id, timeout_s,
                                      on_delta)
-            if name is not None and self.features.c1 and run.complete:
+            if name is not None and self.features.c1 and run.storable:
                 self._store(name, run)
             answer = self._answer_run(d, run, name, start)
         if self.branches is not None and self.features.c2:
@@ -198,7 +206,21 @@ class StageService:
         elapsed = time.perf_counter() - start
         stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0))
         timings = Timings(0.0, 0.0, 0.0, elapsed)
-        return StageRun(stored, tool_read_set(result), elapsed, timings, "")
+        return StageRun(stored, tool_read_set(result), elapsed, timings, "",
+                        await self._confirm(tool, result))
+
+    @staticmethod
+    async def _confirm(tool: Tool, result: ToolResult) -> bool:
+        """Whether the tool confirms its output against its read-set (tools without a
+        ``confirm`` are trusted); a broken store is logged and never stored."""
+        confirm = getattr(tool, "confirm", None)
+        if confirm is None:
+            return True
+        try:
+            return bool(await asyncio.to_thread(confirm, result))
+        except DynbranchError as exc:
+            log.error("tool %s: result not stored: %s", tool.name, exc)
+            return False
 
     # -- storage --------------------------------------------------------------------------------
 

@@ -79,9 +79,13 @@ class LocalLibrary:
     async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
         return await self.library.discard(branch_id, keep_candidate)
 
-    async def write_records(self, tenant: str, record_ids: Sequence[str]) -> tuple[int, ...]:
-        outcome = await self.library.write_records(tenant, record_ids)
+    async def write_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> tuple[int, ...]:
+        outcome = await self.library.write_records(tenant, record_ids, floors)
         return tuple(v.version for v in outcome.versions)
+
+    async def write_seq(self) -> int:
+        return self.library.library.stats().write_seq
 
 
 @dataclass

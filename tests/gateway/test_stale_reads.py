@@ -1,0 +1,184 @@
+"""No stale retrieval, end to end (issue 16, DESIGN.md §5.3): a rewritten document is returned
+at its latest text after every acknowledged write — across statistics refreshes, with C1 and C2
+off and on, under concurrent writers and readers, and across a csl that lost or rolled back its
+store while the corpus kept its versions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from services.gateway.sdk import DynbranchClient
+from services.gateway.tools.corpus import Corpus, Document
+from tests.factories import csl_service, engine_agent, gateway
+from tests.gateway.mesh import mesh
+
+QUESTION = {"question": "What is it?", "notes": "none yet"}
+# A corpus of 30 documents refreshes its statistics snapshot every 4th single-document write
+# (writes since the last refresh > 10% of N), so a run of rewrites crosses many refreshes.
+FILLER = [Document(f"filler-{i}", f"Filler {i}", f"Filler text number {i} about rivers.")
+          for i in range(30)]
+
+
+def _corpus(folder: Path, docs: list[Document] = FILLER) -> str:
+    path = folder / "corpus"
+    with Corpus(path, "corpus") as corpus:
+        corpus.load_documents(docs)
+    return str(path)
+
+
+def _text(term: str, version: int) -> str:
+    # The length changes with the version, so rewrites bump term records too, not only the
+    # document record; the marker is one token that only this version holds.
+    return f"{term} is a rewritten document. " + "body " * (version % 3) + f"marker{version}x."
+
+
+async def _retrieve(client: DynbranchClient, term: str, workflow_id: str) -> str:
+    answer = await client.call_stage("react", "retrieve", workflow_id=workflow_id,
+                                     inputs=QUESTION, candidate=term)
+    return answer.text
+
+
+def _version_in(text: str, term: str) -> int | None:
+    """The marker version of ``term``'s passage in a retrieve answer (None when absent)."""
+    for passage in text.split("\n\n"):
+        head, _, body = passage.partition("\n")
+        if head.endswith(f"] {term}") and "marker" in body:
+            return int(body.rsplit("marker", 1)[1].split("x", 1)[0])
+    return None
+
+
+@pytest.mark.parametrize("c1, c2", [(False, False), (True, True)])
+async def test_many_rewrites_across_statistics_refreshes_return_the_latest_text(
+        tmp_path: Path, c1: bool, c2: bool) -> None:
+    async with mesh(corpus_path=_corpus(tmp_path), c1=c1, c2=c2) as m:
+        m.client.use_builtin("react")
+        refreshes = 0
+        for version in range(40):
+            written = await m.client.write(upserts=[("zorblax", "Zorblax",
+                                                     _text("Zorblax", version))])
+            refreshes += "corpus/corpus/stats" in written
+            for attempt in range(2):  # the second one may be served by the library (C1)
+                text = await _retrieve(m.client, "Zorblax", f"w{version}-{attempt}")
+                assert _version_in(text, "Zorblax") == version, (version, attempt, text)
+        assert refreshes >= 5  # the run crossed statistics refreshes
+
+
+async def _stale_checks(tmp_path: Path, checks: int, writers: int = 8) -> tuple[int, int]:
+    """Writers rewrite their own document while readers retrieve every document; each
+    retrieve started after an acknowledged write must show that version or a later one.
+    Returns (post-acknowledgement checks, stale answers)."""
+    async with mesh(corpus_path=_corpus(tmp_path), time_scale=0.0) as m:
+        m.client.use_builtin("react")
+        terms = [f"Quux{i}" for i in range(writers)]
+        acked = dict.fromkeys(terms, -1)
+        done, counts = asyncio.Event(), {"checks": 0, "stale": 0}
+        failures: list[str] = []
+
+        async def check(term: str, workflow_id: str) -> None:
+            floor = acked[term]  # acknowledged before this retrieve started
+            text = await _retrieve(m.client, term, workflow_id)
+            if floor < 0:
+                return
+            seen = _version_in(text, term)
+            counts["checks"] += 1
+            if seen is None or seen < floor:
+                counts["stale"] += 1
+                failures.append(f"{term}: acknowledged {floor}, got {seen}")
+
+        async def writer(term: str) -> None:
+            version = 0
+            while not done.is_set():
+                await m.client.write(upserts=[(term, term, _text(term, version))])
+                acked[term] = version
+                await check(term, f"{term}-w{version}")
+                version += 1
+
+        async def reader(index: int) -> None:
+            rng, n = random.Random(index), 0
+            while counts["checks"] < checks:
+                n += 1
+                await check(rng.choice(terms), f"r{index}-{n}")
+            done.set()
+
+        await asyncio.wait_for(asyncio.gather(*(writer(t) for t in terms),
+                                              *(reader(i) for i in range(4))), 600)
+        assert not failures, failures[:5]
+        return counts["checks"], counts["stale"]
+
+
+async def test_concurrent_writers_and_readers_never_see_older_text(tmp_path: Path) -> None:
+    checks, stale = await _stale_checks(tmp_path, int(os.environ.get("DYNBRANCH_STALE_CHECKS",
+                                                                      "300")))
+    assert checks >= 300 and stale == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("DYNBRANCH_SLOW") != "1",
+                    reason="long soak: set DYNBRANCH_SLOW=1")
+async def test_concurrent_stale_soak_of_a_thousand_checks(tmp_path: Path) -> None:
+    checks, stale = await _stale_checks(tmp_path, 1000)
+    assert checks >= 1000 and stale == 0
+
+
+# --- a csl store that is empty or older than the corpus --------------------------------------
+
+async def _gateway_on(stack: AsyncExitStack, csl_dir: Path, corpus_path: str
+                      ) -> tuple[DynbranchClient, object]:
+    csl = await stack.enter_async_context(csl_service(csl_dir, grace_s=0.2, sync=True))
+    agent = await stack.enter_async_context(engine_agent(engine_id="e0"))
+    gw = await stack.enter_async_context(gateway([agent.address], csl=csl.address,
+                                                 corpus_path=corpus_path))
+    client = DynbranchClient(gw.address)
+    stack.push_async_callback(client.close)
+    client.use_builtin("react")
+    return client, gw
+
+
+async def test_an_empty_csl_store_accepts_writes_and_serves_fresh_text(tmp_path: Path) -> None:
+    corpus_path = _corpus(tmp_path)
+    async with AsyncExitStack() as stack:
+        client, _ = await _gateway_on(stack, tmp_path / "csl-a", corpus_path)
+        for version in range(6):
+            await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", version))])
+        assert _version_in(await _retrieve(client, "Zorblax", "a"), "Zorblax") == 5
+    async with AsyncExitStack() as stack:  # the csl lost its volume; the corpus did not
+        client, _ = await _gateway_on(stack, tmp_path / "csl-b", corpus_path)
+        for version in range(6, 10):
+            written = await client.write(upserts=[("zorblax", "Zorblax",
+                                                   _text("Zorblax", version))])
+            assert written
+            for attempt in range(2):
+                text = await _retrieve(client, "Zorblax", f"b{version}-{attempt}")
+                assert _version_in(text, "Zorblax") == version
+
+
+async def test_a_rolled_back_csl_store_is_reconciled_before_it_serves(tmp_path: Path) -> None:
+    corpus_path = _corpus(tmp_path)
+    csl_dir, backup = tmp_path / "csl", tmp_path / "csl-backup"
+    async with AsyncExitStack() as stack:
+        client, _ = await _gateway_on(stack, csl_dir, corpus_path)
+        await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", 1))])
+        for attempt in range(2):  # stored, then served from the library
+            assert _version_in(await _retrieve(client, "Zorblax", f"a{attempt}"),
+                               "Zorblax") == 1
+    shutil.copytree(csl_dir, backup)  # a backup holding the version-1 entry as fresh
+    async with AsyncExitStack() as stack:
+        client, _ = await _gateway_on(stack, csl_dir, corpus_path)
+        await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", 2))])
+    async with AsyncExitStack() as stack:  # restore the older csl store under the corpus
+        client, _ = await _gateway_on(stack, backup, corpus_path)
+        for attempt in range(3):
+            text = await _retrieve(client, "Zorblax", f"c{attempt}")
+            assert _version_in(text, "Zorblax") == 2, text
+
+
+def test_version_text_helper_reads_the_marker() -> None:
+    text = "[1] Zorblax\n" + _text("Zorblax", 12) + "\n\n[2] Filler 1\nFiller text."
+    assert _version_in(text, "Zorblax") == 12 and _version_in(text, "Filler 1") is None
