@@ -88,6 +88,18 @@ async def test_stream_lifecycle_in_order(backend: VllmBackend) -> None:
     assert fin.timings.total_s >= fin.timings.prefill_s > 0
 
 
+def _logprob_drift(a: list, b: list) -> tuple[float, int]:
+    """Largest |difference| of the logprobs two runs both list, and the smallest number of
+    top-k candidates they share at a step."""
+    worst, shared = 0.0, len(a[0]) if a else 0
+    for step_a, step_b in zip(a, b, strict=True):
+        lp_b = dict(step_b)
+        common = [(x.logprob, lp_b[t].logprob) for t, x in step_a if t in lp_b]
+        shared = min(shared, len(common))
+        worst = max([worst, *(abs(x - y) for x, y in common)])
+    return worst, shared
+
+
 async def test_greedy_is_identical_alone_in_a_batch_of_8_and_with_a_prefix_hit(
         backend: VllmBackend) -> None:
     """Reuse rests on this. Findings are printed (run with -s) and asserted."""
@@ -125,10 +137,18 @@ async def test_greedy_is_identical_alone_in_a_batch_of_8_and_with_a_prefix_hit(
         ids_and_logprobs("lp-batch", prompt),
         *(run(backend, f"lp-other-{i}", p, greedy(24)) for i, p in enumerate(others)))
     lp_hit = await ids_and_logprobs("lp-hit", prompt)
+    (d_batch, n_batch), (d_hit, n_hit) = (_logprob_drift(ref[1], lp_batch[0][1]),
+                                          _logprob_drift(ref[1], lp_hit[1]))
     print(f"\ndeterminism: text alone==batch==hit: {alone == batched == hit.text}; "
-          f"ids+top-20 logprobs alone==batch: {ref == lp_batch[0]}, alone==hit: {ref == lp_hit}")
-    assert ref[0] == lp_batch[0][0] == lp_hit[0]
-    assert ref == lp_batch[0] == lp_hit  # bitwise: logprob values included
+          f"ids+top-20 logprobs bitwise alone==batch: {ref == lp_batch[0]}, "
+          f"alone==hit: {ref == lp_hit}; largest logprob difference {max(d_batch, d_hit):.2e}, "
+          f"fewest shared top-20 candidates {min(n_batch, n_hit)}")
+    assert ref[0] == lp_batch[0][0] == lp_hit[0]  # the greedy tokens: what reuse rests on
+    # Logprob values are bitwise equal only where the CPU kernels are batch-invariant, which
+    # depends on the processor: on one machine of this kind they differed slightly in a batch
+    # (7.9e-3 at most, and near-tied candidates at rank ~20 swapped) while every greedy token
+    # matched.
+    assert max(d_batch, d_hit) < 5e-2 and min(n_batch, n_hit) >= 15
 
 
 async def test_abort_frees_the_slot_and_stops_generation(backend: VllmBackend) -> None:
