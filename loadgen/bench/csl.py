@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.common.reads import ReadSet, RecordRead
+from services.common.reuse_name import ReuseName, StageFingerprint, name_key, reuse_name
 from services.csl.client import CslClient
-from services.csl.entries import ReadSet, RecordRead, name_key
 from services.csl.library import LibraryOptions, SubgraphLibrary
 
 FP = StageFingerprint("bench", "stage", 1, "bench-model", max_tokens=256)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.engine_agent.backend import Finished, GenerationRequest, Sampling
+from services.common.generation import GenerationRequest, Sampling
+from services.engine_agent.backend import Finished
 
 logger = logging.getLogger(__name__)
 

@@ -8,14 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class RankedCandidate:
-    """A candidate as admission sees it."""
-
-    candidate: str
-    rank: int
-    probability: float = 0.0
+from services.common.candidates import RankedCandidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,4 +37,4 @@ class FixedPolicy:
         return Decision(chosen, f"fixed policy: top {self.top_k} of {len(candidates)}")
 
 
-__all__ = ["Decision", "FixedPolicy", "RankedCandidate"]
+__all__ = ["Decision", "FixedPolicy"]

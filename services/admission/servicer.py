@@ -5,7 +5,8 @@ from __future__ import annotations
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from services.admission.policy import FixedPolicy, RankedCandidate
+from services.admission.policy import FixedPolicy
+from services.common.candidates import RankedCandidate
 from services.common.convert import require
 from services.common.errors import InvalidArgument
 from services.common.pb import admission_pb2, admission_pb2_grpc

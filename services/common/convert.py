@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from services.common.errors import InvalidArgument
+from services.common.generation import Priority, Sampling, Timings, Usage
 from services.common.pb import common_pb2
-from services.engine_agent.backend import Priority, Sampling, Timings, Usage
 
 #: Upper bound on stop strings per request, and on each one's length.
 MAX_STOP_STRINGS = 16

@@ -161,7 +161,16 @@ def _float(value: float) -> bytes:
     return _F64.pack(float(value) + 0.0)  # + 0.0 folds -0.0 into 0.0
 
 
+def name_key(name: ReuseName) -> bytes:
+    """LMDB key of a name: UTF-8 tenant followed by the 64 hex digits of the digest.
+
+    Unambiguous because the digest has a fixed length; one concatenation keeps it cheap on
+    the lookup path.
+    """
+    return (name.tenant + name.digest).encode()
+
+
 __all__ = [
-    "DIGEST_HEX_LEN", "ReuseName", "StageFingerprint", "reuse_name", "validate_name",
+    "DIGEST_HEX_LEN", "ReuseName", "StageFingerprint", "name_key", "reuse_name", "validate_name",
     "validate_tenant",
 ]

@@ -25,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from services.common.errors import Unavailable
+from services.common.reads import ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName
-from services.csl.entries import LibraryStats, ReadSet, Served, Shadow, WriteOutcome
+from services.csl.entries import LibraryStats, WriteOutcome
 from services.csl.library import SubgraphLibrary
 
 T = TypeVar("T")

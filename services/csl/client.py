@@ -15,10 +15,11 @@ import grpc
 
 from services.common.clients import open_channel
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
+from services.common.reads import ReadSet, RecordRead, Served, Shadow
 from services.common.records import make_header
 from services.common.reuse_name import ReuseName
 from services.csl.convert import name_to_proto, read_set_to_proto, shadow_to_proto
-from services.csl.entries import ReadSet, RecordRead, Served, Shadow, WriteOutcome
+from services.csl.entries import WriteOutcome
 
 log = logging.getLogger(__name__)
 

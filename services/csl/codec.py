@@ -18,7 +18,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from services.csl.entries import RecordKey, RecordRead
+from services.common.reads import RecordRead
+from services.csl.entries import RecordKey
 
 _HEAD = struct.Struct(">dQBHII")
 _READ_LEN = struct.Struct(">H")

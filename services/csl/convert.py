@@ -5,8 +5,8 @@ from __future__ import annotations
 from services.common.convert import require
 from services.common.errors import InvalidArgument, PayloadTooLarge
 from services.common.pb import common_pb2, csl_pb2
+from services.common.reads import ReadSet, RecordRead, Shadow, check_cost
 from services.common.reuse_name import ReuseName
-from services.csl.entries import ReadSet, RecordRead, Shadow, check_cost
 
 MAX_READS = 4096
 MAX_PRODUCERS = 256

@@ -32,19 +32,14 @@ from pathlib import Path
 from typing import Self
 
 from services.common.errors import InvalidArgument, ResourceExhausted, Unavailable
-from services.common.reuse_name import ReuseName, validate_tenant
+from services.common.reads import ReadSet, RecordRead, Served, Shadow, check_cost
+from services.common.reuse_name import ReuseName, name_key, validate_tenant
 from services.csl import codec
 from services.csl.entries import (
     EntryMeta,
     LibraryStats,
-    ReadSet,
     RecordKey,
-    RecordRead,
-    Served,
-    Shadow,
     WriteOutcome,
-    check_cost,
-    name_key,
     record_keys,
     tenant_of_key,
 )

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from services.common.convert import require
 from services.common.errors import DynbranchError, ResourceExhausted
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
+from services.common.reads import check_cost
 from services.common.records import make_header
 from services.common.tracing import incoming_context, maybe_span
 from services.csl.async_library import AsyncSubgraphLibrary
@@ -31,7 +32,6 @@ from services.csl.convert import (
     result_from_proto,
     shadow_from_proto,
 )
-from services.csl.entries import check_cost
 from services.csl.library import SubgraphLibrary
 from services.csl.name_feed import FeedOverflow, NameBatch, name_feed
 

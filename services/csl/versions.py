@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from services.csl.entries import RecordKey, RecordRead
+from services.common.reads import RecordRead
+from services.csl.entries import RecordKey
 
 
 class VersionTable:

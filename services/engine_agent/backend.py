@@ -6,74 +6,17 @@ translates protos to these values and back, so backends never see gRPC.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-
-class Priority(enum.IntEnum):
-    """Priority class of a generation (values match ``dynbranch.v1.PriorityClass``)."""
-
-    CANONICAL = 1
-    FILL = 2
-
-
-class FinishReason(enum.IntEnum):
-    """Why a generation ended (values match ``dynbranch.v1.FinishReason``)."""
-
-    LENGTH = 1
-    STOP = 2
-    ABORT = 3
-    ERROR = 4
-
-
-@dataclass(frozen=True, slots=True)
-class Sampling:
-    """Sampling parameters; every field can change the output."""
-
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False
-
-    @property
-    def deterministic(self) -> bool:
-        """Greedy, or sampled with an explicit seed: the only results that may be reused."""
-        return self.temperature == 0.0 or self.seed is not None
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationRequest:
-    """One generation as a backend receives it."""
-
-    request_id: str
-    model: str
-    prompt: str
-    sampling: Sampling
-    priority: Priority = Priority.CANONICAL
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token accounting of one generation."""
-
-    prompt_tokens: int
-    cached_prompt_tokens: int
-    completion_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """Per-phase timings in engine seconds (simulated seconds for ``sim``)."""
-
-    queue_s: float
-    prefill_s: float
-    decode_s: float
-    total_s: float
+from services.common.generation import (
+    FinishReason,
+    GenerationRequest,
+    LoadReport,
+    Timings,
+    Usage,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,29 +54,6 @@ class Finished:
 
 
 GenerationEvent = Queued | Allocated | TokenDelta | Finished
-
-
-@dataclass(frozen=True, slots=True)
-class LoadReport:
-    """Live load of one engine."""
-
-    running: int
-    waiting: int
-    max_running: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    fill_running: int = 0
-    fill_kv_blocks: int = 0
-    block_size: int = 16
-    prefix_query_tokens: int = 0
-    prefix_hit_tokens: int = 0
-
-    @property
-    def pressure(self) -> float:
-        """A scalar load in [0, inf) for routing: slot share plus queue and KV share."""
-        slots = (self.running + self.waiting) / max(self.max_running, 1)
-        kv = self.kv_blocks_used / max(self.kv_blocks_total, 1)
-        return slots + kv
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +113,6 @@ class EngineBackend(Protocol):
 
 
 __all__ = [
-    "Allocated", "BackendInfo", "EngineBackend", "FinishReason", "Finished", "GenerationEvent",
-    "GenerationRequest", "LoadReport", "PrefixLookup", "Priority", "Queued", "Sampling",
-    "Timings", "TokenDelta", "Usage",
+    "Allocated", "BackendInfo", "EngineBackend", "Finished", "GenerationEvent", "PrefixLookup",
+    "Queued", "TokenDelta",
 ]

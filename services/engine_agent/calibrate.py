@@ -31,7 +31,8 @@ from typing import Any
 
 import yaml
 
-from services.engine_agent.backend import Finished, GenerationRequest, Sampling
+from services.common.generation import GenerationRequest, Sampling
+from services.engine_agent.backend import Finished
 from services.engine_agent.calibrate_fit import (
     UNBOUNDED_BANDWIDTH,
     Fit,

@@ -20,15 +20,8 @@ from typing import Any
 import httpx
 
 from services.common.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge, Unavailable
-from services.engine_agent.backend import (
-    Finished,
-    FinishReason,
-    GenerationEvent,
-    GenerationRequest,
-    Queued,
-    TokenDelta,
-    Usage,
-)
+from services.common.generation import FinishReason, GenerationRequest, Usage
+from services.engine_agent.backend import Finished, GenerationEvent, Queued, TokenDelta
 from services.engine_agent.remote_backend import (
     FINISH_REASONS,
     LEASES_UNAVAILABLE,

@@ -31,18 +31,20 @@ from services.common.errors import (
     Unavailable,
     Unimplemented,
 )
+from services.common.generation import (
+    FinishReason,
+    GenerationRequest,
+    LoadReport,
+    Priority,
+    Timings,
+    Usage,
+)
 from services.engine_agent.backend import (
     Allocated,
     BackendInfo,
     Finished,
-    FinishReason,
     GenerationEvent,
-    GenerationRequest,
-    LoadReport,
     PrefixLookup,
-    Priority,
-    Timings,
-    Usage,
 )
 from services.engine_agent.engine_metrics import FLAVORS, EngineSnapshot, parse_metrics
 from services.engine_agent.kv_events import KVEventSubscriber

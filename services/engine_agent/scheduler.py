@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from services.engine_agent.backend import Priority
+from services.common.generation import Priority
 from services.engine_agent.cost_model import StepWork
 from services.engine_agent.kv_cache import KVCacheManager
 from services.engine_agent.sequence import SeqState, Sequence

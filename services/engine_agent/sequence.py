@@ -6,13 +6,8 @@ import asyncio
 import enum
 from collections import deque
 
-from services.engine_agent.backend import (
-    Finished,
-    FinishReason,
-    GenerationEvent,
-    GenerationRequest,
-    TokenDelta,
-)
+from services.common.generation import FinishReason, GenerationRequest
+from services.engine_agent.backend import Finished, GenerationEvent, TokenDelta
 from services.engine_agent.block_pool import KVBlock
 from services.engine_agent.tokenizer import EOS_TOKEN_ID, PseudoText
 

@@ -18,6 +18,7 @@ from services.common.convert import (
     usage_to_proto,
 )
 from services.common.errors import InvalidArgument, PayloadTooLarge
+from services.common.generation import GenerationRequest, LoadReport
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.records import make_header
 from services.common.tracing import incoming_context
@@ -26,8 +27,6 @@ from services.engine_agent.backend import (
     EngineBackend,
     Finished,
     GenerationEvent,
-    GenerationRequest,
-    LoadReport,
     Queued,
     TokenDelta,
 )

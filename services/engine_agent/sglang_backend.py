@@ -27,16 +27,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.engine_agent.backend import (
-    Finished,
-    FinishReason,
-    GenerationEvent,
-    GenerationRequest,
-    Queued,
-    Sampling,
-    TokenDelta,
-    Usage,
-)
+from services.common.generation import FinishReason, GenerationRequest, Sampling, Usage
+from services.engine_agent.backend import Finished, GenerationEvent, Queued, TokenDelta
 from services.engine_agent.remote_backend import (
     FINISH_REASONS,
     RemoteBackend,

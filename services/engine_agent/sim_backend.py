@@ -11,13 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from services.engine_agent.backend import (
-    BackendInfo,
-    GenerationEvent,
-    GenerationRequest,
-    LoadReport,
-    PrefixLookup,
-)
+from services.common.generation import GenerationRequest, LoadReport
+from services.engine_agent.backend import BackendInfo, GenerationEvent, PrefixLookup
 from services.engine_agent.cost_model import CostPreset, get_preset, load_preset_file
 from services.engine_agent.sim_engine import PrefixPin, SimEngine
 

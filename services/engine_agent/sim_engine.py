@@ -17,18 +17,15 @@ import time
 from dataclasses import dataclass, field
 
 from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge, Unavailable
-from services.engine_agent.backend import (
-    Allocated,
-    Finished,
+from services.common.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,
-    PrefixLookup,
     Priority,
-    Queued,
     Timings,
     Usage,
 )
+from services.engine_agent.backend import Allocated, Finished, PrefixLookup, Queued
 from services.engine_agent.block_pool import BlockPool, KVBlock, hash_full_blocks
 from services.engine_agent.cost_model import CostPreset
 from services.engine_agent.kv_cache import KVCacheManager

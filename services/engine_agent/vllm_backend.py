@@ -27,20 +27,22 @@ from services.common.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from services.common.generation import (
+    FinishReason,
+    GenerationRequest,
+    LoadReport,
+    Priority,
+    Sampling,
+    Usage,
+)
 from services.engine_agent.backend import (
     Allocated,
     BackendInfo,
     Finished,
-    FinishReason,
     GenerationEvent,
-    GenerationRequest,
-    LoadReport,
     PrefixLookup,
-    Priority,
     Queued,
-    Sampling,
     TokenDelta,
-    Usage,
 )
 from services.engine_agent.vllm_leases import VllmLeases, allocated_event, settle
 from services.engine_agent.vllm_load import LoadState, load_tap

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.errors import DynbranchError, InvalidArgument, Unavailable
-from services.engine_agent.backend import Sampling, Timings
+from services.common.generation import Sampling, Timings
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ import uuid
 from opentelemetry.trace import Tracer
 
 from services.common.errors import InvalidArgument
+from services.common.reads import Served
 from services.common.reuse_name import ReuseName
 from services.common.tracing import maybe_span
-from services.csl.entries import Served
 from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
 from services.gateway.demand import Demand
 from services.gateway.fills import FillRunner

@@ -7,7 +7,7 @@ import itertools
 import secrets
 from dataclasses import dataclass, field
 
-from services.engine_agent.backend import FinishReason, Sampling, Timings, Usage
+from services.common.generation import FinishReason, Sampling, Timings, Usage
 
 
 class Source(enum.IntEnum):

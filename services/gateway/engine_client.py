@@ -21,9 +21,7 @@ from services.common.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from services.common.pb import common_pb2, engine_pb2
-from services.common.tracing import outgoing_metadata
-from services.engine_agent.backend import (
+from services.common.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,
@@ -31,6 +29,8 @@ from services.engine_agent.backend import (
     Timings,
     Usage,
 )
+from services.common.pb import common_pb2, engine_pb2
+from services.common.tracing import outgoing_metadata
 from services.engine_agent.client import EngineAgentClient
 from services.gateway.ports import Execution
 from services.gateway.router import EngineState, Router

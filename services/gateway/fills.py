@@ -9,10 +9,10 @@ import logging
 from opentelemetry.trace import Tracer
 
 from services.common.errors import DynbranchError, InvalidArgument
+from services.common.generation import Priority
+from services.common.reads import ReadSet, Shadow
 from services.common.reuse_name import ReuseName
 from services.common.tracing import maybe_span
-from services.csl.entries import ReadSet, Shadow
-from services.engine_agent.backend import Priority
 from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
 from services.gateway.demand import Demand
 from services.gateway.ports import LibraryPort

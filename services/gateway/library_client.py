@@ -15,9 +15,9 @@ import grpc
 
 from services.common.errors import Unavailable
 from services.common.pb import csl_pb2
+from services.common.reads import ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName
 from services.csl.client import CslClient, PutPipe
-from services.csl.entries import ReadSet, Served, Shadow
 from services.gateway.name_mirror import NameMirror
 
 log = logging.getLogger(__name__)

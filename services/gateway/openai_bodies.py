@@ -17,7 +17,7 @@ from services.common.errors import (
     Unavailable,
     Unimplemented,
 )
-from services.engine_agent.backend import FinishReason, Usage
+from services.common.generation import FinishReason, Usage
 from services.gateway.demand import Answer
 from services.gateway.openai_schema import ApiRequest
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.engine_agent.backend import Sampling
+from services.common.generation import Sampling
 
 #: ``max_tokens`` when a completion request sets none (OpenAI's default).
 COMPLETION_DEFAULT_MAX_TOKENS = 16

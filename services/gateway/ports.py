@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from services.common.candidates import RankedCandidate
+from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
+from services.common.reads import ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName
-from services.csl.entries import ReadSet, Served, Shadow
-from services.engine_agent.backend import FinishReason, GenerationRequest, Timings, Usage
-from services.gateway.predictors import RankedCandidate
 
 
 @dataclass(frozen=True, slots=True)

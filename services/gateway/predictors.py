@@ -22,17 +22,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from services.common.candidates import RankedCandidate
 from services.common.errors import InvalidArgument
 from services.gateway.templates import CandidateSpace, DecisionPoint
-
-
-@dataclass(frozen=True, slots=True)
-class RankedCandidate:
-    """One proposed candidate: its rank (0 = top) and normalized score."""
-
-    candidate: str
-    rank: int
-    probability: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +324,6 @@ def _fold_partial_mentions(keys: list[tuple[str, ...]], counts: Counter[tuple[st
 __all__ = [
     "CompositePredictor", "FrequencyPrior", "LexicalOverlap", "ObservationEntities",
     "OfferedOptions",
-    "PredictionContext", "Predictor", "RankedCandidate", "TemplateEnumeration", "context_for",
+    "PredictionContext", "Predictor", "TemplateEnumeration", "context_for",
     "default_predictor", "extract_entities", "ranked",
 ]

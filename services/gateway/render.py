@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.engine_agent.backend import Sampling
+from services.common.generation import Sampling
 from services.gateway.templates import (
     PLACEHOLDER,
     Binding,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from services.engine_agent.backend import FinishReason, Usage
+from services.common.generation import FinishReason, Usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument, Unavailable
-from services.engine_agent.backend import LoadReport
+from services.common.generation import LoadReport
 
 #: An affine engine is kept while its score is within this much of the best one.
 AFFINITY_MARGIN = 0.25

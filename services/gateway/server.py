@@ -8,10 +8,10 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from services.admission.client import RemoteAdmission, StaticAdmission
 from services.common.cli_args import Flag, service_main
 from services.common.pb import gateway_pb2, gateway_pb2_grpc
 from services.common.server import ServiceRuntime
-from services.gateway.admission_client import RemoteAdmission, StaticAdmission
 from services.gateway.auth import Authenticator
 from services.gateway.branches import BranchManager, BranchSettings
 from services.gateway.config import GatewaySettings

@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.trace import Tracer
 
 from services.common.errors import DynbranchError, InvalidArgument, NotFound
-from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.csl.entries import ReadSet, RecordRead, Served
-from services.engine_agent.backend import (
+from services.common.generation import (
     FinishReason,
     GenerationRequest,
     Priority,
@@ -30,6 +28,8 @@ from services.engine_agent.backend import (
     Timings,
     Usage,
 )
+from services.common.reads import ReadSet, RecordRead, Served
+from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.gateway.demand import ZERO_TIMINGS, Answer, Demand, Source
 from services.gateway.ports import EnginePort, Execution, LibraryPort
 from services.gateway.results import StoredResult

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common.errors import InvalidArgument, NotFound
-from services.engine_agent.backend import Sampling
+from services.common.generation import Sampling
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 Scalar = str | int | float | bool | None

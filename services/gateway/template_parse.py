@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from services.engine_agent.backend import Sampling
+from services.common.generation import Sampling
 from services.gateway.template_graph import check_graph
 from services.gateway.template_model import (
     Binding,

@@ -32,7 +32,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from services.gateway.predictors import PredictionContext, RankedCandidate, ranked
+from services.common.candidates import RankedCandidate
+from services.gateway.predictors import PredictionContext, ranked
 
 #: Words that open a clause but name nothing: a lone one never counts as a title mention.
 _STOP = frozenset(w.casefold() for w in (

@@ -6,8 +6,9 @@ import grpc
 import pytest
 
 from services.admission.config import AdmissionSettings
-from services.admission.policy import FixedPolicy, RankedCandidate
+from services.admission.policy import FixedPolicy
 from services.admission.server import build_runtime
+from services.common.candidates import RankedCandidate
 from services.common.clients import open_channel
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.records import make_header

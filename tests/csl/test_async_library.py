@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from services.common.errors import Unavailable
+from services.common.reads import ReadSet
 from services.csl.async_library import AsyncSubgraphLibrary
-from services.csl.entries import ReadSet
 from tests.csl.factories import FakeClock, library, name, reads, shadow
 
 

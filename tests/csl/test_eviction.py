@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.csl.entries import EntryMeta, ReadSet
+from services.common.reads import ReadSet
+from services.csl.entries import EntryMeta
 from services.csl.eviction import EvictionPolicy
 from tests.csl.factories import FakeClock, library, name, reads
 

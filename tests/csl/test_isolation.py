@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.common.errors import InvalidArgument
+from services.common.reads import ReadSet
 from services.common.reuse_name import ReuseName
-from services.csl.entries import ReadSet
 from services.csl.library import SubgraphLibrary
 from tests.csl.factories import name, reads, shadow
 

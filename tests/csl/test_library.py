@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from services.common.errors import InvalidArgument, Unavailable
-from services.csl.entries import ReadSet, Served
+from services.common.reads import ReadSet, Served
 from services.csl.library import SubgraphLibrary
 from tests.csl.factories import FakeClock, name, reads, shadow
 

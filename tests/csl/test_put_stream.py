@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from services.common.reads import ReadSet
 from services.csl.client import CslClient, PutPipe
 from services.csl.config import CslSettings
-from services.csl.entries import ReadSet
 from services.csl.server import build_runtime
 from tests.csl.factories import name
 

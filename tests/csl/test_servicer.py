@@ -16,9 +16,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.pb import common_pb2, csl_pb2
+from services.common.reads import ReadSet, Served
 from services.csl.client import CslClient
 from services.csl.config import CslSettings
-from services.csl.entries import ReadSet, Served
 from services.csl.errors import StoreCorrupt
 from services.csl.server import build_runtime
 from tests.csl.factories import name, reads, shadow

@@ -5,13 +5,8 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from services.engine_agent.backend import (
-    Finished,
-    GenerationEvent,
-    GenerationRequest,
-    Priority,
-    Sampling,
-)
+from services.common.generation import GenerationRequest, Priority, Sampling
+from services.engine_agent.backend import Finished, GenerationEvent
 from services.engine_agent.cost_model import CostPreset, get_preset
 from services.engine_agent.sim_backend import SimBackend
 from services.engine_agent.sim_engine import SimEngine

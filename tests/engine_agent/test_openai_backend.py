@@ -20,16 +20,8 @@ from services.common.errors import (
     Unavailable,
     Unimplemented,
 )
-from services.engine_agent.backend import (
-    Allocated,
-    Finished,
-    FinishReason,
-    GenerationRequest,
-    Priority,
-    Queued,
-    Sampling,
-    TokenDelta,
-)
+from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
+from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.openai_backend import (
     LEASES_UNAVAILABLE,
     OpenAIBackend,

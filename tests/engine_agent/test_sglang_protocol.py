@@ -30,15 +30,8 @@ import httpx
 import pytest
 
 from services.common.errors import InvalidArgument, PayloadTooLarge, Unimplemented
-from services.engine_agent.backend import (
-    Allocated,
-    Finished,
-    FinishReason,
-    GenerationRequest,
-    Queued,
-    Sampling,
-    TokenDelta,
-)
+from services.common.generation import FinishReason, GenerationRequest, Sampling
+from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.openai_backend import RemoteSettings
 from services.engine_agent.sglang_backend import SglangBackend, finish_reason, sampling_params
 

@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 
 from services.common.errors import Unavailable
+from services.common.generation import FinishReason, Priority
 from services.engine_agent.backend import (
     Allocated,
     EngineBackend,
     Finished,
-    FinishReason,
     GenerationEvent,
-    Priority,
     Queued,
     TokenDelta,
 )

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
-from services.engine_agent.backend import FinishReason, Priority, TokenDelta
+from services.common.generation import FinishReason, Priority
+from services.engine_agent.backend import TokenDelta
 from services.engine_agent.cost_model import get_preset
 from services.engine_agent.sim_backend import SimBackend
 from services.engine_agent.sim_engine import PrefixPin, SimEngine

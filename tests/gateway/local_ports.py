@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import TracerProvider
 
+from services.admission.client import StaticAdmission
+from services.common.generation import GenerationRequest, Priority
+from services.common.reads import ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName
 from services.csl.async_library import AsyncSubgraphLibrary
-from services.csl.entries import ReadSet, Served, Shadow
 from services.csl.library import LibraryOptions, SubgraphLibrary
-from services.engine_agent.backend import Finished, GenerationRequest, Priority
+from services.engine_agent.backend import Finished
 from services.engine_agent.sim_backend import SimBackend
-from services.gateway.admission_client import StaticAdmission
 from services.gateway.branches import BranchManager, BranchSettings
 from services.gateway.ports import Execution
 from services.gateway.predictors import default_predictor

@@ -15,15 +15,8 @@ import pytest
 import pytest_asyncio
 
 from services.common.errors import Unimplemented
-from services.engine_agent.backend import (
-    Allocated,
-    Finished,
-    FinishReason,
-    GenerationRequest,
-    Queued,
-    Sampling,
-    TokenDelta,
-)
+from services.common.generation import FinishReason, GenerationRequest, Sampling
+from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.engine_metrics import parse_metrics
 from services.engine_agent.kv_events import KVEventSubscriber
 from services.engine_agent.openai_backend import OpenAIBackend, RemoteSettings

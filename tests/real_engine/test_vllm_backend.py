@@ -14,17 +14,8 @@ import pytest
 import pytest_asyncio
 
 from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
-from services.engine_agent.backend import (
-    Allocated,
-    EngineBackend,
-    Finished,
-    FinishReason,
-    GenerationRequest,
-    Priority,
-    Queued,
-    Sampling,
-    TokenDelta,
-)
+from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
+from services.engine_agent.backend import Allocated, EngineBackend, Finished, Queued, TokenDelta
 from services.engine_agent.vllm_backend import VllmBackend, VllmSettings
 from tests.real_engine.engines import MODEL_NAME, long_prompt, require_plugin
 

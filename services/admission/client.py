@@ -1,4 +1,5 @@
-"""The gateway's admission port over the admission service: failures mean no speculation."""
+"""Clients of the admission service: over gRPC (``RemoteAdmission``; failures mean no speculation)
+and in-process under the fixed policy (``StaticAdmission``, no hop)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from collections.abc import Sequence
 import grpc
 
 from services.admission.policy import FixedPolicy
-from services.admission.policy import RankedCandidate as PolicyCandidate
+from services.common.candidates import RankedCandidate
 from services.common.clients import open_channel
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.records import make_header
-from services.gateway.predictors import RankedCandidate
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,7 @@ class StaticAdmission:
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str) -> list[str]:
         """Action 1 under the fixed policy."""
-        ranked = [PolicyCandidate(c.candidate, c.rank, c.probability) for c in candidates]
-        return list(self.policy.admit(ranked).admitted)
+        return list(self.policy.admit(list(candidates)).admitted)
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float) -> None:

@@ -1,0 +1,93 @@
+"""What a stage read and what it handed out, as every service names it: record reads, read-sets
+(provenance), fill shadows and served results (dynbranch §3.2–§3.3, DESIGN.md §5.3).
+
+The gateway builds read-sets from its executions and stores them through the csl's client; the
+csl keeps them in its version table and reverse index. Plain frozen values; nothing here imports
+a service.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from services.common.errors import InvalidArgument
+from services.common.reuse_name import ReuseName
+
+MAX_RECORD_ID_BYTES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRead:
+    """One external record a stage read, at the (effective) version it observed."""
+
+    record_id: str
+    version: int
+
+    def __post_init__(self) -> None:
+        if not self.record_id:
+            raise InvalidArgument("record_id", "required")
+        if len(self.record_id) > MAX_RECORD_ID_BYTES // 4 and \
+                len(self.record_id.encode()) > MAX_RECORD_ID_BYTES:
+            raise InvalidArgument("record_id", f"longer than {MAX_RECORD_ID_BYTES} bytes")
+        if not 0 <= self.version < 2**64:
+            raise InvalidArgument("version", "must be in [0, 2^64)")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSet:
+    """Provenance of one execution: external reads and upstream library entries it consumed.
+
+    ``complete=False`` means the recorder could not vouch for every read; such entries are
+    invalidated by any write at all (dynbranch §3.2, "incomplete provenance conservatively
+    extends the cascade").
+    """
+
+    reads: tuple[RecordRead, ...]
+    complete: bool
+    producers: tuple[ReuseName, ...] = ()
+
+    @classmethod
+    def pure(cls) -> ReadSet:
+        """Provenance of a stage that read no external record and consumed no entry."""
+        return cls((), True, ())
+
+
+@dataclass(frozen=True, slots=True)
+class Shadow:
+    """A fill's result, invisible to serving paths until promoted (dynbranch §3.3)."""
+
+    name: ReuseName
+    branch_id: str
+    candidate: str
+    rank: int
+    producer: str
+    result: bytes
+    read_set: ReadSet
+    cost_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.branch_id:
+            raise InvalidArgument("shadow.branch_id", "required")
+        check_cost(self.cost_s, "shadow.cost_s")
+
+
+class Served(NamedTuple):
+    """A result handed to a demand: a hit, or a promoted shadow.
+
+    A NamedTuple rather than a frozen dataclass: it is built on every hit, and a frozen
+    dataclass's ``__init__`` costs several times more (measured: 350 ns against 100 ns).
+    """
+
+    result: bytes
+    cost_s: float
+
+
+def check_cost(cost_s: float, field_name: str) -> None:
+    """Raise ``InvalidArgument`` unless ``cost_s`` is a finite, non-negative number of seconds."""
+    if not (math.isfinite(cost_s) and cost_s >= 0.0):
+        raise InvalidArgument(field_name, "must be a finite, non-negative number of seconds")
+
+
+__all__ = ["MAX_RECORD_ID_BYTES", "ReadSet", "RecordRead", "Served", "Shadow", "check_cost"]
