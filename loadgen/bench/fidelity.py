@@ -140,8 +140,8 @@ async def run_mix(backend: Any, model: str, specs: Sequence[Spec],
 
 async def run_real(specs: Sequence[Spec]) -> tuple[list[Result], dict[str, Rendered]]:
     """The mix on the embedded vLLM; returns results and each request's rendering."""
+    from services.engine_agent.backends.vllm.backend import VllmBackend
     from services.engine_agent.calibrate import tiny_engine_settings
-    from services.engine_agent.vllm_backend import VllmBackend
 
     backend = VllmBackend(tiny_engine_settings())
     await backend.start()
@@ -158,8 +158,8 @@ async def run_real(specs: Sequence[Spec]) -> tuple[list[Result], dict[str, Rende
 
 async def run_sim(specs: Sequence[Spec], real: dict[str, Rendered]) -> list[Result]:
     """The mix on the sim with the fitted preset, same token counts and prefix sharing."""
+    from services.engine_agent.backends.sim import SimBackend
     from services.engine_agent.cost_model import load_preset_file
-    from services.engine_agent.sim_backend import SimBackend
 
     preset = next(p for p in load_preset_file(PRESET_FILE, register=False) if p.name == PRESET)
     backend = SimBackend(preset, time_scale=SIM_TIME_SCALE, model="tiny")

@@ -55,6 +55,15 @@ class Finished:
 
 GenerationEvent = Queued | Allocated | TokenDelta | Finished
 
+#: Finish reasons by the names vLLM, OpenAI-compatible servers and SGLang give them.
+FINISH_REASONS = {"length": FinishReason.LENGTH, "stop": FinishReason.STOP,
+                  "abort": FinishReason.ABORT}
+
+
+def finish_reason_named(name: str) -> FinishReason:
+    """Our reason for an engine's finish-reason name; ``ERROR`` for a name we do not know."""
+    return FINISH_REASONS.get(name, FinishReason.ERROR)
+
 
 @dataclass(frozen=True, slots=True)
 class PrefixLookup:
@@ -113,6 +122,6 @@ class EngineBackend(Protocol):
 
 
 __all__ = [
-    "Allocated", "BackendInfo", "EngineBackend", "Finished", "GenerationEvent", "PrefixLookup",
-    "Queued", "TokenDelta",
+    "FINISH_REASONS", "Allocated", "BackendInfo", "EngineBackend", "Finished", "GenerationEvent",
+    "PrefixLookup", "Queued", "TokenDelta", "finish_reason_named",
 ]

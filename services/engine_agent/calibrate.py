@@ -199,8 +199,8 @@ async def calibrate_backend(backend: Any, tokenize: Callable[[str], Sequence[int
 
 def tiny_engine_settings(**overrides: Any) -> Any:
     """The embedded vLLM configuration that ``tiny-cpu`` describes (calibration and fidelity)."""
+    from services.engine_agent.backends.vllm.settings import VllmSettings
     from services.engine_agent.tiny_model import build_tiny_model
-    from services.engine_agent.vllm_backend import VllmSettings
 
     base: dict[str, Any] = {"model_path": str(build_tiny_model()), "model": "tiny",
                             "max_model_len": 2048, "max_num_seqs": 16, "num_gpu_blocks": 257,
@@ -210,7 +210,7 @@ def tiny_engine_settings(**overrides: Any) -> Any:
 
 async def calibrate_tiny(name: str, out: Path, grid: Grid) -> CostPreset:
     """Start the embedded vLLM on the tiny model, measure, fit, write ``out``."""
-    from services.engine_agent.vllm_backend import VllmBackend
+    from services.engine_agent.backends.vllm.backend import VllmBackend
 
     backend = VllmBackend(tiny_engine_settings())
     await backend.start()

@@ -7,9 +7,6 @@ counterpart is tests/real_engine/test_openai_server.py.
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 import httpx
 import pytest
 
@@ -22,11 +19,18 @@ from services.common.errors import (
 )
 from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
-from services.engine_agent.openai_backend import (
+from services.engine_agent.backends.openai import (
     LEASES_UNAVAILABLE,
     OpenAIBackend,
     RemoteSettings,
     http_error,
+)
+from tests.engine_agent.fake_engines import (
+    DONE,
+    FakeEngine,
+    event_stream,
+    generate_and_abort,
+    sse,
 )
 
 METRICS = """\
@@ -45,61 +49,40 @@ vllm:cache_config_info{block_size="128",num_gpu_blocks="400",enable_prefix_cachi
 """
 
 
-class FakeVllm:
-    """A scripted OpenAI-compatible server; records what it was sent."""
+class FakeVllm(FakeEngine):
+    """vLLM's OpenAI-compatible server, scripted; records what it was sent."""
+
+    metrics = METRICS
+    facts = {"/v1/models": {"data": [{"id": "tiny", "max_model_len": 64}]}}
 
     def __init__(self, pieces: list[str] | None = None, delay: float = 0.0) -> None:
-        self.pieces = pieces if pieces is not None else ["Hel", "lo", "!"]
-        self.delay = delay
+        super().__init__(pieces if pieces is not None else ["Hel", "lo", "!"], delay)
         self.bodies: list[dict] = []
         self.headers: list[httpx.Headers] = []
-        self.sent = 0
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path == "/health":
-            return httpx.Response(200)
-        if path == "/metrics":
-            return httpx.Response(200, text=METRICS)
-        if path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "tiny", "max_model_len": 64}]})
-        body = json.loads(request.content)
+    def post(self, path: str, body: dict, request: httpx.Request) -> httpx.Response:
         if path == "/tokenize":
             return httpx.Response(200, json={"tokens": list(range(len(body["prompt"].split())))})
         self.bodies.append(body)
         self.headers.append(request.headers)
         if body["max_tokens"] == 999:
             return httpx.Response(400, json={"error": {"message": "bad top_p"}})
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              content=self.stream(body))
+        return event_stream(self.stream())
 
-    async def stream(self, body: dict):
-        for i, piece in enumerate(self.pieces):
-            await asyncio.sleep(self.delay)
-            last = i == len(self.pieces) - 1
+    async def stream(self):
+        async for i, piece, last in self.paced():
             choice = {"index": 0, "text": piece, "token_ids": [i],
                       "finish_reason": "length" if last else None}
-            self.sent += 1
-            yield f"data: {json.dumps({'choices': [choice]})}\n\n".encode()
+            yield sse({"choices": [choice]})
         usage = {"prompt_tokens": 5, "completion_tokens": len(self.pieces),
                  "prompt_tokens_details": {"cached_tokens": 2}}
-        yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
-        yield b"data: [DONE]\n\n"
-
-    async def assert_stopped(self) -> None:
-        """The client stopped reading: the stream makes no more progress."""
-        before = self.sent
-        await asyncio.sleep(0.15)
-        assert self.sent == before < len(self.pieces)
+        yield sse({"choices": [], "usage": usage})
+        yield DONE
 
 
 def make_backend(server: FakeVllm) -> OpenAIBackend:
-    client = httpx.AsyncClient(transport=server.transport(), base_url="http://engine")
     return OpenAIBackend(RemoteSettings(base_url="http://engine", model="tiny",
-                                        poll_interval_s=60), client=client)
+                                        poll_interval_s=60), client=server.client("http://engine"))
 
 
 def req(rid: str = "r1", prompt: str = "a b c d e", **sampling) -> GenerationRequest:
@@ -145,11 +128,7 @@ async def test_abort_closes_the_stream() -> None:
     server = FakeVllm(pieces=["x"] * 50, delay=0.02)
     backend = make_backend(server)
     await backend.start()
-    events = []
-    async for ev in backend.generate(req("slow", max_tokens=50)):
-        events.append(ev)
-        if isinstance(ev, TokenDelta) and len(events) == 4:
-            assert await backend.abort("slow") is True
+    events = await generate_and_abort(backend, req("slow", max_tokens=50), after=4)
     assert isinstance(events[-1], Finished) and events[-1].reason == FinishReason.ABORT
     await server.assert_stopped()
     assert await backend.abort("slow") is False  # finished: unknown now

@@ -23,17 +23,21 @@ The backend stays unverified against a live SGLang until these run against one.
 
 from __future__ import annotations
 
-import asyncio
-import json
-
 import httpx
 import pytest
 
 from services.common.errors import InvalidArgument, PayloadTooLarge, Unimplemented
 from services.common.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
-from services.engine_agent.openai_backend import RemoteSettings
-from services.engine_agent.sglang_backend import SglangBackend, finish_reason, sampling_params
+from services.engine_agent.backends.openai import RemoteSettings
+from services.engine_agent.backends.sglang import SglangBackend, finish_reason, sampling_params
+from tests.engine_agent.fake_engines import (
+    DONE,
+    FakeEngine,
+    event_stream,
+    generate_and_abort,
+    sse,
+)
 
 SGLANG_METRICS = """\
 # TYPE sglang:num_running_reqs gauge
@@ -52,55 +56,43 @@ def meta(rid: str, completion: int, finish=None, cached: int = 4) -> dict:
             "completion_tokens": completion, "cached_tokens": cached, "e2e_latency": 0.1}
 
 
-class FakeSglang:
+class FakeSglang(FakeEngine):
     """SGLang's /generate, /abort_request, /get_server_info, /health and /metrics."""
+
+    metrics = SGLANG_METRICS
+    facts = {"/get_server_info": {"context_length": 4096, "max_running_requests": 48,
+                                  "page_size": 1, "max_total_num_tokens": 20000}}
 
     def __init__(self, pieces: list[str], finish: dict | None = None, delay: float = 0.0,
                  error: str | None = None) -> None:
-        self.pieces, self.delay, self.error = pieces, delay, error
+        super().__init__(pieces, delay)
+        self.error = error
         self.finish = finish or {"type": "length", "length": len(pieces)}
         self.generate_bodies: list[dict] = []
         self.aborts: list[dict] = []
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path == "/health":
-            return httpx.Response(200)
-        if path == "/metrics":
-            return httpx.Response(200, text=SGLANG_METRICS)
-        if path == "/get_server_info":
-            return httpx.Response(200, json={"context_length": 4096, "max_running_requests": 48,
-                                             "page_size": 1, "max_total_num_tokens": 20000})
-        body = json.loads(request.content)
+    def post(self, path: str, body: dict, request: httpx.Request) -> httpx.Response:
         if path == "/abort_request":
             self.aborts.append(body)
             return httpx.Response(200)
         assert path == "/generate"
         self.generate_bodies.append(body)
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              content=self.stream(body["rid"]))
+        return event_stream(self.stream(body["rid"]))
 
     async def stream(self, rid: str):
         text = ""
         if self.error:
-            yield b"data: " + json.dumps({"error": {"message": self.error}}).encode() + b"\n\n"
-        for i, piece in enumerate(self.pieces):
-            await asyncio.sleep(self.delay)
+            yield sse({"error": {"message": self.error}})
+        async for i, piece, last in self.paced():
             text += piece  # cumulative, as tokenizer_manager sends it
-            done = i == len(self.pieces) - 1
-            out = {"text": text, "output_ids": [i],
-                   "meta_info": meta(rid, i + 1, self.finish if done else None)}
-            yield b"data: " + json.dumps(out).encode() + b"\n\n"
-        yield b"data: [DONE]\n\n"
+            yield sse({"text": text, "output_ids": [i],
+                       "meta_info": meta(rid, i + 1, self.finish if last else None)})
+        yield DONE
 
 
 def backend_for(server: FakeSglang) -> SglangBackend:
-    client = httpx.AsyncClient(transport=server.transport(), base_url="http://sglang")
     return SglangBackend(RemoteSettings(base_url="http://sglang", model="tiny",
-                                        poll_interval_s=60), client=client)
+                                        poll_interval_s=60), client=server.client("http://sglang"))
 
 
 def request(rid: str = "s1", **sampling) -> GenerationRequest:
@@ -154,11 +146,7 @@ async def test_abort_posts_abort_request_and_closes() -> None:
     server = FakeSglang(["x"] * 40, delay=0.02)
     backend = backend_for(server)
     await backend.start()
-    events = []
-    async for ev in backend.generate(request("s2", max_tokens=40)):
-        events.append(ev)
-        if isinstance(ev, TokenDelta) and len(events) == 3:
-            assert await backend.abort("s2")
+    events = await generate_and_abort(backend, request("s2", max_tokens=40), after=3)
     assert server.aborts == [{"rid": "s2", "abort_all": False}]
     assert isinstance(events[-1], Finished) and events[-1].reason == FinishReason.ABORT
     await backend.close()

@@ -19,9 +19,9 @@ from services.engine_agent.backend import (
     Queued,
     TokenDelta,
 )
+from services.engine_agent.backends.sim import SimBackend
 from services.engine_agent.cost_model import get_preset
 from services.engine_agent.scheduler import StepPlan
-from services.engine_agent.sim_backend import SimBackend
 from tests.engine_agent.sim_factories import (
     MODEL,
     assert_idle,

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
 from services.common.generation import FinishReason, Priority
 from services.engine_agent.backend import TokenDelta
+from services.engine_agent.backends.sim import SimBackend
 from services.engine_agent.cost_model import get_preset
-from services.engine_agent.sim_backend import SimBackend
 from services.engine_agent.sim_engine import PrefixPin, SimEngine
 from tests.engine_agent.sim_factories import (
     assert_idle,
@@ -27,7 +27,7 @@ from tests.engine_agent.sim_factories import (
     words,
 )
 
-CORE = ["block_pool", "cost_model", "kv_cache", "scheduler", "sequence", "sim_backend",
+CORE = ["block_pool", "cost_model", "kv_cache", "scheduler", "sequence", "backends/sim",
         "sim_engine", "tokenizer"]
 
 

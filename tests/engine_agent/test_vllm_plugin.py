@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.engine_agent import vllm_plugin as plugin
+from services.engine_agent.backends.vllm import plugin
 
 BS = 4
 

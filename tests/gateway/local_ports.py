@@ -20,12 +20,13 @@ from services.common.reuse_name import ReuseName
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.library import LibraryOptions, SubgraphLibrary
 from services.engine_agent.backend import Finished
-from services.engine_agent.sim_backend import SimBackend
-from services.gateway.branches import BranchManager, BranchSettings
+from services.engine_agent.backends.sim import SimBackend
+from services.gateway.adapters.router import EngineState, Router
+from services.gateway.execution import Executor, Features
 from services.gateway.ports import Execution
-from services.gateway.predictors import default_predictor
-from services.gateway.router import EngineState, Router
-from services.gateway.stages import Features, StageService
+from services.gateway.speculation.branches import BranchManager, BranchSettings
+from services.gateway.speculation.predictors import default_predictor
+from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin
 
 MODEL = "qwen3-32b"
@@ -118,13 +119,15 @@ async def local_core(c1: bool = True, c2: bool = True, engines: int = 2,
             registry.register(load_builtin(name))
         tracer = TracerProvider().get_tracer("test")
         local_engines = LocalEngines(backends)
-        stages = StageService(registry=registry, library=LocalLibrary(lib), engines=local_engines,
-                              tools={}, features=Features(c1=c1, c2=c2), tracer=tracer)
-        stack.push_async_callback(stages.close)
+        executor = Executor(registry=registry, engines=local_engines, tools={},
+                            features=Features(c1=c1, c2=c2))
         admission = StaticAdmission(top_k=top_k)
         branches = None
         if c2:
-            branches = BranchManager(stages, LocalLibrary(lib), admission, default_predictor(3),
+            branches = BranchManager(executor, LocalLibrary(lib), admission, default_predictor(3),
                                      BranchSettings(fill_wait_s=fill_wait_s), tracer)
             stack.push_async_callback(branches.close)
+        stages = StageService(executor=executor, library=LocalLibrary(lib), branches=branches,
+                              tracer=tracer)
+        stack.push_async_callback(stages.close)
         yield Core(stages, branches, local_engines, admission)

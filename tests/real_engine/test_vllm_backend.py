@@ -16,7 +16,8 @@ import pytest_asyncio
 from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
 from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Allocated, EngineBackend, Finished, Queued, TokenDelta
-from services.engine_agent.vllm_backend import VllmBackend, VllmSettings
+from services.engine_agent.backends.vllm.backend import VllmBackend
+from services.engine_agent.backends.vllm.settings import VllmSettings
 from tests.real_engine.engines import MODEL_NAME, long_prompt, require_plugin
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,
@@ -261,6 +262,7 @@ async def test_request_errors(backend: VllmBackend) -> None:
 
 
 async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, tmp_path) -> None:
+    from services.engine_agent.backends.sim import SimBackend
     from services.engine_agent.calibrate import (
         Grid,
         calibrate_backend,
@@ -270,7 +272,6 @@ async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, t
         write_preset,
     )
     from services.engine_agent.cost_model import load_preset_file
-    from services.engine_agent.sim_backend import SimBackend
 
     grid = Grid(prefill_contexts=(128, 512), decode_batches=(1, 2), decode_contexts=(128,),
                 gen_tokens=8, repeats=1)

@@ -1,17 +1,39 @@
-"""Prefix lookup, prefix leases and the first-allocation signal: ``VllmBackend``'s plugin calls."""
+"""Prefix lookup, prefix leases and the first-allocation signal: ``VllmBackend``'s plugin calls.
+
+The leases see their backend only through the narrow ``LeaseEngine`` protocol, so this module
+never imports ``backend`` (which builds its leases with itself as the engine): no import cycle.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.engine_agent.backend import Allocated, PrefixLookup
+from services.engine_agent.backend import Allocated, BackendInfo, PrefixLookup
 
-if TYPE_CHECKING:
-    from services.engine_agent.vllm_backend import VllmBackend
+
+class LeaseEngine(Protocol):
+    """What the leases need from the engine they lease from (``VllmBackend`` is one)."""
+
+    @property
+    def info(self) -> BackendInfo: ...
+
+    @property
+    def plugin_loaded(self) -> bool:
+        """Whether the engine core has the ``dynbranch_*`` utilities."""
+
+    @property
+    def running(self) -> bool:
+        """Whether the engine is started and not closed."""
+
+    def tokenize(self, prompt: str) -> list[int]:
+        """Token ids exactly as the engine is sent them."""
+
+    async def call_utility(self, name: str, *args: Any) -> Any:
+        """Run one ``dynbranch_*`` utility on the engine core."""
 
 
 class VllmLeases:
@@ -21,7 +43,7 @@ class VllmLeases:
     change when the backend starts and closes.
     """
 
-    def __init__(self, backend: VllmBackend) -> None:
+    def __init__(self, backend: LeaseEngine) -> None:
         self._backend = backend
         self._grants: dict[str, dict[str, Any]] = {}
 
@@ -29,23 +51,23 @@ class VllmLeases:
         """Resident prefix as the scheduler would reuse it (whole blocks, before the last token)."""
         b = self._backend
         ids = b.tokenize(prompt)
-        if not b._plugin:
+        if not b.plugin_loaded:
             return PrefixLookup(len(ids), 0, b.info.block_size)
-        view = await b._utility("dynbranch_lookup", ids)
+        view = await b.call_utility("dynbranch_lookup", ids)
         return PrefixLookup(view["prompt_tokens"], view["resident_tokens"], view["block_size"])
 
     async def lease_prefix(self, prompt_or_token_ids: str | Sequence[int], lease_id: str,
                            ttl_s: float) -> int:
         """Add one reference to each resident block of the prefix; blocks leased (0: none)."""
         b = self._backend
-        if not b._plugin:
+        if not b.plugin_loaded:
             raise FailedPrecondition("prefix leases need the dynbranch vLLM plugin")
         if not lease_id:
             raise InvalidArgument("lease_id", "must not be empty")
         if ttl_s <= 0:
             raise InvalidArgument("ttl_s", "must be positive")
-        grant = await b._utility("dynbranch_lease", lease_id, b._tokens(prompt_or_token_ids),
-                                 float(ttl_s))
+        grant = await b.call_utility("dynbranch_lease", lease_id,
+                                     _token_ids(b, prompt_or_token_ids), float(ttl_s))
         if grant["blocks"]:
             self._grants[lease_id] = grant
         return int(grant["blocks"])
@@ -54,15 +76,15 @@ class VllmLeases:
         """Drop exactly the references the lease added; blocks released (0: unknown/expired)."""
         self._grants.pop(lease_id, None)
         b = self._backend
-        if not b._plugin or b._llm is None:
+        if not b.plugin_loaded or not b.running:
             return 0
-        return int(await b._utility("dynbranch_release", lease_id))
+        return int(await b.call_utility("dynbranch_release", lease_id))
 
     async def lease_stats(self) -> dict[str, int]:
         """Live leases and blocks, and lifetime grants, releases and expiries (engine side)."""
-        if not self._backend._plugin:
+        if not self._backend.plugin_loaded:
             return {"leases": 0, "blocks": 0, "granted": 0, "released": 0, "expired": 0}
-        return dict(await self._backend._utility("dynbranch_lease_stats"))
+        return dict(await self._backend.call_utility("dynbranch_lease_stats"))
 
     def leased_block_ids(self, lease_id: str) -> list[int]:
         """Engine block ids a lease holds (as granted)."""
@@ -70,7 +92,7 @@ class VllmLeases:
 
     async def block_refs(self, block_ids: Sequence[int]) -> list[int]:
         """Reference counts of engine blocks (diagnostics and tests)."""
-        return list(await self._backend._utility("dynbranch_block_refs", list(block_ids)))
+        return list(await self._backend.call_utility("dynbranch_block_refs", list(block_ids)))
 
     def clear(self) -> None:
         """Forget every grant (the engine released them all at shutdown)."""
@@ -80,14 +102,19 @@ class VllmLeases:
 
     def wait_allocated(self, engine_id: str) -> asyncio.Future[Any] | None:
         """The engine's allocation record for a request, as a future; None without the plugin."""
-        if not self._backend._plugin:
+        if not self._backend.plugin_loaded:
             return None
         return asyncio.ensure_future(
-            self._backend._utility("dynbranch_wait_allocated", engine_id))
+            self._backend.call_utility("dynbranch_wait_allocated", engine_id))
 
     async def forget(self, engine_id: str) -> None:
         """Drop the engine's pending allocation wait for a request that ended before it."""
-        await self._backend._utility("dynbranch_forget", engine_id)
+        await self._backend.call_utility("dynbranch_forget", engine_id)
+
+
+def _token_ids(engine: LeaseEngine, prompt_or_ids: str | Sequence[int]) -> list[int]:
+    return engine.tokenize(prompt_or_ids) if isinstance(prompt_or_ids, str) else list(
+        prompt_or_ids)
 
 
 def allocated_event(alloc: asyncio.Future[Any], wall0: float) -> Allocated | None:
@@ -109,4 +136,4 @@ async def settle(fut: asyncio.Future[Any] | None, timeout: float) -> bool:
     return fut.done()
 
 
-__all__ = ["VllmLeases", "allocated_event", "settle"]
+__all__ = ["LeaseEngine", "VllmLeases", "allocated_event", "settle"]

@@ -3,7 +3,7 @@
 The engine core runs in its own process (vLLM's default); this process tokenizes, submits with
 our request ids, streams deltas and aborts by id. Everything that needs the engine core's block
 pool (prefix lookup, prefix leases, the exact first-allocation signal, the live load view) goes
-through the utility methods that ``vllm_plugin`` adds to ``EngineCore``; they run on the engine
+through the utility methods that ``plugin`` adds to ``EngineCore``; they run on the engine
 core's busy loop between steps. ``vllm`` and ``torch`` are imported only in ``start()``.
 """
 
@@ -28,7 +28,6 @@ from services.common.errors import (
     Unavailable,
 )
 from services.common.generation import (
-    FinishReason,
     GenerationRequest,
     LoadReport,
     Priority,
@@ -43,10 +42,11 @@ from services.engine_agent.backend import (
     PrefixLookup,
     Queued,
     TokenDelta,
+    finish_reason_named,
 )
-from services.engine_agent.vllm_leases import VllmLeases, allocated_event, settle
-from services.engine_agent.vllm_load import LoadState, load_tap
-from services.engine_agent.vllm_settings import (
+from services.engine_agent.backends.vllm.leases import VllmLeases, allocated_event, settle
+from services.engine_agent.backends.vllm.load import LoadState, load_tap
+from services.engine_agent.backends.vllm.settings import (
     VllmSettings,
     default_root,
     engine_environment,
@@ -58,7 +58,6 @@ from services.engine_agent.vllm_settings import (
 
 logger = logging.getLogger(__name__)
 
-_FINISH = {"length": FinishReason.LENGTH, "stop": FinishReason.STOP, "abort": FinishReason.ABORT}
 #: How long the first output may wait for the exact allocation signal before using a proxy.
 _ALLOC_GRACE_S = 1.0
 
@@ -161,7 +160,7 @@ class VllmBackend:
 
     async def _probe_plugin(self) -> None:
         try:
-            self._facts = await self._utility("dynbranch_info")
+            self._facts = await self.call_utility("dynbranch_info")
             self._plugin = True
         except Exception as exc:  # noqa: BLE001 - degrade: no leases, proxy signals
             logger.warning("dynbranch vLLM plugin not loaded (%s); run scripts/install_vllm.sh "
@@ -194,7 +193,18 @@ class VllmBackend:
         self._leases.clear()
         llm.shutdown()
 
-    async def _utility(self, name: str, *args: Any) -> Any:
+    @property
+    def running(self) -> bool:
+        """Whether the engine is started and not closed."""
+        return self._llm is not None
+
+    @property
+    def plugin_loaded(self) -> bool:
+        """Whether the engine core has the dynbranch plugin's utilities (leases, exact signals)."""
+        return self._plugin
+
+    async def call_utility(self, name: str, *args: Any) -> Any:
+        """Run one ``dynbranch_*`` utility on the engine core, between its steps."""
         if self._llm is None:
             raise Unavailable("engine is not running")
         return await self._llm.engine_core.call_utility_async(name, *args)
@@ -210,7 +220,7 @@ class VllmBackend:
     async def refresh_load(self) -> LoadReport:
         """Read running, waiting and KV blocks straight from the scheduler (also sweeps leases)."""
         if self._plugin:
-            view = await self._utility("dynbranch_load")
+            view = await self.call_utility("dynbranch_load")
             self._load.running, self._load.waiting = view["running"], view["waiting"]
             self._load.kv_blocks_used = view["kv_blocks_used"]
             self._load.leased_blocks = view["leased_blocks"]
@@ -237,10 +247,6 @@ class VllmBackend:
         if self._tokenizer is None:
             raise Unavailable("engine is not running")
         return list(self._tokenizer.encode(prompt, add_special_tokens=True))
-
-    def _tokens(self, prompt_or_ids: str | Sequence[int]) -> list[int]:
-        return self.tokenize(prompt_or_ids) if isinstance(prompt_or_ids, str) else list(
-            prompt_or_ids)
 
     async def lookup_prefix(self, prompt: str) -> PrefixLookup:
         """Resident prefix as the scheduler would reuse it (whole blocks, before the last token)."""
@@ -377,7 +383,7 @@ class VllmBackend:
 
     def _finished(self, active: _Active, out: Any, text: str, wall0: float) -> Finished:
         completion = out.outputs[0]
-        reason = _FINISH.get(str(completion.finish_reason), FinishReason.ERROR)
+        reason = finish_reason_named(str(completion.finish_reason))
         usage = Usage(active.prompt_tokens, int(out.num_cached_tokens or 0),
                       active.completion_tokens)
         return Finished(reason, text, usage, timings_from_metrics(out.metrics, time.time() - wall0))

@@ -22,21 +22,23 @@ engine in-process and are not available remotely.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from services.common.errors import InvalidArgument
 from services.common.generation import FinishReason, GenerationRequest, Sampling, Usage
-from services.engine_agent.backend import Finished, GenerationEvent, Queued, TokenDelta
-from services.engine_agent.remote_backend import (
-    FINISH_REASONS,
+from services.engine_agent.backend import (
+    Finished,
+    GenerationEvent,
+    Queued,
+    TokenDelta,
+    finish_reason_named,
+)
+from services.engine_agent.backends.remote import (
     RemoteBackend,
     RemoteSettings,
     RemoteStream,
     estimate_tokens,
-    http_error,
-    iter_sse_data,
 )
 
 
@@ -61,7 +63,7 @@ def finish_reason(meta: dict[str, Any]) -> FinishReason | None:
     if raw is None:
         return None
     kind = raw.get("type") if isinstance(raw, dict) else raw
-    return FINISH_REASONS.get(str(kind), FinishReason.ERROR)
+    return finish_reason_named(str(kind))
 
 
 class SglangBackend(RemoteBackend):
@@ -104,6 +106,9 @@ class SglangBackend(RemoteBackend):
             await self._client.post("/abort_request", json={"rid": request_id, "abort_all": False},
                                     timeout=self.settings.connect_timeout_s)
 
+    def _chunk_error(self, error: Any) -> str:
+        return str(error.get("message", error))  # ``{"error": {"message": ...}}``
+
     def _body(self, request: GenerationRequest) -> dict[str, Any]:
         return {"text": request.prompt, "sampling_params": sampling_params(request.sampling),
                 "rid": request.request_id, "stream": True}
@@ -112,15 +117,11 @@ class SglangBackend(RemoteBackend):
         request = stream.request
         stream.prompt_tokens = estimate_tokens(request.prompt)  # exact once meta_info arrives
         yield Queued(stream.prompt_tokens, self._snapshot.waiting)
-        resp = await self._open(stream, "/generate", self._body(request))
-        text, meta, reason = "", {}, None
-        async with contextlib.aclosing(resp), contextlib.aclosing(iter_sse_data(resp)) as lines:
-            async for data in lines:
-                if data == "[DONE]" or stream.aborted:
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    raise http_error(400, str(chunk["error"].get("message", chunk["error"])))
+        text, reason = "", None
+        meta: dict[str, Any] = {}
+        chunks = self._chunks(stream, "/generate", self._body(request))
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
                 meta = chunk.get("meta_info") or meta
                 stream.prompt_tokens = int(meta.get("prompt_tokens") or stream.prompt_tokens)
                 delta, text = _text_delta(text, chunk.get("text") or "")

@@ -1,6 +1,6 @@
 """Settings, environment and value mapping of the embedded ``vllm`` backend (no vLLM import).
 
-Kept apart from ``vllm_backend`` so that the remote backends, the calibration tool and the tests
+Kept apart from ``backend`` so that the remote backends, the calibration tool and the tests
 can use them without the engine.
 """
 

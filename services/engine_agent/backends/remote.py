@@ -1,7 +1,8 @@
 """What the remote HTTP backends (``openai``, ``sglang``) share.
 
 The HTTP client, the ``/metrics`` poller (load views from the engine's own metrics, by name),
-the KV-event subscriber and residency map (``kv_events``), request bookkeeping, and abort by
+the KV-event subscriber and residency map (``kv_events``), request bookkeeping, the loop that
+consumes a streamed reply (``_chunks``: server-sent events to JSON chunks), and abort by
 closing the request's stream. Remotely there are no prefix leases (the engine's block pool is in
 another process): ``leases_supported=False``, ``lease_prefix`` raises ``Unimplemented`` and the
 delivery path falls back to Cache-first. ``Allocated`` is a proxy: it is sent with the first
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,14 +48,12 @@ from services.engine_agent.backend import (
     GenerationEvent,
     PrefixLookup,
 )
+from services.engine_agent.backends.vllm.settings import validate_sampling
 from services.engine_agent.engine_metrics import FLAVORS, EngineSnapshot, parse_metrics
 from services.engine_agent.kv_events import KVEventSubscriber
-from services.engine_agent.vllm_settings import validate_sampling
 
 logger = logging.getLogger(__name__)
 
-FINISH_REASONS = {"length": FinishReason.LENGTH, "stop": FinishReason.STOP,
-                  "abort": FinishReason.ABORT}
 LEASES_UNAVAILABLE = ("prefix leases are not available on a remote engine; "
                       "delivery falls back to Cache-first")
 _TOO_LONG = ("maximum context length", "too long", "longer than", "exceeds", "context length")
@@ -109,7 +109,7 @@ def http_error(status: int, message: str) -> DynbranchError:
     return DynbranchError(f"engine answered {status}: {message}")
 
 
-async def iter_sse_data(response: httpx.Response) -> AsyncIterator[str]:
+async def iter_sse_data(response: httpx.Response) -> AsyncGenerator[str, None]:
     """The ``data:`` payloads of a server-sent-event stream, ``[DONE]`` included."""
     async for line in response.aiter_lines():
         if line.startswith("data:"):
@@ -354,6 +354,27 @@ class RemoteBackend:
             raise http_error(resp.status_code, error_message(resp))
         return resp
 
+    async def _chunks(self, stream: RemoteStream, path: str, body: dict[str, Any]
+                      ) -> AsyncGenerator[dict[str, Any], None]:
+        """POST ``body`` and yield the streamed JSON chunks until ``[DONE]`` or an abort.
+
+        An inline error chunk raises (``_chunk_error`` reads its message); the response is
+        closed however the loop ends. Subclasses parse the chunks of their own protocol.
+        """
+        resp = await self._open(stream, path, body)
+        async with contextlib.aclosing(resp), contextlib.aclosing(iter_sse_data(resp)) as lines:
+            async for data in lines:
+                if data == "[DONE]" or stream.aborted:
+                    return
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise http_error(400, self._chunk_error(chunk["error"]))
+                yield chunk
+
+    def _chunk_error(self, error: Any) -> str:
+        """The message of an inline error chunk (subclasses know their server's shape)."""
+        return str(error)
+
     async def _exchange(self, stream: RemoteStream) -> AsyncIterator[GenerationEvent]:
         """One request's HTTP exchange as events (subclasses)."""
         raise NotImplementedError
@@ -377,7 +398,6 @@ def estimate_tokens(prompt: str) -> int:
 
 
 __all__ = [
-    "FINISH_REASONS",
     "LEASES_UNAVAILABLE",
     "RemoteBackend",
     "RemoteSettings",

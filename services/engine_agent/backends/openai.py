@@ -13,7 +13,6 @@ token (late by the prefill), with the cached-token count the residency map predi
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,9 +20,14 @@ import httpx
 
 from services.common.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge, Unavailable
 from services.common.generation import FinishReason, GenerationRequest, Usage
-from services.engine_agent.backend import Finished, GenerationEvent, Queued, TokenDelta
-from services.engine_agent.remote_backend import (
-    FINISH_REASONS,
+from services.engine_agent.backend import (
+    Finished,
+    GenerationEvent,
+    Queued,
+    TokenDelta,
+    finish_reason_named,
+)
+from services.engine_agent.backends.remote import (
     LEASES_UNAVAILABLE,
     RemoteBackend,
     RemoteSettings,
@@ -103,15 +107,10 @@ class OpenAIBackend(RemoteBackend):
                                   f"{request.sampling.max_tokens} exceed {self.info.max_model_len}")
         predicted = self._predicted_cached(ids)
         yield Queued(stream.prompt_tokens, self._snapshot.waiting)
-        resp = await self._open(stream, "/v1/completions", self._body(request))
         reason, usage = FinishReason.ERROR, None
-        async with contextlib.aclosing(resp), contextlib.aclosing(iter_sse_data(resp)) as lines:
-            async for data in lines:
-                if data == "[DONE]" or stream.aborted:
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    raise http_error(400, str(chunk["error"]))
+        chunks = self._chunks(stream, "/v1/completions", self._body(request))
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
                 usage = chunk.get("usage") or usage
                 for choice in chunk.get("choices") or ():
                     text, tokens = choice.get("text") or "", choice.get("token_ids")
@@ -123,7 +122,7 @@ class OpenAIBackend(RemoteBackend):
                         stream.text += text
                         yield TokenDelta(text, count)
                     if choice.get("finish_reason"):
-                        reason = FINISH_REASONS.get(choice["finish_reason"], FinishReason.ERROR)
+                        reason = finish_reason_named(choice["finish_reason"])
         if stream.aborted:
             yield self._aborted(stream)
             return
