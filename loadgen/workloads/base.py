@@ -19,40 +19,18 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import json
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from services.gateway.sdk import DynbranchClient
-from services.gateway.tools.loaders import default_data_dir
+from services.gateway.tools.loaders import DataUnavailable, data_path, read_jsonl
 
 #: ``ResultSource`` values as short names.
 SOURCE_NAMES = {0: "unspecified", 1: "engine", 2: "library", 3: "promoted_fill"}
-
-
-class DataUnavailable(RuntimeError):
-    """A data set file the workload needs is absent (``../shared/data`` not mounted)."""
-
-
-def data_path(data_dir: str | Path | None, relative: str) -> Path:
-    """A file of the shared data sets; ``DataUnavailable`` naming it when it is absent."""
-    path = Path(data_dir or default_data_dir()) / relative
-    if not path.exists():
-        raise DataUnavailable(f"data set file {path} is absent: mount the shared data sets at "
-                              f"{default_data_dir()} or pass data_dir")
-    return path
-
-
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of a JSON Lines file."""
-    with path.open(encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                yield json.loads(line)
 
 
 class SimClock:
@@ -164,6 +142,17 @@ class Workload(abc.ABC):
 
     def __init__(self, data_dir: str | Path | None = None) -> None:
         self.data_dir = data_dir
+        self._pool: list[Any] | None = None
+
+    def pool(self) -> list[Any]:
+        """Every usable instance of the data set (loaded once, on first use)."""
+        if self._pool is None:
+            self._pool = self.load()
+        return self._pool
+
+    @abc.abstractmethod
+    def load(self) -> list[Any]:
+        """Every usable instance of the data set, read from ``data_dir``."""
 
     @abc.abstractmethod
     def instances(self, n: int, rng: random.Random) -> list[Any]:

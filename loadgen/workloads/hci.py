@@ -155,13 +155,10 @@ class HciWorkload(Workload):
     def __init__(self, data_dir: str | Path | None = None, max_turns: int = 2) -> None:
         super().__init__(data_dir)
         self.max_turns = max_turns
-        self._pool: list[HciInstance] | None = None
 
-    def pool(self) -> list[HciInstance]:
-        """Every usable dialogue (loaded once)."""
-        if self._pool is None:
-            self._pool = load_hci(self.data_dir, self.max_turns)
-        return self._pool
+    def load(self) -> list[HciInstance]:
+        """Every usable dialogue."""
+        return load_hci(self.data_dir, self.max_turns)
 
     def instances(self, n: int, rng: random.Random) -> list[HciInstance]:
         """``n`` distinct dialogues, each turn with a sampled think time."""

@@ -69,13 +69,10 @@ class ReactWorkload(Workload):
     def __init__(self, data_dir: str | Path | None = None, hops: int = 2) -> None:
         super().__init__(data_dir)
         self.hops = hops
-        self._pool: list[ReactInstance] | None = None
 
-    def pool(self) -> list[ReactInstance]:
-        """Every usable question (loaded once)."""
-        if self._pool is None:
-            self._pool = load_react(self.data_dir, self.hops)
-        return self._pool
+    def load(self) -> list[ReactInstance]:
+        """Every usable question."""
+        return load_react(self.data_dir, self.hops)
 
     def instances(self, n: int, rng: random.Random) -> list[ReactInstance]:
         """``n`` distinct questions."""

@@ -78,13 +78,10 @@ class RoutingWorkload(Workload):
                  categories: tuple[str, ...] = DEFAULT_CATEGORIES) -> None:
         super().__init__(data_dir)
         self.categories = categories
-        self._pool: list[RoutingInstance] | None = None
 
-    def pool(self) -> list[RoutingInstance]:
-        """Every routable request (loaded once)."""
-        if self._pool is None:
-            self._pool = load_routing(self.data_dir, self.categories)
-        return self._pool
+    def load(self) -> list[RoutingInstance]:
+        """Every routable request."""
+        return load_routing(self.data_dir, self.categories)
 
     def instances(self, n: int, rng: random.Random) -> list[RoutingInstance]:
         """``n`` distinct requests."""

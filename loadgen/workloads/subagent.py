@@ -79,13 +79,10 @@ class SubagentWorkload(Workload):
         if not 0 <= shared_fraction <= 1:
             raise ValueError("shared_fraction must be in [0, 1]")
         self.shared_fraction = shared_fraction
-        self._pool: list[SubagentInstance] | None = None
 
-    def pool(self) -> list[SubagentInstance]:
-        """Every usable question (loaded once)."""
-        if self._pool is None:
-            self._pool = load_subagent(self.data_dir)
-        return self._pool
+    def load(self) -> list[SubagentInstance]:
+        """Every usable question."""
+        return load_subagent(self.data_dir)
 
     def instances(self, n: int, rng: random.Random) -> list[SubagentInstance]:
         """``n`` distinct questions; pairs sharing a sub-task make up ``shared_fraction``."""

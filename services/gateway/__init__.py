@@ -1,1 +1,14 @@
-"""Gateway: the front door; stage demands, C1 probes, C2 branches, routing to engine agents."""
+"""Gateway: the front door; stage demands, C1 probes, C2 branches, routing to engine agents.
+
+The layout follows one demand from the edge down (DESIGN.md §3); a module imports only modules
+below it, never one above (``tests/test_layering.py`` checks it):
+
+- edges: ``server`` (entry point and wiring), ``servicer`` (gRPC), ``http/`` (OpenAI-compatible
+  front), ``auth`` (API keys to tenants); ``client`` and ``sdk`` are what harnesses import.
+- ``core``: the protocol-free composition root (demands, templates, writes, settlements).
+- ``stages``: the canonical demand path (speculation, library probe, execution, store).
+- ``speculation/``: early fill (C2): branches, fills, their state and the candidate predictors.
+- ``execution``: naming and running one stage on an engine or a builtin tool.
+- ``adapters/``: the ports over the other services (engine agents with routing, the csl).
+- ``ports``, ``values``, ``templates/``, ``tools/``: the vocabulary everything above builds on.
+"""

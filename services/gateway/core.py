@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import yaml
 
 from services.common.errors import InvalidArgument, PayloadTooLarge
-from services.gateway.branches import BranchManager
-from services.gateway.demand import Answer, Demand
+from services.gateway.adapters.router import unknown_model
 from services.gateway.ports import EnginePort, LibraryPort
-from services.gateway.router import unknown_model
+from services.gateway.speculation.branches import BranchManager
 from services.gateway.stages import StageService
 from services.gateway.templates import StageKind, Template, TemplateRegistry, parse_template
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.corpus import Corpus, Document
+from services.gateway.values import Answer, Demand
 
 log = logging.getLogger(__name__)
 

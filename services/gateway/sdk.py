@@ -28,13 +28,13 @@ import yaml
 from services.common.clients import open_channel
 from services.common.convert import sampling_to_proto
 from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
-from services.gateway.render import (
+from services.gateway.templates import Template, TemplateRegistry, load_builtin, parse_template
+from services.gateway.templates.render import (
     RenderedStage,
     render_candidate_stage,
     render_stage,
     resolve_stage_bindings,
 )
-from services.gateway.templates import Template, TemplateRegistry, load_builtin, parse_template
 
 
 class DynbranchClient:

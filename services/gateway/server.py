@@ -12,18 +12,19 @@ from services.admission.client import RemoteAdmission, StaticAdmission
 from services.common.cli_args import Flag, service_main
 from services.common.pb import gateway_pb2, gateway_pb2_grpc
 from services.common.server import ServiceRuntime
+from services.gateway.adapters.engines import EnginePool
+from services.gateway.adapters.library import RemoteLibrary
 from services.gateway.auth import Authenticator
-from services.gateway.branches import BranchManager, BranchSettings
 from services.gateway.config import GatewaySettings
 from services.gateway.core import GatewayCore, Limits
-from services.gateway.engine_client import EnginePool
-from services.gateway.http_front import HttpFront
-from services.gateway.library_client import RemoteLibrary
-from services.gateway.predictors import default_predictor
+from services.gateway.execution import Executor, Features
+from services.gateway.http.front import HttpFront
 from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
-from services.gateway.stages import Features, StageService
+from services.gateway.speculation.branches import BranchManager, BranchSettings
+from services.gateway.speculation.predictors import default_predictor
+from services.gateway.speculation.titles import TITLE_WEIGHT, CorpusTitles
+from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
-from services.gateway.title_predictor import TITLE_WEIGHT, CorpusTitles
 from services.gateway.tools.corpus import Corpus
 from services.gateway.tools.loaders import load_corpus
 from services.gateway.tools.retrieve import RetrieveTool
@@ -59,6 +60,9 @@ class GatewayRuntime(ServiceRuntime):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.http: HttpFront | None = None
+        #: The protocol-free core this runtime serves (set by ``build_runtime``); in-process
+        #: tests and benchmarks drive it directly.
+        self.core: GatewayCore | None = None
 
     @property
     def http_port(self) -> int | None:
@@ -104,7 +108,7 @@ async def build_runtime(settings: GatewaySettings, *,
     metrics = GatewayMetrics(runtime.registry)
     servicer = GatewayServicer(core, auth, metrics, runtime.tracer, settings.call_deadline_s)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
-    runtime.core = core  # type: ignore[attr-defined]  # for in-process tests and benchmarks
+    runtime.core = core
     if settings.http_port >= 0:
         runtime.http = HttpFront(core, auth, deadline_s=settings.call_deadline_s,
                                  tracer=runtime.tracer, observe=metrics.observe,
@@ -129,8 +133,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
     features = Features(c1=settings.c1 and library is not None,
                         c2=settings.c2 and library is not None)
     registry = build_registry(settings)
-    stages = StageService(registry=registry, library=library, engines=engines, tools=tools,
-                          features=features, tracer=runtime.tracer)
+    executor = Executor(registry=registry, engines=engines, tools=tools, features=features)
     branches = None
     if features.c2:
         admission = (RemoteAdmission(settings.admission) if settings.admission
@@ -143,11 +146,13 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
             titles.refresh()
             extra.append((titles, TITLE_WEIGHT))
         predictor = default_predictor(k=max(3, settings.top_k), extra=extra)
-        branches = BranchManager(stages, library, admission, predictor,
+        branches = BranchManager(executor, library, admission, predictor,
                                  BranchSettings(fill_wait_s=settings.fill_wait_s,
                                                 shadow_ttl_s=settings.shadow_ttl_s,
                                                 branch_ttl_s=settings.branch_ttl_s),
                                  runtime.tracer)
+    stages = StageService(executor=executor, library=library, branches=branches,
+                          tracer=runtime.tracer)
     core = GatewayCore(registry=registry, stages=stages, branches=branches, library=library,
                        engines=engines, corpus=corpus,
                        limits=Limits(settings.max_prompt_bytes, settings.max_request_id))

@@ -15,9 +15,9 @@ from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
-from services.gateway.demand import Answer, Demand, Source, new_request_id
 from services.gateway.templates import StageKind
 from services.gateway.tools.corpus import Document
+from services.gateway.values import Answer, Demand, Source, new_request_id
 
 
 class CoreCollector(Collector):

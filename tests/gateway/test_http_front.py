@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from services.engine_agent.client import EngineAgentClient
-from services.gateway.openai_schema import render_chat
+from services.gateway.http.schema import render_chat
 from tests.factories import MODEL, csl_service, engine_agent, gateway
 
 CHAT = [{"role": "system", "content": "You route tickets."},
@@ -327,8 +327,8 @@ async def test_shutdown_drains_then_ends_open_streams_with_an_error_event() -> N
 
 
 async def test_dynbranch_extension_lets_http_callers_fill_and_promote(tmp_path: Path) -> None:
-    from services.gateway.render import render_candidate_stage, render_stage
     from services.gateway.templates import load_builtin
+    from services.gateway.templates.render import render_candidate_stage, render_stage
 
     routing = load_builtin("routing")
     functions = ["get_weather", "book_flight", "convert_currency"]

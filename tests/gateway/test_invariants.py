@@ -19,9 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.common.pb import gateway_pb2
-from services.gateway.demand import Demand, Source
-from services.gateway.render import render_candidate_stage, render_stage, resolve_stage_bindings
 from services.gateway.templates import load_builtin
+from services.gateway.templates.render import (
+    render_candidate_stage,
+    render_stage,
+    resolve_stage_bindings,
+)
+from services.gateway.values import Demand, Source
 from tests.gateway.local_ports import MODEL, Core, local_core
 from tests.gateway.mesh import mesh
 
@@ -139,7 +143,7 @@ async def test_unauthenticated_call_is_refused_before_any_work() -> None:
 
 
 async def test_branch_records_are_bounded_and_retire_oldest_first() -> None:
-    from services.gateway.branch_state import BranchSettings
+    from services.gateway.speculation.state import BranchSettings
 
     async with local_core(time_scale=0.0) as core:
         core.branches.settings = BranchSettings(max_branches=3)

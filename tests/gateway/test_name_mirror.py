@@ -6,7 +6,7 @@ import asyncio
 
 from services.common.pb import gateway_pb2
 from services.common.reuse_name import ReuseName
-from services.gateway.name_mirror import NameMirror
+from services.gateway.adapters.name_mirror import NameMirror
 from services.gateway.sdk import DynbranchClient
 from tests.csl.factories import name
 from tests.factories import gateway

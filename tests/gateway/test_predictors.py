@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.gateway.predictors import (
+from services.gateway.speculation.predictors import (
     CompositePredictor,
     FrequencyPrior,
     ObservationEntities,
@@ -207,7 +207,7 @@ def test_entities_cover_the_next_hotpotqa_hop_in_the_top_three_often() -> None:
 
 
 def test_lexical_overlap_ranks_offered_names_by_words_shared_with_the_request() -> None:
-    from services.gateway.predictors import LexicalOverlap, PredictionContext
+    from services.gateway.speculation.predictors import LexicalOverlap, PredictionContext
 
     context = PredictionContext(("get_weather", "book_flight", "convert_currency"),
                                 "Please book a flight to Rome on Friday", ())
@@ -219,7 +219,7 @@ def test_lexical_overlap_ranks_offered_names_by_words_shared_with_the_request() 
 
 
 def test_default_predictor_puts_the_lexical_match_first_among_offered() -> None:
-    from services.gateway.predictors import PredictionContext, default_predictor
+    from services.gateway.speculation.predictors import PredictionContext, default_predictor
 
     context = PredictionContext(("get_weather", "convert_currency", "book_flight"),
                                 "I need to book a flight", ())

@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 from services.common.errors import InvalidArgument, NotFound
 from services.common.reuse_name import StageFingerprint, reuse_name
-from services.gateway.render import (
+from services.gateway.templates import StageKind, Template, load_builtin, parse_template
+from services.gateway.templates.render import (
     render_candidate_stage,
     render_stage,
     render_text,
     resolve_bindings,
 )
-from services.gateway.templates import StageKind, Template, load_builtin, parse_template
 
 ROUTING_INPUTS = {"functions": '[{"name": "get_weather"}, {"name": "book_flight"}]',
                   "query": "Is it raining in Paris?"}

@@ -17,8 +17,12 @@ from services.common.pb import gateway_pb2
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime as build_csl
 from services.engine_agent.client import EngineAgentClient
-from services.gateway.render import render_candidate_stage, render_stage, resolve_stage_bindings
 from services.gateway.sdk import DynbranchClient
+from services.gateway.templates.render import (
+    render_candidate_stage,
+    render_stage,
+    resolve_stage_bindings,
+)
 from tests.factories import engine_agent, gateway, generate_request
 
 SOURCE = gateway_pb2.ResultSource

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from services.gateway.predictors import (
+from services.gateway.speculation.predictors import (
     CompositePredictor,
     ObservationEntities,
     PredictionContext,
     default_predictor,
 )
-from services.gateway.title_predictor import CorpusTitles, base_form, normalized
+from services.gateway.speculation.titles import CorpusTitles, base_form, normalized
 from services.gateway.tools.corpus import Corpus, Document
 from services.gateway.tools.loaders import HOTPOTQA_FILE, default_data_dir, load_corpus
 from services.gateway.tools.retrieve import RetrieveTool

@@ -139,6 +139,9 @@ class _Recorder(Workload):
         self.running = 0
         self.peak = 0
 
+    def load(self) -> list[_Item]:
+        return []  # instances are made up, not drawn from a data set
+
     def instances(self, n: int, rng: random.Random) -> list[_Item]:
         return [_Item(f"item-{rng.randrange(10**6)}") for _ in range(n)]
 

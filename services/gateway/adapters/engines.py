@@ -32,8 +32,8 @@ from services.common.generation import (
 from services.common.pb import common_pb2, engine_pb2
 from services.common.tracing import outgoing_metadata
 from services.engine_agent.client import EngineAgentClient
+from services.gateway.adapters.router import EngineState, Router
 from services.gateway.ports import Execution
-from services.gateway.router import EngineState, Router
 
 log = logging.getLogger(__name__)
 #: Receives streamed text as it arrives.

@@ -18,7 +18,7 @@ from services.common.pb import csl_pb2
 from services.common.reads import ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName
 from services.csl.client import CslClient, PutPipe
-from services.gateway.name_mirror import NameMirror
+from services.gateway.adapters.name_mirror import NameMirror
 
 log = logging.getLogger(__name__)
 

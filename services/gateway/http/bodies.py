@@ -18,8 +18,8 @@ from services.common.errors import (
     Unimplemented,
 )
 from services.common.generation import FinishReason, Usage
-from services.gateway.demand import Answer
-from services.gateway.openai_schema import ApiRequest
+from services.gateway.http.schema import ApiRequest
+from services.gateway.values import Answer
 
 FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length",
                   FinishReason.ABORT: "abort", FinishReason.ERROR: "error"}

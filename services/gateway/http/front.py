@@ -38,15 +38,7 @@ from services.common.errors import DynbranchError, InvalidArgument
 from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
-from services.gateway.demand import Answer, Demand, Source, new_request_id
-from services.gateway.http_stream import (
-    CallStream,
-    ClientGone,
-    outcome,
-    sse_events,
-    unless_disconnected,
-)
-from services.gateway.openai_bodies import (
+from services.gateway.http.bodies import (
     INTERNAL_ERROR,
     BodyTooLarge,
     ModelNotFound,
@@ -54,8 +46,16 @@ from services.gateway.openai_bodies import (
     error_status,
     response_body,
 )
-from services.gateway.openai_schema import ApiRequest, Endpoint, parse_request
+from services.gateway.http.schema import ApiRequest, Endpoint, parse_request
+from services.gateway.http.stream import (
+    CallStream,
+    ClientGone,
+    outcome,
+    sse_events,
+    unless_disconnected,
+)
 from services.gateway.templates import Stage, StageKind
+from services.gateway.values import Answer, Demand, Source, new_request_id
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,15 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from services.common.errors import DynbranchError, Unavailable
-from services.gateway.demand import Answer
-from services.gateway.openai_bodies import (
+from services.gateway.http.bodies import (
     INTERNAL_ERROR,
     chunk_body,
     error_status,
     finish_reason,
     usage_chunk,
 )
-from services.gateway.openai_schema import ApiRequest
+from services.gateway.http.schema import ApiRequest
+from services.gateway.values import Answer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

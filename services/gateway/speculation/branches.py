@@ -26,13 +26,13 @@ from services.common.errors import InvalidArgument
 from services.common.reads import Served
 from services.common.reuse_name import ReuseName
 from services.common.tracing import maybe_span
-from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
-from services.gateway.demand import Demand
-from services.gateway.fills import FillRunner
+from services.gateway.execution import Executor
 from services.gateway.ports import AdmissionPort, LibraryPort
-from services.gateway.predictors import Predictor, context_for
-from services.gateway.stages import StageService
+from services.gateway.speculation.fills import FillRunner
+from services.gateway.speculation.predictors import Predictor, context_for
+from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep, span_attrs
 from services.gateway.templates import DecisionPoint, Stage, Template, Window
+from services.gateway.values import Demand
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 class BranchManager:
     """Opens, fills, resolves and retires branches; every task it starts is owned and awaited."""
 
-    def __init__(self, stages: StageService, library: LibraryPort, admission: AdmissionPort,
+    def __init__(self, executor: Executor, library: LibraryPort, admission: AdmissionPort,
                  predictor: Predictor, settings: BranchSettings, tracer: Tracer) -> None:
-        self.stages = stages
+        self.executor = executor
         self.library = library
         self.admission = admission
         self.predictor = predictor
@@ -52,10 +52,9 @@ class BranchManager:
         self._by_workflow: dict[tuple[str, str], list[Branch]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._by_request: dict[str, Branch] = {}
-        self.fills = FillRunner(stages, library, settings, tracer)
+        self.fills = FillRunner(executor, library, settings, tracer)
         self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
                          "fills_discarded": 0, "fills_aborted": 0}
-        stages.branches = self
 
     # -- entry from the canonical path -------------------------------------------------------
 
@@ -68,7 +67,7 @@ class BranchManager:
             for branch in list(self._by_workflow.get((d.tenant, d.workflow_id), ())):
                 found = await self._visit(branch, d, name, timeout_s)
                 served = served or found
-        template = self.stages.registry.get(d.template_id)
+        template = self.executor.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
         if point is not None and d.workflow_id:
             self._open(d, template, point)

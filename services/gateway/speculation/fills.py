@@ -13,13 +13,12 @@ from services.common.generation import Priority
 from services.common.reads import ReadSet, Shadow
 from services.common.reuse_name import ReuseName
 from services.common.tracing import maybe_span
-from services.gateway.branch_state import Branch, BranchSettings, Fill, FillStep, span_attrs
-from services.gateway.demand import Demand
+from services.gateway.execution import Executor
 from services.gateway.ports import LibraryPort
-from services.gateway.render import RenderedStage, render_candidate_stage
-from services.gateway.results import StoredResult
-from services.gateway.stages import StageService
+from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep, span_attrs
 from services.gateway.templates import Stage
+from services.gateway.templates.render import RenderedStage, render_candidate_stage
+from services.gateway.values import Demand, StoredResult
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +26,9 @@ log = logging.getLogger(__name__)
 class FillRunner:
     """Executes fills for the branch manager."""
 
-    def __init__(self, stages: StageService, library: LibraryPort, settings: BranchSettings,
+    def __init__(self, executor: Executor, library: LibraryPort, settings: BranchSettings,
                  tracer: Tracer) -> None:
-        self.stages = stages
+        self.executor = executor
         self.library = library
         self.settings = settings
         self.tracer = tracer
@@ -64,14 +63,14 @@ class FillRunner:
             return None  # depends on a value only the canonical path will know
         if not rendered.speculable:
             return None
-        fp = self.stages.fingerprint(rendered.template_id, rendered.stage_id,
+        fp = self.executor.fingerprint(rendered.template_id, rendered.stage_id,
                                      rendered.stage_version, rendered.model, rendered.sampling,
                                      stage)
-        step.name = self.stages.name_for(branch.tenant, fp, rendered.input, stage,
+        step.name = self.executor.name_for(branch.tenant, fp, rendered.input, stage,
                                          rendered.sampling)
         if step.name is None:
             return None
-        if self.stages.features.c1:
+        if self.executor.features.c1:
             hit = await self.library.lookup(step.name)
             if hit is not None:
                 step.ok = step.confirmed = True
@@ -90,7 +89,7 @@ class FillRunner:
                         stage_id=rendered.stage_id, stage_version=rendered.stage_version)
         with maybe_span(self.tracer, "fill.run", attributes=span_attrs(
                 branch, fill, step.name)):
-            run = await self.stages.execute(demand, stage, Priority.FILL, request_id,
+            run = await self.executor.execute(demand, stage, Priority.FILL, request_id,
                                             self.settings.fill_timeout_s)
         fill.cost_s += run.cost_s
         if not run.storable:

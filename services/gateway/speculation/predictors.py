@@ -218,7 +218,7 @@ def default_predictor(k: int = 3, extra: Sequence[tuple[Predictor, float]] = ()
     """Prior + enumeration + word overlap with the observation for bounded spaces, observation
     entities (+ prior) for open ones.
 
-    ``extra`` members join the merge after these, e.g. corpus titles (``title_predictor``).
+    ``extra`` members join the merge after these, e.g. corpus titles (``titles``).
     """
     prior = FrequencyPrior()
     return CompositePredictor(

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from services.common.candidates import RankedCandidate
-from services.gateway.predictors import PredictionContext, ranked
+from services.gateway.speculation.predictors import PredictionContext, ranked
 
 #: Words that open a clause but name nothing: a lone one never counts as a title mention.
 _STOP = frozenset(w.casefold() for w in (

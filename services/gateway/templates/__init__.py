@@ -1,5 +1,10 @@
-"""Workflow templates (DESIGN.md §3): the model (``template_model``), parsing
-(``template_parse``), loading from YAML files and the registry, behind one import."""
+"""Workflow templates (DESIGN.md §3): the model (``model``), parsing (``parse``), graph checks
+(``graph``), rendering a stage into its exact input (``render``), the shipped workflows
+(``workflows/*.yaml``), loading from YAML files and the registry, behind one import.
+
+May import: ``services.common`` and the gateway's ``tools.base`` (builtin tool specs); every other
+gateway module may import templates.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 import yaml
 
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
-from services.gateway.template_model import (
+from services.gateway.templates.model import (
     PLACEHOLDER,
     Binding,
     CandidateSpace,
@@ -25,7 +30,7 @@ from services.gateway.template_model import (
     Window,
     placeholders,
 )
-from services.gateway.template_parse import parse_template
+from services.gateway.templates.parse import parse_template
 
 WORKFLOWS_DIR = Path(__file__).with_name("workflows")
 
@@ -55,7 +60,7 @@ def load_template(path: str | Path) -> Template:
 
 
 def builtin_names() -> tuple[str, ...]:
-    """Names of the templates shipped in ``services/gateway/workflows``."""
+    """Names of the templates shipped in ``services/gateway/templates/workflows``."""
     return tuple(sorted(p.stem for p in WORKFLOWS_DIR.glob("*.yaml")))
 
 

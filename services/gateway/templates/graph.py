@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NoReturn
 
-from services.gateway.template_model import (
+from services.gateway.templates.model import (
     Binding,
     ChainStep,
     DecisionPoint,

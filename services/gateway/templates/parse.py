@@ -2,7 +2,7 @@
 
 Every fault names the template and the path inside it (``template t: stages[2].sampling...``);
 unknown keys, unknown stages, cycles and unbound placeholders are refused. The schema is in
-``services/gateway/template_model.py``.
+``services/gateway/templates/model.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from services.common.generation import Sampling
-from services.gateway.template_graph import check_graph
-from services.gateway.template_model import (
+from services.gateway.templates.graph import check_graph
+from services.gateway.templates.model import (
     Binding,
     CandidateSpace,
     ChainStep,

@@ -36,14 +36,21 @@ def default_data_dir() -> Path:
     return REPO_ROOT.parent / "shared" / "data"
 
 
-def _path(data_dir: str | Path | None, relative: str) -> Path:
+class DataUnavailable(NotFound):
+    """A data set file is absent (``../shared/data`` not mounted); the message names it."""
+
+
+def data_path(data_dir: str | Path | None, relative: str) -> Path:
+    """A file of the shared data sets; ``DataUnavailable`` naming it when it is absent."""
     path = Path(data_dir or default_data_dir()) / relative
     if not path.exists():
-        raise NotFound(f"data set file {path} does not exist")
+        raise DataUnavailable(f"data set file {path} does not exist: mount the shared data sets "
+                              f"at {default_data_dir()} or pass data_dir")
     return path
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a JSON Lines file."""
     with path.open(encoding="utf-8") as lines:
         for line in lines:
             if line.strip():
@@ -52,7 +59,7 @@ def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 def hotpotqa_records(data_dir: str | Path | None = None) -> Iterator[dict[str, Any]]:
     """The HotpotQA sample's question records as stored."""
-    return _jsonl(_path(data_dir, HOTPOTQA_FILE))
+    return read_jsonl(data_path(data_dir, HOTPOTQA_FILE))
 
 
 def hotpotqa_documents(data_dir: str | Path | None = None) -> Iterator[Document]:
@@ -68,7 +75,7 @@ def hotpotqa_documents(data_dir: str | Path | None = None) -> Iterator[Document]
 def musique_documents(data_dir: str | Path | None = None) -> Iterator[Document]:
     """Every distinct (title, paragraph) of the MuSiQue sample."""
     seen: set[str] = set()
-    for record in _jsonl(_path(data_dir, MUSIQUE_FILE)):
+    for record in read_jsonl(data_path(data_dir, MUSIQUE_FILE)):
         for paragraph in record["paragraphs"]:
             title, text = paragraph["title"], paragraph["paragraph_text"]
             doc_id = f"{title}#{hashlib.blake2b(text.encode(), digest_size=5).hexdigest()}"
@@ -79,7 +86,7 @@ def musique_documents(data_dir: str | Path | None = None) -> Iterator[Document]:
 
 def magento_documents(data_dir: str | Path | None = None) -> Iterator[Document]:
     """Visible Luma products: configurable parents, then the gear catalogue."""
-    folder = _path(data_dir, MAGENTO_DIR)
+    folder = data_path(data_dir, MAGENTO_DIR)
     csv.field_size_limit(1 << 24)
     files = [folder / "ConfigurableSampleData_products.csv",
              *sorted(folder.glob("CatalogSampleData_SimpleProduct_products_gear_*.csv"))]
@@ -114,6 +121,6 @@ def load_corpus(corpus: Corpus, source: str, data_dir: str | Path | None = None)
 
 
 __all__ = [
-    "LOADERS", "default_data_dir", "hotpotqa_documents", "hotpotqa_records", "load_corpus",
-    "magento_documents", "musique_documents",
+    "LOADERS", "DataUnavailable", "data_path", "default_data_dir", "hotpotqa_documents",
+    "hotpotqa_records", "load_corpus", "magento_documents", "musique_documents", "read_jsonl",
 ]

@@ -1,0 +1,173 @@
+"""Executing one stage, and naming it: the bottom of the gateway's demand path.
+
+A stage runs either as a generation on an engine agent (through ``EnginePort``) or as a builtin
+tool in-process; a tool result is confirmed against its read-set before it may be stored. The
+reuse name of a stage (tenant, fingerprint, rendered input) is derived here too, since only
+deterministic stages (greedy, seeded, or read-only tools) are ever named (DESIGN.md §5.1).
+
+``Executor`` is the narrow interface the speculation layer (branches, fills) and the canonical
+path (``stages.StageService``) both build on. May import: ``services.common``, the gateway's
+``values``, ``ports``, ``templates`` and ``tools``; nothing above it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from services.common.errors import DynbranchError, InvalidArgument, NotFound
+from services.common.generation import (
+    FinishReason,
+    GenerationRequest,
+    Priority,
+    Sampling,
+    Timings,
+    Usage,
+)
+from services.common.reads import ReadSet, RecordRead
+from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.gateway.ports import EnginePort, Execution
+from services.gateway.templates import Stage, StageKind, TemplateRegistry
+from services.gateway.tools.base import Tool, ToolResult
+from services.gateway.values import Demand, StoredResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """Which mechanisms are on; the experiment arms are combinations of these."""
+
+    c1: bool = True
+    c2: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StageRun:
+    """A stage executed by the gateway: what to answer and what to store."""
+
+    stored: StoredResult
+    read_set: ReadSet
+    cost_s: float
+    timings: Timings
+    engine_id: str
+    #: False when the tool could not confirm that its output is exactly what its read-set
+    #: names (a record rewritten meanwhile, or a broken store): such a result is never stored.
+    confirmed: bool = True
+
+    @property
+    def complete(self) -> bool:
+        """Whether the stage ran to a normal end."""
+        return self.stored.finish_reason in (FinishReason.LENGTH, FinishReason.STOP)
+
+    @property
+    def storable(self) -> bool:
+        """Whether the result may be stored: complete and confirmed against its read-set."""
+        return self.confirmed and self.complete
+
+
+def tool_read_set(result: ToolResult) -> ReadSet:
+    """A tool result's reads as a library read-set."""
+    return ReadSet(tuple(RecordRead(r.record_id, r.version) for r in result.reads),
+                   result.complete)
+
+
+class Executor:
+    """Names and runs stages: on an engine (llm) or in-process (builtin tools)."""
+
+    def __init__(self, *, registry: TemplateRegistry, engines: EnginePort,
+                 tools: Mapping[str, Tool], features: Features) -> None:
+        self.registry = registry
+        self.engines = engines
+        self.tools = dict(tools)
+        self.features = features
+
+    # -- names -------------------------------------------------------------------------------
+
+    def stage_of(self, d: Demand) -> Stage | None:
+        """The template stage a tagged demand names (None for untagged demands)."""
+        if not d.tagged:
+            return None
+        return self.registry.get(d.template_id).stage(d.stage_id)
+
+    def fingerprint(self, template_id: str, stage_id: str, stage_version: int, model: str,
+                    sampling: Sampling | None, stage: Stage | None) -> StageFingerprint:
+        """The fingerprint of a stage; tool stages name their tool's incarnation as model."""
+        if stage is not None and stage.kind is StageKind.TOOL:
+            tool = self.tools.get(stage.tool)
+            identity = getattr(tool, "identity", f"tool:{stage.tool}")
+            return StageFingerprint(template_id, stage_id, stage_version, identity)
+        assert sampling is not None
+        return StageFingerprint(template_id, stage_id, stage_version, model,
+                                temperature=sampling.temperature, top_p=sampling.top_p,
+                                top_k=sampling.top_k, seed=sampling.seed,
+                                max_tokens=sampling.max_tokens, stop=sampling.stop,
+                                ignore_eos=sampling.ignore_eos)
+
+    def name_for(self, tenant: str, fingerprint: StageFingerprint, data: bytes,
+                 stage: Stage | None, sampling: Sampling | None) -> ReuseName | None:
+        """The reuse name, or None when the stage may not be reused (non-deterministic)."""
+        if stage is not None and stage.kind is StageKind.TOOL:
+            if not stage.read_only:
+                return None
+        elif sampling is None or not sampling.deterministic:
+            return None
+        return reuse_name(tenant, fingerprint, data, shared=bool(stage and stage.shared))
+
+    def demand_name(self, d: Demand, stage: Stage | None) -> ReuseName | None:
+        """The reuse name of a canonical demand, when C1 or C2 is on."""
+        if not (self.features.c1 or self.features.c2):
+            return None
+        fp = self.fingerprint(d.template_id, d.stage_id, d.stage_version, d.model, d.sampling,
+                              stage)
+        return self.name_for(d.tenant, fp, d.prompt.encode(), stage, d.sampling)
+
+    # -- execution ----------------------------------------------------------------------------
+
+    async def execute(self, d: Demand, stage: Stage | None, priority: Priority, request_id: str,
+                      timeout_s: float, on_delta: Callable[[str], None] | None = None
+                      ) -> StageRun:
+        """Execute a stage: a builtin tool in-process, or a generation on an engine."""
+        if stage is not None and stage.kind is StageKind.TOOL:
+            return await self._run_tool(stage, d.prompt)
+        if d.sampling is None:
+            raise InvalidArgument("demand.sampling", "required for llm stages")
+        request = GenerationRequest(request_id=request_id, model=d.model, prompt=d.prompt,
+                                    sampling=d.sampling, priority=priority)
+        key = f"{d.tenant}/{d.workflow_id}" if d.workflow_id else ""
+        ex: Execution = await self.engines.generate(request, timeout_s, prefix_key=key,
+                                                    on_delta=on_delta)
+        stored = StoredResult(ex.text, ex.finish_reason, ex.usage)
+        return StageRun(stored, ReadSet.pure(), ex.timings.total_s, ex.timings, ex.engine_id)
+
+    async def _run_tool(self, stage: Stage, args: str) -> StageRun:
+        tool = self.tools.get(stage.tool)
+        if tool is None:
+            raise NotFound(f"demand.stage_id: tool {stage.tool!r} is not built into the gateway; "
+                           f"the harness runs it")
+        start = time.perf_counter()
+        result = await asyncio.to_thread(tool.run, args.encode())
+        elapsed = time.perf_counter() - start
+        stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0))
+        timings = Timings(0.0, 0.0, 0.0, elapsed)
+        return StageRun(stored, tool_read_set(result), elapsed, timings, "",
+                        await self._confirm(tool, result))
+
+    @staticmethod
+    async def _confirm(tool: Tool, result: ToolResult) -> bool:
+        """Whether the tool confirms its output against its read-set (tools without a
+        ``confirm`` are trusted); a broken store is logged and never stored."""
+        confirm = getattr(tool, "confirm", None)
+        if confirm is None:
+            return True
+        try:
+            return bool(await asyncio.to_thread(confirm, result))
+        except DynbranchError as exc:
+            log.error("tool %s: result not stored: %s", tool.name, exc)
+            return False
+
+
+__all__ = ["Executor", "Features", "StageRun", "tool_read_set"]

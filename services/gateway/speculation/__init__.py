@@ -1,0 +1,8 @@
+"""Early fill (C2, dynbranch §3.3): branch lifecycle (``branches``), running one fill
+(``fills``), branch and fill state (``state``) and the candidate predictors (``predictors``,
+``titles``).
+
+May import: ``services.common``, the gateway's ``execution`` (the narrow interface fills run
+through), ``ports``, ``values``, ``templates`` and ``tools``. Never ``stages``, ``core`` or an edge:
+the canonical path calls down into speculation, not the other way round.
+"""

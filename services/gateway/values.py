@@ -1,0 +1,110 @@
+"""The gateway's plain values: stage demands and answers as its core sees them, and how a stage
+result is stored in the library (enough to answer a later demand exactly). No protos, no gRPC;
+every gateway module may import this one, and it imports only ``services.common``."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+import secrets
+from dataclasses import dataclass, field
+
+from services.common.generation import FinishReason, Sampling, Timings, Usage
+
+
+class Source(enum.IntEnum):
+    """Where an answer came from (values match ``dynbranch.v1.ResultSource``)."""
+
+    ENGINE = 1
+    LIBRARY = 2
+    PROMOTED_FILL = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One rendered stage a caller wants run; ``tenant`` always comes from the caller's key."""
+
+    tenant: str
+    request_id: str
+    model: str
+    prompt: str
+    sampling: Sampling | None
+    workflow_type: str = ""
+    workflow_id: str = ""
+    agent_id: str = ""
+    template_id: str = ""
+    stage_id: str = ""
+    stage_version: int = 0
+    #: Workflow inputs (``input.<name>``) known at this stage; fills are rendered from them.
+    inputs: tuple[tuple[str, str], ...] = ()
+    #: Outputs of upstream stages (``stages.<id>.output``) known at this stage.
+    outputs: tuple[tuple[str, str], ...] = ()
+    #: Harness-offered candidates when the stage is a decision point (offered spaces, HCI).
+    offered: tuple[str, ...] = ()
+    #: Latest observation (e.g. a retrieval result) for predictors that read it (ReAct).
+    observation: str = ""
+
+    @property
+    def tagged(self) -> bool:
+        """Whether the demand names a registered template stage."""
+        return bool(self.template_id and self.stage_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The result of one demand."""
+
+    request_id: str
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    source: Source
+    engine_id: str = ""
+    gateway_s: float = 0.0
+    reuse_name: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+_ID_PREFIX = secrets.token_hex(6)
+_ID_SEQ = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """A request id unique across gateways (random per process, then a counter): cheaper than a
+    uuid4 on every demand."""
+    return f"{_ID_PREFIX}-{next(_ID_SEQ)}"
+
+
+ZERO_USAGE = Usage(0, 0, 0)
+ZERO_TIMINGS = Timings(0.0, 0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """The recorded answer of one stage execution."""
+
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+
+    def encode(self) -> bytes:
+        """Compact JSON bytes."""
+        u = self.usage
+        return json.dumps([self.text, int(self.finish_reason), u.prompt_tokens,
+                           u.cached_prompt_tokens, u.completion_tokens],
+                          separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> StoredResult:
+        """Inverse of :meth:`encode`; raises ValueError on foreign bytes."""
+        try:
+            text, reason, prompt, cached, completion = json.loads(data)
+            return cls(text, FinishReason(reason), Usage(prompt, cached, completion))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"not a stored stage result: {exc}") from None
+
+
+__all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "Source", "StoredResult",
+           "new_request_id"]
