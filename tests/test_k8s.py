@@ -62,7 +62,8 @@ def kustomization(folder: Path) -> Doc:
 
 
 def merge(base: Any, patch: Any, key: str = "") -> Any:
-    """Strategic merge of ``patch`` into ``base`` (maps merge, keyed lists merge, others replace)."""
+    """Strategic merge of ``patch`` into ``base`` (maps merge, keyed lists merge, others
+    replace)."""
     if isinstance(base, dict) and isinstance(patch, dict):
         out = dict(base)
         for k, v in patch.items():
@@ -447,7 +448,8 @@ def test_cpu_sim_overlay_runs_simulated_engines_without_gpus(builds: dict[str, l
 def test_gpu_overlay_puts_vllm_engines_on_gpu_nodes(builds: dict[str, list[Doc]]) -> None:
     pod, c, s = engine(builds["gpu"])
     assert s.backend == "vllm" and s.model_path
-    assert c["resources"]["requests"]["nvidia.com/gpu"] == c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    gpu = "nvidia.com/gpu"
+    assert c["resources"]["requests"][gpu] == c["resources"]["limits"][gpu] == 1
     assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
     assert pod["nodeSelector"]
     shm = next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm")

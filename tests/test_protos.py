@@ -1,4 +1,5 @@
-"""The committed stubs are exactly what the protos generate; every message and field is commented."""
+"""The committed stubs are exactly what the protos generate; every message and field is
+commented."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from services.common import protogen
 def test_committed_stubs_match_protos(tmp_path: Path) -> None:
     generated = {p.name: p.read_text() for p in protogen.generate(tmp_path)}
     committed = {p.name: p.read_text() for p in protogen.OUT_DIR.iterdir() if p.is_file()}
-    assert sorted(generated) == sorted(committed), "stub files differ: run python -m services.common.protogen"
+    regen = "run python -m services.common.protogen"
+    assert sorted(generated) == sorted(committed), f"stub files differ: {regen}"
     drift = [name for name in generated if generated[name] != committed[name]]
     assert not drift, f"stale stubs {drift}: run python -m services.common.protogen"
 
@@ -19,7 +21,8 @@ def test_committed_stubs_match_protos(tmp_path: Path) -> None:
 def _uncommented(text: str) -> list[str]:
     lines = text.splitlines()
     bad = []
-    decl = re.compile(r"^\s*(message|enum|service|rpc|oneof)\s|^\s*(repeated |optional )?[\w.]+ \w+ = \d+;"
+    decl = re.compile(r"^\s*(message|enum|service|rpc|oneof)\s"
+                      r"|^\s*(repeated |optional )?[\w.]+ \w+ = \d+;"
                       r"|^\s*[A-Z0-9_]+ = \d+;")
     for i, line in enumerate(lines):
         if decl.search(line) and not (i and lines[i - 1].strip().startswith("//")):

@@ -42,7 +42,8 @@ class Probe(admission_pb2_grpc.AdmissionServicer):
             raise RAISES[request.coordinate]
         if request.coordinate == "slow":
             await asyncio.sleep(0.4)
-        with self.runtime.tracer.start_as_current_span("open", attributes={"c": request.coordinate}):
+        attributes = {"c": request.coordinate}
+        with self.runtime.tracer.start_as_current_span("open", attributes=attributes):
             return admission_pb2.OpenBranchResponse(open=True, reason="probe")
 
 

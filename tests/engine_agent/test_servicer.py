@@ -93,16 +93,17 @@ async def test_load_views_are_versioned_and_timestamped() -> None:
         await client.close()
 
 
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
 BAD = [
     (dict(request_id=""), grpc.StatusCode.INVALID_ARGUMENT, "request_id: required"),
     (dict(request_id="x" * 200), grpc.StatusCode.INVALID_ARGUMENT, "request_id: at most"),
     (dict(model=""), grpc.StatusCode.INVALID_ARGUMENT, "model: required"),
     (dict(model="gpt-17"), grpc.StatusCode.INVALID_ARGUMENT, "model: unknown model 'gpt-17'"),
     (dict(prompt=""), grpc.StatusCode.INVALID_ARGUMENT, "prompt: required"),
-    (dict(sampling=sampling(-5)), grpc.StatusCode.INVALID_ARGUMENT, "sampling.max_tokens: must be >= 1"),
-    (dict(sampling=sampling(0)), grpc.StatusCode.INVALID_ARGUMENT, "sampling.max_tokens: must be >= 1"),
-    (dict(sampling=sampling(10**9)), grpc.StatusCode.INVALID_ARGUMENT, "sampling.max_tokens: must be <="),
-    (dict(sampling=sampling(8, temperature=-1)), grpc.StatusCode.INVALID_ARGUMENT, "sampling.temperature"),
+    (dict(sampling=sampling(-5)), INVALID, "sampling.max_tokens: must be >= 1"),
+    (dict(sampling=sampling(0)), INVALID, "sampling.max_tokens: must be >= 1"),
+    (dict(sampling=sampling(10**9)), INVALID, "sampling.max_tokens: must be <="),
+    (dict(sampling=sampling(8, temperature=-1)), INVALID, "sampling.temperature"),
     (dict(sampling=sampling(8, top_p=2)), grpc.StatusCode.INVALID_ARGUMENT, "sampling.top_p"),
     (dict(priority=7), grpc.StatusCode.INVALID_ARGUMENT, "priority: unknown"),
     (dict(prompt="x" * 2_000_000), grpc.StatusCode.RESOURCE_EXHAUSTED, "prompt: larger than"),

@@ -136,7 +136,8 @@ async def _demand_for(m: Mesh) -> gateway_pb2.CallRequest:
 
 @pytest.mark.parametrize("text, needle", [
     ("id: t\nversion: 1\nmodel: m\nstages:\n  - id: a\n    kind: llm\n    prompt: hi\n"
-     "    sampling: {max_tokens: 8, temperature: -1}\n", "template t: stages[0].sampling.temperature"),
+     "    sampling: {max_tokens: 8, temperature: -1}\n",
+     "template t: stages[0].sampling.temperature"),
     ("id: t\nversion: 1\nstages: []\nbogus: 1\n", "template t"),
     ("- not a mapping\n", "yaml: must be a mapping"),
     ("id: [\n", "yaml: not valid YAML"),

@@ -104,8 +104,8 @@ async def test_greedy_is_identical_alone_in_a_batch_of_8_and_with_a_prefix_hit(
     async def ids_and_logprobs(rid: str, text: str):
         tokens = backend.tokenize(text)
         out = None
-        async for out in backend._llm.generate({"prompt_token_ids": tokens}, params, rid):
-            pass
+        async for step in backend._llm.generate({"prompt_token_ids": tokens}, params, rid):
+            out = step  # the last output holds the whole completion
         c = out.outputs[0]
         return list(c.token_ids), [sorted(lp.items()) for lp in c.logprobs]
 
