@@ -54,6 +54,8 @@ class GatewayCore:
         self.limits = limits
         self._write_lock = asyncio.Lock()
         self._reconciled = False
+        #: Corpus records moved to new versions by reconciles since start.
+        self.reconciled_records = 0
         self._reconcile_task: asyncio.Task[None] | None = None
 
     def check(self, d: Demand) -> None:
@@ -205,6 +207,7 @@ class GatewayCore:
                         "to new versions (their cached readers were invalidated)", seq,
                         len(behind))
         self._reconciled = True
+        self.reconciled_records += len(behind)
         return len(behind)
 
     def settle(self, tenant: str, workflow_id: str, coordinate: str, selected: str) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from services.common.errors import DynbranchError, InvalidArgument, NotFound
@@ -151,10 +151,25 @@ class Executor:
         start = time.perf_counter()
         result = await asyncio.to_thread(tool.run, args.encode())
         elapsed = time.perf_counter() - start
-        stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0))
+        stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0),
+                              tuple((r.record_id, r.version) for r in result.reads))
         timings = Timings(0.0, 0.0, 0.0, elapsed)
         return StageRun(stored, tool_read_set(result), elapsed, timings, "",
                         await self._confirm(tool, result))
+
+    def reads_current(self, reads: Sequence[tuple[str, int]]) -> bool:
+        """Whether every read of a stored result is still at its version in the tool that owns
+        the record (a record no builtin tool owns cannot be checked here and passes: the
+        library's version table guards it)."""
+        for record_id, version in reads:
+            for tool in self.tools.values():
+                current = getattr(tool, "current_version", None)
+                now = current(record_id) if current is not None else None
+                if now is not None:
+                    if now != version:
+                        return False
+                    break
+        return True
 
     @staticmethod
     async def _confirm(tool: Tool, result: ToolResult) -> bool:

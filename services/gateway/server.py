@@ -159,6 +159,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
     runtime.on_close(core.close)
     if corpus is not None and isinstance(library, RemoteLibrary):
         library.on_resync = core.schedule_reconcile
+        stages.on_stale = core.schedule_reconcile
         await core.reconcile_at_start()
     return core
 

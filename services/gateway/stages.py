@@ -43,6 +43,10 @@ class StageService:
         self.features = executor.features
         self.tracer = tracer
         self._stores: dict[ReuseName, asyncio.Task[bool]] = {}
+        #: Served results refused because a corpus record they read moved on since.
+        self.refused_stale = 0
+        #: Called on such a refusal (the gateway reconciles the csl with the corpus).
+        self.on_stale: Callable[[], None] | None = None
 
     def stage_of(self, d: Demand) -> Stage | None:
         """The template stage a tagged demand names (None for untagged demands)."""
@@ -63,11 +67,12 @@ class StageService:
         stage = self.stage_of(d)
         name = self.demand_name(d, stage)
         served, source = await self._reuse(d, stage, name, timeout_s)
-        if served is not None:
-            answer = self._answer_served(d, served, source, name, start)
+        stored = self._current(served, name) if served is not None else None
+        if stored is not None:
+            answer = self._answer_served(d, stored, source, name, start)
         else:
-            run = await self.executor.execute(d, stage, Priority.CANONICAL, d.request_id, timeout_s,
-                                     on_delta)
+            run = await self.executor.execute(d, stage, Priority.CANONICAL, d.request_id,
+                                              timeout_s, on_delta)
             if name is not None and self.features.c1 and run.storable:
                 self._store(name, run)
             answer = self._answer_run(d, run, name, start)
@@ -114,9 +119,21 @@ class StageService:
 
     # -- answers --------------------------------------------------------------------------------
 
-    def _answer_served(self, d: Demand, served: Served, source: Source, name: ReuseName | None,
-                       start: float) -> Answer:
+    def _current(self, served: Served, name: ReuseName | None) -> StoredResult | None:
+        """The served result, unless a gateway record it read has moved on since (then a miss:
+        the library disagrees with the corpus, e.g. a csl restored from an older store)."""
         stored = StoredResult.decode(served.result)
+        if stored.reads and not self.executor.reads_current(stored.reads):
+            self.refused_stale += 1
+            log.warning("refused a served result whose corpus reads are no longer current",
+                        extra={"reuse_name": str(name or "")})
+            if self.on_stale is not None:
+                self.on_stale()
+            return None
+        return stored
+
+    def _answer_served(self, d: Demand, stored: StoredResult, source: Source,
+                       name: ReuseName | None, start: float) -> Answer:
         return Answer(d.request_id, stored.text, stored.finish_reason, stored.usage, ZERO_TIMINGS,
                       source, "", time.perf_counter() - start, str(name or ""))
 

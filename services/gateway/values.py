@@ -83,25 +83,37 @@ ZERO_TIMINGS = Timings(0.0, 0.0, 0.0, 0.0)
 
 @dataclass(frozen=True, slots=True)
 class StoredResult:
-    """The recorded answer of one stage execution."""
+    """The recorded answer of one stage execution.
+
+    ``reads`` are the ``(record_id, version)`` pairs of the gateway's own records (its corpus)
+    the result was computed from; the gateway checks them against its records before it serves
+    a stored result, so a library that disagrees with the corpus (a lost or restored csl store)
+    can never serve older text. Empty for stages that read no gateway record.
+    """
 
     text: str
     finish_reason: FinishReason
     usage: Usage
+    reads: tuple[tuple[str, int], ...] = ()
 
     def encode(self) -> bytes:
-        """Compact JSON bytes."""
+        """Compact JSON bytes (the read pairs only when there are any)."""
         u = self.usage
-        return json.dumps([self.text, int(self.finish_reason), u.prompt_tokens,
-                           u.cached_prompt_tokens, u.completion_tokens],
-                          separators=(",", ":"), ensure_ascii=False).encode()
+        fields: list[object] = [self.text, int(self.finish_reason), u.prompt_tokens,
+                                u.cached_prompt_tokens, u.completion_tokens]
+        if self.reads:
+            fields.append([list(r) for r in self.reads])
+        return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> StoredResult:
         """Inverse of :meth:`encode`; raises ValueError on foreign bytes."""
         try:
-            text, reason, prompt, cached, completion = json.loads(data)
-            return cls(text, FinishReason(reason), Usage(prompt, cached, completion))
+            text, reason, prompt, cached, completion, *rest = json.loads(data)
+            reads = tuple((str(r), int(v)) for r, v in rest[0]) if rest else ()
+            if len(rest) > 1:
+                raise ValueError("trailing fields")
+            return cls(text, FinishReason(reason), Usage(prompt, cached, completion), reads)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"not a stored stage result: {exc}") from None
 

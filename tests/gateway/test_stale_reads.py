@@ -12,8 +12,10 @@ import shutil
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import grpc
 import pytest
 
+from services.common.pb import gateway_pb2
 from services.gateway.sdk import DynbranchClient
 from services.gateway.tools.corpus import Corpus, Document
 from tests.factories import csl_service, engine_agent, gateway
@@ -182,3 +184,73 @@ async def test_a_rolled_back_csl_store_is_reconciled_before_it_serves(tmp_path: 
 def test_version_text_helper_reads_the_marker() -> None:
     text = "[1] Zorblax\n" + _text("Zorblax", 12) + "\n\n[2] Filler 1\nFiller text."
     assert _version_in(text, "Zorblax") == 12 and _version_in(text, "Filler 1") is None
+
+
+async def _write_retrying(client: DynbranchClient, doc_id: str, term: str, version: int) -> None:
+    """Write as a client does while the csl comes back: UNAVAILABLE means nothing was written."""
+    for _ in range(100):
+        try:
+            await client.write(upserts=[(doc_id, term, _text(term, version))])
+            return
+        except grpc.aio.AioRpcError as err:
+            assert err.code() is grpc.StatusCode.UNAVAILABLE, err
+            await asyncio.sleep(0.1)
+    raise AssertionError("the csl did not come back within 10 s")
+
+
+async def test_a_csl_restarted_on_an_older_store_under_a_running_gateway_serves_no_stale(
+        tmp_path: Path) -> None:
+    corpus_path = _corpus(tmp_path)
+    csl_dir, backup = tmp_path / "csl", tmp_path / "csl-backup"
+    async with AsyncExitStack() as stack:
+        first = await stack.enter_async_context(csl_service(csl_dir, grace_s=0.2, sync=True))
+        port = int(first.address.rsplit(":", 1)[1])
+        agent = await stack.enter_async_context(engine_agent(engine_id="e0"))
+        gw = await stack.enter_async_context(gateway([agent.address], csl=first.address,
+                                                     corpus_path=corpus_path))
+        client = DynbranchClient(gw.address)
+        stack.push_async_callback(client.close)
+        client.use_builtin("react")
+        await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", 1))])
+        for attempt in range(2):  # stored, then served from the library
+            assert _version_in(await _retrieve(client, "Zorblax", f"a{attempt}"), "Zorblax") == 1
+        await first.shutdown()
+        shutil.copytree(csl_dir, backup)  # a copy that holds the version-1 entry as fresh
+        second = await stack.enter_async_context(
+            csl_service(csl_dir, grace_s=0.2, sync=True, port=port))
+        await _write_retrying(client, "zorblax", "Zorblax", 2)  # the channel reconnects
+        await second.shutdown()
+        await stack.enter_async_context(csl_service(backup, grace_s=0.2, sync=True, port=port))
+        deadline = asyncio.get_running_loop().time() + 10
+        seen = []
+        while asyncio.get_running_loop().time() < deadline:  # before and after the reconcile
+            seen.append(_version_in(await _retrieve(client, "Zorblax", f"c{len(seen)}"),
+                                    "Zorblax"))
+            if len(seen) >= 20:
+                break
+            await asyncio.sleep(0.1)
+        assert set(seen) == {2}, seen
+        for attempt in range(50):  # reconciled: the library serves the current text again
+            answer = await client.call_stage("react", "retrieve", workflow_id=f"d{attempt}",
+                                             inputs=QUESTION, candidate="Zorblax")
+            assert _version_in(answer.text, "Zorblax") == 2
+            if answer.source == gateway_pb2.RESULT_SOURCE_LIBRARY:
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError("the library never served the current text again")
+        assert gw.core.stages.refused_stale + gw.core.reconciled_records > 0
+
+
+def test_stored_results_carry_their_corpus_reads_and_old_encodings_still_decode() -> None:
+    from services.common.generation import FinishReason, Usage
+    from services.gateway.values import StoredResult
+
+    with_reads = StoredResult("[1] A\ntext", FinishReason.STOP, Usage(0, 0, 0),
+                              (("corpus/c/doc/a", 7), ("corpus/c/stats", 3)))
+    assert StoredResult.decode(with_reads.encode()) == with_reads
+    plain = StoredResult("hi", FinishReason.LENGTH, Usage(3, 1, 2))
+    assert plain.encode() == b'["hi",1,3,1,2]'  # unchanged for stages that read no record
+    assert StoredResult.decode(plain.encode()) == plain
+    with pytest.raises(ValueError):
+        StoredResult.decode(b'["hi",1,3,1,2,[],"extra"]')

@@ -119,14 +119,24 @@ class RemoteLibrary:
                             floors: Sequence[int] = ()) -> tuple[int, ...]:
         """Bump versions (each above its floor); failures propagate (a write must not be
         silently lost)."""
-        outcome = await self.client.write_records(tenant, record_ids, self.deadline_s, floors)
+        try:
+            outcome = await self.client.write_records(tenant, record_ids, self.deadline_s,
+                                                      floors)
+        except grpc.aio.AioRpcError as err:
+            self._failed("write_records", err)
+            raise Unavailable(f"csl write failed ({err.code().name}); nothing was written, "
+                              "retry") from None
         if [v.record_id for v in outcome.versions] != list(record_ids):
             raise Unavailable("csl answered a write with versions of other records")
         return tuple(v.version for v in outcome.versions)
 
     async def write_seq(self) -> int:
         """The library's write sequence (the last version it handed out); failures propagate."""
-        return (await self.client.stats(self.deadline_s)).write_seq
+        try:
+            return (await self.client.stats(self.deadline_s)).write_seq
+        except grpc.aio.AioRpcError as err:
+            self._failed("stats", err)
+            raise Unavailable(f"csl unreachable ({err.code().name}); retry") from None
 
     async def close(self) -> None:
         """Stop following names and close the channel."""

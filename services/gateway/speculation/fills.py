@@ -72,10 +72,11 @@ class FillRunner:
             return None
         if self.executor.features.c1:
             hit = await self.library.lookup(step.name)
-            if hit is not None:
+            stored = StoredResult.decode(hit.result) if hit is not None else None
+            if stored is not None and self.executor.reads_current(stored.reads):
                 step.ok = step.confirmed = True
                 step.done.set()
-                return StoredResult.decode(hit.result).text
+                return stored.text
         return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
 
     async def _execute_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,

@@ -39,6 +39,12 @@ class RetrieveTool:
         result = self.corpus.search(query, k)
         return ToolResult(format_hits(result.hits), result.reads, evidence=result.hits)
 
+    def current_version(self, record_id: str) -> int | None:
+        """The corpus's current version of one of its records; None for another's record."""
+        if not record_id.startswith(f"corpus/{self.corpus.name}/"):
+            return None
+        return self.corpus.version_of(record_id)
+
     def confirm(self, result: ToolResult) -> bool:
         """True when the output is exactly the passages its read-set names: the output is the
         format of the hits, and every hit is still stored at its version with its text (one
