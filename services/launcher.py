@@ -92,9 +92,11 @@ class Mesh:
             *(self.spawn(f"engine-{i}", "services.engine_agent", a)
               for i, a in enumerate(engine_args)),
             *(self.spawn(name, f"services.{name}", [*common, *self._extra(name)])
-              for name in spec.others))
+              for name in spec.others if name != "admission"))
         targets = sum((["--engine", c.address] for c in self.children
                        if c.name.startswith("engine-")), [])
+        if "admission" in spec.others:  # it follows the engines' load streams
+            await self.spawn("admission", "services.admission", [*common, *targets])
         for name in ("csl", "admission"):
             if name in spec.others:
                 targets += [f"--{name}", self.address(name)]

@@ -4,6 +4,7 @@ and in-process under the fixed policy (``StaticAdmission``, no hop)."""
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
 
 import grpc
@@ -15,6 +16,9 @@ from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.records import make_header
 
 log = logging.getLogger(__name__)
+
+#: Reports ``StaticAdmission`` keeps for inspection.
+MAX_KEPT_REPORTS = 1024
 
 
 class RemoteAdmission:
@@ -72,7 +76,8 @@ class StaticAdmission:
 
     def __init__(self, open_branches: bool = True, top_k: int = 2) -> None:
         self.policy = FixedPolicy(open_branches=open_branches, top_k=top_k)
-        self.reports: list[tuple[str, str, float]] = []
+        #: The latest reports, for inspection (bounded: the oldest are dropped).
+        self.reports: deque[tuple[str, str, float]] = deque(maxlen=MAX_KEPT_REPORTS)
 
     async def open_branch(self, branch_id: str, coordinate: str, branch_class: str,
                           model: str) -> bool:

@@ -14,9 +14,35 @@ class AdmissionSettings(ServiceSettings):
 
     env_prefix: ClassVar[str] = "DYNBRANCH_ADMISSION_"
 
-    policy: Literal["fixed"] = Field("fixed", description="admission policy (C3 lands later)")
+    policy: Literal["priced", "fixed", "always", "threshold", "load_threshold"] = Field(
+        "priced", description="admission policy: priced (C3, dynbranch §3.4) or a baseline")
+    engines: list[str] = Field(default_factory=list, description=(
+        "engine agents whose load streams price admission (HOST:PORT); none: every view is "
+        "empty and priced admission sees no load"))
+    # fixed
     open_branches: bool = Field(True, description="fixed policy: open every branch")
-    top_k: int = Field(2, ge=0, le=64, description="fixed policy: candidates admitted per branch")
+    top_k: int = Field(2, ge=0, le=64,
+                       description="fixed / load_threshold: candidates admitted per branch")
+    # threshold / load_threshold
+    p_star: float = Field(0.5, ge=0.0, le=1.0, description="threshold policy: static p*")
+    max_pressure: float = Field(0.7, ge=0.0,
+                                description="load_threshold policy: speculate below this ρ")
+    # priced
+    window_s: float = Field(8.0, gt=0, description="H: co-residency window of the envelope (s)")
+    n0: int = Field(4, ge=0, description="cold trials per branch class before Action 0 prices")
+    audit_rate: float = Field(0.05, ge=0.0, le=1.0, description="seeded audit probability")
+    seed: int = Field(0, description="seed of audits")
+    slot_stretch: float = Field(0.011, ge=0.0, description=(
+        "canonical slowdown per co-resident fill (interference curve slope; dynbranch Fig. 5b)"))
+    kv_stretch: float = Field(6.4, ge=0.0, description=(
+        "canonical slowdown per unit of KV pool share held by fills (Fig. 5b)"))
+    default_gain_ms: float = Field(2000.0, ge=0.0, description=(
+        "prior of the execution a consumed fill saves, until outcomes are reported (ms)"))
+    fill_kv_blocks: int = Field(64, ge=0, description="KV blocks a fill reserves")
+    fill_share: float = Field(0.5, gt=0.0, le=1.0, description="share of slots fills may hold")
+    kv_budget_share: float = Field(0.25, gt=0.0, le=1.0,
+                                   description="share of the KV pool fills may hold")
+    load_interval_s: float = Field(0.1, gt=0.0, description="load stream interval (s)")
 
 
 __all__ = ["AdmissionSettings"]

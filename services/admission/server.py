@@ -5,20 +5,56 @@ from __future__ import annotations
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission.config import AdmissionSettings
+from services.admission.controller import (
+    AlwaysPolicy,
+    ControllerSettings,
+    FixedAdapter,
+    LoadThresholdPolicy,
+    Policy,
+    PricedController,
+    ThresholdPolicy,
+)
+from services.admission.engine_load_client import LoadWatcher
+from services.admission.load_view import LoadTracker
 from services.admission.policy import FixedPolicy
+from services.admission.pricing import PriceCurves
 from services.admission.servicer import AdmissionServicer
-from services.common.cli_args import service_main
+from services.common.cli_args import Flag, service_main
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.server import ServiceRuntime
 
 SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name
 
 
+def build_policy(settings: AdmissionSettings, tracker: LoadTracker) -> Policy:
+    """The configured policy: priced (C3) or one of the baselines."""
+    if settings.policy == "fixed":
+        return FixedAdapter(FixedPolicy(open_branches=settings.open_branches, top_k=settings.top_k))
+    if settings.policy == "always":
+        return AlwaysPolicy()
+    if settings.policy == "threshold":
+        return ThresholdPolicy(settings.p_star)
+    if settings.policy == "load_threshold":
+        return LoadThresholdPolicy(tracker, settings.max_pressure, settings.top_k)
+    return PricedController(
+        tracker, PriceCurves(slot_stretch=settings.slot_stretch, kv_stretch=settings.kv_stretch),
+        ControllerSettings(window_s=settings.window_s, n0=settings.n0,
+                           audit_rate=settings.audit_rate, seed=settings.seed,
+                           default_gain_ms=settings.default_gain_ms,
+                           fill_kv_blocks=settings.fill_kv_blocks))
+
+
 async def build_runtime(settings: AdmissionSettings, *,
                         span_exporter: SpanExporter | None = None) -> ServiceRuntime:
-    """A runtime serving the Admission service."""
+    """A runtime serving the Admission service, following the engines' load streams."""
     runtime = ServiceRuntime("admission", settings, span_exporter=span_exporter)
-    policy = FixedPolicy(open_branches=settings.open_branches, top_k=settings.top_k)
+    tracker = LoadTracker(window_s=settings.window_s, fill_share=settings.fill_share,
+                          kv_budget_share=settings.kv_budget_share)
+    if settings.engines:
+        watcher = LoadWatcher(tracker, list(settings.engines), settings.load_interval_s)
+        watcher.start()
+        runtime.on_close(watcher.close)
+    policy = build_policy(settings, tracker)
     servicer = AdmissionServicer(policy, runtime.registry)
     runtime.add_service(admission_pb2_grpc.add_AdmissionServicer_to_server, servicer, SERVICE_NAME)
     return runtime
@@ -27,8 +63,11 @@ async def build_runtime(settings: AdmissionSettings, *,
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, load settings, serve until SIGTERM."""
     return service_main(argv, service="admission", settings_cls=AdmissionSettings,
-                        description="Run the admission service (a fixed policy until C3 lands).",
-                        build=build_runtime)
+                        description="Run the admission service (load-priced admission, C3).",
+                        build=build_runtime, flags=[
+                            Flag("--engine", "engines", "engine agent whose load prices "
+                                 "admission (repeatable)",
+                                 {"action": "append", "metavar": "HOST:PORT"})])
 
 
-__all__ = ["SERVICE_NAME", "build_runtime", "main"]
+__all__ = ["SERVICE_NAME", "build_policy", "build_runtime", "main"]

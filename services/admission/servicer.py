@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
+
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from services.admission.policy import FixedPolicy
-from services.common.candidates import RankedCandidate
+from services.admission.controller import Outcome, Policy, Proposal, finite
 from services.common.convert import require
 from services.common.errors import InvalidArgument
 from services.common.pb import admission_pb2, admission_pb2_grpc
 
 MAX_CANDIDATES = 256
+#: Outcome keys remembered to answer duplicates (applied=false).
+MAX_REMEMBERED_REPORTS = 100_000
 
 
 class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
-    """Answers OpenBranch and AdmitFills with a fixed policy; records outcomes."""
+    """Answers OpenBranch, AdmitFills and ReportOutcome with the configured policy."""
 
-    def __init__(self, policy: FixedPolicy, registry: CollectorRegistry) -> None:
+    def __init__(self, policy: Policy, registry: CollectorRegistry) -> None:
         self.policy = policy
         self.opened = Counter("dynbranch_admission_branches_total", "OpenBranch answers",
                               ["open"], registry=registry)
@@ -25,29 +29,34 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
                                 registry=registry)
         self.outcomes = Counter("dynbranch_admission_outcomes_total", "Outcomes reported",
                                 ["selected_filled"], registry=registry)
-        self._reported: set[str] = set()
+        self._reported: OrderedDict[str, None] = OrderedDict()  # bounded, oldest first
 
     async def OpenBranch(self, request: admission_pb2.OpenBranchRequest,
                          context: grpc.aio.ServicerContext) -> admission_pb2.OpenBranchResponse:
-        require(request.header.id, "header.id")
-        is_open, reason = self.policy.open_branch(require(request.coordinate, "coordinate"))
-        self.opened.labels(str(is_open).lower()).inc()
-        return admission_pb2.OpenBranchResponse(open=is_open, reason=reason)
+        branch = require(request.header.id, "header.id")
+        decision = self.policy.open_branch(branch, require(request.coordinate, "coordinate"),
+                                           request.branch_class, request.model, time.time())
+        self.opened.labels(str(decision.open).lower()).inc()
+        return admission_pb2.OpenBranchResponse(open=decision.open, reason=decision.reason)
 
     async def AdmitFills(self, request: admission_pb2.AdmitFillsRequest,
                          context: grpc.aio.ServicerContext) -> admission_pb2.AdmitFillsResponse:
-        require(request.header.id, "header.id")
-        require(request.coordinate, "coordinate")
+        branch = require(request.header.id, "header.id")
+        coordinate = require(request.coordinate, "coordinate")
         if len(request.candidates) > MAX_CANDIDATES:
             raise InvalidArgument("candidates", f"at most {MAX_CANDIDATES}")
         for i, c in enumerate(request.candidates):
             require(c.candidate, f"candidates[{i}].candidate")
             if not 0.0 <= c.probability <= 1.0:
                 raise InvalidArgument(f"candidates[{i}].probability", "must be in [0, 1]")
-        decision = self.policy.admit([RankedCandidate(c.candidate, c.rank, c.probability)
-                                      for c in request.candidates])
+            finite(c.est_exec_s, f"candidates[{i}].est_exec_s")
+            finite(c.est_gain_s, f"candidates[{i}].est_gain_s")
+        decision = self.policy.admit(branch, coordinate, [
+            Proposal(c.candidate, c.rank, c.probability, c.est_exec_s, c.est_gain_s)
+            for c in request.candidates], request.model, time.time())
         self.admitted.inc(len(decision.admitted))
-        return admission_pb2.AdmitFillsResponse(admitted=list(decision.admitted), load_price=0.0)
+        return admission_pb2.AdmitFillsResponse(admitted=list(decision.admitted),
+                                                load_price=decision.load_price)
 
     async def ReportOutcome(self, request: admission_pb2.ReportOutcomeRequest,
                             context: grpc.aio.ServicerContext
@@ -56,10 +65,14 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
         key = f"{branch}/{request.header.sequence}"
         if key in self._reported:
             return admission_pb2.ReportOutcomeResponse(applied=False)
-        self._reported.add(key)
-        if len(self._reported) > 100_000:  # bounded memory: forget the oldest half
-            self._reported = set(list(self._reported)[50_000:])
+        self._reported[key] = None
+        while len(self._reported) > MAX_REMEMBERED_REPORTS:  # bounded: forget the oldest
+            self._reported.popitem(last=False)
         self.outcomes.labels(str(bool(request.selected)).lower()).inc()
+        self.policy.report(Outcome(branch, request.selected,
+                                   finite(request.saved_s, "saved_s"),
+                                   finite(request.fill_cost_s, "fill_cost_s"),
+                                   finite(request.setup_s, "setup_s")))
         return admission_pb2.ReportOutcomeResponse(applied=True)
 
 

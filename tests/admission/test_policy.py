@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -26,7 +28,7 @@ def test_fixed_policy_can_keep_every_branch_closed() -> None:
 
 
 async def test_service_answers_open_admit_and_deduplicates_outcomes() -> None:
-    runtime = await build_runtime(AdmissionSettings(metrics_port=-1, top_k=1))
+    runtime = await build_runtime(AdmissionSettings(metrics_port=-1, policy="fixed", top_k=1))
     await runtime.start()
     async with open_channel(runtime.address) as ch:
         stub = admission_pb2_grpc.AdmissionStub(ch)
@@ -50,3 +52,39 @@ async def test_service_answers_open_admit_and_deduplicates_outcomes() -> None:
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "candidates[0].probability" in info.value.details()
     await runtime.shutdown()
+
+
+async def test_priced_service_follows_engine_load_and_prices_candidates() -> None:
+    from tests.factories import MODEL, engine_agent
+
+    async with engine_agent(engine_id="e0") as agent:
+        runtime = await build_runtime(AdmissionSettings(metrics_port=-1, engines=[agent.address],
+                                                        load_interval_s=0.05, n0=1))
+        await runtime.start()
+        try:
+            async with open_channel(runtime.address) as ch:
+                stub = admission_pb2_grpc.AdmissionStub(ch)
+                opened = await stub.OpenBranch(admission_pb2.OpenBranchRequest(
+                    header=make_header("b0", 0, "test"), coordinate="routing/router",
+                    model=MODEL), timeout=2)
+                assert opened.open and "cold trial" in opened.reason
+                admitted: list[str] = []
+                for i in range(100):  # until the first load views arrive: no slots known yet
+                    header = make_header(f"b{i}", 0, "test")
+                    reply = await stub.AdmitFills(admission_pb2.AdmitFillsRequest(
+                        header=header, coordinate="routing/router", model=MODEL, candidates=[
+                            admission_pb2.Candidate(candidate="y", rank=0, probability=0.7,
+                                                    est_exec_s=2.0, est_gain_s=2.0)]), timeout=2)
+                    admitted = list(reply.admitted)
+                    if admitted:
+                        break
+                    await asyncio.sleep(0.05)
+                assert admitted == ["y"]  # an idle engine: headroom
+                assert reply.load_price == 0.0  # no canonical demand: no slot price
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await stub.ReportOutcome(admission_pb2.ReportOutcomeRequest(
+                        header=make_header("b1", 1, "test"), coordinate="routing/router",
+                        selected="y", saved_s=float("nan")), timeout=2)
+                assert "saved_s" in info.value.details()
+        finally:
+            await runtime.shutdown()

@@ -1,0 +1,381 @@
+"""Load-priced, two-level admission with delayed feedback (dynbranch §3.4, Algorithm 1), and the
+baseline policies it is compared with.
+
+``PricedController`` ties the parts together: the load view (``load_view``), the generation gate
+(``generation_gate``, Action 0), and the fill gate (``fill_gate``, Action 1) priced by
+``pricing``. Its estimates, all learned online from ``report``:
+
+- p̃_s = π̃_sel(rank) x π̄_use: a rank-conditioned Beta upper quantile of "the branch selects the
+  candidate at this rank" (prior: the predictor's probability as ``prior_weight`` pseudo-counts)
+  times the posterior mean of "an admitted, selected fill is used in time" (per class);
+- G_s: the execution a consumed fill saves (class mean of reported savings, prior: the
+  candidate's ``est_gain_s`` or ``default_gain_ms``);
+- the footprint: the candidate's ``est_exec_s`` (or the class mean fill cost) and
+  ``fill_kv_blocks``.
+
+Selection posteriors update for every predicted candidate of a settled branch; usability only for
+admitted fills of the selected candidate. Every per-branch record is bounded (oldest forgotten).
+Baselines (``FixedPolicy`` in ``policy``, and here ``AlwaysPolicy``, ``ThresholdPolicy``,
+``LoadThresholdPolicy``) answer the same three calls, so a run selects one by name.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scipy.special import betaincinv
+
+from services.admission.fill_gate import FillCandidate, FillDecision, admit
+from services.admission.generation_gate import GateDecision, GenerationGate, context
+from services.admission.load_view import LoadSnapshot, LoadTracker
+from services.admission.policy import FixedPolicy
+from services.admission.pricing import Footprint, LoadPricing, PriceCurves
+from services.common.candidates import RankedCandidate
+from services.common.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A candidate as Action 1 receives it (proto ``Candidate``)."""
+
+    candidate: str
+    rank: int
+    probability: float
+    est_exec_s: float = 0.0
+    est_gain_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A settled branch (proto ``ReportOutcomeRequest``)."""
+
+    branch_id: str
+    selected: str
+    saved_s: float
+    fill_cost_s: float
+    setup_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Action 1's answer: admitted names in order and the slot price it used."""
+
+    admitted: tuple[str, ...]
+    load_price: float
+    reason: str
+
+
+@dataclass(slots=True)
+class _Beta:
+    success: float = 0.0
+    failure: float = 0.0
+
+
+@dataclass(slots=True)
+class _ClassStats:
+    selection: dict[int, _Beta] = field(default_factory=dict)
+    usability: _Beta = field(default_factory=_Beta)
+    gain_sum_ms: float = 0.0
+    gain_n: int = 0
+    cost_sum_s: float = 0.0
+    cost_n: int = 0
+    consumption: float = 0.0  # exponentially weighted share of branches that consumed a fill
+
+
+@dataclass(slots=True)
+class _Branch:
+    coordinate: str
+    branch_class: str
+    model: str
+    proposals: list[Proposal] = field(default_factory=list)
+    admitted: dict[str, float] = field(default_factory=dict)  # candidate -> cost_ms at admission
+    tokens: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """Tunables of the priced controller (defaults: the paper's, where it gives one)."""
+
+    window_s: float = 8.0
+    n0: int = 4
+    audit_rate: float = 0.05
+    selection_quantile: float = 0.9
+    prior_weight: float = 2.0
+    default_gain_ms: float = 2000.0
+    default_exec_s: float = 2.0
+    fill_kv_blocks: int = 64
+    max_branches: int = 10_000
+    seed: int = 0
+
+
+class PricedController:
+    """Action 0 and Action 1 at live load, learning from delayed feedback."""
+
+    name = "priced"
+
+    def __init__(self, tracker: LoadTracker, curves: PriceCurves | None = None,
+                 settings: ControllerSettings | None = None) -> None:
+        self.settings = s = settings or ControllerSettings()
+        self.tracker = tracker
+        self.curves = curves or PriceCurves()
+        self.gate = GenerationGate(n0=s.n0, audit_rate=s.audit_rate, seed=s.seed)
+        self.rng = random.Random(s.seed + 1)
+        self.stats: OrderedDict[str, _ClassStats] = OrderedDict()
+        self.branches: OrderedDict[str, _Branch] = OrderedDict()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _stats(self, branch_class: str) -> _ClassStats:
+        st = self.stats.get(branch_class)
+        if st is None:
+            st = self.stats[branch_class] = _ClassStats()
+            while len(self.stats) > self.settings.max_branches:
+                self.stats.popitem(last=False)
+        return st
+
+    def _branch(self, branch_id: str, coordinate: str, branch_class: str,
+                model: str) -> _Branch:
+        b = self.branches.get(branch_id)
+        if b is None:
+            b = self.branches[branch_id] = _Branch(coordinate, branch_class, model)
+            while len(self.branches) > self.settings.max_branches:
+                _, old = self.branches.popitem(last=False)
+                for token in old.tokens:
+                    self.tracker.release(old.model, token)
+        return b
+
+    def selection_upper(self, st: _ClassStats, rank: int, probability: float) -> float:
+        """π̃_sel: the upper ``selection_quantile`` of the rank's Beta posterior."""
+        beta = st.selection.get(rank, _Beta())
+        w = self.settings.prior_weight
+        a = 1.0 + w * probability + beta.success
+        b = 1.0 + w * (1.0 - probability) + beta.failure
+        return float(betaincinv(a, b, self.settings.selection_quantile))
+
+    @staticmethod
+    def usability_mean(st: _ClassStats) -> float:
+        """π̄_use: the posterior mean of timely use given selection (uniform prior)."""
+        return (1.0 + st.usability.success) / (2.0 + st.usability.success + st.usability.failure)
+
+    def _gain_ms(self, st: _ClassStats, proposal: Proposal) -> float:
+        if st.gain_n:
+            return st.gain_sum_ms / st.gain_n
+        if proposal.est_gain_s > 0:
+            return proposal.est_gain_s * 1000.0
+        return self.settings.default_gain_ms
+
+    def _exec_s(self, st: _ClassStats, proposal: Proposal) -> float:
+        if proposal.est_exec_s > 0:
+            return proposal.est_exec_s
+        return st.cost_sum_s / st.cost_n if st.cost_n else self.settings.default_exec_s
+
+    def view(self, model: str, now: float) -> LoadSnapshot:
+        """V_H for a model now."""
+        return self.tracker.snapshot(model, now)
+
+    # -- Action 0 -------------------------------------------------------------------------------
+
+    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
+                    now: float) -> GateDecision:
+        """The generation gate for one branch (registered as a trial when it opens)."""
+        cls = branch_class or coordinate
+        v = self.view(model, now)
+        st = self._stats(cls)
+        x = context(v.envelope, v.pressure, st.consumption, max(v.pressure - 1.0, 0.0),
+                    min(v.fill_occupancy, 10.0))
+        decision = self.gate.decide(cls, branch_id, x)
+        if decision.open:
+            self._branch(branch_id, coordinate, cls, model)
+        return decision
+
+    # -- Action 1 -------------------------------------------------------------------------------
+
+    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
+              now: float, branch_class: str = "") -> Admission:
+        """The fill gate at projected load; admitted fills are reserved until settled."""
+        b = self.branches.get(branch_id)
+        if b is None:  # admitted without Action 0 (e.g. a user-offered branch)
+            b = self._branch(branch_id, coordinate, branch_class or coordinate, model)
+        b.proposals = list(proposals)
+        st = self._stats(b.branch_class)
+        v = self.view(model, now)
+        pool = max(v.kv_budget_blocks, 1)
+        pricing = LoadPricing(self.curves, kv_pool_blocks=max(
+            int(pool / self.tracker.kv_budget_share / max(v.engines, 1)), 1))
+        use = self.usability_mean(st)
+        candidates = [FillCandidate(p.candidate,
+                                    min(self.selection_upper(st, p.rank, p.probability) * use, 1),
+                                    self._gain_ms(st, p),
+                                    Footprint(self._exec_s(st, p), self.settings.fill_kv_blocks))
+                      for p in proposals if p.candidate not in b.admitted]
+        decision: FillDecision[LoadSnapshot] = admit(
+            candidates, v, pricing, audit_rate=self.settings.audit_rate, rng=self.rng)
+        for a in decision.admitted:
+            token = f"{branch_id}/{a.name}"
+            self.tracker.reserve(model, token, self.settings.fill_kv_blocks)
+            b.tokens.append(token)
+            cand = next(c for c in candidates if c.name == a.name)
+            b.admitted[a.name] = pricing.cost_ms(cand, v)
+        price = self.curves.slot_price(v)
+        return Admission(decision.names, price,
+                         f"priced: {len(decision.names)} of {len(candidates)} at "
+                         f"ρ̄={v.envelope:.2f}, slot price {price:.0f} ms/s")
+
+    # -- feedback ---------------------------------------------------------------------------------
+
+    def report(self, outcome: Outcome) -> bool:
+        """Settle a branch: update selection, usability, gain and cost; give Action 0 the
+        branch's return (Eq. 4); release its reservations. False for an unknown branch."""
+        b = self.branches.pop(outcome.branch_id, None)
+        if b is None:
+            return False
+        for token in b.tokens:
+            self.tracker.release(b.model, token)
+        st = self._stats(b.branch_class)
+        for p in b.proposals:
+            beta = st.selection.setdefault(p.rank, _Beta())
+            if p.candidate == outcome.selected:
+                beta.success += 1
+            else:
+                beta.failure += 1
+        consumed = outcome.selected in b.admitted and outcome.saved_s > 0
+        if outcome.selected in b.admitted:
+            if consumed:
+                st.usability.success += 1
+            else:
+                st.usability.failure += 1
+        if consumed:
+            st.gain_sum_ms += outcome.saved_s * 1000.0
+            st.gain_n += 1
+        if b.admitted and outcome.fill_cost_s > 0:
+            st.cost_sum_s += outcome.fill_cost_s / len(b.admitted)
+            st.cost_n += 1
+        st.consumption = 0.8 * st.consumption + 0.2 * float(consumed)
+        wasted = sum(c for name, c in b.admitted.items() if not (consumed and name ==
+                                                                  outcome.selected))
+        target = (outcome.saved_s * 1000.0 if consumed else 0.0) - outcome.setup_s * 1000.0 \
+            - wasted
+        self.gate.settle(b.branch_class, outcome.branch_id, target)
+        return True
+
+
+class FixedAdapter:
+    """The fixed policy (``policy.FixedPolicy``: open every branch, admit the top K) behind the
+    same three calls as the priced controller."""
+
+    name = "fixed"
+
+    def __init__(self, policy: FixedPolicy) -> None:
+        self.policy = policy
+
+    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
+                    now: float) -> GateDecision:
+        is_open, reason = self.policy.open_branch(coordinate)
+        return GateDecision(is_open, reason)
+
+    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
+              now: float, branch_class: str = "") -> Admission:
+        decision = self.policy.admit([RankedCandidate(p.candidate, p.rank, p.probability)
+                                      for p in proposals])
+        return Admission(decision.admitted, 0.0, decision.reason)
+
+    def report(self, outcome: Outcome) -> bool:
+        return True
+
+
+class AlwaysPolicy:
+    """Open every branch and admit every predicted candidate (the always-on baseline)."""
+
+    name = "always"
+
+    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
+                    now: float) -> GateDecision:
+        return GateDecision(True, "always")
+
+    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
+              now: float, branch_class: str = "") -> Admission:
+        return Admission(tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)),
+                         0.0, "always: every candidate")
+
+    def report(self, outcome: Outcome) -> bool:
+        return True
+
+
+class ThresholdPolicy(AlwaysPolicy):
+    """A static p* on the fill gate (the paper's fixed-threshold control): admit a candidate
+    whose predicted probability exceeds ``p_star``."""
+
+    name = "threshold"
+
+    def __init__(self, p_star: float = 0.5) -> None:
+        if not 0 <= p_star <= 1:
+            raise InvalidArgument("p_star", "must be in [0, 1]")
+        self.p_star = p_star
+
+    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
+              now: float, branch_class: str = "") -> Admission:
+        chosen = tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)
+                       if p.probability > self.p_star)
+        return Admission(chosen, 0.0, f"threshold: p > {self.p_star}")
+
+
+class LoadThresholdPolicy(AlwaysPolicy):
+    """Speculate only while the engines' load is below a set level (SPAgent-style gating):
+    open and admit the top ``top_k`` while ρ_t < ``max_pressure``, nothing otherwise."""
+
+    name = "load_threshold"
+
+    def __init__(self, tracker: LoadTracker, max_pressure: float = 0.7, top_k: int = 2) -> None:
+        self.tracker, self.max_pressure, self.top_k = tracker, max_pressure, top_k
+
+    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
+                    now: float) -> GateDecision:
+        rho = self.tracker.snapshot(model, now).pressure
+        return GateDecision(rho < self.max_pressure, f"load_threshold: ρ={rho:.2f}")
+
+    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
+              now: float, branch_class: str = "") -> Admission:
+        rho = self.tracker.snapshot(model, now).pressure
+        if rho >= self.max_pressure:
+            return Admission((), rho, f"load_threshold: ρ={rho:.2f} >= {self.max_pressure}")
+        ranked = sorted(proposals, key=lambda p: p.rank)[: self.top_k]
+        return Admission(tuple(p.candidate for p in ranked), rho,
+                         f"load_threshold: top {self.top_k}")
+
+
+class Policy(Protocol):
+    """What the admission servicer asks of any policy (priced or a baseline)."""
+
+    name: str
+
+    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
+                    now: float) -> GateDecision:
+        """Action 0."""
+        ...
+
+    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
+              now: float, branch_class: str = "") -> Admission:
+        """Action 1."""
+        ...
+
+    def report(self, outcome: Outcome) -> bool:
+        """Delayed feedback of a settled branch."""
+        ...
+
+
+def finite(value: float, name: str) -> float:
+    """Refuse NaN and infinities in a report, naming the field."""
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgument(name, "must be a finite, non-negative number")
+    return value
+
+
+__all__ = [
+    "Admission", "AlwaysPolicy", "ControllerSettings", "FixedAdapter", "LoadThresholdPolicy",
+    "Outcome", "Policy", "PricedController", "Proposal", "ThresholdPolicy", "finite",
+]

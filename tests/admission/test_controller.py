@@ -1,0 +1,180 @@
+"""Load-priced admission (C3): load view, generation gate, priced fill gate, feedback, baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.admission.controller import (
+    AlwaysPolicy,
+    ControllerSettings,
+    LoadThresholdPolicy,
+    Outcome,
+    PricedController,
+    Proposal,
+    ThresholdPolicy,
+)
+from services.admission.generation_gate import GenerationGate, context
+from services.admission.load_view import EngineLoad, LoadTracker
+
+MODEL = "m"
+
+
+def report(seq: int, at: float, running: int = 4, waiting: int = 0, fills: int = 0,
+           kv_fill: int = 0, engine: str = "e0") -> EngineLoad:
+    return EngineLoad(engine, MODEL, seq, at, running, waiting, max_running=48,
+                      kv_blocks_used=100, kv_blocks_total=4096, fill_running=fills,
+                      fill_kv_blocks=kv_fill)
+
+
+def tracker_at(running: int, waiting: int = 0, now: float = 100.0) -> LoadTracker:
+    t = LoadTracker(window_s=8.0)
+    t.observe(report(1, now, running=running, waiting=waiting), now)
+    return t
+
+
+# --- load view -----------------------------------------------------------------------------------
+
+def test_stale_and_out_of_order_reports_are_rejected() -> None:
+    t = LoadTracker(max_age_s=5.0)
+    assert t.observe(report(2, 10.0), now=10.0)
+    assert not t.observe(report(2, 10.5), now=10.5)  # same sequence
+    assert not t.observe(report(1, 11.0), now=11.0)  # older sequence
+    assert not t.observe(report(3, 9.0), now=11.0)  # older sampling time
+    assert not t.observe(report(4, 1.0), now=11.0)  # too old
+    assert t.observe(report(5, 11.0), now=11.0) and t.rejected == 4
+
+
+def test_rising_load_counts_at_once_and_falling_load_relaxes_over_the_window() -> None:
+    t = LoadTracker(window_s=8.0)
+    for i in range(8):  # a quiet stretch
+        t.observe(report(i + 1, float(i), running=2), now=float(i))
+    t.observe(report(9, 8.0, running=48, waiting=24), now=8.0)  # a burst: ρ = 1.5
+    assert t.envelope(MODEL, 8.0) == pytest.approx(1.5)  # at once
+    t.observe(report(10, 9.0, running=2), now=9.0)  # the burst ends
+    snap_now, later, much_later = (t.envelope(MODEL, 9.0), t.envelope(MODEL, 16.5),
+                                   t.envelope(MODEL, 17.5))
+    quiet = 2 / 48
+    assert snap_now > later > quiet and snap_now < 1.5  # relaxes, not instantly
+    t.probe(17.5)
+    assert much_later == pytest.approx(quiet, abs=1e-9)  # a full window later: back to quiet
+
+
+def test_reservations_count_until_released() -> None:
+    t = tracker_at(running=4)
+    before = t.snapshot(MODEL, 100.0)
+    t.reserve(MODEL, "b1/h1", 64)
+    during = t.snapshot(MODEL, 100.0)
+    assert during.fill_slots_free == before.fill_slots_free - 1
+    assert during.kv_blocks_free == before.kv_blocks_free - 64
+    t.release(MODEL, "b1/h1")
+    assert t.snapshot(MODEL, 100.0) == before
+
+
+# --- generation gate -----------------------------------------------------------------------------
+
+def x(envelope: float = 0.2) -> np.ndarray:
+    return context(envelope, envelope, 0.0, 0.0, 0.0)
+
+
+def test_cold_trials_count_pending_ones_and_register_before_expansion() -> None:
+    g = GenerationGate(n0=2, audit_rate=0.0)
+    assert g.decide("c", "b1", x()).open and g.decide("c", "b2", x()).open
+    assert not g.decide("c", "b3", x()).open  # two cold trials in flight
+    assert g.classes["c"].pending == 2 and set(g.classes["c"].trials) == {"b1", "b2"}
+
+
+def test_delayed_feedback_revises_a_target_without_adding_a_sample() -> None:
+    g = GenerationGate(n0=1, audit_rate=0.0)
+    g.decide("c", "b1", x())
+    assert g.settle("c", "b1", -500.0)
+    a, n = g.classes["c"].a.copy(), g.classes["c"].n
+    assert g.settle("c", "b1", 800.0)  # a later report for the same branch
+    assert n == g.classes["c"].n == 1 and np.array_equal(a, g.classes["c"].a)
+    assert g.classes["c"].q @ np.linalg.inv(a) @ x() > 0  # the revised target counts
+    assert not g.settle("c", "unknown", 1.0)
+
+
+def test_a_class_that_keeps_paying_setup_for_nothing_closes_its_gate_and_audits_reopen_it(
+        ) -> None:
+    g = GenerationGate(n0=3, audit_rate=0.2, seed=1)
+    for i in range(40):  # the predictor costs 300 ms and nothing is ever consumed
+        d = g.decide("c", f"b{i}", x())
+        if d.open:
+            g.settle("c", f"b{i}", -300.0)
+    closed = [g.decide("c", f"q{i}", x()) for i in range(200)]
+    refused = [d for d in closed if not d.open]
+    audits = [d for d in closed if d.audit]
+    assert len(refused) > 120 and audits and all(d.open for d in audits)
+    for i, d in enumerate(closed):  # conditions change: the audited branches now pay off
+        if d.open:
+            g.settle("c", f"q{i}", 3000.0)
+    reopened = [g.decide("c", f"r{i}", x()).open for i in range(20)]
+    assert sum(reopened) >= 19
+
+
+# --- priced fill gate ----------------------------------------------------------------------------
+
+def proposals() -> list[Proposal]:
+    return [Proposal("h1", 0, 0.6, est_exec_s=2.0, est_gain_s=2.0),
+            Proposal("h2", 1, 0.25, est_exec_s=2.0, est_gain_s=2.0),
+            Proposal("h3", 2, 0.1, est_exec_s=2.0, est_gain_s=2.0)]
+
+
+def controller(t: LoadTracker) -> PricedController:
+    return PricedController(t, settings=ControllerSettings(audit_rate=0.0, n0=0))
+
+
+def test_the_same_candidate_is_admitted_under_headroom_and_refused_under_contention() -> None:
+    one = proposals()[:1]
+    idle = controller(tracker_at(running=4)).admit("b1", "r/router", one, MODEL, 100.0)
+    busy = controller(tracker_at(running=48, waiting=30)).admit("b1", "r/router", one, MODEL,
+                                                                100.0)
+    assert idle.admitted == ("h1",) and busy.admitted == ()
+    assert busy.load_price > idle.load_price
+
+
+def test_admissions_are_reserved_and_released_when_the_branch_settles() -> None:
+    t = tracker_at(running=4)
+    c = controller(t)
+    free = t.snapshot(MODEL, 100.0).fill_slots_free
+    got = c.admit("b1", "r/router", proposals(), MODEL, 100.0)
+    assert got.admitted and t.snapshot(MODEL, 100.0).fill_slots_free == free - len(got.admitted)
+    assert c.report(Outcome("b1", "h1", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
+    assert t.snapshot(MODEL, 100.0).fill_slots_free == free
+    assert not c.report(Outcome("b1", "h1", 1.0, 1.0, 0.0))  # settled once
+
+
+def test_selection_learns_per_rank_and_usability_only_from_admitted_selected_fills() -> None:
+    c = controller(tracker_at(running=4))
+    for i in range(30):  # the rank-1 candidate is always the one selected
+        c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
+        c.report(Outcome(f"b{i}", "h2", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
+    st = c.stats["r/router"]
+    assert st.selection[1].success == 30 and st.selection[0].failure == 30
+    assert c.selection_upper(st, 1, 0.25) > c.selection_upper(st, 0, 0.6)
+    assert st.usability.success + st.usability.failure <= 30
+    assert c.admit("z", "r/router", proposals(), MODEL, 100.0).admitted[0] == "h2"
+
+
+def test_bounded_branch_records() -> None:
+    c = PricedController(tracker_at(running=4),
+                         settings=ControllerSettings(audit_rate=0.0, n0=0, max_branches=10))
+    for i in range(50):
+        c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
+    assert len(c.branches) == 10
+    assert c.tracker.snapshot(MODEL, 100.0).fill_slots_free > 0  # forgotten ones released
+
+
+# --- baselines -----------------------------------------------------------------------------------
+
+def test_baselines_answer_the_same_calls() -> None:
+    t = tracker_at(running=40)
+    assert AlwaysPolicy().admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2", "h3")
+    assert ThresholdPolicy(0.2).admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2")
+    low = LoadThresholdPolicy(tracker_at(running=4), max_pressure=0.5, top_k=2)
+    high = LoadThresholdPolicy(t, max_pressure=0.5)
+    assert low.open_branch("b", "c", "", MODEL, 100.0).open
+    assert low.admit("b", "c", proposals(), MODEL, 100.0).admitted == ("h1", "h2")
+    assert not high.open_branch("b", "c", "", MODEL, 100.0).open
+    assert high.admit("b", "c", proposals(), MODEL, 100.0).admitted == ()
