@@ -16,6 +16,7 @@ BENCHMARKS = {
     "csl": "loadgen.bench.csl",
     "fidelity": "loadgen.bench.fidelity",
     "arms": "loadgen.bench.arms",
+    "interference": "loadgen.bench.interference",
 }
 
 

@@ -32,10 +32,10 @@ class AdmissionSettings(ServiceSettings):
     n0: int = Field(4, ge=0, description="cold trials per branch class before Action 0 prices")
     audit_rate: float = Field(0.05, ge=0.0, le=1.0, description="seeded audit probability")
     seed: int = Field(0, description="seed of audits")
-    slot_stretch: float = Field(0.011, ge=0.0, description=(
-        "canonical slowdown per co-resident fill (interference curve slope; dynbranch Fig. 5b)"))
-    kv_stretch: float = Field(6.4, ge=0.0, description=(
-        "canonical slowdown per unit of KV pool share held by fills (Fig. 5b)"))
+    slot_stretch: float = Field(0.0057, ge=0.0, description=(
+        "canonical slowdown per co-resident fill (`dynbranch bench interference`)"))
+    kv_stretch: float = Field(2.52, ge=0.0, description=(
+        "canonical slowdown per unit of KV pool share held by fills (same command)"))
     default_gain_ms: float = Field(2000.0, ge=0.0, description=(
         "prior of the execution a consumed fill saves, until outcomes are reported (ms)"))
     fill_kv_blocks: int = Field(64, ge=0, description="KV blocks a fill reserves")

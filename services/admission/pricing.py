@@ -15,11 +15,16 @@ fractional slowdown one co-resident fill causes a canonical request, ``kv_stretc
 per unit of KV pool share the fills hold: the slopes of an interference curve (canonical stretch
 against the number and the context of co-resident fills, the method of the paper's Figure 5b).
 
-Defaults are the paper's Figure 5b on Qwen3-32B/H200 (1-3 fills +4-6%, 48 fills +53%: about 1.1%
-per fill; at 24 fills, growing the fills' KV share from 3% to 24% raised the stretch from 11% to
-145%: about 6.4 per unit of pool share). ``dynbranch calibrate interference`` measures them on
-the backend in use and prints the fitted pair. Fill-slot count and the KV reservation budget
-stay hard constraints (``feasible``), whatever the price.
+Defaults: fitted by ``dynbranch bench interference`` on the default engine backend (the sim,
+preset ``qwen3-32b-h200``; SIMULATED): a canonical request of 256 prompt + 128 output tokens
+beside n fills of 64 tokens was stretched 0.6% (1 fill), 1.7% (3), 6.9% (12), 13.7% (24) and
+27.4% (48): ``slot_stretch`` = 0.0057 per fill; beside 24 fills of 64 / 1024 / 2048 / 4096
+tokens (0.8% / 9.9% / 19.6% / 39.0% of the KV pool) it was stretched 14% / 37% / 61% / 110%:
+``kv_stretch`` = 2.52 per unit of pool share. The paper's Figure 5b on a real Qwen3-32B/H200 is
+steeper (about 1.1% per fill, 6.4 per unit of share): rerun the command against the backend you
+deploy and set the admission service's ``slot_stretch`` and ``kv_stretch`` to what it prints.
+Fill-slot count and the KV reservation budget stay hard constraints (``feasible``), whatever the
+price.
 """
 
 from __future__ import annotations
@@ -49,8 +54,8 @@ class Footprint:
 class PriceCurves:
     """Interference slopes and the shape of the curves (see the module docstring)."""
 
-    slot_stretch: float = 0.011
-    kv_stretch: float = 6.4
+    slot_stretch: float = 0.0057
+    kv_stretch: float = 2.52
     #: Running slots per engine (scales ρ̄_H to co-resident canonical requests).
     slots_per_engine: int = 48
     #: Occupancy at which the steepening stops growing (the hard constraints take over).
