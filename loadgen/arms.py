@@ -24,6 +24,8 @@ from typing import Any
 
 from loadgen.workloads.base import SimClock, Trace, WorkflowResult, Workload
 from loadgen.workloads.schedule import Arrival, Schedule
+from services.admission.config import AdmissionSettings
+from services.admission.server import build_runtime as build_admission
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime as build_csl
 from services.engine_agent.config import EngineAgentSettings
@@ -56,6 +58,11 @@ class MeshConfig:
     #: Longest a demand waits for a matching running fill, in simulated seconds.
     fill_wait_sim_s: float = 30.0
     data_dir: str | None = None
+    #: Admission policy of an in-process admission service following the engines' load
+    #: ("priced", "fixed", "always", ...); "" keeps the gateway's in-process fixed policy.
+    admission: str = ""
+    #: Admission service settings besides the policy and the engines (``AdmissionSettings``).
+    admission_settings: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(slots=True)
@@ -74,6 +81,8 @@ class InProcessMesh:
 
     gateway: Any
     address: str
+    #: The in-process admission service's runtime (None: the gateway's fixed policy).
+    admission: Any = None
 
     def counters(self) -> dict[str, int]:
         """The gateway's branch counters (zeros when early fill is off)."""
@@ -89,14 +98,14 @@ def _engine_settings(config: MeshConfig, i: int) -> EngineAgentSettings:
 
 
 def _gateway_settings(config: MeshConfig, arm: str, engines: list[str], csl: str,
-                      corpus_source: str, folder: Path) -> GatewaySettings:
+                      corpus_source: str, folder: Path, admission: str = "") -> GatewaySettings:
     c1, c2 = ARMS[arm]
     corpus = {"corpus_path": str(folder / "corpus"), "corpus_source": corpus_source,
               "data_dir": config.data_dir or ""} if corpus_source else {}
     return GatewaySettings(engines=engines, csl=csl, c1=c1, c2=c2, top_k=config.top_k,
                            fill_wait_s=min(60.0, config.fill_wait_sim_s * config.time_scale),
                            metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING",
-                           **corpus)
+                           admission=admission, **corpus)
 
 
 @contextlib.asynccontextmanager
@@ -115,10 +124,18 @@ async def in_process_mesh(config: MeshConfig, arm: str, corpus_source: str = ""
                                              for i in range(config.engines)))
             for engine in engines:
                 await _started(stack, engine)
+            admission = None
+            if config.admission:
+                admission = await build_admission(AdmissionSettings(
+                    policy=config.admission, engines=[e.address for e in engines],
+                    metrics_port=-1, grace_s=0.2, log_level="WARNING",
+                    **dict(config.admission_settings)))
+                await _started(stack, admission)
             gateway = await build_gateway(_gateway_settings(
-                config, arm, [e.address for e in engines], csl.address, corpus_source, folder))
+                config, arm, [e.address for e in engines], csl.address, corpus_source, folder,
+                admission.address if admission is not None else ""))
             await _started(stack, gateway)
-            yield InProcessMesh(gateway, gateway.address)
+            yield InProcessMesh(gateway, gateway.address, admission)
 
 
 async def _started(stack: contextlib.AsyncExitStack, runtime: Any) -> None:

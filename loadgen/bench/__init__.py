@@ -17,6 +17,7 @@ BENCHMARKS = {
     "fidelity": "loadgen.bench.fidelity",
     "arms": "loadgen.bench.arms",
     "interference": "loadgen.bench.interference",
+    "admission": "loadgen.bench.admission",
 }
 
 

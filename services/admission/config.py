@@ -43,6 +43,8 @@ class AdmissionSettings(ServiceSettings):
     kv_budget_share: float = Field(0.25, gt=0.0, le=1.0,
                                    description="share of the KV pool fills may hold")
     load_interval_s: float = Field(0.1, gt=0.0, description="load stream interval (s)")
+    max_snapshots: int = Field(0, ge=0, le=1_000_000, description=(
+        "priced: Action 1 decisions kept in memory for oracle replay (0: none)"))
 
 
 __all__ = ["AdmissionSettings"]

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from scipy.special import betaincinv
 
-from services.admission.fill_gate import FillCandidate, FillDecision, admit
+from services.admission.fill_gate import FillCandidate, FillDecision, admit, oracle
 from services.admission.generation_gate import GateDecision, GenerationGate, context
 from services.admission.load_view import LoadSnapshot, LoadTracker
 from services.admission.policy import FixedPolicy
@@ -98,6 +98,18 @@ class _Branch:
 
 
 @dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One Action 1 decision as recorded for oracle replay (Appendix B): the candidates as the
+    gate priced them, the view, the pricing, and what the rule admitted (audits excluded)."""
+
+    candidates: tuple[FillCandidate, ...]
+    view: LoadSnapshot
+    pricing: LoadPricing
+    admitted: tuple[str, ...]
+    utility_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class ControllerSettings:
     """Tunables of the priced controller (defaults: the paper's, where it gives one)."""
 
@@ -110,6 +122,8 @@ class ControllerSettings:
     default_exec_s: float = 2.0
     fill_kv_blocks: int = 64
     max_branches: int = 10_000
+    #: Action 1 decisions kept for oracle replay (0: none).
+    max_snapshots: int = 0
     seed: int = 0
 
 
@@ -127,6 +141,7 @@ class PricedController:
         self.rng = random.Random(s.seed + 1)
         self.stats: OrderedDict[str, _ClassStats] = OrderedDict()
         self.branches: OrderedDict[str, _Branch] = OrderedDict()
+        self.snapshots: deque[Snapshot] = deque(maxlen=s.max_snapshots or None)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -215,6 +230,10 @@ class PricedController:
                       for p in proposals if p.candidate not in b.admitted]
         decision: FillDecision[LoadSnapshot] = admit(
             candidates, v, pricing, audit_rate=self.settings.audit_rate, rng=self.rng)
+        if self.settings.max_snapshots and candidates and \
+                not any(a.audit for a in decision.admitted):
+            self.snapshots.append(Snapshot(tuple(candidates), v, pricing, decision.names,
+                                           decision.total_utility_ms))
         for a in decision.admitted:
             token = f"{branch_id}/{a.name}"
             self.tracker.reserve(model, token, self.settings.fill_kv_blocks)
@@ -262,6 +281,29 @@ class PricedController:
             - wasted
         self.gate.settle(b.branch_class, outcome.branch_id, target)
         return True
+
+
+def replay(snapshots: Sequence[Snapshot]) -> dict[str, float]:
+    """Appendix B: score recorded decisions against the exact ordered-subset oracle.
+
+    Over the snapshots whose oracle optimum is positive: the share where the implemented rule
+    admitted an oracle-optimal set (``set_match``), and the share of the summed oracle utility the
+    rule's admissions retain (``utility_share``).
+    """
+    positive = matched = 0
+    kept = best = 0.0
+    for snap in snapshots:
+        result = oracle(snap.candidates, snap.view, snap.pricing)
+        if result.utility_ms <= 1e-9:
+            continue
+        positive += 1
+        matched += frozenset(snap.admitted) == result.names \
+            or abs(snap.utility_ms - result.utility_ms) <= 1e-6 * max(1.0, result.utility_ms)
+        kept += snap.utility_ms
+        best += result.utility_ms
+    return {"snapshots": float(len(snapshots)), "positive": float(positive),
+            "set_match": matched / positive if positive else math.nan,
+            "utility_share": kept / best if best else math.nan}
 
 
 class FixedAdapter:
@@ -377,5 +419,6 @@ def finite(value: float, name: str) -> float:
 
 __all__ = [
     "Admission", "AlwaysPolicy", "ControllerSettings", "FixedAdapter", "LoadThresholdPolicy",
-    "Outcome", "Policy", "PricedController", "Proposal", "ThresholdPolicy", "finite",
+    "Outcome", "Policy", "PricedController", "Proposal", "Snapshot", "ThresholdPolicy", "finite",
+    "replay",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission.config import AdmissionSettings
@@ -41,20 +43,30 @@ def build_policy(settings: AdmissionSettings, tracker: LoadTracker) -> Policy:
         ControllerSettings(window_s=settings.window_s, n0=settings.n0,
                            audit_rate=settings.audit_rate, seed=settings.seed,
                            default_gain_ms=settings.default_gain_ms,
-                           fill_kv_blocks=settings.fill_kv_blocks))
+                           fill_kv_blocks=settings.fill_kv_blocks,
+                           max_snapshots=settings.max_snapshots))
+
+
+class AdmissionRuntime(ServiceRuntime):
+    """The admission service's runtime; ``policy`` is the policy it serves (in-process tests and
+    benchmarks read its records)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.policy: Policy | None = None
 
 
 async def build_runtime(settings: AdmissionSettings, *,
-                        span_exporter: SpanExporter | None = None) -> ServiceRuntime:
+                        span_exporter: SpanExporter | None = None) -> AdmissionRuntime:
     """A runtime serving the Admission service, following the engines' load streams."""
-    runtime = ServiceRuntime("admission", settings, span_exporter=span_exporter)
+    runtime = AdmissionRuntime("admission", settings, span_exporter=span_exporter)
     tracker = LoadTracker(window_s=settings.window_s, fill_share=settings.fill_share,
                           kv_budget_share=settings.kv_budget_share)
     if settings.engines:
         watcher = LoadWatcher(tracker, list(settings.engines), settings.load_interval_s)
         watcher.start()
         runtime.on_close(watcher.close)
-    policy = build_policy(settings, tracker)
+    policy = runtime.policy = build_policy(settings, tracker)
     servicer = AdmissionServicer(policy, runtime.registry)
     runtime.add_service(admission_pb2_grpc.add_AdmissionServicer_to_server, servicer, SERVICE_NAME)
     return runtime
@@ -70,4 +82,4 @@ def main(argv: list[str] | None = None) -> int:
                                  {"action": "append", "metavar": "HOST:PORT"})])
 
 
-__all__ = ["SERVICE_NAME", "build_policy", "build_runtime", "main"]
+__all__ = ["SERVICE_NAME", "AdmissionRuntime", "build_policy", "build_runtime", "main"]

@@ -178,3 +178,17 @@ def test_baselines_answer_the_same_calls() -> None:
     assert low.admit("b", "c", proposals(), MODEL, 100.0).admitted == ("h1", "h2")
     assert not high.open_branch("b", "c", "", MODEL, 100.0).open
     assert high.admit("b", "c", proposals(), MODEL, 100.0).admitted == ()
+
+
+def test_recorded_decisions_replay_against_the_exact_oracle() -> None:
+    from services.admission.controller import replay
+
+    c = PricedController(tracker_at(running=20),
+                         settings=ControllerSettings(audit_rate=0.0, n0=0, max_snapshots=100))
+    for i in range(20):
+        c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
+        c.report(Outcome(f"b{i}", "h1", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
+    figures = replay(list(c.snapshots))
+    assert figures["snapshots"] == 20 and figures["positive"] > 0
+    assert 0.0 <= figures["set_match"] <= 1.0
+    assert 0.0 < figures["utility_share"] <= 1.0 + 1e-9

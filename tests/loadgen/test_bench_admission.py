@@ -1,0 +1,26 @@
+"""``dynbranch bench admission`` pieces: the load-step schedule, phase attribution, latencies."""
+
+from __future__ import annotations
+
+from loadgen.bench.admission import _issued_between, decision_latency, load_step_schedule
+
+
+def test_the_load_step_schedule_has_three_phases_with_a_faster_middle() -> None:
+    schedule, bounds = load_step_schedule(quick=True)
+    assert [name for name, _, _ in bounds] == ["A low", "B high", "C low"]
+    assert len(schedule.arrivals) == 36 and len({a.workflow_id for a in schedule.arrivals}) == 36
+    spans = [(end - start) / n for (_, start, end), n in zip(bounds, (6, 24, 6), strict=True)]
+    assert spans[1] < spans[0] and spans[1] < spans[2]  # arrivals come faster in B
+
+
+def test_fills_are_attributed_to_the_phase_they_were_issued_in() -> None:
+    samples = [(0.0, 0), (5.0, 4), (10.0, 4), (15.0, 10), (20.0, 12)]
+    assert _issued_between(samples, 0.0, 10.0) == 4
+    assert _issued_between(samples, 10.0, 20.0) == 8
+
+
+def test_decision_latency_reports_both_actions() -> None:
+    figures = decision_latency(50)
+    assert set(figures) == {"action0_p50_us", "action0_p99_us", "action1_p50_us",
+                            "action1_p99_us"}
+    assert all(v > 0 for v in figures.values())
