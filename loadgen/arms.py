@@ -57,6 +57,8 @@ class MeshConfig:
     top_k: int = 2
     #: Longest a demand waits for a matching running fill, in simulated seconds.
     fill_wait_sim_s: float = 30.0
+    #: Life of a branch record in simulated seconds (its final admission report is sent then).
+    branch_ttl_sim_s: float = 120.0
     data_dir: str | None = None
     #: Admission policy of an in-process admission service following the engines' load
     #: ("priced", "fixed", "always", ...); "" keeps the gateway's in-process fixed policy.
@@ -104,6 +106,7 @@ def _gateway_settings(config: MeshConfig, arm: str, engines: list[str], csl: str
               "data_dir": config.data_dir or ""} if corpus_source else {}
     return GatewaySettings(engines=engines, csl=csl, c1=c1, c2=c2, top_k=config.top_k,
                            fill_wait_s=min(60.0, config.fill_wait_sim_s * config.time_scale),
+                           branch_ttl_s=max(0.5, config.branch_ttl_sim_s * config.time_scale),
                            metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING",
                            admission=admission, **corpus)
 

@@ -59,6 +59,9 @@ class Outcome:
     saved_s: float
     fill_cost_s: float
     setup_s: float
+    #: False for the provisional report at resolution (the selection is known, savings are not
+    #: yet); True for the final one. A branch may get one of each, in that order.
+    final: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,8 @@ class PricedController:
         self.rng = random.Random(s.seed + 1)
         self.stats: OrderedDict[str, _ClassStats] = OrderedDict()
         self.branches: OrderedDict[str, _Branch] = OrderedDict()
+        #: Branches with a provisional report, waiting for their final one (bounded).
+        self.settled: OrderedDict[str, _Branch] = OrderedDict()
         self.snapshots: deque[Snapshot] = deque(maxlen=s.max_snapshots or None)
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -248,35 +253,46 @@ class PricedController:
     # -- feedback ---------------------------------------------------------------------------------
 
     def report(self, outcome: Outcome) -> bool:
-        """Settle a branch: update selection, usability, gain and cost; give Action 0 the
-        branch's return (Eq. 4); release its reservations. False for an unknown branch."""
+        """Feedback of a branch. The first report (provisional or final) updates selection for
+        every predicted candidate, releases the branch's reservations and gives Action 0 the
+        branch's return so far (Eq. 4), so its trial stops counting as pending; the final one
+        updates usability, gain and cost and revises that return. False when unknown or
+        already final."""
         b = self.branches.pop(outcome.branch_id, None)
-        if b is None:
+        if b is not None:
+            for token in b.tokens:
+                self.tracker.release(b.model, token)
+            st = self._stats(b.branch_class)
+            for p in b.proposals:
+                beta = st.selection.setdefault(p.rank, _Beta())
+                if p.candidate == outcome.selected:
+                    beta.success += 1
+                else:
+                    beta.failure += 1
+            self.settled[outcome.branch_id] = b
+            while len(self.settled) > self.settings.max_branches:
+                self.settled.popitem(last=False)
+        elif outcome.branch_id not in self.settled:
             return False
-        for token in b.tokens:
-            self.tracker.release(b.model, token)
+        b = self.settled[outcome.branch_id]
         st = self._stats(b.branch_class)
-        for p in b.proposals:
-            beta = st.selection.setdefault(p.rank, _Beta())
-            if p.candidate == outcome.selected:
-                beta.success += 1
-            else:
-                beta.failure += 1
         consumed = outcome.selected in b.admitted and outcome.saved_s > 0
-        if outcome.selected in b.admitted:
+        if outcome.final:
+            del self.settled[outcome.branch_id]
+            if outcome.selected in b.admitted:
+                if consumed:
+                    st.usability.success += 1
+                else:
+                    st.usability.failure += 1
             if consumed:
-                st.usability.success += 1
-            else:
-                st.usability.failure += 1
-        if consumed:
-            st.gain_sum_ms += outcome.saved_s * 1000.0
-            st.gain_n += 1
-        if b.admitted and outcome.fill_cost_s > 0:
-            st.cost_sum_s += outcome.fill_cost_s / len(b.admitted)
-            st.cost_n += 1
-        st.consumption = 0.8 * st.consumption + 0.2 * float(consumed)
-        wasted = sum(c for name, c in b.admitted.items() if not (consumed and name ==
-                                                                  outcome.selected))
+                st.gain_sum_ms += outcome.saved_s * 1000.0
+                st.gain_n += 1
+            if b.admitted and outcome.fill_cost_s > 0:
+                st.cost_sum_s += outcome.fill_cost_s / len(b.admitted)
+                st.cost_n += 1
+            st.consumption = 0.8 * st.consumption + 0.2 * float(consumed)
+        wasted = sum(c for name, c in b.admitted.items()
+                     if name != outcome.selected or not (consumed or not outcome.final))
         target = (outcome.saved_s * 1000.0 if consumed else 0.0) - outcome.setup_s * 1000.0 \
             - wasted
         self.gate.settle(b.branch_class, outcome.branch_id, target)

@@ -72,7 +72,8 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
         self.policy.report(Outcome(branch, request.selected,
                                    finite(request.saved_s, "saved_s"),
                                    finite(request.fill_cost_s, "fill_cost_s"),
-                                   finite(request.setup_s, "setup_s")))
+                                   finite(request.setup_s, "setup_s"),
+                                   final=request.header.sequence != 2))
         return admission_pb2.ReportOutcomeResponse(applied=True)
 
 

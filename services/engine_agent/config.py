@@ -30,6 +30,10 @@ class EngineAgentSettings(ServiceSettings):
     model_path: str = Field("", description="vllm: local model folder")
     engine_url: str = Field("", description="openai/sglang: base URL of the server")
     kv_events_endpoint: str = Field("", description="openai: ZMQ endpoint of KV-cache events")
+    fill_priority: int | None = Field(None, description=(
+        "openai/sglang: request priority sent for fills (canonical requests send 0); none: "
+        "no priority is sent. vLLM servers run fills later with 1 (--scheduling-policy "
+        "priority), SGLang with -1 (--enable-priority-scheduling, higher values first)"))
     # limits and reporting
     max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
     load_interval_s: float = Field(0.05, gt=0, le=60, description="default WatchLoad interval")

@@ -85,8 +85,9 @@ class AdmissionPort(Protocol):
         """Action 1; the admitted candidates ([] when admission is unreachable)."""
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
-                     fill_cost_s: float, setup_s: float) -> None:
-        """Delayed feedback of a settled branch (best effort)."""
+                     fill_cost_s: float, setup_s: float, final: bool = True) -> None:
+        """Delayed feedback of a branch (best effort): provisional at resolution (the selection
+        is known), ``final`` at retirement (what its fills saved in the end)."""
 
 
 __all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort"]

@@ -192,3 +192,21 @@ def test_recorded_decisions_replay_against_the_exact_oracle() -> None:
     assert figures["snapshots"] == 20 and figures["positive"] > 0
     assert 0.0 <= figures["set_match"] <= 1.0
     assert 0.0 < figures["utility_share"] <= 1.0 + 1e-9
+
+
+def test_a_provisional_report_ends_the_trial_and_the_final_one_revises_it() -> None:
+    c = PricedController(tracker_at(running=4),
+                         settings=ControllerSettings(audit_rate=0.0, n0=2))
+    assert c.open_branch("b1", "r/router", "", MODEL, 100.0).open
+    c.admit("b1", "r/router", proposals(), MODEL, 100.0)
+    assert c.gate.classes["r/router"].pending == 1
+    assert c.report(Outcome("b1", "h1", saved_s=0.0, fill_cost_s=0.0, setup_s=0.01,
+                            final=False))
+    trial = c.gate.classes["r/router"].trials["b1"]
+    assert c.gate.classes["r/router"].pending == 0 and trial.target is not None
+    provisional = trial.target
+    assert c.stats["r/router"].usability.success == 0  # not yet known
+    assert c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01))
+    assert trial.target > provisional and c.stats["r/router"].usability.success == 1
+    assert c.gate.classes["r/router"].n == 1  # revised, not a second sample
+    assert not c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01))

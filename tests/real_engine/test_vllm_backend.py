@@ -287,3 +287,30 @@ async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, t
     sim = SimBackend(loaded, model=MODEL_NAME)
     assert sim.info.kv_blocks_total == NUM_BLOCKS - 1 and sim.info.block_size == BLOCK
     await sim.close()
+
+
+async def test_a_canonical_request_is_scheduled_ahead_of_queued_fills(
+        backend: VllmBackend) -> None:
+    """Priority scheduling: with the engine saturated by fills (16 running, more queued), a
+    canonical request submitted last starts before fills that were queued ahead of it."""
+    assert backend.settings.scheduling_policy == "priority"
+    first_token: dict[str, float] = {}
+
+    async def timed(rid: str, priority: Priority) -> None:
+        request = GenerationRequest(rid, MODEL_NAME, long_prompt(500 + len(first_token), 40),
+                                    greedy(24), priority)
+        async for event in backend.generate(request):
+            if isinstance(event, TokenDelta) and rid not in first_token:
+                first_token[rid] = time.monotonic()
+
+    fills = [asyncio.create_task(timed(f"prio-fill-{i}", Priority.FILL)) for i in range(24)]
+    await wait_until(lambda: _waiting(backend), timeout=20)  # the engine is full: fills queue
+    canonical = asyncio.create_task(timed("prio-canonical", Priority.CANONICAL))
+    await asyncio.wait_for(asyncio.gather(canonical, *fills), 120)
+    overtaken = [rid for rid, t in first_token.items()
+                 if rid.startswith("prio-fill") and t > first_token["prio-canonical"]]
+    assert overtaken, "the canonical request waited behind every fill queued before it"
+
+
+async def _waiting(backend: VllmBackend) -> bool:
+    return backend.load().waiting > 0

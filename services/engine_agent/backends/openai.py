@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from services.common.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge, Unavailable
-from services.common.generation import FinishReason, GenerationRequest, Usage
+from services.common.generation import FinishReason, GenerationRequest, Priority, Usage
 from services.engine_agent.backend import (
     Finished,
     GenerationEvent,
@@ -54,7 +54,8 @@ class OpenAIBackend(RemoteBackend):
             base_url=settings.engine_url, model=settings.model,
             max_running=settings.max_running or 256, block_size=settings.block_size,
             kv_blocks_total=settings.kv_blocks, kv_events_endpoint=endpoint,
-            kv_events_replay_endpoint=_replay_endpoint(endpoint)))
+            kv_events_replay_endpoint=_replay_endpoint(endpoint),
+            fill_priority=settings.fill_priority))
 
     async def _discover(self) -> None:
         resp = await self._client.get("/v1/models")
@@ -96,6 +97,9 @@ class OpenAIBackend(RemoteBackend):
             body.update(top_k=s.top_k or -1, ignore_eos=s.ignore_eos)
         if self.settings.flavor == "vllm":
             body.update(request_id=request.request_id, return_token_ids=True)
+        priority = self.settings.priority_of(request.priority == Priority.FILL)
+        if priority is not None:
+            body["priority"] = priority
         return body
 
     async def _exchange(self, stream: RemoteStream) -> AsyncIterator[GenerationEvent]:

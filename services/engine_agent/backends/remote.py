@@ -78,6 +78,15 @@ class RemoteSettings:
     kv_events_replay_endpoint: str = ""
     kv_events_topic: str = ""
     api_key: str = ""
+    #: Request priority sent for fills (canonical: 0); None: send none (see the engine agent's
+    #: ``fill_priority`` setting for each server's convention).
+    fill_priority: int | None = None
+
+    def priority_of(self, fill: bool) -> int | None:
+        """The ``priority`` field of a request body, or None when priorities are off."""
+        if self.fill_priority is None:
+            return None
+        return self.fill_priority if fill else 0
 
 
 @dataclass(slots=True)

@@ -26,7 +26,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.common.generation import FinishReason, GenerationRequest, Sampling, Usage
+from services.common.generation import (
+    FinishReason,
+    GenerationRequest,
+    Priority,
+    Sampling,
+    Usage,
+)
 from services.engine_agent.backend import (
     Finished,
     GenerationEvent,
@@ -84,7 +90,7 @@ class SglangBackend(RemoteBackend):
         return cls(RemoteSettings(
             base_url=settings.engine_url, model=settings.model, flavor="sglang",
             max_running=settings.max_running or 256, block_size=settings.block_size,
-            kv_blocks_total=settings.kv_blocks))
+            kv_blocks_total=settings.kv_blocks, fill_priority=settings.fill_priority))
 
     async def _discover(self) -> None:
         resp = await self._client.get("/get_server_info")
@@ -110,8 +116,12 @@ class SglangBackend(RemoteBackend):
         return str(error.get("message", error))  # ``{"error": {"message": ...}}``
 
     def _body(self, request: GenerationRequest) -> dict[str, Any]:
-        return {"text": request.prompt, "sampling_params": sampling_params(request.sampling),
+        body = {"text": request.prompt, "sampling_params": sampling_params(request.sampling),
                 "rid": request.request_id, "stream": True}
+        priority = self.settings.priority_of(request.priority == Priority.FILL)
+        if priority is not None:
+            body["priority"] = priority
+        return body
 
     async def _exchange(self, stream: RemoteStream) -> AsyncIterator[GenerationEvent]:
         request = stream.request

@@ -205,6 +205,7 @@ class BranchManager:
                         self._abort(fill, "lost the branch")
                         self.counters["fills_discarded"] += 1
                 self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}")
+            self._report(branch, final=False)  # the selection is known: feedback starts now
 
     def settle(self, tenant: str, workflow_id: str, coordinate: str, selected: str) -> int:
         """Resolve open branches of a workflow at ``coordinate`` explicitly (HCI picks)."""
@@ -247,14 +248,14 @@ class BranchManager:
             self._abort(fill, "branch retired")
         self._report(branch)
 
-    def _report(self, branch: Branch) -> None:
+    def _report(self, branch: Branch, final: bool = True) -> None:
         if branch.reported:
             return
-        branch.reported = True
+        branch.reported = final
         cost = sum(f.cost_s for f in branch.fills.values())
         self._spawn(self.admission.report(branch.id, branch.point.coordinate, branch.winner,
-                                          branch.saved_s, cost, branch.setup_s),
-                    f"report:{branch.id}")
+                                          branch.saved_s, cost, branch.setup_s, final),
+                    f"report:{branch.id}:{'final' if final else 'resolved'}")
 
     # -- tasks --------------------------------------------------------------------------------
 

@@ -147,6 +147,7 @@ class VllmBackend:
             "max_model_len": s.max_model_len, "dtype": s.dtype, "enforce_eager": s.enforce_eager,
             "enable_prefix_caching": True, "max_num_seqs": s.max_num_seqs, "seed": s.seed,
             "disable_log_stats": False, "num_gpu_blocks_override": s.num_gpu_blocks,
+            "scheduling_policy": s.scheduling_policy,
         }
         if s.block_size:
             kwargs["block_size"] = s.block_size
@@ -326,7 +327,9 @@ class VllmBackend:
         q, alloc, done = None, None, False
         try:
             yield Queued(prompt_tokens=len(ids), queue_position=self._load.waiting)
-            q = await self._llm.add_request(rid, self._engine_input(ids), params)
+            q = await self._llm.add_request(
+                rid, self._engine_input(ids), params,
+                priority=self.settings.priority_of(active.request.priority == Priority.FILL))
             active.engine_id = q.request_id
             alloc = self._leases.wait_allocated(q.request_id)
             async for event in self._drain(active, q, alloc, wall0):

