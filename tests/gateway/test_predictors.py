@@ -224,3 +224,20 @@ def test_default_predictor_puts_the_lexical_match_first_among_offered() -> None:
     context = PredictionContext(("get_weather", "convert_currency", "book_flight"),
                                 "I need to book a flight", ())
     assert default_predictor(3).rank("routing/router", context)[0].candidate == "book_flight"
+
+
+def test_a_name_that_matches_two_fill_steps_is_ambiguous_and_matches_none() -> None:
+    from services.common.reuse_name import ReuseName
+    from services.gateway.speculation.state import Branch, Fill, FillStep
+    from services.gateway.templates import load_builtin
+
+    template = load_builtin("routing")
+    branch = Branch(id="b", tenant="t", workflow_id="w", template=template,
+                    point=template.decisions[0], inputs={}, outputs={}, model="m",
+                    request_id="r")
+    name, other = ReuseName("t", "a" * 64), ReuseName("t", "b" * 64)
+    branch.fills["x"] = Fill("x", 0, [FillStep("handler", name)])
+    assert branch.match(name) == (branch.fills["x"], branch.fills["x"].steps[0])
+    branch.fills["y"] = Fill("y", 1, [FillStep("handler", name), FillStep("executor", other)])
+    assert branch.match(name) is None  # ambiguity is a miss
+    assert branch.match(other) == (branch.fills["y"], branch.fills["y"].steps[1])

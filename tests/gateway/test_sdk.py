@@ -142,3 +142,25 @@ async def test_registered_template_is_rendered_and_served(tmp_path: Path) -> Non
     assert template.id == "echo" and gw.core.registry.get("echo").version == 1
     assert [r.source for r in replies] == [SOURCE.RESULT_SOURCE_ENGINE,
                                            SOURCE.RESULT_SOURCE_LIBRARY]
+
+
+async def test_an_independent_pick_stops_unfinished_fills_and_keeps_finished_ones(
+        tmp_path: Path) -> None:
+    """Figure 1a: at the pick, unfinished fills of the other options are aborted, the picked
+    one keeps running, and nothing is discarded (finished shadows live until their TTL)."""
+    async with hci_mesh(tmp_path) as (gw, _, db):
+        await _offer(db, "wf-3")
+        (branch,) = gw.core.branches.branches.values()
+        await asyncio.wait_for(branch.ready.wait(), 5)
+        fills = dict(branch.fills)
+        running = {c for c, f in fills.items() if f.task is not None and not f.task.done()}
+        assert len(running - {"Le Coq"}) >= 1  # at least one other option is still filling
+        assert await db.settle("wf-3", "hci/offer", "Le Coq") == 1
+        await asyncio.sleep(0)
+        for candidate in running - {"Le Coq"}:
+            assert fills[candidate].task.done(), candidate
+        if "Le Coq" in running:
+            assert not fills["Le Coq"].task.done()  # the pick keeps filling
+        counters = gw.core.branches.counters
+        assert counters["fills_aborted"] == len(running - {"Le Coq"})
+        assert counters["fills_discarded"] == 0

@@ -54,7 +54,7 @@ class BranchManager:
         self._by_request: dict[str, Branch] = {}
         self.fills = FillRunner(executor, library, settings, tracer)
         self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
-                         "fills_discarded": 0, "fills_aborted": 0}
+                         "fills_discarded": 0, "fills_aborted": 0, "ambiguous": 0}
 
     # -- entry from the canonical path -------------------------------------------------------
 
@@ -64,29 +64,33 @@ class BranchManager:
         self._retire_expired()
         served = None
         if d.workflow_id:
-            for branch in list(self._by_workflow.get((d.tenant, d.workflow_id), ())):
-                found = await self._visit(branch, d, name, timeout_s)
-                served = served or found
+            branches = list(self._by_workflow.get((d.tenant, d.workflow_id), ()))
+            for branch in branches:
+                await self._settle_on(branch, d, name, timeout_s)
+            # A demand that matches shadows of more than one branch promotes none (a miss).
+            found = [(b, m) for b in branches if name is not None
+                     and b.template.id == d.template_id and (m := b.match(name)) is not None
+                     and not m[1].claimed]
+            if len(found) == 1 and name is not None:
+                (branch, (fill, step)), = found
+                served = await self._claim(branch, fill, step, name, timeout_s)
+            elif len(found) > 1:
+                self.counters["ambiguous"] += 1
         template = self.executor.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
         if point is not None and d.workflow_id:
             self._open(d, template, point)
         return served
 
-    async def _visit(self, branch: Branch, d: Demand, name: ReuseName | None,
-                     timeout_s: float) -> Served | None:
+    async def _settle_on(self, branch: Branch, d: Demand, name: ReuseName | None,
+                         timeout_s: float) -> None:
+        """Resolve ``branch`` when ``d`` is the first stage of its subgraph."""
         if branch.template.id != d.template_id:
-            return None
+            return
         if not branch.resolved and d.stage_id in branch.first_stages():
             await self._wait_ready(branch, timeout_s)
             match = branch.match(name) if name is not None else None
             self._resolve(branch, match[0].candidate if match else "")
-        if name is None:
-            return None
-        match = branch.match(name)
-        if match is None or match[1].claimed:
-            return None
-        return await self._claim(branch, *match, name, timeout_s)
 
     async def _wait_ready(self, branch: Branch, timeout_s: float) -> None:
         try:
@@ -205,6 +209,10 @@ class BranchManager:
                         self._abort(fill, "lost the branch")
                         self.counters["fills_discarded"] += 1
                 self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}")
+            else:  # independent (Figure 1a): stop unfinished unselected fills, keep finished
+                for candidate, fill in branch.fills.items():
+                    if candidate != winner and fill.task is not None and not fill.task.done():
+                        self._abort(fill, "not picked")
             self._report(branch, final=False)  # the selection is known: feedback starts now
 
     def settle(self, tenant: str, workflow_id: str, coordinate: str, selected: str) -> int:

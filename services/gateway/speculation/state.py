@@ -88,13 +88,16 @@ class Branch:
         chains = [self.point.subgraph, *(c for _, c in self.point.per_candidate)]
         return {chain[0].stage for chain in chains if chain}
 
+    def matches(self, name: ReuseName) -> list[tuple[Fill, FillStep]]:
+        """Every fill step whose name equals ``name``."""
+        return [(fill, step) for fill in self.fills.values() for step in fill.steps
+                if step.name == name]
+
     def match(self, name: ReuseName) -> tuple[Fill, FillStep] | None:
-        """The fill step whose name equals ``name``."""
-        for fill in self.fills.values():
-            for step in fill.steps:
-                if step.name == name:
-                    return fill, step
-        return None
+        """The one fill step whose name equals ``name``; None when none does, and when several
+        do: an ambiguous match is a miss (dynbranch §3.3), never a guess."""
+        found = self.matches(name)
+        return found[0] if len(found) == 1 else None
 
 
 def span_attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | int]:
