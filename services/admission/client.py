@@ -42,10 +42,11 @@ class RemoteAdmission:
             return False
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
-                    model: str) -> list[str]:
+                    model: str, window_s: float = 0.0) -> list[str]:
         """Action 1; [] when admission is unreachable."""
         request = admission_pb2.AdmitFillsRequest(
             header=make_header(branch_id, 1, "gateway"), coordinate=coordinate, model=model,
+            window_s=window_s,
             candidates=[admission_pb2.Candidate(candidate=c.candidate, rank=c.rank,
                                                 probability=min(max(c.probability, 0.0), 1.0))
                         for c in candidates])
@@ -86,8 +87,8 @@ class StaticAdmission:
         return self.policy.open_branch(coordinate)[0]
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
-                    model: str) -> list[str]:
-        """Action 1 under the fixed policy."""
+                    model: str, window_s: float = 0.0) -> list[str]:
+        """Action 1 under the fixed policy (it ignores the window)."""
         return list(self.policy.admit(list(candidates)).admitted)
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,

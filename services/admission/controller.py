@@ -216,8 +216,14 @@ class PricedController:
     # -- Action 1 -------------------------------------------------------------------------------
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "") -> Admission:
-        """The fill gate at projected load; admitted fills are reserved until settled."""
+              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
+        """The fill gate at projected load; admitted fills are reserved until settled.
+
+        ``window_s`` (engine seconds): > 0 caps each gain at the overlap the window leaves
+        (Lemma A.6); < 0: the window has closed and nothing is admitted; 0: unknown, no cap.
+        """
+        if window_s < 0:
+            return Admission((), 0.0, "priced: the resolution window has closed")
         b = self.branches.get(branch_id)
         if b is None:  # admitted without Action 0 (e.g. a user-offered branch)
             b = self._branch(branch_id, coordinate, branch_class or coordinate, model)
@@ -228,9 +234,10 @@ class PricedController:
         pricing = LoadPricing(self.curves, kv_pool_blocks=max(
             int(pool / self.tracker.kv_budget_share / max(v.engines, 1)), 1))
         use = self.usability_mean(st)
+        cap = window_s * 1000.0 if window_s > 0 else math.inf
         candidates = [FillCandidate(p.candidate,
                                     min(self.selection_upper(st, p.rank, p.probability) * use, 1),
-                                    self._gain_ms(st, p),
+                                    min(self._gain_ms(st, p), cap),
                                     Footprint(self._exec_s(st, p), self.settings.fill_kv_blocks))
                       for p in proposals if p.candidate not in b.admitted]
         decision: FillDecision[LoadSnapshot] = admit(
@@ -337,7 +344,7 @@ class FixedAdapter:
         return GateDecision(is_open, reason)
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "") -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
         decision = self.policy.admit([RankedCandidate(p.candidate, p.rank, p.probability)
                                       for p in proposals])
         return Admission(decision.admitted, 0.0, decision.reason)
@@ -356,7 +363,7 @@ class AlwaysPolicy:
         return GateDecision(True, "always")
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "") -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
         return Admission(tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)),
                          0.0, "always: every candidate")
 
@@ -376,7 +383,7 @@ class ThresholdPolicy(AlwaysPolicy):
         self.p_star = p_star
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "") -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
         chosen = tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)
                        if p.probability > self.p_star)
         return Admission(chosen, 0.0, f"threshold: p > {self.p_star}")
@@ -397,7 +404,7 @@ class LoadThresholdPolicy(AlwaysPolicy):
         return GateDecision(rho < self.max_pressure, f"load_threshold: ρ={rho:.2f}")
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "") -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
         rho = self.tracker.snapshot(model, now).pressure
         if rho >= self.max_pressure:
             return Admission((), rho, f"load_threshold: ρ={rho:.2f} >= {self.max_pressure}")
@@ -417,7 +424,7 @@ class Policy(Protocol):
         ...
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "") -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
         """Action 1."""
         ...
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 
@@ -51,9 +52,12 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
                 raise InvalidArgument(f"candidates[{i}].probability", "must be in [0, 1]")
             finite(c.est_exec_s, f"candidates[{i}].est_exec_s")
             finite(c.est_gain_s, f"candidates[{i}].est_gain_s")
+        if not math.isfinite(request.window_s):
+            raise InvalidArgument("window_s", "must be finite")
         decision = self.policy.admit(branch, coordinate, [
             Proposal(c.candidate, c.rank, c.probability, c.est_exec_s, c.est_gain_s)
-            for c in request.candidates], request.model, time.time())
+            for c in request.candidates], request.model, time.time(),
+            window_s=request.window_s)
         self.admitted.inc(len(decision.admitted))
         return admission_pb2.AdmitFillsResponse(admitted=list(decision.admitted),
                                                 load_price=decision.load_price)

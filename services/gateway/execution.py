@@ -75,6 +75,35 @@ def tool_read_set(result: ToolResult) -> ReadSet:
                    result.complete)
 
 
+class DecodePace:
+    """Per model, how long a generation takes per output token (wall seconds, EWMA) and how
+    many engine seconds one wall second is (1 on a real engine; 1 / time_scale on the sim):
+    what projects a decision's remaining resolution window."""
+
+    def __init__(self, alpha: float = 0.2) -> None:
+        self.alpha = alpha
+        self._per_token: dict[str, float] = {}
+        self._engine_per_wall: dict[str, float] = {}
+
+    def observe(self, model: str, wall_s: float, engine_s: float, tokens: int) -> None:
+        """Learn from one finished generation."""
+        if tokens <= 0 or wall_s <= 0:
+            return
+        for table, value in ((self._per_token, wall_s / tokens),
+                             (self._engine_per_wall, engine_s / wall_s if engine_s > 0 else 1.0)):
+            old = table.get(model)
+            table[model] = value if old is None else old + self.alpha * (value - old)
+
+    def window_s(self, model: str, max_tokens: int, elapsed_wall_s: float) -> float:
+        """Remaining resolution window of a decision decoding up to ``max_tokens``, in engine
+        seconds: 0 when nothing is known yet; negative once it has closed."""
+        per_token = self._per_token.get(model)
+        if per_token is None:
+            return 0.0
+        remaining = max_tokens * per_token - elapsed_wall_s
+        return remaining * self._engine_per_wall.get(model, 1.0) if remaining > 0 else -1.0
+
+
 class Executor:
     """Names and runs stages: on an engine (llm) or in-process (builtin tools)."""
 
@@ -84,6 +113,7 @@ class Executor:
         self.engines = engines
         self.tools = dict(tools)
         self.features = features
+        self.pace = DecodePace()
 
     # -- names -------------------------------------------------------------------------------
 
@@ -138,8 +168,11 @@ class Executor:
         request = GenerationRequest(request_id=request_id, model=d.model, prompt=d.prompt,
                                     sampling=d.sampling, priority=priority)
         key = f"{d.tenant}/{d.workflow_id}" if d.workflow_id else ""
+        started = time.perf_counter()
         ex: Execution = await self.engines.generate(request, timeout_s, prefix_key=key,
                                                     on_delta=on_delta)
+        self.pace.observe(d.model, time.perf_counter() - started, ex.timings.total_s,
+                          ex.usage.completion_tokens)
         stored = StoredResult(ex.text, ex.finish_reason, ex.usage)
         return StageRun(stored, ReadSet.pure(), ex.timings.total_s, ex.timings, ex.engine_id)
 
@@ -185,4 +218,4 @@ class Executor:
             return False
 
 
-__all__ = ["Executor", "Features", "StageRun", "tool_read_set"]
+__all__ = ["DecodePace", "Executor", "Features", "StageRun", "tool_read_set"]

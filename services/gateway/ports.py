@@ -81,8 +81,9 @@ class AdmissionPort(Protocol):
         """Action 0; False (no speculation) when admission is unreachable."""
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
-                    model: str) -> list[str]:
-        """Action 1; the admitted candidates ([] when admission is unreachable)."""
+                    model: str, window_s: float = 0.0) -> list[str]:
+        """Action 1; the admitted candidates ([] when admission is unreachable). ``window_s``:
+        the decision's remaining resolution window (engine s; 0 unknown, < 0 closed)."""
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True) -> None:

@@ -210,3 +210,26 @@ def test_a_provisional_report_ends_the_trial_and_the_final_one_revises_it() -> N
     assert trial.target > provisional and c.stats["r/router"].usability.success == 1
     assert c.gate.classes["r/router"].n == 1  # revised, not a second sample
     assert not c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01))
+
+
+def test_admission_only_while_the_resolution_window_remains() -> None:
+    t = tracker_at(running=8)  # some canonical load: fills have a price
+    c = controller(t)
+    wide = c.admit("b1", "r/router", proposals()[:1], MODEL, 100.0, window_s=10.0)
+    narrow = controller(tracker_at(running=8)).admit("b2", "r/router", proposals()[:1], MODEL,
+                                                      100.0, window_s=0.05)
+    closed = controller(tracker_at(running=4)).admit("b3", "r/router", proposals()[:1], MODEL,
+                                                     100.0, window_s=-1.0)
+    assert wide.admitted == ("h1",)
+    assert narrow.admitted == ()  # 50 ms of overlap does not pay for the fill's price
+    assert closed.admitted == () and "closed" in closed.reason
+
+
+def test_the_decode_pace_projects_the_remaining_window_in_engine_seconds() -> None:
+    from services.gateway.execution import DecodePace
+
+    pace = DecodePace()
+    assert pace.window_s("m", 100, 0.0) == 0.0  # nothing known yet
+    pace.observe("m", wall_s=0.2, engine_s=10.0, tokens=100)  # a sim at time_scale 0.02
+    assert pace.window_s("m", 256, 0.112) == pytest.approx((256 * 0.002 - 0.112) * 50)
+    assert pace.window_s("m", 256, 1.0) == -1.0  # the decision is past its projected end

@@ -187,7 +187,12 @@ class BranchManager:
             return []
         ranked = self.predictor.rank(coordinate, context)
         with maybe_span(self.tracer, "branch.fill_gate") as span:
-            admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model)
+            window = 0.0  # a user's think time is not known in advance
+            if branch.point.window is not Window.USER and d.sampling is not None:
+                window = self.executor.pace.window_s(d.model, d.sampling.max_tokens,
+                                                     time.monotonic() - branch.opened_at)
+            admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
+                                                  window)
             span.set_attribute("dynbranch.admitted", ",".join(admitted))
         ranks = {c.candidate: c.rank for c in ranked}
         return [(ranks.get(c, len(ranks)), c) for c in admitted if c in ranks]
