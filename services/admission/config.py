@@ -45,6 +45,9 @@ class AdmissionSettings(ServiceSettings):
     load_interval_s: float = Field(0.1, gt=0.0, description="load stream interval (s)")
     max_snapshots: int = Field(0, ge=0, le=1_000_000, description=(
         "priced: Action 1 decisions kept in memory for oracle replay (0: none)"))
+    snapshot_path: str = Field("", description=(
+        "priced: JSON-lines file the kept decisions are appended to at shutdown (replay with "
+        "python -m services.admission.replay FILE); empty: not written"))
 
 
 __all__ = ["AdmissionSettings"]

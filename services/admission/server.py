@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from services.admission import replay as replay_file
 from services.admission.config import AdmissionSettings
 from services.admission.controller import (
     AlwaysPolicy,
@@ -25,6 +29,7 @@ from services.common.cli_args import Flag, service_main
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.server import ServiceRuntime
 
+log = logging.getLogger(__name__)
 SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name
 
 
@@ -67,9 +72,18 @@ async def build_runtime(settings: AdmissionSettings, *,
         watcher.start()
         runtime.on_close(watcher.close)
     policy = runtime.policy = build_policy(settings, tracker)
+    if settings.snapshot_path and isinstance(policy, PricedController):
+        runtime.on_close(_snapshot_writer(policy, settings.snapshot_path))
     servicer = AdmissionServicer(policy, runtime.registry)
     runtime.add_service(admission_pb2_grpc.add_AdmissionServicer_to_server, servicer, SERVICE_NAME)
     return runtime
+
+
+def _snapshot_writer(policy: PricedController, path: str) -> Callable[[], Awaitable[None]]:
+    async def write_snapshots() -> None:
+        written = await asyncio.to_thread(replay_file.write, path, list(policy.snapshots))
+        log.info("wrote %d admission decisions to %s", written, path)
+    return write_snapshots
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,90 @@
+"""Oracle replay of recorded admission decisions (dynbranch Appendix B).
+
+The priced controller keeps its Action 1 decisions (``max_snapshots``); with ``snapshot_path``
+set, the admission service writes them there as JSON lines when it stops. This command scores a
+file against the exact ordered-subset oracle::
+
+    python -m services.admission.replay decisions.jsonl
+
+and prints ``{"snapshots", "positive", "set_match", "utility_share"}`` as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from services.admission.controller import Snapshot, replay
+from services.admission.fill_gate import FillCandidate
+from services.admission.load_view import LoadSnapshot
+from services.admission.pricing import Footprint, LoadPricing, PriceCurves
+from services.common.errors import InvalidArgument
+
+
+def encode(snapshot: Snapshot) -> str:
+    """One decision as a JSON line."""
+    return json.dumps({
+        "candidates": [{"name": c.name, "p": c.p, "gain_ms": c.gain_ms,
+                        "footprint": asdict(c.footprint)} for c in snapshot.candidates
+                       if isinstance(c.footprint, Footprint)],
+        "view": asdict(snapshot.view), "curves": asdict(snapshot.pricing.curves),
+        "kv_pool_blocks": snapshot.pricing.kv_pool_blocks,
+        "admitted": list(snapshot.admitted), "utility_ms": snapshot.utility_ms,
+    }, sort_keys=True)
+
+
+def decode(line: str) -> Snapshot:
+    """Inverse of ``encode``; a clear error naming what is missing."""
+    try:
+        raw: dict[str, Any] = json.loads(line)
+        candidates = tuple(FillCandidate(c["name"], c["p"], c["gain_ms"],
+                                         Footprint(**c["footprint"]))
+                           for c in raw["candidates"])
+        pricing = LoadPricing(PriceCurves(**raw["curves"]), raw["kv_pool_blocks"])
+        return Snapshot(candidates, LoadSnapshot(**raw["view"]), pricing,
+                        tuple(raw["admitted"]), float(raw["utility_ms"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgument("snapshot", f"not a recorded admission decision: {exc}") from None
+
+
+def write(path: str | Path, snapshots: Iterable[Snapshot]) -> int:
+    """Append decisions to a JSON-lines file; returns how many."""
+    count = 0
+    with Path(path).open("a", encoding="utf-8") as out:
+        for snapshot in snapshots:
+            out.write(encode(snapshot) + "\n")
+            count += 1
+    return count
+
+
+def read(path: str | Path) -> Iterator[Snapshot]:
+    """The decisions of a JSON-lines file."""
+    with Path(path).open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield decode(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Score a recorded file against the oracle; one JSON line on stdout."""
+    parser = argparse.ArgumentParser(prog="python -m services.admission.replay",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="JSON-lines file the admission service recorded")
+    args = parser.parse_args(argv)
+    if not Path(args.path).exists():
+        print(f"replay: {args.path} does not exist", file=sys.stderr)
+        return 2
+    print(json.dumps(replay(list(read(args.path))), sort_keys=True))
+    return 0
+
+
+__all__ = ["decode", "encode", "main", "read", "write"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
