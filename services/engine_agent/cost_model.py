@@ -204,6 +204,15 @@ QWEN3_8B = ModelSpec(
     max_model_len=32_768,
 )  # KV: 2 × 36 × 8 × 128 × 2 B = 144 KiB per token.
 
+# huggingface.co/Qwen/Qwen3-0.6B (model card + config.json): 28 layers, hidden 1024, 16 Q heads,
+# 8 KV heads (GQA), head_dim 128, 0.6B params of which 0.44B non-embedding, vocab 151,936, tied
+# word embeddings, 32,768 context. The drafter size the dynbranch paper sweeps (§5.3, Fig. 11b).
+QWEN3_0_6B = ModelSpec(
+    name="Qwen/Qwen3-0.6B", num_layers=28, hidden_size=1024, num_q_heads=16, num_kv_heads=8,
+    head_dim=128, num_params=0.6e9, non_embedding_params=0.44e9, vocab_size=151_936,
+    max_model_len=32_768,
+)  # KV: 2 × 28 × 8 × 128 × 2 B = 112 KiB per token.
+
 # --- GPUs ---------------------------------------------------------------------------------
 # NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s; 989 TFLOPS dense BF16 for the SXM part
 # (1,979 is with 2:4 sparsity). The papers ran the H200 NVL (same 141 GB and 4.8 TB/s, ~835
@@ -246,12 +255,20 @@ _QWEN3_8B_RTX4090 = CostPreset(
     max_running=256, max_batched_tokens=2048,
     description="Qwen3-8B BF16 on one RTX 4090 (the dynbranch paper's commodity setup)",
 )  # ≈ 2.2k blocks (35k tokens, fits one 32k sequence); decode alone ≈ 20 ms (≈ 50 tok/s).
+_QWEN3_0_6B_H200 = CostPreset(
+    name="qwen3-0.6b-h200", model=QWEN3_0_6B, gpu=H200,
+    compute_efficiency=0.5, memory_efficiency=0.8, kv_efficiency=0.3,
+    step_overhead_s=1.5e-3, per_seq_overhead_s=80e-6, reserved_bytes=4 * GiB,
+    max_running=1024, max_batched_tokens=8192,
+    description="Qwen3-0.6B BF16 on one H200 (a draft model for candidate generation)",
+)  # the 32B preset's assumptions, unfitted for this size: a drafter's cost, not a measurement
 _ZERO = dataclasses.replace(
     _QWEN3_32B_H200, name="zero", zero_cost=True,
     description="every step takes 0 s (limits of qwen3-32b-h200): measures our own overhead",
 )
 
-_PRESETS: dict[str, CostPreset] = {p.name: p for p in (_QWEN3_32B_H200, _QWEN3_8B_RTX4090, _ZERO)}
+_PRESETS: dict[str, CostPreset] = {p.name: p for p in (_QWEN3_32B_H200, _QWEN3_8B_RTX4090,
+                                                       _QWEN3_0_6B_H200, _ZERO)}
 
 
 def preset_names() -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -24,6 +24,13 @@ class GatewaySettings(ServiceSettings):
     fill_wait_s: float = Field(1.0, ge=0, le=60,
                                description="longest a demand waits for a matching running fill")
     shadow_ttl_s: float = Field(60.0, gt=0, le=86_400, description="life of unclaimed shadows")
+    predictor: Literal["lexical", "draft"] = Field("lexical", description=(
+        "candidate predictor: lexical (template, offered and observed names, corpus titles) or "
+        "draft (a small model served by an engine agent decodes the names; draft_model)"))
+    draft_model: str = Field("", description="draft predictor: the model an engine serves for it")
+    draft_max_tokens: int = Field(24, ge=1, le=512, description="draft predictor: tokens decoded")
+    draft_deadline_s: float = Field(1.0, gt=0, le=60, description=(
+        "draft predictor: time box; at the deadline the draft yields nothing (still charged)"))
     branch_ttl_s: float = Field(300.0, gt=0, le=86_400, description="life of a branch record")
     templates: list[str] = Field(default_factory=list,
                                  description="extra template YAML files (built-ins always load)")
@@ -46,6 +53,12 @@ class GatewaySettings(ServiceSettings):
     def _engines_given(self) -> GatewaySettings:
         if not self.engines:
             raise ValueError("engines: at least one engine agent target is required")
+        return self
+
+    @model_validator(mode="after")
+    def _draft_model_when_drafting(self) -> GatewaySettings:
+        if self.predictor == "draft" and not self.draft_model:
+            raise ValueError("draft_model: required by predictor: draft")
         return self
 
     @model_validator(mode="after")

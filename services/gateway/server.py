@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission.client import RemoteAdmission, StaticAdmission
 from services.common.cli_args import Flag, service_main
+from services.common.errors import InvalidArgument
 from services.common.pb import gateway_pb2, gateway_pb2_grpc
 from services.common.server import ServiceRuntime
 from services.gateway.adapters.engines import EnginePool
@@ -21,7 +22,8 @@ from services.gateway.execution import Executor, Features
 from services.gateway.http.front import HttpFront
 from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
 from services.gateway.speculation.branches import BranchManager, BranchSettings
-from services.gateway.speculation.predictors import default_predictor
+from services.gateway.speculation.draft import DraftPredictor
+from services.gateway.speculation.predictors import Predictor, default_predictor
 from services.gateway.speculation.titles import TITLE_WEIGHT, CorpusTitles
 from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
@@ -145,7 +147,16 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
             titles = CorpusTitles(corpus)
             titles.refresh()
             extra.append((titles, TITLE_WEIGHT))
-        predictor = default_predictor(k=max(3, settings.top_k), extra=extra)
+        predictor: Predictor | DraftPredictor = default_predictor(k=max(3, settings.top_k),
+                                                                  extra=extra)
+        if settings.predictor == "draft":
+            if settings.draft_model not in engines.models():
+                raise InvalidArgument("draft_model", f"{settings.draft_model!r} is served by no "
+                                      f"engine (served: {sorted(engines.models())})")
+            predictor = DraftPredictor(
+                engines, settings.draft_model, max_tokens=settings.draft_max_tokens,
+                deadline_s=settings.draft_deadline_s, limit=max(3, settings.top_k),
+                resolve=_title_resolver(extra[0][0]) if extra else None)
         branches = BranchManager(executor, library, admission, predictor,
                                  BranchSettings(fill_wait_s=settings.fill_wait_s,
                                                 shadow_ttl_s=settings.shadow_ttl_s,
@@ -162,6 +173,12 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
         stages.on_stale = core.schedule_reconcile
         await core.reconcile_at_start()
     return core
+
+
+def _title_resolver(titles: CorpusTitles):  # noqa: ANN202 - a draft line to corpus titles
+    def resolve(line: str) -> list[str]:
+        return [title for title, _ in titles.scores(line)]
+    return resolve
 
 
 def _closer(fn):  # noqa: ANN001, ANN202 - adapts a sync close to a close hook

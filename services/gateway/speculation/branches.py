@@ -185,7 +185,9 @@ class BranchManager:
         except InvalidArgument as exc:
             log.warning("branch %s not filled: %s", branch.id, exc)
             return []
-        ranked = self.predictor.rank(coordinate, context)
+        arank = getattr(self.predictor, "arank", None)  # a drafted predictor decodes: async
+        ranked = (await arank(coordinate, context) if arank is not None
+                  else self.predictor.rank(coordinate, context))
         with maybe_span(self.tracer, "branch.fill_gate") as span:
             window = 0.0  # a user's think time is not known in advance
             if branch.point.window is not Window.USER and d.sampling is not None:
