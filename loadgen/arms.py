@@ -65,6 +65,10 @@ class MeshConfig:
     admission: str = ""
     #: Admission service settings besides the policy and the engines (``AdmissionSettings``).
     admission_settings: tuple[tuple[str, Any], ...] = ()
+    #: A draft model served by one more engine agent, and the gateway's drafted predictor on it
+    #: ("" keeps the lexical predictors).
+    draft_model: str = ""
+    draft_preset: str = "qwen3-0.6b-h200"
 
 
 @dataclass(slots=True)
@@ -104,11 +108,13 @@ def _gateway_settings(config: MeshConfig, arm: str, engines: list[str], csl: str
     c1, c2 = ARMS[arm]
     corpus = {"corpus_path": str(folder / "corpus"), "corpus_source": corpus_source,
               "data_dir": config.data_dir or ""} if corpus_source else {}
+    draft = {"predictor": "draft", "draft_model": config.draft_model} \
+        if config.draft_model else {}
     return GatewaySettings(engines=engines, csl=csl, c1=c1, c2=c2, top_k=config.top_k,
                            fill_wait_s=min(60.0, config.fill_wait_sim_s * config.time_scale),
                            branch_ttl_s=max(0.5, config.branch_ttl_sim_s * config.time_scale),
                            metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING",
-                           admission=admission, **corpus)
+                           admission=admission, **corpus, **draft)
 
 
 @contextlib.asynccontextmanager
@@ -127,6 +133,14 @@ async def in_process_mesh(config: MeshConfig, arm: str, corpus_source: str = ""
                                              for i in range(config.engines)))
             for engine in engines:
                 await _started(stack, engine)
+            targets = [e.address for e in engines]
+            if config.draft_model:
+                drafter = await build_engine(EngineAgentSettings(
+                    engine_id="draft-0", model=config.draft_model, preset=config.draft_preset,
+                    time_scale=config.time_scale, metrics_port=-1, grace_s=0.2,
+                    log_level="WARNING"))
+                await _started(stack, drafter)
+                targets.append(drafter.address)
             admission = None
             if config.admission:
                 admission = await build_admission(AdmissionSettings(
@@ -135,7 +149,7 @@ async def in_process_mesh(config: MeshConfig, arm: str, corpus_source: str = ""
                     **dict(config.admission_settings)))
                 await _started(stack, admission)
             gateway = await build_gateway(_gateway_settings(
-                config, arm, [e.address for e in engines], csl.address, corpus_source, folder,
+                config, arm, targets, csl.address, corpus_source, folder,
                 admission.address if admission is not None else ""))
             await _started(stack, gateway)
             yield InProcessMesh(gateway, gateway.address, admission)

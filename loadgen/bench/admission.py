@@ -174,13 +174,40 @@ def _issued_between(samples: list[tuple[float, int]], start: float, end: float) 
     return at(end if end < last else last + 1.0) - at(start)
 
 
+async def react_with_draft(quick: bool, config: MeshConfig) -> dict[str, Any]:
+    """ReAct's entity branch with the drafted predictor under priced admission: what drafting
+    costs per request, and how often Action 0 still opens once it has priced that cost."""
+    from loadgen.workloads.schedule import build_schedule
+
+    workload = get_workload("react")
+    schedule = build_schedule(workload, 8 if quick else 24, seed=SEED, arrival="poisson",
+                              rate=0.2, replay=0.0)
+    cfg = replace(config, admission="priced", draft_model="qwen3-0.6b", admission_settings=(
+        ("seed", SEED), ("window_s", 8.0 * config.time_scale)))
+    clock = SimClock(cfg.time_scale)
+    async with in_process_mesh(cfg, "full", workload.corpus_source) as mesh:
+        results = await run_schedule(mesh.address, workload, schedule, clock)
+        branches = mesh.gateway.core.branches
+        predictor = branches.predictor
+        counts = dict(mesh.admission.policy.gate_counts)
+        counters = mesh.counters()
+    ok = [r for r in results if not r.error]
+    decisions = counts["opened"] + counts["refused"]
+    return {"requests": len(ok), "failed": len(results) - len(ok),
+            "drafts": predictor.drafts, "draft_timeouts": predictor.timeouts,
+            "action0_open_share": counts["opened"] / decisions if decisions else float("nan"),
+            "fills_per_request": counters["fills_issued"] / max(len(results), 1),
+            "mean_s": statistics.fmean(r.latency_s for r in ok) if ok else float("nan")}
+
+
 async def _run(quick: bool) -> dict[str, Any]:
     schedule, bounds = load_step_schedule(quick)
     config = MeshConfig(engines=1, time_scale=0.02 if quick else 0.05)
     arms = {}
     for policy in ARMS:
         arms[policy] = await run_arm(policy, schedule, bounds, config)
-    return {"arms": arms, **await grpc_latency(200 if quick else 1000)}
+    react = await react_with_draft(quick, config)
+    return {"arms": arms, "react_draft": react, **await grpc_latency(200 if quick else 1000)}
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -194,6 +221,7 @@ def run(quick: bool) -> dict[str, Any]:
               "oracle_utility_share": replayed.get("utility_share", float("nan")),
               "oracle_snapshots": replayed.get("snapshots", 0.0),
               "phases": {arm: measured["arms"][arm]["phases"] for arm in ARMS},
+              "react_draft": measured["react_draft"],
               "seed": SEED, "simulated": True}
     print(f"admission (SIMULATED engines, seed {SEED}): Action 0 p50 "
           f"{result['action0_p50_us']:.1f} µs p99 {result['action0_p99_us']:.1f} µs; Action 1 "
@@ -204,6 +232,12 @@ def run(quick: bool) -> dict[str, Any]:
         row = "".join(f"{p[phase]['fills_per_request']:>9.2f} fills {p[phase]['mean_s']:>7.2f} s"
                       for p in result["phases"].values())
         print(f"{phase:<8}{row}")
+    rd = result["react_draft"]
+    print(f"ReAct, drafted predictor (qwen3-0.6b sim), priced: {rd['drafts']} drafts "
+          f"({rd['draft_timeouts']} past deadline), Action 0 opened "
+          f"{100 * rd['action0_open_share']:.0f}% of branches, {rd['fills_per_request']:.2f} "
+          f"fills/request, mean {rd['mean_s']:.2f} s over {rd['requests']} requests "
+          f"({rd['failed']} failed)")
     print(f"oracle replay of {int(result['oracle_snapshots'])} priced decisions: set match "
           f"{result['oracle_set_match']:.3f}, utility share {result['oracle_utility_share']:.4f}")
     return result

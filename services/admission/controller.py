@@ -147,6 +147,8 @@ class PricedController:
         #: Branches with a provisional report, waiting for their final one (bounded).
         self.settled: OrderedDict[str, _Branch] = OrderedDict()
         self.snapshots: deque[Snapshot] = deque(maxlen=s.max_snapshots or None)
+        #: Action 0 answers so far: opened (cold trials, priced, audits) and refused.
+        self.gate_counts = {"opened": 0, "refused": 0}
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -209,6 +211,7 @@ class PricedController:
         x = context(v.envelope, v.pressure, st.consumption, max(v.pressure - 1.0, 0.0),
                     min(v.fill_occupancy, 10.0))
         decision = self.gate.decide(cls, branch_id, x)
+        self.gate_counts["opened" if decision.open else "refused"] += 1
         if decision.open:
             self._branch(branch_id, coordinate, cls, model)
         return decision

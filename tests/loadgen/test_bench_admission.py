@@ -24,3 +24,18 @@ def test_decision_latency_reports_both_actions() -> None:
     assert set(figures) == {"action0_p50_us", "action0_p99_us", "action1_p50_us",
                             "action1_p99_us"}
     assert all(v > 0 for v in figures.values())
+
+
+def test_the_quick_benchmark_reports_every_figure_the_issue_names() -> None:
+    from loadgen.bench.admission import run
+
+    result = run(quick=True)
+    for key in ("action0_p50_us", "action1_p50_us", "grpc_decision_p50_ms", "oracle_set_match",
+                "oracle_utility_share"):
+        assert isinstance(result[key], float), key
+    assert set(result["phases"]) == {"priced", "fixed", "always"}
+    for arm in result["phases"].values():
+        assert set(arm) == {"A low", "B high", "C low"}
+        assert all({"fills_per_request", "mean_s"} <= set(p) for p in arm.values())
+        assert sum(p["failed"] for p in arm.values()) == 0
+    assert result["react_draft"]["drafts"] > 0 and result["simulated"]
