@@ -57,12 +57,14 @@ class RemoteAdmission:
             return []
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
-                     fill_cost_s: float, setup_s: float, final: bool = True) -> None:
+                     fill_cost_s: float, setup_s: float, final: bool = True,
+                     consumed: Sequence[str] = ()) -> None:
         """Delayed feedback (header sequence 2: provisional at resolution, 3: final); a lost
         report is logged, never retried by hand."""
         request = admission_pb2.ReportOutcomeRequest(
             header=make_header(branch_id, 3 if final else 2, "gateway"), coordinate=coordinate,
-            selected=selected, saved_s=saved_s, fill_cost_s=fill_cost_s, setup_s=setup_s)
+            selected=selected, saved_s=saved_s, fill_cost_s=fill_cost_s, setup_s=setup_s,
+            consumed_producers=list(consumed))
         try:
             await self.stub.ReportOutcome(request, timeout=self.deadline_s * 4)
         except grpc.aio.AioRpcError as err:
@@ -92,7 +94,8 @@ class StaticAdmission:
         return list(self.policy.admit(list(candidates)).admitted)
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
-                     fill_cost_s: float, setup_s: float, final: bool = True) -> None:
+                     fill_cost_s: float, setup_s: float, final: bool = True,
+                     consumed: Sequence[str] = ()) -> None:
         """Keep the report for inspection."""
         self.reports.append((branch_id, selected, saved_s))
 

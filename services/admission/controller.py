@@ -62,6 +62,8 @@ class Outcome:
     #: False for the provisional report at resolution (the selection is known, savings are not
     #: yet); True for the final one. A branch may get one of each, in that order.
     final: bool = True
+    #: Producer identities of the shadows the branch's demands promoted.
+    consumed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class _Branch:
     model: str
     proposals: list[Proposal] = field(default_factory=list)
     admitted: dict[str, float] = field(default_factory=dict)  # candidate -> cost_ms at admission
+    producers: dict[str, str] = field(default_factory=dict)  # candidate -> producer prefix
     tokens: list[str] = field(default_factory=list)
 
 
@@ -255,6 +258,7 @@ class PricedController:
             b.tokens.append(token)
             cand = next(c for c in candidates if c.name == a.name)
             b.admitted[a.name] = pricing.cost_ms(cand, v)
+            b.producers[a.name] = f"fill/{branch_id}/{a.name}/"  # recorded at admission
         price = self.curves.slot_price(v)
         return Admission(decision.names, price,
                          f"priced: {len(decision.names)} of {len(candidates)} at "
@@ -286,7 +290,10 @@ class PricedController:
             return False
         b = self.settled[outcome.branch_id]
         st = self._stats(b.branch_class)
-        consumed = outcome.selected in b.admitted and outcome.saved_s > 0
+        # Credit requires a consumed entry that names the producer recorded at admission.
+        prefix = b.producers.get(outcome.selected, "")
+        consumed = bool(prefix) and outcome.saved_s > 0 \
+            and any(p.startswith(prefix) for p in outcome.consumed)
         if outcome.final:
             del self.settled[outcome.branch_id]
             if outcome.selected in b.admitted:

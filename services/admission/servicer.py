@@ -77,7 +77,8 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
                                    finite(request.saved_s, "saved_s"),
                                    finite(request.fill_cost_s, "fill_cost_s"),
                                    finite(request.setup_s, "setup_s"),
-                                   final=request.header.sequence != 2))
+                                   final=request.header.sequence != 2,
+                                   consumed=tuple(request.consumed_producers)))
         return admission_pb2.ReportOutcomeResponse(applied=True)
 
 

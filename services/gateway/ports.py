@@ -86,7 +86,8 @@ class AdmissionPort(Protocol):
         the decision's remaining resolution window (engine s; 0 unknown, < 0 closed)."""
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
-                     fill_cost_s: float, setup_s: float, final: bool = True) -> None:
+                     fill_cost_s: float, setup_s: float, final: bool = True,
+                     consumed: Sequence[str] = ()) -> None:
         """Delayed feedback of a branch (best effort): provisional at resolution (the selection
         is known), ``final`` at retirement (what its fills saved in the end)."""
 

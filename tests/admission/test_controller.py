@@ -149,7 +149,8 @@ def test_selection_learns_per_rank_and_usability_only_from_admitted_selected_fil
     c = controller(tracker_at(running=4))
     for i in range(30):  # the rank-1 candidate is always the one selected
         c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
-        c.report(Outcome(f"b{i}", "h2", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
+        c.report(Outcome(f"b{i}", "h2", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0,
+                         consumed=(f"fill/b{i}/h2/0",)))
     st = c.stats["r/router"]
     assert st.selection[1].success == 30 and st.selection[0].failure == 30
     assert c.selection_upper(st, 1, 0.25) > c.selection_upper(st, 0, 0.6)
@@ -206,7 +207,8 @@ def test_a_provisional_report_ends_the_trial_and_the_final_one_revises_it() -> N
     assert c.gate.classes["r/router"].pending == 0 and trial.target is not None
     provisional = trial.target
     assert c.stats["r/router"].usability.success == 0  # not yet known
-    assert c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01))
+    assert c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
+                            consumed=("fill/b1/h1/0", "fill/b1/h1/1")))
     assert trial.target > provisional and c.stats["r/router"].usability.success == 1
     assert c.gate.classes["r/router"].n == 1  # revised, not a second sample
     assert not c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01))
@@ -261,3 +263,16 @@ async def test_the_service_records_decisions_and_the_replay_command_scores_them(
     assert figures["snapshots"] == 5 and 0 <= figures["set_match"] <= 1
     with pytest.raises(Exception, match="snapshot"):
         replay_file.decode('{"candidates": []}')
+
+
+def test_credit_requires_the_consumed_entry_to_name_the_admitted_producer() -> None:
+    c = controller(tracker_at(running=4))
+    c.admit("b1", "r/router", proposals(), MODEL, 100.0)
+    c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
+                     consumed=("fill/b9/h1/0",)))  # another branch's fill: no credit
+    st = c.stats["r/router"]
+    assert st.gain_n == 0 and st.usability.failure == 1
+    c.admit("b2", "r/router", proposals(), MODEL, 100.0)
+    c.report(Outcome("b2", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
+                     consumed=("fill/b2/h1/0",)))
+    assert st.gain_n == 1 and st.usability.success == 1

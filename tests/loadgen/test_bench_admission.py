@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from loadgen.bench.admission import _issued_between, decision_latency, load_step_schedule
 
 
@@ -39,3 +41,28 @@ def test_the_quick_benchmark_reports_every_figure_the_issue_names() -> None:
         assert all({"fills_per_request", "mean_s"} <= set(p) for p in arm.values())
         assert sum(p["failed"] for p in arm.values()) == 0
     assert result["react_draft"]["drafts"] > 0 and result["simulated"]
+
+
+async def test_priced_admission_learns_from_the_gateways_reports_end_to_end() -> None:
+    """Routing through a mesh whose admission service runs the priced controller: the gateway's
+    reports (provisional and final, with the promoted producers) reach it and credit the
+    admitted fills that were consumed."""
+    from loadgen.arms import MeshConfig, in_process_mesh, run_schedule
+    from loadgen.workloads import get_workload
+    from loadgen.workloads.base import SimClock
+    from loadgen.workloads.schedule import build_schedule
+
+    workload = get_workload("routing")
+    schedule = build_schedule(workload, 6, seed=3, arrival="serial", replay=0.0)
+    config = MeshConfig(engines=1, time_scale=0.02, admission="priced",
+                        admission_settings=(("n0", 6), ("audit_rate", 0.0)))
+    async with in_process_mesh(config, "full") as mesh:
+        results = await run_schedule(mesh.address, workload, schedule, SimClock(0.02))
+        await mesh.gateway.core.branches.close()  # retire: the final reports go out
+        await asyncio.sleep(0.2)
+        controller = mesh.admission.policy
+        stats = controller.stats["routing/router"]
+    assert not any(r.error for r in results)
+    assert sum(b.success + b.failure for b in stats.selection.values()) > 0
+    assert stats.usability.success >= 1 and stats.gain_n >= 1  # consumed fills were credited
+    assert not controller.branches and not controller.settled  # every branch settled

@@ -64,20 +64,22 @@ class AdmitFillsResponse(_message.Message):
     def __init__(self, admitted: _Optional[_Iterable[str]] = ..., load_price: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomeRequest(_message.Message):
-    __slots__ = ("header", "coordinate", "selected", "saved_s", "fill_cost_s", "setup_s")
+    __slots__ = ("header", "coordinate", "selected", "saved_s", "fill_cost_s", "setup_s", "consumed_producers")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     COORDINATE_FIELD_NUMBER: _ClassVar[int]
     SELECTED_FIELD_NUMBER: _ClassVar[int]
     SAVED_S_FIELD_NUMBER: _ClassVar[int]
     FILL_COST_S_FIELD_NUMBER: _ClassVar[int]
     SETUP_S_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_PRODUCERS_FIELD_NUMBER: _ClassVar[int]
     header: _common_pb2.RecordHeader
     coordinate: str
     selected: str
     saved_s: float
     fill_cost_s: float
     setup_s: float
-    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., coordinate: _Optional[str] = ..., selected: _Optional[str] = ..., saved_s: _Optional[float] = ..., fill_cost_s: _Optional[float] = ..., setup_s: _Optional[float] = ...) -> None: ...
+    consumed_producers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., coordinate: _Optional[str] = ..., selected: _Optional[str] = ..., saved_s: _Optional[float] = ..., fill_cost_s: _Optional[float] = ..., setup_s: _Optional[float] = ..., consumed_producers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportOutcomeResponse(_message.Message):
     __slots__ = ("applied",)

@@ -115,6 +115,7 @@ class BranchManager:
             span.set_attribute("dynbranch.promoted", served is not None)
         if served is not None:
             step.claimed = True
+            fill.promoted.append(step.producer)
             branch.saved_s += served.cost_s
             self.counters["stages_promoted"] += 1
             if not fill.consumed:
@@ -172,8 +173,9 @@ class BranchManager:
     async def _gates(self, branch: Branch, d: Demand) -> list[tuple[int, str]]:
         coordinate = branch.point.coordinate
         with maybe_span(self.tracer, "branch.generation_gate") as span:
-            is_open = await self.admission.open_branch(
-                branch.id, coordinate, d.workflow_type or branch.template.id, d.model)
+            # the branch class: branches that share a coordinate pool their statistics (§3.4)
+            is_open = await self.admission.open_branch(branch.id, coordinate, coordinate,
+                                                       d.model)
             span.set_attribute("dynbranch.open", is_open)
         if not is_open or branch.resolved:
             return []
@@ -268,8 +270,10 @@ class BranchManager:
             return
         branch.reported = final
         cost = sum(f.cost_s for f in branch.fills.values())
+        consumed = [p for f in branch.fills.values() for p in f.promoted]
         self._spawn(self.admission.report(branch.id, branch.point.coordinate, branch.winner,
-                                          branch.saved_s, cost, branch.setup_s, final),
+                                          branch.saved_s, cost, branch.setup_s, final,
+                                          consumed),
                     f"report:{branch.id}:{'final' if final else 'resolved'}")
 
     # -- tasks --------------------------------------------------------------------------------

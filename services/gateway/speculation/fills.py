@@ -15,7 +15,14 @@ from services.common.reuse_name import ReuseName
 from services.common.tracing import maybe_span
 from services.gateway.execution import Executor
 from services.gateway.ports import LibraryPort
-from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep, span_attrs
+from services.gateway.speculation.state import (
+    Branch,
+    BranchSettings,
+    Fill,
+    FillStep,
+    producer_id,
+    span_attrs,
+)
 from services.gateway.templates import Stage
 from services.gateway.templates.render import RenderedStage, render_candidate_stage
 from services.gateway.values import Demand, StoredResult
@@ -97,9 +104,9 @@ class FillRunner:
             return None
         read_set = ReadSet(run.read_set.reads, run.read_set.complete,
                            (previous,) if previous is not None else ())
-        shadow = Shadow(step.name, branch.id, fill.candidate, fill.rank,
-                        f"fill/{branch.id}/{fill.candidate}/{index}", run.stored.encode(),
-                        read_set, run.cost_s)
+        step.producer = producer_id(branch.id, fill.candidate, index)
+        shadow = Shadow(step.name, branch.id, fill.candidate, fill.rank, step.producer,
+                        run.stored.encode(), read_set, run.cost_s)
         with maybe_span(self.tracer, "shadow.store", attributes=span_attrs(
                 branch, fill, step.name)):
             step.ok = await self.library.put_shadow(shadow, self.settings.shadow_ttl_s)

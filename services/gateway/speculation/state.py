@@ -38,6 +38,8 @@ class FillStep:
     ok: bool = False
     confirmed: bool = False
     claimed: bool = False
+    #: The producer identity of its shadow (``producer_id``), once stored.
+    producer: str = ""
 
 
 @dataclass(slots=True)
@@ -51,6 +53,8 @@ class Fill:
     cost_s: float = 0.0
     #: At least one step was promoted to answer a demand.
     consumed: bool = False
+    #: Producer identities of the promoted steps' shadows (what admission credits).
+    promoted: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -100,6 +104,11 @@ class Branch:
         return found[0] if len(found) == 1 else None
 
 
+def producer_id(branch_id: str, candidate: str, step: int) -> str:
+    """The producer identity of a fill step's shadow: what admission credits when consumed."""
+    return f"fill/{branch_id}/{candidate}/{step}"
+
+
 def span_attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | int]:
     """Trace attributes of one fill step."""
     return {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
@@ -107,4 +116,4 @@ def span_attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | i
             "dynbranch.reuse_name": str(name)}
 
 
-__all__ = ["Branch", "BranchSettings", "Fill", "FillStep", "span_attrs"]
+__all__ = ["Branch", "BranchSettings", "Fill", "FillStep", "producer_id", "span_attrs"]
