@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import grpc
 
@@ -42,13 +42,15 @@ class RemoteAdmission:
             return False
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
-                    model: str, window_s: float = 0.0) -> list[str]:
+                    model: str, window_s: float = 0.0,
+                    exec_s: Mapping[str, float] | None = None) -> list[str]:
         """Action 1; [] when admission is unreachable."""
         request = admission_pb2.AdmitFillsRequest(
             header=make_header(branch_id, 1, "gateway"), coordinate=coordinate, model=model,
             window_s=window_s,
             candidates=[admission_pb2.Candidate(candidate=c.candidate, rank=c.rank,
-                                                probability=min(max(c.probability, 0.0), 1.0))
+                                                probability=min(max(c.probability, 0.0), 1.0),
+                                                **_estimates(c.candidate, exec_s, window_s))
                         for c in candidates])
         try:
             return list((await self.stub.AdmitFills(request, timeout=self.deadline_s)).admitted)
@@ -75,6 +77,17 @@ class RemoteAdmission:
         await self.channel.close()
 
 
+def _estimates(candidate: str, exec_s: Mapping[str, float] | None,
+               window_s: float) -> dict[str, float]:
+    """``est_exec_s`` and ``est_gain_s`` of a candidate: its projected subgraph time, and what of
+    it the resolution window can hide (all of it when the window is unknown)."""
+    seconds = (exec_s or {}).get(candidate, 0.0)
+    if seconds <= 0:
+        return {}
+    gain = min(seconds, window_s) if window_s > 0 else (0.0 if window_s < 0 else seconds)
+    return {"est_exec_s": seconds, "est_gain_s": gain}
+
+
 class StaticAdmission:
     """``AdmissionPort`` in-process: the admission service's fixed policy, without a hop."""
 
@@ -89,7 +102,8 @@ class StaticAdmission:
         return self.policy.open_branch(coordinate)[0]
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
-                    model: str, window_s: float = 0.0) -> list[str]:
+                    model: str, window_s: float = 0.0,
+                    exec_s: Mapping[str, float] | None = None) -> list[str]:
         """Action 1 under the fixed policy (it ignores the window)."""
         return list(self.policy.admit(list(candidates)).admitted)
 

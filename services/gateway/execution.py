@@ -94,6 +94,13 @@ class DecodePace:
             old = table.get(model)
             table[model] = value if old is None else old + self.alpha * (value - old)
 
+    def engine_s_per_token(self, model: str) -> float | None:
+        """Engine seconds one output token takes on ``model`` (None before any generation)."""
+        per_token = self._per_token.get(model)
+        if per_token is None:
+            return None
+        return per_token * self._engine_per_wall.get(model, 1.0)
+
     def window_s(self, model: str, max_tokens: int, elapsed_wall_s: float) -> float:
         """Remaining resolution window of a decision decoding up to ``max_tokens``, in engine
         seconds: 0 when nothing is known yet; negative once it has closed."""

@@ -7,7 +7,7 @@ miss and refuses stores, a lost admission service opens no branch, a lost engine
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -81,9 +81,11 @@ class AdmissionPort(Protocol):
         """Action 0; False (no speculation) when admission is unreachable."""
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
-                    model: str, window_s: float = 0.0) -> list[str]:
+                    model: str, window_s: float = 0.0,
+                    exec_s: Mapping[str, float] | None = None) -> list[str]:
         """Action 1; the admitted candidates ([] when admission is unreachable). ``window_s``:
-        the decision's remaining resolution window (engine s; 0 unknown, < 0 closed)."""
+        the decision's remaining resolution window (engine s; 0 unknown, < 0 closed);
+        ``exec_s``: each candidate's projected subgraph engine seconds (absent: unknown)."""
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True,

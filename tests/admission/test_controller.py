@@ -276,3 +276,21 @@ def test_credit_requires_the_consumed_entry_to_name_the_admitted_producer() -> N
     c.report(Outcome("b2", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
                      consumed=("fill/b2/h1/0",)))
     assert st.gain_n == 1 and st.usability.success == 1
+
+
+def test_the_gateway_client_sends_projected_exec_and_gain_seconds() -> None:
+    from services.admission.client import _estimates
+
+    assert _estimates("h1", {"h1": 4.0}, window_s=2.5) == {"est_exec_s": 4.0, "est_gain_s": 2.5}
+    assert _estimates("h1", {"h1": 4.0}, window_s=0.0) == {"est_exec_s": 4.0, "est_gain_s": 4.0}
+    assert _estimates("h1", {"h1": 4.0}, window_s=-1.0)["est_gain_s"] == 0.0
+    assert _estimates("h2", {"h1": 4.0}, window_s=2.5) == {}  # unknown: nothing sent
+
+
+def test_the_decode_pace_gives_engine_seconds_per_token() -> None:
+    from services.gateway.execution import DecodePace
+
+    pace = DecodePace()
+    assert pace.engine_s_per_token("m") is None
+    pace.observe("m", wall_s=0.2, engine_s=10.0, tokens=100)
+    assert pace.engine_s_per_token("m") == pytest.approx(0.1)

@@ -55,14 +55,18 @@ async def test_priced_admission_learns_from_the_gateways_reports_end_to_end() ->
     workload = get_workload("routing")
     schedule = build_schedule(workload, 6, seed=3, arrival="serial", replay=0.0)
     config = MeshConfig(engines=1, time_scale=0.02, admission="priced",
-                        admission_settings=(("n0", 6), ("audit_rate", 0.0)))
+                        admission_settings=(("n0", 6), ("audit_rate", 0.0),
+                                            ("max_snapshots", 100)))
     async with in_process_mesh(config, "full") as mesh:
         results = await run_schedule(mesh.address, workload, schedule, SimClock(0.02))
         await mesh.gateway.core.branches.close()  # retire: the final reports go out
         await asyncio.sleep(0.2)
         controller = mesh.admission.policy
         stats = controller.stats["routing/router"]
+        gains = {c.gain_ms for snap in controller.snapshots for c in snap.candidates}
     assert not any(r.error for r in results)
     assert sum(b.success + b.failure for b in stats.selection.values()) > 0
     assert stats.usability.success >= 1 and stats.gain_n >= 1  # consumed fills were credited
     assert not controller.branches and not controller.settled  # every branch settled
+    # the gateway's projected subgraph times reached the controller (not only its 2 s prior)
+    assert gains and gains != {controller.settings.default_gain_ms}

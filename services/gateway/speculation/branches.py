@@ -22,6 +22,7 @@ import uuid
 
 from opentelemetry.trace import Tracer
 
+from services.common.candidates import RankedCandidate
 from services.common.errors import InvalidArgument
 from services.common.reads import Served
 from services.common.reuse_name import ReuseName
@@ -31,7 +32,7 @@ from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep, span_attrs
-from services.gateway.templates import DecisionPoint, Stage, Template, Window
+from services.gateway.templates import DecisionPoint, Stage, StageKind, Template, Window
 from services.gateway.values import Demand
 
 log = logging.getLogger(__name__)
@@ -196,10 +197,28 @@ class BranchManager:
                 window = self.executor.pace.window_s(d.model, d.sampling.max_tokens,
                                                      time.monotonic() - branch.opened_at)
             admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
-                                                  window)
+                                                  window, self._exec_estimates(branch, ranked))
             span.set_attribute("dynbranch.admitted", ",".join(admitted))
         ranks = {c.candidate: c.rank for c in ranked}
         return [(ranks.get(c, len(ranks)), c) for c in admitted if c in ranks]
+
+    def _exec_estimates(self, branch: Branch, ranked: list[RankedCandidate]) -> dict[str, float]:
+        """Projected engine seconds of each candidate's subgraph: its llm stages' output tokens
+        at the decode pace learned for their models (absent until a pace is known)."""
+        out: dict[str, float] = {}
+        for c in ranked:
+            total = 0.0
+            for step in branch.point.chain_for(c.candidate):
+                stage = branch.template.stage(step.stage)
+                if stage.kind is StageKind.LLM and stage.sampling is not None:
+                    pace = self.executor.pace.engine_s_per_token(stage.model or branch.model)
+                    if pace is None:
+                        break
+                    total += stage.sampling.max_tokens * pace
+            else:
+                if total > 0:
+                    out[c.candidate] = total
+        return out
 
     # -- settlement ---------------------------------------------------------------------------
 
