@@ -124,7 +124,7 @@ def load_step_schedule(quick: bool) -> tuple[Schedule, list[tuple[str, float, fl
 async def run_arm(policy: str, schedule: Schedule, bounds: list[tuple[str, float, float]],
                   config: MeshConfig) -> dict[str, Any]:
     """One arm: per-phase fills issued per request and mean latency; the priced replay."""
-    from services.admission.controller import replay
+    from services.admission.replay import replay
 
     # The admission service keeps wall-clock time; its window H is the paper's 8 s of engine
     # time, scaled like the simulated engines.

@@ -15,8 +15,8 @@ baseline policies it is compared with.
 
 Selection posteriors update for every predicted candidate of a settled branch; usability only for
 admitted fills of the selected candidate. Every per-branch record is bounded (oldest forgotten).
-Baselines (``FixedPolicy`` in ``policy``, and here ``AlwaysPolicy``, ``ThresholdPolicy``,
-``LoadThresholdPolicy``) answer the same three calls, so a run selects one by name.
+The baselines (``baselines``) answer the same three calls (``Policy``), so a run selects one by
+name; ``replay`` scores recorded decisions against the exact oracle.
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ from typing import Protocol
 
 from scipy.special import betaincinv
 
-from services.admission.fill_gate import FillCandidate, FillDecision, admit, oracle
+from services.admission.fill_gate import FillCandidate, FillDecision, admit
 from services.admission.generation_gate import GateDecision, GenerationGate, context
 from services.admission.load_view import LoadSnapshot, LoadTracker
-from services.admission.policy import FixedPolicy
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves
-from services.common.candidates import RankedCandidate
 from services.common.errors import InvalidArgument
 
 
@@ -308,119 +306,14 @@ class PricedController:
                 st.cost_sum_s += outcome.fill_cost_s / len(b.admitted)
                 st.cost_n += 1
             st.consumption = 0.8 * st.consumption + 0.2 * float(consumed)
+        # The selected fill is waste only once the final report says it was not consumed.
+        selected_unused = outcome.final and not consumed
         wasted = sum(c for name, c in b.admitted.items()
-                     if name != outcome.selected or not (consumed or not outcome.final))
+                     if name != outcome.selected or selected_unused)
         target = (outcome.saved_s * 1000.0 if consumed else 0.0) - outcome.setup_s * 1000.0 \
             - wasted
         self.gate.settle(b.branch_class, outcome.branch_id, target)
         return True
-
-
-def replay(snapshots: Sequence[Snapshot]) -> dict[str, float]:
-    """Appendix B: score recorded decisions against the exact ordered-subset oracle.
-
-    Over the snapshots whose oracle optimum is positive: the share where the implemented rule
-    admitted an oracle-optimal set (``set_match``), and the share of the summed oracle utility the
-    rule's admissions retain (``utility_share``).
-    """
-    positive = matched = 0
-    kept = best = 0.0
-    for snap in snapshots:
-        result = oracle(snap.candidates, snap.view, snap.pricing)
-        if result.utility_ms <= 1e-9:
-            continue
-        positive += 1
-        matched += frozenset(snap.admitted) == result.names \
-            or abs(snap.utility_ms - result.utility_ms) <= 1e-6 * max(1.0, result.utility_ms)
-        kept += snap.utility_ms
-        best += result.utility_ms
-    return {"snapshots": float(len(snapshots)), "positive": float(positive),
-            "set_match": matched / positive if positive else math.nan,
-            "utility_share": kept / best if best else math.nan}
-
-
-class FixedAdapter:
-    """The fixed policy (``policy.FixedPolicy``: open every branch, admit the top K) behind the
-    same three calls as the priced controller."""
-
-    name = "fixed"
-
-    def __init__(self, policy: FixedPolicy) -> None:
-        self.policy = policy
-
-    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
-                    now: float) -> GateDecision:
-        is_open, reason = self.policy.open_branch(coordinate)
-        return GateDecision(is_open, reason)
-
-    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
-        decision = self.policy.admit([RankedCandidate(p.candidate, p.rank, p.probability)
-                                      for p in proposals])
-        return Admission(decision.admitted, 0.0, decision.reason)
-
-    def report(self, outcome: Outcome) -> bool:
-        return True
-
-
-class AlwaysPolicy:
-    """Open every branch and admit every predicted candidate (the always-on baseline)."""
-
-    name = "always"
-
-    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
-                    now: float) -> GateDecision:
-        return GateDecision(True, "always")
-
-    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
-        return Admission(tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)),
-                         0.0, "always: every candidate")
-
-    def report(self, outcome: Outcome) -> bool:
-        return True
-
-
-class ThresholdPolicy(AlwaysPolicy):
-    """A static p* on the fill gate (the paper's fixed-threshold control): admit a candidate
-    whose predicted probability exceeds ``p_star``."""
-
-    name = "threshold"
-
-    def __init__(self, p_star: float = 0.5) -> None:
-        if not 0 <= p_star <= 1:
-            raise InvalidArgument("p_star", "must be in [0, 1]")
-        self.p_star = p_star
-
-    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
-        chosen = tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)
-                       if p.probability > self.p_star)
-        return Admission(chosen, 0.0, f"threshold: p > {self.p_star}")
-
-
-class LoadThresholdPolicy(AlwaysPolicy):
-    """Speculate only while the engines' load is below a set level (SPAgent-style gating):
-    open and admit the top ``top_k`` while ρ_t < ``max_pressure``, nothing otherwise."""
-
-    name = "load_threshold"
-
-    def __init__(self, tracker: LoadTracker, max_pressure: float = 0.7, top_k: int = 2) -> None:
-        self.tracker, self.max_pressure, self.top_k = tracker, max_pressure, top_k
-
-    def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
-                    now: float) -> GateDecision:
-        rho = self.tracker.snapshot(model, now).pressure
-        return GateDecision(rho < self.max_pressure, f"load_threshold: ρ={rho:.2f}")
-
-    def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
-        rho = self.tracker.snapshot(model, now).pressure
-        if rho >= self.max_pressure:
-            return Admission((), rho, f"load_threshold: ρ={rho:.2f} >= {self.max_pressure}")
-        ranked = sorted(proposals, key=lambda p: p.rank)[: self.top_k]
-        return Admission(tuple(p.candidate for p in ranked), rho,
-                         f"load_threshold: top {self.top_k}")
 
 
 class Policy(Protocol):
@@ -451,7 +344,6 @@ def finite(value: float, name: str) -> float:
 
 
 __all__ = [
-    "Admission", "AlwaysPolicy", "ControllerSettings", "FixedAdapter", "LoadThresholdPolicy",
-    "Outcome", "Policy", "PricedController", "Proposal", "Snapshot", "ThresholdPolicy", "finite",
-    "replay",
+    "Admission", "ControllerSettings", "Outcome", "Policy", "PricedController", "Proposal",
+    "Snapshot", "finite",
 ]

@@ -10,16 +10,14 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission import replay as replay_file
-from services.admission.config import AdmissionSettings
-from services.admission.controller import (
+from services.admission.baselines import (
     AlwaysPolicy,
-    ControllerSettings,
     FixedAdapter,
     LoadThresholdPolicy,
-    Policy,
-    PricedController,
     ThresholdPolicy,
 )
+from services.admission.config import AdmissionSettings
+from services.admission.controller import ControllerSettings, Policy, PricedController
 from services.admission.engine_load_client import LoadWatcher
 from services.admission.load_view import LoadTracker
 from services.admission.policy import FixedPolicy

@@ -5,15 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.admission.controller import (
-    AlwaysPolicy,
-    ControllerSettings,
-    LoadThresholdPolicy,
-    Outcome,
-    PricedController,
-    Proposal,
-    ThresholdPolicy,
-)
+from services.admission.baselines import AlwaysPolicy, LoadThresholdPolicy, ThresholdPolicy
+from services.admission.controller import ControllerSettings, Outcome, PricedController, Proposal
 from services.admission.generation_gate import GenerationGate, context
 from services.admission.load_view import EngineLoad, LoadTracker
 
@@ -182,7 +175,7 @@ def test_baselines_answer_the_same_calls() -> None:
 
 
 def test_recorded_decisions_replay_against_the_exact_oracle() -> None:
-    from services.admission.controller import replay
+    from services.admission.replay import replay
 
     c = PricedController(tracker_at(running=20),
                          settings=ControllerSettings(audit_rate=0.0, n0=0, max_snapshots=100))
