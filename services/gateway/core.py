@@ -137,12 +137,19 @@ class GatewayCore:
         assert self.corpus is not None and self.library is not None
         if not self._reconciled:
             await self._reconcile()
-        ids = await asyncio.to_thread(self.corpus.plan_write, upserts, removals)
-        floors = await asyncio.to_thread(self.corpus.versions_of, ids)
+        ids, floors = await asyncio.to_thread(self._plan_with_floors, upserts, removals)
         versions = await self.library.write_records("", ids, floors)
         assigned = dict(zip(ids, versions, strict=True))
         return list(await asyncio.to_thread(self.corpus.write_documents, upserts, removals,
                                             assigned))
+
+    def _plan_with_floors(self, upserts: Sequence[Document], removals: Sequence[str]
+                          ) -> tuple[tuple[str, ...], list[int]]:
+        """The records a write bumps and the corpus's current versions of them (one thread hop;
+        the write lock keeps them together)."""
+        assert self.corpus is not None
+        ids = self.corpus.plan_write(upserts, removals)
+        return ids, self.corpus.versions_of(ids)
 
     async def reconcile(self) -> int:
         """Agree with the library on the corpus's record versions; returns records moved.

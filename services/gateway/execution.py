@@ -99,7 +99,7 @@ class DecodePace:
         per_token = self._per_token.get(model)
         if per_token is None:
             return None
-        return per_token * self._engine_per_wall.get(model, 1.0)
+        return per_token * self._engine_per_wall[model]  # both are learned together
 
     def window_s(self, model: str, max_tokens: int, elapsed_wall_s: float) -> float:
         """Remaining resolution window of a decision decoding up to ``max_tokens``, in engine
@@ -107,8 +107,8 @@ class DecodePace:
         per_token = self._per_token.get(model)
         if per_token is None:
             return 0.0
-        remaining = max_tokens * per_token - elapsed_wall_s
-        return remaining * self._engine_per_wall.get(model, 1.0) if remaining > 0 else -1.0
+        remaining_wall = max_tokens * per_token - elapsed_wall_s
+        return remaining_wall * self._engine_per_wall[model] if remaining_wall > 0 else -1.0
 
 
 class Executor:
@@ -188,14 +188,28 @@ class Executor:
         if tool is None:
             raise NotFound(f"demand.stage_id: tool {stage.tool!r} is not built into the gateway; "
                            f"the harness runs it")
-        start = time.perf_counter()
-        result = await asyncio.to_thread(tool.run, args.encode())
-        elapsed = time.perf_counter() - start
+        result, elapsed, confirmed = await asyncio.to_thread(self._run_and_confirm, tool, args)
         stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0),
                               tuple((r.record_id, r.version) for r in result.reads))
         timings = Timings(0.0, 0.0, 0.0, elapsed)
-        return StageRun(stored, tool_read_set(result), elapsed, timings, "",
-                        await self._confirm(tool, result))
+        return StageRun(stored, tool_read_set(result), elapsed, timings, "", confirmed)
+
+    @staticmethod
+    def _run_and_confirm(tool: Tool, args: str) -> tuple[ToolResult, float, bool]:
+        """Run a tool, timed, then let it confirm its output against its read-set (tools without
+        ``confirm`` are trusted); a broken store is logged and the result never stored. One
+        thread hop for both."""
+        start = time.perf_counter()
+        result = tool.run(args.encode())
+        elapsed = time.perf_counter() - start
+        confirm = getattr(tool, "confirm", None)
+        if confirm is None:
+            return result, elapsed, True
+        try:
+            return result, elapsed, bool(confirm(result))
+        except DynbranchError as exc:
+            log.error("tool %s: result not stored: %s", tool.name, exc)
+            return result, elapsed, False
 
     def reads_current(self, reads: Sequence[tuple[str, int]]) -> bool:
         """Whether every read of a stored result is still at its version in the tool that owns
@@ -210,19 +224,6 @@ class Executor:
                         return False
                     break
         return True
-
-    @staticmethod
-    async def _confirm(tool: Tool, result: ToolResult) -> bool:
-        """Whether the tool confirms its output against its read-set (tools without a
-        ``confirm`` are trusted); a broken store is logged and never stored."""
-        confirm = getattr(tool, "confirm", None)
-        if confirm is None:
-            return True
-        try:
-            return bool(await asyncio.to_thread(confirm, result))
-        except DynbranchError as exc:
-            log.error("tool %s: result not stored: %s", tool.name, exc)
-            return False
 
 
 __all__ = ["DecodePace", "Executor", "Features", "StageRun", "tool_read_set"]

@@ -388,17 +388,12 @@ class Corpus:
         current one; a removed document's record is accepted and ignored. One transaction.
         """
         with self._lock:
-            for record_id, version in versions.items():
-                if not self._current(record_id) < version < 2**64:
-                    raise FailedPrecondition(f"version {version} of {record_id} is not above "
-                                             f"the current {self._current(record_id)}")
-            prefix = f"corpus/{self.name}/"
             docs: dict[str, int] = {}
             terms: dict[str, int] = {}
             stats_version = None
             for record_id, version in versions.items():
-                kind, _, key = record_id[len(prefix):].partition("/")
-                if not record_id.startswith(prefix) or kind not in ("doc", "term", "stats"):
+                kind, key = self._split(record_id)
+                if not record_id.startswith(self._prefix) or kind not in ("doc", "term", "stats"):
                     raise InvalidArgument("versions", f"{record_id!r} is not a record of "
                                           f"corpus {self.name!r}")
                 if kind == "doc":
@@ -408,6 +403,7 @@ class Corpus:
                     terms[key] = version
                 else:
                     stats_version = version
+            self._check_above(versions)
             seq = max([self._seq, *versions.values()])
             try:
                 with self._env.begin(write=True) as txn:
@@ -437,8 +433,17 @@ class Corpus:
         with self._lock:
             return self._current(record_id)
 
+    @property
+    def _prefix(self) -> str:
+        return f"corpus/{self.name}/"
+
+    def _split(self, record_id: str) -> tuple[str, str]:
+        """``(kind, key)`` of a record id of this corpus ("doc", "term" or "stats")."""
+        kind, _, key = record_id[len(self._prefix):].partition("/")
+        return kind, key
+
     def _current(self, record_id: str) -> int:
-        kind, _, key = record_id[len(f"corpus/{self.name}/"):].partition("/")
+        kind, key = self._split(record_id)
         if kind == "doc":
             return self._doc_versions.get(key, 0)
         return self._term_versions.get(key, 0) if kind == "term" else self._stats_version
@@ -450,11 +455,15 @@ class Corpus:
             raise FailedPrecondition("versions must name exactly the records plan_write names "
                                      f"(missing {sorted(set(ids) - set(versions))[:3]}, "
                                      f"unexpected {sorted(set(versions) - set(ids))[:3]})")
+        self._check_above(versions)
+        return dict(versions)
+
+    def _check_above(self, versions: Mapping[str, int]) -> None:
+        """Refuse a version that is not above the record's current one (or not a u64)."""
         for record_id, version in versions.items():
             if not self._current(record_id) < version < 2**64:
                 raise FailedPrecondition(f"version {version} of {record_id} is not above "
                                          f"the current {self._current(record_id)}")
-        return dict(versions)
 
     def _apply(self, plan: _Plan, assigned: Mapping[str, int]) -> None:
         """Commit a planned write to LMDB in one transaction, then to memory."""
