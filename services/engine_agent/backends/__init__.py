@@ -8,6 +8,7 @@ Layout:
   (``settings``);
 * ``remote``: what the HTTP backends share (client, ``/metrics`` poller, KV-event residency,
   the stream-consuming loop); ``openai`` and ``sglang`` speak one request format each over it.
+* ``http``: the HTTP helpers they use (error mapping, server-sent events, token estimate).
 
 What a backend may import: ``services.common.*`` and the engine agent's core modules
 (``backend``, ``block_pool``, ``kv_cache``, ``scheduler``, ``sim_engine``, ``cost_model``,

@@ -27,15 +27,17 @@ from services.engine_agent.backend import (
     TokenDelta,
     finish_reason_named,
 )
+from services.engine_agent.backends.http import (
+    error_message,
+    estimate_tokens,
+    http_error,
+    iter_sse_data,
+)
 from services.engine_agent.backends.remote import (
     LEASES_UNAVAILABLE,
     RemoteBackend,
     RemoteSettings,
     RemoteStream,
-    error_message,
-    estimate_tokens,
-    http_error,
-    iter_sse_data,
 )
 
 

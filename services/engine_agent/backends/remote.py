@@ -25,11 +25,8 @@ import httpx
 
 from services.common.errors import (
     AlreadyExists,
-    DynbranchError,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
-    PayloadTooLarge,
     Unavailable,
     Unimplemented,
 )
@@ -48,6 +45,12 @@ from services.engine_agent.backend import (
     GenerationEvent,
     PrefixLookup,
 )
+from services.engine_agent.backends.http import (
+    error_message,
+    estimate_tokens,
+    http_error,
+    iter_sse_data,
+)
 from services.engine_agent.backends.vllm.settings import validate_sampling
 from services.engine_agent.engine_metrics import FLAVORS, EngineSnapshot, parse_metrics
 from services.engine_agent.kv_events import KVEventSubscriber
@@ -56,7 +59,7 @@ logger = logging.getLogger(__name__)
 
 LEASES_UNAVAILABLE = ("prefix leases are not available on a remote engine; "
                       "delivery falls back to Cache-first")
-_TOO_LONG = ("maximum context length", "too long", "longer than", "exceeds", "context length")
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,27 +105,6 @@ class RemoteStream:
     completion_tokens: int = 0
     first_token_at: float = 0.0
     text: str = ""
-
-
-def http_error(status: int, message: str) -> DynbranchError:
-    """An engine's HTTP error as one of ours."""
-    lowered = message.lower()
-    if status in (400, 413, 422) and any(k in lowered for k in _TOO_LONG):
-        return PayloadTooLarge("prompt", message)
-    if status == 404:
-        return NotFound(message)
-    if status in (400, 422):
-        return InvalidArgument("request", message)
-    if status in (429, 503) or status >= 500:
-        return Unavailable(f"engine answered {status}: {message}")
-    return DynbranchError(f"engine answered {status}: {message}")
-
-
-async def iter_sse_data(response: httpx.Response) -> AsyncGenerator[str, None]:
-    """The ``data:`` payloads of a server-sent-event stream, ``[DONE]`` included."""
-    async for line in response.aiter_lines():
-        if line.startswith("data:"):
-            yield line[5:].strip()
 
 
 class RemoteBackend:
@@ -390,29 +372,9 @@ class RemoteBackend:
         yield  # pragma: no cover
 
 
-def error_message(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:500]
-    err = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("detail") or err)
-    return str(err)[:500]
-
-
-def estimate_tokens(prompt: str) -> int:
-    """A rough token count (4 bytes a token) where the server cannot tokenize for us."""
-    return max(1, len(prompt.encode()) // 4)
-
-
 __all__ = [
     "LEASES_UNAVAILABLE",
     "RemoteBackend",
     "RemoteSettings",
     "RemoteStream",
-    "error_message",
-    "estimate_tokens",
-    "http_error",
-    "iter_sse_data",
 ]

@@ -40,12 +40,8 @@ from services.engine_agent.backend import (
     TokenDelta,
     finish_reason_named,
 )
-from services.engine_agent.backends.remote import (
-    RemoteBackend,
-    RemoteSettings,
-    RemoteStream,
-    estimate_tokens,
-)
+from services.engine_agent.backends.http import estimate_tokens
+from services.engine_agent.backends.remote import RemoteBackend, RemoteSettings, RemoteStream
 
 
 def sampling_params(s: Sampling) -> dict[str, Any]:
