@@ -24,11 +24,8 @@ standalone, from the corpus's own monotone sequence; with the CSL, the caller fi
 ``plan_write`` which records a write bumps, gets their versions from the CSL's ``WriteRecords``,
 and passes them to ``write_documents(versions=...)``, so the two stores agree. A search in
 between sees the old text at old versions, which the CSL already holds stale: a miss, not a
-wrong hit. The gateway passes each record's current corpus version as the write's floor, so a
-CSL that lost its store never hands back a version the corpus already holds; and a CSL whose
-write sequence is below the corpus's versions (empty or restored from an older copy) is
-reconciled with a version-only write of exactly the records above it (``records_above``,
-``adopt_versions``; ``GatewayCore.reconcile``), which invalidates whatever it cached from them.
+wrong hit. The gateway passes each record's current corpus version as the write's floor, and
+reconciles with a CSL that lost writes (``corpus_records``).
 A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint of stages
 that read it, since its version-0 records are not comparable with the old ones.
 
@@ -73,33 +70,17 @@ from services.gateway.tools.corpus_codec import (
     MAX_DOC_ID_BYTES,
     U64,
     Document,
+    Hit,
+    SearchResult,
     check_doc,
     decode_doc,
     encode_doc,
     refuse_duplicate,
     u64,
 )
+from services.gateway.tools.corpus_records import CorpusRecords
 
 SCHEMA = b"dynbranch.corpus/1"
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """A returned document with the version read and its score."""
-
-    doc_id: str
-    title: str
-    text: str
-    version: int
-    score: float
-
-
-@dataclass(frozen=True, slots=True)
-class SearchResult:
-    """Top documents, best first, and the exact read-set of the search."""
-
-    hits: tuple[Hit, ...]
-    reads: tuple[RecordVersion, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +91,7 @@ class _Plan:
     refresh: bool
 
 
-class Corpus:
+class Corpus(CorpusRecords):
     """A named, versioned document corpus with BM25 search and exact read-sets."""
 
     def __init__(self, path: str | Path, name: str, *, create: bool = True,
@@ -199,19 +180,7 @@ class Corpus:
         with self._lock:
             return dict(self._doc_versions)
 
-    # --- records ---------------------------------------------------------------------------
-
-    def doc_record(self, doc_id: str) -> str:
-        """Record id of a document."""
-        return f"corpus/{self.name}/doc/{doc_id}"
-
-    def term_record(self, term: str) -> str:
-        """Record id of a term's posting list."""
-        return f"corpus/{self.name}/term/{term}"
-
-    def stats_record(self) -> str:
-        """Record id of the statistics snapshot."""
-        return f"corpus/{self.name}/stats"
+    # --- documents -------------------------------------------------------------------------
 
     def get(self, doc_id: str) -> tuple[Document, int] | None:
         """A stored document and its version, or None."""
@@ -222,13 +191,8 @@ class Corpus:
     # --- search ----------------------------------------------------------------------------
 
     def search(self, query: str, k: int) -> SearchResult:
-        """The ``k`` best documents for ``query`` and the exact read-set (module docstring).
-
-        Ranking runs on the in-memory index; every text and every version in the result (the
-        returned documents, the query terms' records and the statistics record) is read from
-        one LMDB snapshot, so the read-set names exactly the versions of what was returned. A
-        store that disagrees with the index is refused, never served.
-        """
+        """The ``k`` best documents for ``query`` and the exact read-set: ranked on the index,
+        every text and version read from one LMDB snapshot (module docstring)."""
         if k < 1:
             raise InvalidArgument("k", "must be >= 1")
         terms = sorted(set(tokenize(query)))
@@ -359,95 +323,6 @@ class Corpus:
         ids = [self.doc_record(i) for i in plan.docs] + [self.term_record(t) for t in plan.terms]
         return tuple(sorted(ids + [self.stats_record()] * plan.refresh))
 
-    def versions_of(self, record_ids: Sequence[str]) -> list[int]:
-        """The corpus's current versions of ``record_ids``, in order (``version_of`` each)."""
-        with self._lock:
-            return [self._current(r) for r in record_ids]
-
-    def records_above(self, seq: int) -> tuple[RecordVersion, ...]:
-        """Every record the corpus holds at a version above ``seq``, sorted by id.
-
-        A library whose write sequence is ``seq`` cannot know these versions: it lost or rolled
-        back writes (``GatewayCore.reconcile``).
-        """
-        with self._lock:
-            out = [RecordVersion(self.doc_record(d), v) for d, v in self._doc_versions.items()
-                   if v > seq]
-            out += [RecordVersion(self.term_record(t), v)
-                    for t, v in self._term_versions.items() if v > seq]
-            if self._stats_version > seq:
-                out.append(RecordVersion(self.stats_record(), self._stats_version))
-        return tuple(sorted(out, key=lambda r: r.record_id))
-
-    def adopt_versions(self, versions: Mapping[str, int]) -> None:
-        """Move records to new versions without changing any text (a version-only write).
-
-        Used to reconcile with a library that lost writes: the library bumps the records (above
-        the corpus's versions, invalidating whatever read them), and the corpus adopts those
-        versions, so that searches become storable again. Each version must be above the
-        current one; a removed document's record is accepted and ignored. One transaction.
-        """
-        with self._lock:
-            docs: dict[str, int] = {}
-            terms: dict[str, int] = {}
-            stats_version = None
-            for record_id, version in versions.items():
-                kind, key = self._split(record_id)
-                if not record_id.startswith(self._prefix) or kind not in ("doc", "term", "stats"):
-                    raise InvalidArgument("versions", f"{record_id!r} is not a record of "
-                                          f"corpus {self.name!r}")
-                if kind == "doc":
-                    if key in self._index:
-                        docs[key] = version
-                elif kind == "term":
-                    terms[key] = version
-                else:
-                    stats_version = version
-            self._check_above(versions)
-            seq = max([self._seq, *versions.values()])
-            try:
-                with self._env.begin(write=True) as txn:
-                    for doc_id, version in docs.items():
-                        doc, _ = decode_doc(doc_id.encode(),
-                                            txn.get(doc_id.encode(), db=self._docs))
-                        txn.put(doc_id.encode(), encode_doc(doc, version), db=self._docs)
-                    for term, version in terms.items():
-                        txn.put(term.encode(), U64.pack(version), db=self._terms)
-                    txn.put(b"seq", U64.pack(seq), db=self._meta)
-                    if stats_version is not None:
-                        txn.put(b"stats_version", U64.pack(stats_version), db=self._meta)
-            except BaseException:
-                self._load_state()
-                raise
-            self._doc_versions.update(docs)
-            self._term_versions.update(terms)
-            if stats_version is not None:
-                self._stats_version = stats_version
-            self._seq = seq
-
-    def version_of(self, record_id: str) -> int:
-        """The corpus's current version of one of its records (0: never written).
-
-        A removed document keeps its last version until the corpus is reopened.
-        """
-        with self._lock:
-            return self._current(record_id)
-
-    @property
-    def _prefix(self) -> str:
-        return f"corpus/{self.name}/"
-
-    def _split(self, record_id: str) -> tuple[str, str]:
-        """``(kind, key)`` of a record id of this corpus ("doc", "term" or "stats")."""
-        kind, _, key = record_id[len(self._prefix):].partition("/")
-        return kind, key
-
-    def _current(self, record_id: str) -> int:
-        kind, key = self._split(record_id)
-        if kind == "doc":
-            return self._doc_versions.get(key, 0)
-        return self._term_versions.get(key, 0) if kind == "term" else self._stats_version
-
     def _assign(self, ids: Sequence[str], versions: Mapping[str, int] | None) -> dict[str, int]:
         if versions is None:
             return {r: self._seq + i for i, r in enumerate(ids, start=1)}
@@ -457,13 +332,6 @@ class Corpus:
                                      f"unexpected {sorted(set(versions) - set(ids))[:3]})")
         self._check_above(versions)
         return dict(versions)
-
-    def _check_above(self, versions: Mapping[str, int]) -> None:
-        """Refuse a version that is not above the record's current one (or not a u64)."""
-        for record_id, version in versions.items():
-            if not self._current(record_id) < version < 2**64:
-                raise FailedPrecondition(f"version {version} of {record_id} is not above "
-                                         f"the current {self._current(record_id)}")
 
     def _apply(self, plan: _Plan, assigned: Mapping[str, int]) -> None:
         """Commit a planned write to LMDB in one transaction, then to memory."""

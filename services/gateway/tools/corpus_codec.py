@@ -1,4 +1,5 @@
-"""Corpus documents and their LMDB encoding: the ``Document`` value, its checks, byte layouts."""
+"""Corpus values and their LMDB encoding: ``Document``, its checks and byte layouts, and the
+search results (``Hit``, ``SearchResult``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument
+from services.gateway.tools.base import RecordVersion
 
 MAX_DOC_ID_BYTES = 400  # LMDB keys are at most 511 bytes
 U64 = struct.Struct(">Q")
@@ -20,6 +22,25 @@ class Document:
     doc_id: str
     title: str
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A returned document with the version read and its score."""
+
+    doc_id: str
+    title: str
+    text: str
+    version: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Top documents, best first, and the exact read-set of the search."""
+
+    hits: tuple[Hit, ...]
+    reads: tuple[RecordVersion, ...]
 
 
 def check_doc(doc: Document) -> None:
@@ -57,5 +78,5 @@ def u64(raw: bytes | None) -> int:
     return 0 if raw is None else U64.unpack(raw)[0]
 
 
-__all__ = ["DOC_HEAD", "MAX_DOC_ID_BYTES", "U64", "Document", "check_doc", "decode_doc",
-           "encode_doc", "refuse_duplicate", "u64"]
+__all__ = ["DOC_HEAD", "MAX_DOC_ID_BYTES", "U64", "Document", "Hit", "SearchResult",
+           "check_doc", "decode_doc", "encode_doc", "refuse_duplicate", "u64"]
