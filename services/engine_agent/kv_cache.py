@@ -24,9 +24,13 @@ class KVCacheManager:
 
     def can_allocate(self, seq: Sequence, num_new: int, computed: Seq[KVBlock] = ()) -> bool:
         """Whether ``allocate`` would succeed now."""
+        return self.shortfall(seq, num_new, computed) <= 0
+
+    def shortfall(self, seq: Sequence, num_new: int, computed: Seq[KVBlock] = ()) -> int:
+        """Free blocks ``allocate`` would still lack now (0 or less: it would succeed)."""
         need = self._blocks_needed(seq, num_new, computed)
         evictable = sum(1 for b in computed if b.ref_cnt == 0)
-        return need + evictable <= self.pool.num_free
+        return need + evictable - self.pool.num_free
 
     def allocate(self, seq: Sequence, num_new: int, computed: Seq[KVBlock] = ()) -> bool:
         """Take the hit blocks and enough new blocks for ``num_new`` more tokens; False if short."""

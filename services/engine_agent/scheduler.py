@@ -63,6 +63,7 @@ class Scheduler:
             Priority.CANONICAL: OrderedDict(), Priority.FILL: OrderedDict()}
         self.running: dict[str, Sequence] = {}
         self.num_preemptions = 0
+        self.blocked_blocks = 0  # free blocks the last failed admission lacked (0: none)
 
     @property
     def num_waiting(self) -> int:
@@ -91,6 +92,7 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         """Decide the next step."""
         plan = StepPlan(budget=self.max_batched_tokens)
+        self.blocked_blocks = 0
         for decode in (True, False):
             for seq in list(self.running.values()):
                 if (seq.num_pending == 1) == decode and seq.request_id in self.running:
@@ -133,6 +135,7 @@ class Scheduler:
         hit = len(computed) * self.kv.block_size
         n = min(len(seq.token_ids) - hit, plan.budget)
         if not self.kv.allocate(seq, n, computed):
+            self.blocked_blocks = max(self.kv.shortfall(seq, n, computed), 0)
             return False
         self.kv.pool.record_query(len(seq.token_ids), hit)
         del self.waiting[seq.priority][seq.request_id]

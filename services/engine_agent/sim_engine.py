@@ -14,7 +14,7 @@ import functools
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge, Unavailable
 from services.common.generation import (
@@ -26,11 +26,12 @@ from services.common.generation import (
     Usage,
 )
 from services.engine_agent.backend import Allocated, Finished, PrefixLookup, Queued
-from services.engine_agent.block_pool import BlockPool, KVBlock, hash_full_blocks
+from services.engine_agent.block_pool import BlockPool, hash_full_blocks
 from services.engine_agent.cost_model import CostPreset
 from services.engine_agent.kv_cache import KVCacheManager
 from services.engine_agent.scheduler import Scheduler, StepPlan
 from services.engine_agent.sequence import SeqState, Sequence
+from services.engine_agent.sim_leases import SimLeases
 from services.engine_agent.tokenizer import PseudoText, encode, text_key
 
 log = logging.getLogger(__name__)
@@ -39,24 +40,12 @@ log = logging.getLogger(__name__)
 _MAX_LAG_S = 0.05
 
 
-@dataclass(eq=False, slots=True)
-class PrefixPin:
-    """Extra references on a prompt's resident prefix blocks (for the LADS lease provider)."""
-
-    blocks: list[KVBlock]
-    tokens: int
-    released: bool = False
-    block_ids: tuple[int, ...] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.block_ids = tuple(b.block_id for b in self.blocks)
-
-
 class SimEngine:
     """A continuous-batching engine model with paged KV, prefix caching and a cost model."""
 
     def __init__(self, preset: CostPreset, *, model: str | None = None, time_scale: float = 0.0,
-                 output_len_range: tuple[int, int] = (32, 512), preempt_fills: bool = True) -> None:
+                 output_len_range: tuple[int, int] = (32, 512), preempt_fills: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if time_scale < 0:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
         lo, hi = output_len_range
@@ -73,8 +62,9 @@ class SimEngine:
                                    preempt_fills=preempt_fills)
         self._output_len_range = output_len_range
         self._live: dict[str, Sequence] = {}
-        self._pins: set[PrefixPin] = set()
         self._wake = asyncio.Event()
+        self._mono = clock  # wall clock that paces steps (a replay passes a virtual one)
+        self.leases = SimLeases(self.kv, clock, self._wake.set)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._clock = 0.0  # simulated seconds at the end of the last step
@@ -91,7 +81,7 @@ class SimEngine:
 
     def _ensure_loop(self) -> None:
         if self._task is None:
-            self._anchor = (time.monotonic(), self._clock)
+            self._anchor = (self._mono(), self._clock)
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def close(self) -> None:
@@ -99,9 +89,8 @@ class SimEngine:
         self._closed = True
         for seq in list(self._live.values()):
             self._finish(seq, FinishReason.ABORT)
-        for pin in list(self._pins):
-            log.warning("releasing a prefix pin still held at close (%d blocks)", len(pin.blocks))
-            self.release_prefix(pin)
+        if released := self.leases.release_all():
+            log.warning("released %d leased blocks still held at close", released)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()  # it may be sleeping through a long step
@@ -184,7 +173,7 @@ class SimEngine:
         if self._step is None or self.time_scale == 0:
             return self._clock
         start, dt, wall = self._step
-        return start + min(max((time.monotonic() - wall) / self.time_scale, 0.0), dt)
+        return start + min(max((self._mono() - wall) / self.time_scale, 0.0), dt)
 
     def load(self) -> LoadReport:
         """Current load of the engine."""
@@ -206,29 +195,9 @@ class SimEngine:
         return PrefixLookup(prompt_tokens=len(ids), resident_tokens=len(hits) * size,
                             block_size=size)
 
-    # --- prefix pins (LADS lease provider) -------------------------------------------------
-    def acquire_prefix(self, prompt: str) -> PrefixPin:
-        """Add one reference to each resident leading full block of ``prompt``."""
-        blocks = self.kv.resident_prefix(encode(prompt))
-        self.pool.touch(blocks)
-        pin = PrefixPin(blocks, len(blocks) * self.pool.block_size)
-        self._pins.add(pin)
-        return pin
-
-    def release_prefix(self, pin: PrefixPin) -> bool:
-        """Drop the pin's references (tail first); False if it was already released."""
-        if pin.released:
-            return False
-        pin.released = True
-        self._pins.discard(pin)
-        self.pool.free(reversed(pin.blocks))
-        self._wake.set()  # freed blocks may let waiting work in
-        return True
-
-    @property
-    def pinned_blocks(self) -> int:
-        """Blocks referenced by live pins (counting a block once per pin)."""
-        return sum(len(p.blocks) for p in self._pins)
+    def running_seq(self, request_id: str) -> Sequence | None:
+        """The live sequence of a request, if any."""
+        return self._live.get(request_id)
 
     # --- the step loop -----------------------------------------------------------------------
     async def _run(self) -> None:
@@ -248,14 +217,14 @@ class SimEngine:
                 continue  # a preemption changed the queues: schedule again before idling
             if plan is None or not plan.scheduled:
                 await self._wake.wait()
-                self._anchor = (time.monotonic(), self._clock)
+                self._anchor = (self._mono(), self._clock)
                 continue
             await self._run_step(plan)
 
     async def _run_step(self, plan: StepPlan) -> None:
         dt = self.preset.step_time(plan.work())
         self._emit_allocated(plan)
-        self._step = (self._clock, dt, time.monotonic())
+        self._step = (self._clock, dt, self._mono())
         await self._sleep(dt)
         self._step = None
         self._clock += dt
@@ -267,7 +236,7 @@ class SimEngine:
             await asyncio.sleep(0)  # still let submitters and consumers run between steps
             return
         wall, sim = self._anchor  # pace against an anchor so timer overshoot does not add up
-        now = time.monotonic()
+        now = self._mono()
         delay = wall + (self._clock + dt - sim) * self.time_scale - now
         if delay < -_MAX_LAG_S:  # far behind (a blocked loop): re-anchor instead of racing
             self._anchor = (now, self._clock)
@@ -282,6 +251,7 @@ class SimEngine:
                 seq.cached_prompt_tokens = min(seq.hit_tokens, seq.num_prompt)
                 seq.events.append(Allocated(cached_prompt_tokens=seq.cached_prompt_tokens,
                                             queue_s=self._clock - seq.submit_s))
+                self.leases.on_allocated(seq)
                 seq.notify()
 
     def _apply(self, plan: StepPlan) -> None:
@@ -341,4 +311,4 @@ def _validate_sampling(request: GenerationRequest, max_model_len: int) -> None:
         raise InvalidArgument("priority", f"unknown priority {request.priority!r}")
 
 
-__all__ = ["PrefixPin", "SimEngine"]
+__all__ = ["SimEngine"]

@@ -16,7 +16,7 @@ from services.common.generation import FinishReason, Priority
 from services.engine_agent.backend import TokenDelta
 from services.engine_agent.backends.sim import SimBackend
 from services.engine_agent.cost_model import get_preset
-from services.engine_agent.sim_engine import PrefixPin, SimEngine
+from services.engine_agent.sim_engine import SimEngine
 from tests.engine_agent.sim_factories import (
     assert_idle,
     finish,
@@ -28,7 +28,7 @@ from tests.engine_agent.sim_factories import (
 )
 
 CORE = ["block_pool", "cost_model", "kv_cache", "scheduler", "sequence", "backends/sim",
-        "sim_engine", "tokenizer"]
+        "sim_engine", "sim_leases", "tokenizer"]
 
 
 def test_core_modules_import_no_grpc() -> None:
@@ -146,30 +146,70 @@ async def test_abort_of_a_waiting_request_takes_it_out_of_the_queue() -> None:
 
 # --- prefix pins for leases -----------------------------------------------------------------
 
-async def test_pinned_prefix_survives_pressure_and_refcounts_return_to_zero() -> None:
+async def lease(backend: SimBackend, lease_id: str, prompt: str) -> int:
+    """Lease the resident prefix of ``prompt`` through the ``LeasePort``; blocks leased."""
+    prefix = await backend.resident(backend.tokenize(prompt))
+    ok = await backend.acquire(lease_id, prefix.block_ids, prefix.digest)
+    return prefix.blocks if ok else 0
+
+
+async def test_leased_prefix_survives_pressure_and_refcounts_return_to_zero() -> None:
     backend = make_backend(small_preset(num_kv_blocks=24, max_model_len=384))
     history, control = words(96, "h"), words(96, "k")
     await finish(backend, make_request("h", history))
     await finish(backend, make_request("k", control))
-    pin = backend.acquire_prefix(history)
-    assert pin.tokens == 96 and len(pin.block_ids) == 6
-    assert all(b.ref_cnt == 1 for b in pin.blocks) and backend.engine.pinned_blocks == 6
+    prefix = await backend.resident(backend.tokenize(history))
+    assert prefix.blocks == 5 and prefix.free == frozenset(prefix.block_ids)  # not the last
+    assert not await backend.acquire("bad", prefix.block_ids, "not-the-digest")
+    assert await backend.acquire("l", prefix.block_ids, prefix.digest)
+    assert not await backend.acquire("l", prefix.block_ids, prefix.digest)  # duplicate id
+    assert all(backend.engine.pool.blocks[i].ref_cnt == 1 for i in prefix.block_ids)
+    assert await backend.lease_refs() == {"l": 5}
     for i in range(3):  # pressure: each fills the pool's free blocks
         await finish(backend, make_request(f"x{i}", words(250, f"x{i}"), max_tokens=2))
-    assert (await backend.lookup_prefix(history)).resident_tokens == 80  # not the last token
+    assert (await backend.lookup_prefix(history)).resident_tokens == 80
     assert (await backend.lookup_prefix(control)).resident_tokens == 0
-    assert backend.release_prefix(pin) and not backend.release_prefix(pin)
+    assert await backend.release("l") == 5 and await backend.release("l") == 0
     assert_idle(backend.engine)
     await backend.close()
 
 
-async def test_close_releases_pins_left_behind() -> None:
+async def test_bound_lease_hands_off_at_first_allocation_of_an_owner() -> None:
+    backend = make_backend(small_preset(num_kv_blocks=40, max_model_len=384))
+    history = words(96, "h")
+    await finish(backend, make_request("h", history))
+    assert await lease(backend, "l", history) == 5
+    await backend.bind("l", "cont")
+    await finish(backend, make_request("cont", history + " and then some more words"))
+    [handoff] = await backend.handoffs()
+    assert handoff.lease_id == "l" and handoff.request_id == "cont" and handoff.owned
+    assert await backend.lease_refs() == {}
+    assert backend.engine.leases.added == backend.engine.leases.released == 5
+    assert_idle(backend.engine)
+    await backend.close()
+
+
+async def test_a_continuation_that_does_not_own_the_blocks_keeps_the_lease() -> None:
+    backend = make_backend(small_preset(num_kv_blocks=40, max_model_len=384))
+    history = words(96, "h")
+    await finish(backend, make_request("h", history))
+    assert await lease(backend, "l", history) == 5
+    await backend.bind("l", "other")
+    await finish(backend, make_request("other", words(96, "z")))
+    [handoff] = await backend.handoffs()
+    assert not handoff.owned and await backend.lease_refs() == {"l": 5}
+    assert await backend.release("l") == 5
+    assert_idle(backend.engine)
+    await backend.close()
+
+
+async def test_close_releases_leases_left_behind() -> None:
     backend = make_backend()
     await finish(backend, make_request("h", words(64)))
-    pin = backend.acquire_prefix(words(64))
-    assert backend.load().kv_blocks_used == 4
+    assert await lease(backend, "l", words(64)) == 3
+    assert backend.load().kv_blocks_used == 3
     await backend.close()
-    assert pin.released and backend.engine.pinned_blocks == 0
+    assert await backend.lease_refs() == {}
     assert_idle(backend.engine)
 
 
@@ -219,13 +259,13 @@ OPS = st.lists(st.one_of(
 ), max_size=50)
 
 
-def check_accounting(backend: SimBackend, pins: list[PrefixPin]) -> None:
+def check_accounting(backend: SimBackend, pins: list[str]) -> None:
     engine = backend.engine
     pool = engine.pool
     pool.check()
     assert pool.num_free + pool.num_used == pool.num_blocks
     held = sum(len(s.blocks) for s in engine.scheduler.running.values())
-    held += sum(len(p.blocks) for p in pins)
+    held += sum((backend.engine.leases.refs()).values())
     assert sum(b.ref_cnt for b in pool.blocks) == held
     assert all(not s.blocks for q in engine.scheduler.waiting.values() for s in q.values())
 
@@ -234,7 +274,7 @@ async def _interleave(ops: list[tuple]) -> None:
     backend = make_backend(small_preset(num_kv_blocks=20, max_model_len=320, max_running=3,
                                         max_batched_tokens=64))
     tasks: list[asyncio.Task] = []
-    pins: list[PrefixPin] = []
+    pins: list[str] = []
     for op in ops:
         kind = op[0]
         if kind == "submit":
@@ -251,12 +291,14 @@ async def _interleave(ops: list[tuple]) -> None:
             for _ in range(op[1]):
                 await asyncio.sleep(0)
         elif kind == "pin":
-            pins.append(backend.acquire_prefix(PROMPTS[op[1]]))
+            pin_id = f"p{len(tasks)}-{len(pins)}-{op[1]}"
+            if await lease(backend, pin_id, PROMPTS[op[1]]):
+                pins.append(pin_id)
         elif kind == "unpin" and pins:
-            backend.release_prefix(pins.pop(op[1] % len(pins)))
+            await backend.release(pins.pop(op[1] % len(pins)))
         check_accounting(backend, pins)
     for pin in pins:
-        backend.release_prefix(pin)
+        await backend.release(pin)
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(not isinstance(r, Exception) or isinstance(r, asyncio.CancelledError)
                for r in results)

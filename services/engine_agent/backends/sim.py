@@ -8,26 +8,34 @@ A model of a continuous-batching engine, not an engine: every report that uses i
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from services.common.generation import GenerationRequest, LoadReport
+from services.common.leases import KAPPA_CHUNK_TOKENS
 from services.engine_agent.backend import BackendInfo, GenerationEvent, PrefixLookup
-from services.engine_agent.cost_model import CostPreset, get_preset, load_preset_file
-from services.engine_agent.sim_engine import PrefixPin, SimEngine
+from services.engine_agent.cost_model import CostPreset, StepWork, get_preset, load_preset_file
+from services.engine_agent.lease_port import Handoff, PoolState, ResidentPrefix
+from services.engine_agent.sim_engine import SimEngine
+from services.engine_agent.tokenizer import encode
 
 
 class SimBackend:
-    """``EngineBackend`` over a ``SimEngine``; also exposes prefix pins for leases."""
+    """``EngineBackend`` over a ``SimEngine``; also the ``LeasePort`` of its block pool."""
 
     def __init__(self, preset: str | CostPreset = "qwen3-32b-h200", *, time_scale: float = 0.0,
                  engine_id: str = "sim-0", model: str | None = None,
                  output_len_range: tuple[int, int] = (32, 512),
-                 preempt_fills: bool = True) -> None:
+                 preempt_fills: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self.preset = get_preset(preset) if isinstance(preset, str) else preset
         self.engine_id = engine_id
         self.engine = SimEngine(self.preset, model=model, time_scale=time_scale,
-                                output_len_range=output_len_range, preempt_fills=preempt_fills)
+                                output_len_range=output_len_range, preempt_fills=preempt_fills,
+                                clock=clock)
+        chunk = StepWork()
+        chunk.add(0, KAPPA_CHUNK_TOKENS, False)
+        self._kappa_s = self.preset.step_time(chunk) * time_scale
         self._info = BackendInfo(
             backend="sim", model=self.engine.model, max_model_len=self.engine.max_model_len,
             block_size=self.preset.block_size, kv_blocks_total=self.preset.kv_blocks,
@@ -89,16 +97,50 @@ class SimBackend:
         """Leading tokens of ``prompt`` a submission now would find in the prefix cache."""
         return self.engine.lookup_prefix(prompt)
 
-    def acquire_prefix(self, prompt: str) -> PrefixPin:
-        """Pin the resident prefix of ``prompt`` (one extra reference per block)."""
-        return self.engine.acquire_prefix(prompt)
+    # --- LeasePort ----------------------------------------------------------------------------
+    @property
+    def lease_block_size(self) -> int:
+        """Tokens per KV block."""
+        return self.preset.block_size
 
-    def release_prefix(self, pin: PrefixPin) -> bool:
-        """Release a pin; False if already released."""
-        return self.engine.release_prefix(pin)
+    def tokenize(self, prompt: str) -> list[int]:
+        """Token ids of ``prompt`` exactly as the engine sees them."""
+        return encode(prompt)
+
+    async def resident(self, token_ids: Sequence[int]) -> ResidentPrefix:
+        """The resident reusable prefix of ``token_ids``."""
+        return self.engine.leases.resident(token_ids)
+
+    async def pool_state(self) -> PoolState:
+        """Free blocks, queues, the running limit and κ (one 512-token chunk's step, scaled)."""
+        sched = self.engine.scheduler
+        pool = self.engine.pool
+        return PoolState(pool.num_free, pool.num_blocks, sched.num_waiting, len(sched.running),
+                         sched.max_running, self._kappa_s,
+                         sched.blocked_blocks if sched.num_waiting else 0)
+
+    async def acquire(self, lease_id: str, block_ids: Sequence[int], digest: str) -> bool:
+        """Add one reference to each block iff all still hold the prefix ``digest`` names."""
+        return self.engine.leases.acquire(lease_id, block_ids, digest)
+
+    async def release(self, lease_id: str) -> int:
+        """Drop exactly the lease's references."""
+        return self.engine.leases.release(lease_id)
+
+    async def bind(self, lease_id: str, request_id: str) -> None:
+        """Hand the lease off at ``request_id``'s first allocation if it owns every block."""
+        self.engine.leases.bind(lease_id, request_id, self.engine.running_seq(request_id))
+
+    async def handoffs(self) -> list[Handoff]:
+        """Handoffs since the last call."""
+        return self.engine.leases.drain_handoffs()
+
+    async def lease_refs(self) -> dict[str, int]:
+        """Blocks each live lease references."""
+        return self.engine.leases.refs()
 
     async def close(self) -> None:
-        """Abort everything, release pins, stop the loop; idempotent."""
+        """Abort everything, release every lease, stop the loop; idempotent."""
         await self.engine.close()
 
 

@@ -1,0 +1,516 @@
+"""The engine-side LADS lease provider (``papers/lads.txt`` §3.4–3.7; DESIGN.md §3 engine_agent).
+
+One per engine agent, over its backend's ``LeasePort``. It keeps the pending tool results of
+that engine, and in ``lads`` mode protects their resident history prefixes with bounded leases:
+
+* at readiness it evaluates the budget and tries a lease before the sender sees the descriptor;
+* every ``interval_s`` (100 ms) it drains handoffs, expires leases at g_i + ℓ, revokes the newest
+  leases while free blocks are below the headroom H, re-evaluates B(t), and replenishes: grants
+  in ready-time, identity and version order, each for the whole resident prefix or not at all,
+  only while U(t) + Δ_i ≤ B(t) and H blocks stay free;
+* it publishes a budget record per evaluation and a record per live lease (versioned, stamped
+  with the budget generation, E_i, g_i and d_i) to every listener.
+
+``ttl`` mode is the Continuum baseline (Li et al. 2026, arXiv:2511.02230, §4 "KV cache
+time-to-live"): pin a workflow's resident prefix when its tool call starts, for a TTL equal to a
+per-tool moving average of the tool's duration, only when that estimate is under 2 s; no budget.
+``none`` mode only answers the readiness lookup (the cache hint) and leases nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.leases import (
+    BudgetRecord,
+    InventoryView,
+    LeaseRecord,
+    LeaseState,
+    ResultKey,
+)
+from services.engine_agent.lease_budget import (
+    Budget,
+    Candidate,
+    evaluate,
+    exclusive_blocks,
+    horizon,
+    inventory_etas,
+)
+from services.engine_agent.lease_port import LeasePort, PoolState, ResidentPrefix
+
+log = logging.getLogger(__name__)
+
+LeaseMode = Literal["lads", "ttl", "none"]
+Record = LeaseRecord | BudgetRecord
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """The provider's parameters (LADS §5.1 defaults: ℓ = 8 s, H = 2,048 blocks, 100 ms)."""
+
+    mode: LeaseMode = "lads"
+    lifetime_s: float = 8.0
+    headroom_blocks: int = 2048
+    interval_s: float = 0.1
+    ttl_max_expected_s: float = 2.0
+    ttl_alpha: float = 0.5
+    max_pending_s: float = 600.0  # forget a result nobody delivered or withdrew after this
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("lads", "ttl", "none"):
+            raise InvalidArgument("lease_mode", f"must be lads, ttl or none, got {self.mode!r}")
+        for name in ("lifetime_s", "interval_s", "ttl_max_expected_s", "max_pending_s"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(name, "must be positive")
+        if self.headroom_blocks < 0:
+            raise InvalidArgument("headroom_blocks", "must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    """What the sender learns at readiness: the cache hint and the lease, if one was granted."""
+
+    key: ResultKey
+    resident_blocks: int
+    resident_tokens: int
+    prefix_digest: str
+    lease: LeaseRecord | None
+
+
+@dataclass(slots=True)
+class _Lease:
+    lease_id: str
+    blocks: frozenset[int]
+    order: tuple[int, ...]
+    granted_at: float  # g_i: the first grant; never moves
+    deadline: float
+    state: LeaseState = LeaseState.ACTIVE
+    sequence: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    key: ResultKey
+    ready_at: float
+    seq: int  # arrival order: the version tie-break of "ready-time, identity and version order"
+    token_ids: tuple[int, ...]
+    payload_digest: str
+    prefix: ResidentPrefix
+    cold: bool
+    lease: _Lease | None = None
+    request_id: str | None = None  # bound at complete receipt
+    allocated: bool = False  # the continuation got its first allocation
+
+    @property
+    def held(self) -> bool:
+        return self.lease is not None and self.lease.state is LeaseState.ACTIVE
+
+
+@dataclass(slots=True)
+class LeaseStats:
+    """Counters of one provider (the bench and the invariant tests read them)."""
+
+    grants: int = 0
+    regrants: int = 0
+    expiries: int = 0
+    handoffs: int = 0
+    handoffs_unowned: int = 0
+    revocations: int = 0
+    denials: int = 0
+    added_refs: int = 0
+    released_refs: int = 0
+    protection_block_s: float = 0.0
+    grants_over_target: int = 0  # grants after which U(t) > B(t): must stay 0
+    cpu_s: float = 0.0
+    evaluations: int = 0
+
+
+@dataclass(slots=True)
+class _Tick:
+    at: float = 0.0
+    protected: int = 0
+    denied: list[ResultKey] = field(default_factory=list)
+
+
+class LeaseProvider:
+    """Prefix leases for one engine (module docstring)."""
+
+    def __init__(self, port: LeasePort, *, engine_id: str, tokenize: Callable[[str], list[int]],
+                 settings: LeaseSettings | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.port, self.engine_id, self.settings = port, engine_id, settings or LeaseSettings()
+        self._tokenize, self._clock = tokenize, clock
+        self._pending: dict[ResultKey, _Pending] = {}
+        self._by_lease: dict[str, _Pending] = {}
+        self._view: InventoryView | None = None
+        self._ttl: dict[str, float] = {}  # per-tool moving average of tool seconds
+        self._started: dict[ResultKey, tuple[str, float]] = {}
+        self._listeners: list[Callable[[Record], None]] = []
+        self._lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self._generation = 0
+        self._budget = Budget(0, 0, 0, 0)
+        self._tick = _Tick()
+        self._task: asyncio.Task[None] | None = None
+        self.stats = LeaseStats()
+        self.last_budget: BudgetRecord | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def subscribe(self, listener: Callable[[Record], None]) -> Callable[[], None]:
+        """Call ``listener`` with every record published; returns the unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def start(self) -> None:
+        """Start the periodic evaluation; idempotent."""
+        if self._task is None and self.settings.mode != "none":
+            self._tick.at = self._clock()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="leases")
+
+    async def close(self) -> None:
+        """Stop evaluating and release every lease this provider holds; idempotent."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        async with self._lock:
+            for pending in list(self._pending.values()):
+                await self._end_lease(pending, LeaseState.RELEASED)
+            self._pending.clear()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.interval_s)
+            try:
+                await self.evaluate()
+            except Exception:  # one bad evaluation must not end protection for good
+                log.exception("lease evaluation failed")
+
+    # --- the result lifecycle ----------------------------------------------------------------
+    async def tool_started(self, key: ResultKey, history: str, tool: str) -> bool:
+        """A tool call began (``ttl`` mode pins now when the tool is expected under 2 s)."""
+        self._started[key] = (tool, self._clock())
+        expected = self._ttl.get(tool)
+        if self.settings.mode != "ttl" or expected is None:
+            return False
+        if expected >= self.settings.ttl_max_expected_s or key in self._pending:
+            return False
+        async with self._lock:
+            pending = await self._track(key, history, "")
+            return await self._grant(pending, ttl_s=expected)
+
+    async def ready(self, key: ResultKey, history: str, payload_digest: str) -> Descriptor:
+        """The tool result is ready: evaluate, try a lease, describe the prefix to the sender."""
+        self._learn_tool_time(key)
+        async with self._lock:
+            pending = self._pending.get(key)
+            if pending is not None and pending.payload_digest not in ("", payload_digest):
+                raise FailedPrecondition(f"result {key} is already pending with another payload")
+            if pending is None:
+                pending = await self._track(key, history, payload_digest)
+            pending.payload_digest = payload_digest
+            if self.settings.mode == "lads":
+                await self._evaluate_locked()  # synchronously before a first offer
+            return self._describe(pending)
+
+    async def receipt(self, key: ResultKey, payload_digest: str, prefix_digest: str,
+                      request_id: str) -> bool:
+        """Complete receipt: bind the lease to the continuation's engine request.
+
+        True when a held lease was bound; the continuation runs either way (never lost).
+        """
+        async with self._lock:
+            pending = self._pending.get(key)
+            if pending is None:
+                raise NotFound(f"no pending result {key} on engine {self.engine_id}")
+            if payload_digest != pending.payload_digest:
+                raise FailedPrecondition(f"payload digest of {key} does not match its readiness")
+            pending.request_id = request_id
+            if not pending.held or prefix_digest != pending.prefix.digest:
+                return False
+            assert pending.lease is not None
+            await self.port.bind(pending.lease.lease_id, request_id)
+            return True
+
+    async def allocated(self, key: ResultKey) -> None:
+        """The continuation got its first allocation: the result is no longer pending."""
+        async with self._lock:
+            await self._drain_handoffs()
+            pending = self._pending.get(key)
+            if pending is None:
+                return
+            pending.allocated = True
+            if not pending.held:
+                self._forget(pending)
+
+    async def withdraw(self, key: ResultKey) -> bool:
+        """The result was cancelled (or its workflow died): release its lease, forget it."""
+        async with self._lock:
+            pending = self._pending.get(key)
+            if pending is None:
+                return False
+            await self._end_lease(pending, LeaseState.RELEASED)
+            self._forget(pending)
+            return True
+
+    def sync_inventory(self, view: InventoryView) -> None:
+        """The sender's causal inventory (identity, phase, bytes); newer sequences only."""
+        if view.engine_id != self.engine_id:
+            raise InvalidArgument("engine_id", f"inventory of {view.engine_id!r} sent to "
+                                  f"{self.engine_id!r}")
+        if self._view is None or view.sequence > self._view.sequence:
+            self._view = view
+
+    # --- evaluation --------------------------------------------------------------------------
+    async def evaluate(self) -> BudgetRecord:
+        """One periodic evaluation (handoffs, expiry, revocation, target, replenishment)."""
+        async with self._lock:
+            return await self._evaluate_locked()
+
+    async def _evaluate_locked(self) -> BudgetRecord:
+        cpu0 = time.process_time()
+        now = self._clock()
+        self._integrate(now)
+        await self._drain_handoffs()
+        await self._expire(now)
+        state = await self.port.pool_state()
+        if self.settings.mode == "lads":
+            revoked = self.stats.revocations
+            state = await self._revoke_for_headroom(state)
+            await self._refresh_prefixes()
+            self._budget = self._evaluate_budget(now, state)
+            if self.stats.revocations == revoked and not self._short(state):
+                state = await self._replenish(now, state)  # never grant what was just revoked
+        record = self._publish(now, state)
+        self.stats.cpu_s += time.process_time() - cpu0
+        self.stats.evaluations += 1
+        return record
+
+    def _evaluate_budget(self, now: float, state: PoolState) -> Budget:
+        etas = inventory_etas(self._view, waiting=state.waiting, running=state.running,
+                              max_running=state.max_running, kappa_s=state.kappa_s)
+        candidates = [self._candidate(p, now, etas) for p in self._pending.values()
+                      if p.held or not (p.cold or p.allocated)]
+        return evaluate(candidates, free_blocks=state.free_blocks, protected=self.protected,
+                        headroom=self.settings.headroom_blocks)
+
+    def _candidate(self, p: _Pending, now: float, etas: dict[ResultKey, float]) -> Candidate:
+        g = p.lease.granted_at if p.lease is not None else None
+        blocks = p.lease.blocks if p.held and p.lease is not None else frozenset(
+            p.prefix.block_ids)
+        return Candidate(p.key, blocks, horizon(now, self.settings.lifetime_s, g),
+                         etas.get(p.key, 0.0))
+
+    async def _replenish(self, now: float, state: PoolState) -> PoolState:
+        """FIFO grants under B(t) and the headroom; budget denials are recorded as evidence."""
+        self._tick.denied = []
+        free = state.free_blocks
+        for p in sorted(self._pending.values(), key=lambda p: (p.ready_at, p.key, p.seq)):
+            if p.held or p.cold or p.allocated or not p.prefix.block_ids:
+                continue
+            if p.lease is not None and (p.lease.state.final or p.lease.deadline <= now):
+                continue
+            blocks = frozenset(p.prefix.block_ids)
+            delta = len(blocks - self._protected_blocks())
+            takes = len((blocks & p.prefix.free) - self._protected_blocks())
+            if self.protected + delta > self._budget.target:
+                self._tick.denied.append(p.key)
+                self.stats.denials += 1
+                continue
+            if free - takes < self.settings.headroom_blocks:
+                continue  # a headroom rejection: no denial evidence
+            if await self._grant(p):
+                free -= takes
+                if p.request_id is not None and p.lease is not None:
+                    await self.port.bind(p.lease.lease_id, p.request_id)
+        return PoolState(free, state.total_blocks, state.waiting, state.running,
+                         state.max_running, state.kappa_s)
+
+    async def _grant(self, p: _Pending, ttl_s: float | None = None) -> bool:
+        lease_id = f"{self.engine_id}/{p.key}/{next(self._ids)}"
+        if not p.prefix.block_ids or not await self.port.acquire(
+                lease_id, p.prefix.block_ids, p.prefix.digest):
+            return False
+        now = self._clock()
+        first = p.lease is None
+        granted = now if first else p.lease.granted_at  # type: ignore[union-attr]
+        deadline = now + ttl_s if ttl_s is not None else granted + self.settings.lifetime_s
+        sequence = 0 if first else p.lease.sequence  # type: ignore[union-attr]
+        p.lease = _Lease(lease_id, frozenset(p.prefix.block_ids), p.prefix.block_ids, granted,
+                         deadline, sequence=sequence)
+        self._by_lease[lease_id] = p
+        self.stats.grants += first
+        self.stats.regrants += not first
+        self.stats.added_refs += len(p.prefix.block_ids)
+        if self.settings.mode == "lads" and self.protected > self._budget.target:
+            self.stats.grants_over_target += 1
+        self._emit_lease(p, now)
+        return True
+
+    async def _drain_handoffs(self) -> None:
+        for handoff in await self.port.handoffs():
+            p = self._by_lease.get(handoff.lease_id)
+            if p is None or p.lease is None:
+                continue
+            if not handoff.owned:
+                self.stats.handoffs_unowned += 1
+                continue
+            self.stats.handoffs += 1
+            self.stats.released_refs += len(p.lease.blocks)
+            self._retire(p, LeaseState.HANDED_OFF)
+            self._forget(p)
+
+    async def _expire(self, now: float) -> None:
+        """End leases at g_i + ℓ (or the TTL); forget results that are over or abandoned."""
+        for p in list(self._pending.values()):
+            if p.lease is not None and not p.lease.state.final and p.lease.deadline <= now:
+                if p.held:
+                    self.stats.released_refs += await self.port.release(p.lease.lease_id)
+                self._retire(p, LeaseState.EXPIRED)
+                self.stats.expiries += 1
+            over = p.allocated and not p.held
+            if over or now - p.ready_at > self.settings.max_pending_s:
+                await self._end_lease(p, LeaseState.RELEASED)
+                self._forget(p)
+
+    async def _revoke_for_headroom(self, state: PoolState) -> PoolState:
+        """Revoke the newest leases while work waits on memory (only the leases' own refs).
+
+        Work waits on memory when the engine's last admission lacked blocks, or when fewer than
+        H blocks are free while requests wait.
+        """
+        live = sorted((p for p in self._pending.values() if p.held),
+                      key=lambda p: p.lease.granted_at, reverse=True)  # type: ignore[union-attr]
+        for p in live:
+            if not self._short(state):
+                break
+            await self._end_lease(p, LeaseState.REVOKED)
+            self.stats.revocations += 1
+            state = await self.port.pool_state()
+            if state.blocked_blocks and self._freed_enough(state):
+                break
+        return state
+
+    def _short(self, state: PoolState) -> bool:
+        return state.blocked_blocks > 0 or (
+            state.waiting > 0 and state.free_blocks < self.settings.headroom_blocks)
+
+    @staticmethod
+    def _freed_enough(state: PoolState) -> bool:
+        return state.free_blocks >= state.blocked_blocks
+
+    async def _refresh_prefixes(self) -> None:
+        for p in self._pending.values():
+            if not (p.held or p.cold or p.allocated):
+                p.prefix = await self.port.resident(p.token_ids)
+
+    # --- helpers -----------------------------------------------------------------------------
+    @property
+    def protected(self) -> int:
+        """U(t): distinct blocks referenced by live leases."""
+        return len(self._protected_blocks())
+
+    def _protected_blocks(self) -> frozenset[int]:
+        held = [p.lease.blocks for p in self._pending.values() if p.held and p.lease]
+        return frozenset().union(*held) if held else frozenset()
+
+    async def _track(self, key: ResultKey, history: str, payload_digest: str) -> _Pending:
+        if not history:
+            raise InvalidArgument("history", "must not be empty")
+        ids = tuple(self._tokenize(history))
+        prefix = await self.port.resident(ids)
+        pending = _Pending(key, self._clock(), next(self._ids), ids, payload_digest, prefix,
+                           cold=not prefix.block_ids)
+        self._pending[key] = pending
+        return pending
+
+    def _describe(self, p: _Pending) -> Descriptor:
+        lease = self._lease_record(p, self._clock()) if p.held else None
+        size = self.port.lease_block_size
+        return Descriptor(p.key, p.prefix.blocks, p.prefix.blocks * size, p.prefix.digest, lease)
+
+    async def _end_lease(self, p: _Pending, state: LeaseState) -> None:
+        if p.held and p.lease is not None:
+            self.stats.released_refs += await self.port.release(p.lease.lease_id)
+            self._retire(p, state)
+
+    def _retire(self, p: _Pending, state: LeaseState) -> None:
+        assert p.lease is not None
+        p.lease.state = state
+        self._emit_lease(p, self._clock())
+
+    def _forget(self, p: _Pending) -> None:
+        self._pending.pop(p.key, None)
+        self._started.pop(p.key, None)
+        if p.lease is not None:
+            self._by_lease.pop(p.lease.lease_id, None)
+
+    def _learn_tool_time(self, key: ResultKey) -> None:
+        started = self._started.get(key)
+        if started is None:
+            return
+        tool, at = started
+        seconds, alpha = self._clock() - at, self.settings.ttl_alpha
+        old = self._ttl.get(tool)
+        self._ttl[tool] = seconds if old is None else alpha * seconds + (1 - alpha) * old
+
+    def _integrate(self, now: float) -> None:
+        tick = self._tick
+        self.stats.protection_block_s += tick.protected * max(0.0, now - tick.at)
+        tick.at = now
+        tick.protected = self.protected
+
+    def _publish(self, now: float, state: PoolState) -> BudgetRecord:
+        self._generation += 1
+        self._tick.protected = self.protected
+        b = self._budget
+        record = BudgetRecord(
+            self.engine_id, self._generation, now, b.target, self.protected,
+            max(b.target, self.protected), state.free_blocks, self.settings.headroom_blocks,
+            b.demand, tuple(self._tick.denied), state.waiting, state.running, state.max_running,
+            state.kappa_s)
+        self.last_budget = record
+        self._emit(record)
+        for p in self._pending.values():
+            if p.held:
+                self._emit_lease(p, now)
+        return record
+
+    def _emit_lease(self, p: _Pending, now: float) -> None:
+        self._integrate(now)
+        self._emit(self._lease_record(p, now))
+
+    def _lease_record(self, p: _Pending, now: float) -> LeaseRecord:
+        lease = p.lease
+        assert lease is not None
+        lease.sequence += 1
+        leases = {q.lease.lease_id: q.lease.blocks for q in self._pending.values()
+                  if q.held and q.lease is not None}
+        exclusive = exclusive_blocks(leases).get(lease.lease_id, 0)
+        return LeaseRecord(self.engine_id, p.key, lease.sequence, now, p.prefix.digest,
+                           p.payload_digest, self._generation, lease.state, len(lease.blocks),
+                           exclusive, lease.granted_at, lease.deadline)
+
+    def _emit(self, record: Record) -> None:
+        for listener in list(self._listeners):
+            with contextlib.suppress(Exception):
+                listener(record)
+
+    def pending_keys(self) -> Sequence[ResultKey]:
+        """Keys of the results this provider still tracks (diagnostics and tests)."""
+        return list(self._pending)
+
+    async def live_refs(self) -> dict[str, int]:
+        """Blocks each live lease references, from the engine itself."""
+        return await self.port.lease_refs()
+
+
+__all__ = ["Descriptor", "LeaseMode", "LeaseProvider", "LeaseSettings", "LeaseStats"]

@@ -1,0 +1,336 @@
+"""The LADS lease provider over the sim backend's block pool (LADS §3.4–3.7, DESIGN.md §5.5)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.leases import (
+    BudgetRecord,
+    InventoryEntry,
+    InventoryView,
+    LeaseRecord,
+    LeaseState,
+    ResultKey,
+    digest,
+)
+from services.engine_agent.backends.sim import SimBackend
+from services.engine_agent.lease_provider import LeaseProvider, LeaseSettings
+from tests.engine_agent.sim_factories import (
+    assert_idle,
+    finish,
+    make_backend,
+    make_request,
+    small_preset,
+    words,
+)
+
+
+class Clock:
+    """A manual clock for the provider (the sim engine runs at time scale 0)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def build(blocks: int = 64, headroom: int = 4, lifetime: float = 8.0, mode: str = "lads",
+          max_running: int = 4) -> tuple[SimBackend, LeaseProvider, Clock, list]:
+    backend = make_backend(small_preset(num_kv_blocks=blocks, max_model_len=min(1024, blocks * 16),
+                                        max_running=max_running))
+    clock = Clock()
+    provider = LeaseProvider(backend, engine_id="e0", tokenize=backend.tokenize, clock=clock,
+                             settings=LeaseSettings(mode=mode,  # type: ignore[arg-type]
+                                                    lifetime_s=lifetime,
+                                                    headroom_blocks=headroom))
+    records: list = []
+    provider.subscribe(records.append)
+    return backend, provider, clock, records
+
+
+async def warm(backend: SimBackend, name: str, tokens: int) -> str:
+    """Run a history once so its blocks are resident (and free); returns its text."""
+    history = words(tokens, name)
+    await finish(backend, make_request(f"warm-{name}", history, max_tokens=1))
+    return history
+
+
+def key(i: int) -> ResultKey:
+    return ResultKey(f"wf{i}", 1)
+
+
+def view(*entries: tuple[ResultKey, int], rate: float = 4000.0, seq: int = 1) -> InventoryView:
+    return InventoryView("e0", seq, 0.0, tuple(InventoryEntry(k, 0.0, p, False)
+                                             for k, p in entries), 0, rate, 1028)
+
+
+async def test_a_ready_result_gets_a_whole_prefix_lease_and_a_versioned_record() -> None:
+    backend, provider, clock, records = build()
+    history = await warm(backend, "a", 96)
+    descriptor = await provider.ready(key(1), history, digest(b"obs"))
+    assert descriptor.resident_blocks == 5 and descriptor.lease is not None
+    lease = descriptor.lease
+    assert lease.state is LeaseState.ACTIVE and lease.blocks == 5 and lease.exclusive == 5
+    assert lease.granted_at == clock.t and lease.deadline == clock.t + 8.0
+    assert lease.payload_digest == digest(b"obs") and lease.prefix_digest == descriptor.prefix_digest
+    budget = [r for r in records if isinstance(r, BudgetRecord)][-1]
+    assert budget.target >= 5 and budget.protected == 5 and budget.generation >= 1
+    assert await backend.lease_refs() != {}
+    await provider.close()
+    assert await backend.lease_refs() == {}
+    assert provider.stats.added_refs == provider.stats.released_refs == 5
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_a_cold_history_gets_no_lease() -> None:
+    backend, provider, _, _ = build()
+    descriptor = await provider.ready(key(1), words(96, "cold"), digest(b"x"))
+    assert descriptor.resident_blocks == 0 and descriptor.lease is None
+    await provider.close()
+    await backend.close()
+
+
+async def test_the_target_follows_near_use_demand_and_denies_what_does_not_fit() -> None:
+    # 40 blocks, headroom 21: C_safe = F + U − H = 19 leaves room for one 10-block prefix only.
+    backend, provider, _, records = build(blocks=40, headroom=21)
+    a = await warm(backend, "a", 161)  # 10 reusable blocks
+    b = await warm(backend, "b", 161)
+    first = await provider.ready(key(1), a, digest(b"1"))
+    second = await provider.ready(key(2), b, digest(b"2"))
+    assert first.lease is not None
+    assert second.lease is None  # U + Δ > B, or the headroom: never a partial prefix
+    assert provider.stats.grants_over_target == 0
+    assert provider.protected == 10
+    await provider.close()
+    await backend.close()
+
+
+async def test_leases_are_granted_in_ready_order_and_denials_are_published() -> None:
+    backend, provider, _, records = build(blocks=64, headroom=0)
+    histories = [await warm(backend, f"h{i}", 97) for i in range(3)]
+    # Only the first two are expected near use: the third waits behind a slow link.
+    provider.sync_inventory(view((key(0), 100), (key(1), 100), (key(2), 400_000), rate=4000))
+    for i, h in enumerate(histories):
+        await provider.ready(key(i), h, digest(str(i)))
+    leased = {r.key for r in records if isinstance(r, LeaseRecord)}
+    assert leased == {key(0), key(1)}
+    budget = provider.last_budget
+    assert budget is not None and key(2) in budget.denied and budget.target == 12
+    await provider.close()
+    await backend.close()
+
+
+async def test_a_lease_never_outlives_its_first_grant_plus_the_lifetime() -> None:
+    backend, provider, clock, records = build(lifetime=2.0)
+    history = await warm(backend, "a", 96)
+    await provider.ready(key(1), history, digest(b"x"))
+    clock.t += 1.0
+    await provider.evaluate()
+    assert provider.protected == 5
+    clock.t += 1.0
+    await provider.evaluate()
+    assert provider.protected == 0 and provider.stats.expiries == 1
+    clock.t += 0.5
+    await provider.evaluate()  # no regrant after the lifetime, whatever the budget
+    assert provider.protected == 0 and provider.stats.grants == 1
+    assert [r.state for r in records if isinstance(r, LeaseRecord)][-1] is LeaseState.EXPIRED
+    await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_handoff_returns_quota_that_replenishment_gives_the_next_waiting_history() -> None:
+    # Room for one 5-block lease at a time: C_safe = F + U − H with H chosen so.
+    backend, provider, clock, records = build(blocks=64, headroom=0)
+    a, b = await warm(backend, "a", 96), await warm(backend, "b", 96)
+    await provider.ready(key(1), a, digest(b"1"))
+    provider.sync_inventory(view((key(2), 100)))
+    filler = backend.engine.pool.num_free - 5  # leave just enough free for one more lease
+    del filler
+    d2 = await provider.ready(key(2), b, digest(b"2"))
+    assert d2.lease is not None  # both fit here; now check the handoff path itself
+    d1_bound = await provider.receipt(key(1), digest(b"1"), (await backend.resident(
+        backend.tokenize(a))).digest, "cont-1")
+    assert d1_bound
+    await finish(backend, make_request("cont-1", a + " observation text here", max_tokens=2))
+    await provider.allocated(key(1))
+    assert provider.stats.handoffs == 1
+    states = {r.key: r.state for r in records if isinstance(r, LeaseRecord)}
+    assert states[key(1)] is LeaseState.HANDED_OFF and states[key(2)] is LeaseState.ACTIVE
+    await provider.close()
+    assert provider.stats.added_refs == provider.stats.released_refs
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_quota_turnover_lets_a_denied_history_in_after_a_handoff() -> None:
+    backend, provider, clock, records = build(blocks=40, headroom=21)
+    a, b = await warm(backend, "a", 161), await warm(backend, "b", 161)
+    assert (await provider.ready(key(1), a, digest(b"1"))).lease is not None
+    assert (await provider.ready(key(2), b, digest(b"2"))).lease is None
+    prefix = await backend.resident(backend.tokenize(a))
+    assert await provider.receipt(key(1), digest(b"1"), prefix.digest, "c1")
+    await finish(backend, make_request("c1", a + " more", max_tokens=1))
+    await provider.allocated(key(1))
+    clock.t += 0.1
+    await provider.evaluate()  # replenishment from the returned quota
+    assert provider.stats.handoffs == 1 and provider.stats.grants == 2
+    leased = [r.key for r in records if isinstance(r, LeaseRecord)
+              and r.state is LeaseState.ACTIVE]
+    assert key(2) in leased
+    await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_receipt_checks_the_payload_digest_and_withdraw_releases() -> None:
+    backend, provider, _, _ = build()
+    history = await warm(backend, "a", 96)
+    await provider.ready(key(1), history, digest(b"x"))
+    with pytest.raises(FailedPrecondition):
+        await provider.receipt(key(1), digest(b"other"), "", "c")
+    with pytest.raises(FailedPrecondition):
+        await provider.ready(key(1), history, digest(b"other"))
+    assert await provider.withdraw(key(1)) and not await provider.withdraw(key(1))
+    assert await backend.lease_refs() == {}
+    await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_revocation_for_headroom_keeps_native_references() -> None:
+    backend, provider, clock, _ = build(blocks=24, headroom=0, max_running=2)
+    history = await warm(backend, "a", 96)
+    await provider.ready(key(1), history, digest(b"x"))
+    prefix = await backend.resident(backend.tokenize(history))
+    # A running request shares the leased blocks: revoking must leave its references alone.
+    gen = backend.generate(make_request("native", history + " go", max_tokens=200,
+                                        ignore_eos=True))
+    await anext(gen)
+    await anext(gen)
+    refs_before = [backend.engine.pool.blocks[i].ref_cnt for i in prefix.block_ids]
+    object.__setattr__(provider.settings, "headroom_blocks", 10_000)  # force pressure
+    backend.engine.submit(make_request("waiter", words(300, "w"), max_tokens=1))
+    await provider.evaluate()
+    assert provider.stats.revocations == 1
+    refs_after = [backend.engine.pool.blocks[i].ref_cnt for i in prefix.block_ids]
+    assert refs_after == [r - 1 for r in refs_before] and all(r >= 1 for r in refs_after)
+    await gen.aclose()
+    await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_ttl_mode_pins_at_tool_start_only_for_short_tools() -> None:
+    backend, provider, clock, _ = build(mode="ttl")
+    history = await warm(backend, "a", 96)
+    assert not await provider.tool_started(key(1), history, "search")  # no estimate yet
+    clock.t += 0.5
+    await provider.ready(key(1), history, digest(b"1"))
+    assert provider.protected == 0
+    assert await provider.tool_started(key(2), history, "search")  # 0.5 s expected < 2 s
+    assert provider.protected == 5
+    clock.t += 0.6
+    await provider.evaluate()
+    assert provider.protected == 0 and provider.stats.expiries == 1
+    assert not await provider.tool_started(ResultKey("slow", 1), history, "crawl") or True
+    await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_settings_are_validated() -> None:
+    with pytest.raises(InvalidArgument, match="lifetime_s"):
+        LeaseSettings(lifetime_s=0)
+    with pytest.raises(InvalidArgument, match="lease_mode"):
+        LeaseSettings(mode="pin")  # type: ignore[arg-type]
+
+
+async def test_a_pin_storm_never_starves_canonical_work_and_every_lease_is_reclaimed() -> None:
+    # Many more pending results than the pool can protect; long tools; clients never return.
+    backend, provider, clock, _ = build(blocks=48, headroom=8, lifetime=3.0, max_running=2)
+    histories = [await warm(backend, f"s{i}", 64) for i in range(12)]
+    for i, h in enumerate(histories):
+        await provider.ready(key(i), h, digest(str(i)))
+    assert provider.stats.grants_over_target == 0 and provider.protected > 24
+
+    async def tick() -> None:  # the provider's 100 ms loop, on the manual clock
+        while True:
+            await asyncio.sleep(0.01)
+            clock.t += 0.01
+            await provider.evaluate()
+
+    ticker = asyncio.create_task(tick())
+    done = await asyncio.wait_for(finish(backend, make_request("canon", words(400, "c"),
+                                                               max_tokens=4)), 10)
+    ticker.cancel()
+    assert done.usage.completion_tokens == 4
+    assert provider.stats.revocations > 0 and clock.t < 1003.0  # revoked, not waited out
+    for _ in range(40):
+        clock.t += 0.1
+        await provider.evaluate()
+    assert await backend.lease_refs() == {}
+    assert provider.stats.added_refs == provider.stats.released_refs
+    await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("ready"), st.integers(0, 5)),
+    st.tuples(st.just("receipt"), st.integers(0, 5)),
+    st.tuples(st.just("withdraw"), st.integers(0, 5)),
+    st.tuples(st.just("tick"), st.floats(0.0, 3.0)),
+    st.tuples(st.just("native"), st.integers(0, 5)),
+), max_size=30)
+
+
+async def _interleave(ops: list[tuple]) -> None:
+    backend, provider, clock, records = build(blocks=40, headroom=6, lifetime=2.5)
+    histories = [await warm(backend, f"p{i}", 48 + 16 * (i % 3)) for i in range(6)]
+    tasks: list[asyncio.Task] = []
+    for op, arg in ops:
+        if op == "ready":
+            await provider.ready(key(arg), histories[arg], digest(str(arg)))
+        elif op == "receipt" and key(arg) in provider.pending_keys():
+            prefix = await backend.resident(backend.tokenize(histories[arg]))
+            rid = f"c{arg}-{len(tasks)}"
+            await provider.receipt(key(arg), digest(str(arg)), prefix.digest, rid)
+            request = make_request(rid, histories[arg] + " obs", max_tokens=2)
+            tasks.append(asyncio.create_task(finish(backend, request)))
+        elif op == "withdraw":
+            await provider.withdraw(key(arg))
+        elif op == "tick":
+            clock.t += arg
+            await provider.evaluate()
+        elif op == "native":
+            request = make_request(f"n{len(tasks)}", words(200, f"n{arg}"), max_tokens=2)
+            tasks.append(asyncio.create_task(finish(backend, request)))
+        await asyncio.sleep(0)
+        # Invariants: no grant above B(t); a held lease never past g_i + ℓ after evaluation.
+        assert provider.stats.grants_over_target == 0
+        live = [r for r in records if isinstance(r, LeaseRecord)]
+        for r in live:
+            assert r.deadline <= r.granted_at + 2.5 + 1e-9
+        backend.engine.pool.check()
+    await asyncio.gather(*tasks)
+    clock.t += 10
+    await provider.evaluate()
+    assert await backend.lease_refs() == {}
+    await provider.close()
+    assert provider.stats.added_refs == provider.stats.released_refs
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_random_interleavings_release_every_reference(ops: list[tuple]) -> None:
+    asyncio.run(_interleave(ops))
