@@ -36,11 +36,12 @@ def test_every_message_field_and_rpc_has_a_comment() -> None:
 
 
 def test_cross_service_records_carry_a_header() -> None:
-    from services.common.pb import admission_pb2, common_pb2, csl_pb2, delivery_pb2
+    from services.common.pb import admission_pb2, common_pb2, csl_pb2
     records = [common_pb2.StageDemand, common_pb2.LoadView, common_pb2.ShadowRecord,
                common_pb2.LeaseRecord, csl_pb2.PutRequest, csl_pb2.WriteRecordsRequest,
                admission_pb2.OpenBranchRequest, admission_pb2.AdmitFillsRequest,
-               admission_pb2.ReportOutcomeRequest, delivery_pb2.SubmitRequest]
+               admission_pb2.ReportOutcomeRequest, common_pb2.BudgetRecord,
+               common_pb2.InventoryView]
     for record in records:
         field = record.DESCRIPTOR.fields_by_name.get("header")
         assert field is not None and field.message_type.name == "RecordHeader", record.__name__

@@ -14,11 +14,13 @@ import grpc
 
 #: Methods safe to retry, per fully-qualified service. Anything absent is never retried.
 IDEMPOTENT: dict[str, tuple[str, ...]] = {
-    "dynbranch.v1.EngineAgent": ("Abort", "LookupPrefix", "GetInfo"),
+    "dynbranch.v1.EngineAgent": ("Abort", "LookupPrefix", "GetInfo", "ToolStarted",
+                                 "ResultReady", "ReceiveResult", "WithdrawResult",
+                                 "SyncInventory", "WatchLeases"),
     "dynbranch.v1.SubgraphLibrary": ("Lookup", "Put", "PutShadow", "Discard", "Stats",
                                      "WatchNames"),
     "dynbranch.v1.Admission": ("OpenBranch", "AdmitFills", "ReportOutcome"),
-    "dynbranch.v1.Delivery": ("Submit", "PublishLease"),
+    "dynbranch.v1.Delivery": ("StartTool", "Deliver", "Withdraw"),
     "grpc.health.v1.Health": ("Check",),
 }
 

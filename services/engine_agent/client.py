@@ -46,6 +46,39 @@ class EngineAgentClient:
         return await self.stub.LookupPrefix(engine_pb2.LookupPrefixRequest(prompt=prompt),
                                             timeout=timeout_s)
 
+    # --- LADS ---------------------------------------------------------------------------------
+    async def tool_started(self, request: engine_pb2.ToolStartedRequest,
+                           timeout_s: float = 1.0) -> engine_pb2.ToolStartedResponse:
+        """A tool call began (the ttl_pin baseline pins here)."""
+        return await self.stub.ToolStarted(request, timeout=timeout_s)
+
+    async def result_ready(self, request: engine_pb2.ResultReadyRequest,
+                           timeout_s: float = 2.0) -> engine_pb2.ResultDescriptor:
+        """A tool result is ready: the engine tries a lease and describes the prefix."""
+        return await self.stub.ResultReady(request, timeout=timeout_s)
+
+    async def receive_result(self, request: engine_pb2.ReceiveResultRequest,
+                             timeout_s: float = DEFAULT_DEADLINE_S
+                             ) -> engine_pb2.ReceiveResultResponse:
+        """Complete receipt: register the continuation and wait for its output."""
+        return await self.stub.ReceiveResult(request, timeout=timeout_s)
+
+    async def withdraw_result(self, key: common_pb2.ResultKey,
+                              timeout_s: float = 1.0) -> bool:
+        """Release a pending result's lease."""
+        reply = await self.stub.WithdrawResult(engine_pb2.WithdrawResultRequest(key=key),
+                                               timeout=timeout_s)
+        return reply.withdrawn
+
+    async def sync_inventory(self, view: common_pb2.InventoryView,
+                             timeout_s: float = 1.0) -> bool:
+        """Send the sender's causal inventory."""
+        return (await self.stub.SyncInventory(view, timeout=timeout_s)).accepted
+
+    def watch_leases(self, timeout_s: float = 3600.0) -> AsyncIterator[engine_pb2.LeaseUpdate]:
+        """Stream budget and lease records; a long-lived call the owner renews."""
+        return self.stub.WatchLeases(engine_pb2.WatchLeasesRequest(), timeout=timeout_s)
+
     async def close(self) -> None:
         """Close the channel; idempotent."""
         await self.channel.close()

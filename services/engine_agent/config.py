@@ -34,6 +34,15 @@ class EngineAgentSettings(ServiceSettings):
         "openai/sglang: request priority sent for fills (canonical requests send 0); none: "
         "no priority is sent. vLLM servers run fills later with 1 (--scheduling-policy "
         "priority), SGLang with -1 (--enable-priority-scheduling, higher values first)"))
+    # LADS prefix leases (backends with a LeasePort: sim, embedded vllm)
+    lease_mode: Literal["lads", "ttl", "none"] = Field(
+        "lads", description="lads: budgeted FIFO prefix leases; ttl: the Continuum TTL-pin "
+        "baseline; none: cache hints only")
+    lease_lifetime_s: float = Field(8.0, gt=0, le=3600,
+                                    description="ℓ: cumulative lease lifetime from first grant")
+    lease_headroom_blocks: int = Field(-1, ge=-1, description=(
+        "H: blocks kept free; -1 scales the LADS paper's 2,048 of 12,315 blocks to this pool"))
+    lease_interval_s: float = Field(0.1, gt=0, le=10, description="budget evaluation period")
     # limits and reporting
     max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
     load_interval_s: float = Field(0.05, gt=0, le=60, description="default WatchLoad interval")

@@ -213,6 +213,15 @@ QWEN3_0_6B = ModelSpec(
     max_model_len=32_768,
 )  # KV: 2 × 28 × 8 × 128 × 2 B = 112 KiB per token.
 
+# huggingface.co/Qwen/Qwen2.5-7B-Instruct (config.json): 28 layers, hidden 3584, 28 Q heads, 4 KV
+# heads (GQA), head_dim 128, 7.61B params of which 6.53B non-embedding, vocab 152,064, untied LM
+# head, 32,768 context. The model of the LADS paper's evaluation (§5.1).
+QWEN2_5_7B = ModelSpec(
+    name="Qwen/Qwen2.5-7B-Instruct", num_layers=28, hidden_size=3584, num_q_heads=28,
+    num_kv_heads=4, head_dim=128, num_params=7.61e9, non_embedding_params=6.53e9,
+    vocab_size=152_064, max_model_len=32_768,
+)  # KV: 2 × 28 × 4 × 128 × 2 B = 56 KiB per token.
+
 # --- GPUs ---------------------------------------------------------------------------------
 # NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s; 989 TFLOPS dense BF16 for the SXM part
 # (1,979 is with 2:4 sparsity). The papers ran the H200 NVL (same 141 GB and 4.8 TB/s, ~835
@@ -227,6 +236,13 @@ H200 = GpuSpec(name="NVIDIA H200", memory_bytes=141 * GiB, hbm_bytes_per_s=4.8e1
 # which BF16 GEMMs in PyTorch/vLLM do not use); 2:4 sparsity doubles both.
 RTX_4090 = GpuSpec(name="NVIDIA GeForce RTX 4090", memory_bytes=24 * GiB,
                    hbm_bytes_per_s=1008e9, peak_flops=165.2e12)
+
+# NVIDIA RTX PRO 5000 Blackwell datasheet: 48 GB GDDR7 with ECC, 1,344 GB/s; "2,064 AI TOPS",
+# which NVIDIA quotes as FP4 with 2:4 sparsity: dense FP4 1,032, dense FP8 516, dense BF16 with
+# FP32 accumulate 258 TFLOPS (the professional parts do not halve FP32-accumulate rates). The GPU
+# of the LADS paper's evaluation (§5.1, two cards; one serves the model).
+RTX_PRO_5000 = GpuSpec(name="NVIDIA RTX PRO 5000 Blackwell", memory_bytes=48 * GiB,
+                       hbm_bytes_per_s=1344e9, peak_flops=258e12)
 
 # --- Presets --------------------------------------------------------------------------------
 # Assumptions (ours, not measured): compute_efficiency 0.5 is a typical MFU of large BF16 GEMMs
@@ -262,13 +278,26 @@ _QWEN3_0_6B_H200 = CostPreset(
     max_running=1024, max_batched_tokens=8192,
     description="Qwen3-0.6B BF16 on one H200 (a draft model for candidate generation)",
 )  # the 32B preset's assumptions, unfitted for this size: a drafter's cost, not a measurement
+# The LADS paper's engine (§5.1): at most 8 running sequences, a 512-token step budget, and a
+# prefix cache of 197,040 usable tokens = 12,315 blocks of 16 (its Web replay quotes 12,316
+# configured blocks: vLLM's null block is never usable). The roofline assumptions are the 32B
+# preset's, unfitted for this card.
+_QWEN2_5_7B_RTXPRO5000 = CostPreset(
+    name="qwen2.5-7b-rtxpro5000", model=QWEN2_5_7B, gpu=RTX_PRO_5000,
+    compute_efficiency=0.5, memory_efficiency=0.8, kv_efficiency=0.3,
+    step_overhead_s=1.0e-3, per_seq_overhead_s=80e-6, reserved_bytes=2 * GiB,
+    max_running=8, max_batched_tokens=512, num_kv_blocks=12_315,
+    description="Qwen2.5-7B-Instruct BF16 on one RTX PRO 5000 Blackwell (the LADS paper's "
+                "setup: 8 sequences, 512-token steps, 197,040 cache tokens)",
+)
 _ZERO = dataclasses.replace(
     _QWEN3_32B_H200, name="zero", zero_cost=True,
     description="every step takes 0 s (limits of qwen3-32b-h200): measures our own overhead",
 )
 
 _PRESETS: dict[str, CostPreset] = {p.name: p for p in (_QWEN3_32B_H200, _QWEN3_8B_RTX4090,
-                                                       _QWEN3_0_6B_H200, _ZERO)}
+                                                       _QWEN3_0_6B_H200,
+                                                       _QWEN2_5_7B_RTXPRO5000, _ZERO)}
 
 
 def preset_names() -> list[str]:

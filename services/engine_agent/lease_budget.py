@@ -22,6 +22,15 @@ from dataclasses import dataclass
 
 from services.common.leases import InventoryView, ResultKey, engine_queue_delay
 
+#: The LADS paper's headroom H and the pool it was set for (§5.1: 12,316 configured blocks, one
+#: of them vLLM's null block).
+PAPER_HEADROOM_BLOCKS, PAPER_POOL_BLOCKS = 2048, 12_315
+
+
+def scaled_headroom(kv_blocks: int) -> int:
+    """H scaled to a pool: the paper's 2,048 of 12,315 blocks (16.6%) of ``kv_blocks``."""
+    return round(PAPER_HEADROOM_BLOCKS * kv_blocks / PAPER_POOL_BLOCKS)
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -95,5 +104,5 @@ def exclusive_blocks(leases: Mapping[str, frozenset[int]]) -> dict[str, int]:
             for lease_id, blocks in leases.items()}
 
 
-__all__ = ["Budget", "Candidate", "evaluate", "exclusive_blocks", "horizon", "inventory_etas",
-           "near_use"]
+__all__ = ["PAPER_HEADROOM_BLOCKS", "PAPER_POOL_BLOCKS", "Budget", "Candidate", "evaluate",
+           "exclusive_blocks", "horizon", "inventory_etas", "near_use", "scaled_headroom"]

@@ -150,6 +150,7 @@ class LeaseProvider:
         self._tokenize, self._clock = tokenize, clock
         self._pending: dict[ResultKey, _Pending] = {}
         self._by_lease: dict[str, _Pending] = {}
+        self._outstanding: dict[str, int] = {}  # lease id -> references not yet released
         self._view: InventoryView | None = None
         self._ttl: dict[str, float] = {}  # per-tool moving average of tool seconds
         self._started: dict[ResultKey, tuple[str, float]] = {}
@@ -182,6 +183,7 @@ class LeaseProvider:
             task.cancel()
             await asyncio.wait([task])
         async with self._lock:
+            await self._drain_handoffs()
             for pending in list(self._pending.values()):
                 await self._end_lease(pending, LeaseState.RELEASED)
             self._pending.clear()
@@ -254,6 +256,7 @@ class LeaseProvider:
     async def withdraw(self, key: ResultKey) -> bool:
         """The result was cancelled (or its workflow died): release its lease, forget it."""
         async with self._lock:
+            await self._drain_handoffs()
             pending = self._pending.get(key)
             if pending is None:
                 return False
@@ -261,13 +264,15 @@ class LeaseProvider:
             self._forget(pending)
             return True
 
-    def sync_inventory(self, view: InventoryView) -> None:
-        """The sender's causal inventory (identity, phase, bytes); newer sequences only."""
+    def sync_inventory(self, view: InventoryView) -> bool:
+        """The sender's causal inventory (identity, phase, bytes); True when newer and taken."""
         if view.engine_id != self.engine_id:
             raise InvalidArgument("engine_id", f"inventory of {view.engine_id!r} sent to "
                                   f"{self.engine_id!r}")
-        if self._view is None or view.sequence > self._view.sequence:
-            self._view = view
+        if self._view is not None and view.sequence <= self._view.sequence:
+            return False
+        self._view = view
+        return True
 
     # --- evaluation --------------------------------------------------------------------------
     async def evaluate(self) -> BudgetRecord:
@@ -350,6 +355,7 @@ class LeaseProvider:
         self.stats.grants += first
         self.stats.regrants += not first
         self.stats.added_refs += len(p.prefix.block_ids)
+        self._outstanding[lease_id] = len(p.prefix.block_ids)
         if self.settings.mode == "lads" and self.protected > self._budget.target:
             self.stats.grants_over_target += 1
         self._emit_lease(p, now)
@@ -357,23 +363,26 @@ class LeaseProvider:
 
     async def _drain_handoffs(self) -> None:
         for handoff in await self.port.handoffs():
-            p = self._by_lease.get(handoff.lease_id)
-            if p is None or p.lease is None:
-                continue
             if not handoff.owned:
                 self.stats.handoffs_unowned += 1
                 continue
             self.stats.handoffs += 1
-            self.stats.released_refs += len(p.lease.blocks)
-            self._retire(p, LeaseState.HANDED_OFF)
-            self._forget(p)
+            self._account_release(handoff.lease_id)
+            p = self._by_lease.get(handoff.lease_id)
+            if p is not None and p.lease is not None and p.lease.lease_id == handoff.lease_id:
+                self._retire(p, LeaseState.HANDED_OFF)
+                self._forget(p)
+
+    def _account_release(self, lease_id: str) -> None:
+        """Count a lease's references as released once, whichever path released them."""
+        self.stats.released_refs += self._outstanding.pop(lease_id, 0)
 
     async def _expire(self, now: float) -> None:
         """End leases at g_i + ℓ (or the TTL); forget results that are over or abandoned."""
         for p in list(self._pending.values()):
             if p.lease is not None and not p.lease.state.final and p.lease.deadline <= now:
-                if p.held:
-                    self.stats.released_refs += await self.port.release(p.lease.lease_id)
+                if p.held and await self.port.release(p.lease.lease_id):
+                    self._account_release(p.lease.lease_id)
                 self._retire(p, LeaseState.EXPIRED)
                 self.stats.expiries += 1
             over = p.allocated and not p.held
@@ -439,7 +448,8 @@ class LeaseProvider:
 
     async def _end_lease(self, p: _Pending, state: LeaseState) -> None:
         if p.held and p.lease is not None:
-            self.stats.released_refs += await self.port.release(p.lease.lease_id)
+            if await self.port.release(p.lease.lease_id):
+                self._account_release(p.lease.lease_id)
             self._retire(p, state)
 
     def _retire(self, p: _Pending, state: LeaseState) -> None:

@@ -30,6 +30,8 @@ from services.engine_agent.backend import (
     Queued,
     TokenDelta,
 )
+from services.engine_agent.lease_provider import LeaseProvider
+from services.engine_agent.lease_servicer import LeaseRpcs
 
 MAX_REQUEST_ID = 128
 
@@ -97,11 +99,12 @@ def load_to_proto(engine_id: str, sequence: int, model: str, load: LoadReport,
         prefix_hit_tokens=load.prefix_hit_tokens, leases_supported=leases_supported)
 
 
-class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
-    """Maps the EngineAgent service onto one backend."""
+class EngineAgentServicer(LeaseRpcs, engine_pb2_grpc.EngineAgentServicer):
+    """Maps the EngineAgent service onto one backend (and its lease provider, if any)."""
 
     def __init__(self, engine_id: str, backend: EngineBackend, metrics: EngineMetrics,
-                 tracer: Tracer, *, max_prompt_bytes: int, load_interval_s: float) -> None:
+                 tracer: Tracer, *, max_prompt_bytes: int, load_interval_s: float,
+                 provider: LeaseProvider | None = None) -> None:
         self.engine_id = engine_id
         self.tracer = tracer
         self.backend = backend
@@ -109,6 +112,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         self.max_prompt_bytes = max_prompt_bytes
         self.load_interval_s = load_interval_s
         self._load_seq = itertools.count()
+        self._init_leases(provider)
 
     def _to_request(self, request: engine_pb2.GenerateRequest) -> GenerationRequest:
         info = self.backend.info

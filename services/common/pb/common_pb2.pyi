@@ -30,6 +30,8 @@ class LeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE_STATE_ACTIVE: _ClassVar[LeaseState]
     LEASE_STATE_HANDED_OFF: _ClassVar[LeaseState]
     LEASE_STATE_REVOKED: _ClassVar[LeaseState]
+    LEASE_STATE_EXPIRED: _ClassVar[LeaseState]
+    LEASE_STATE_RELEASED: _ClassVar[LeaseState]
 PRIORITY_CLASS_UNSPECIFIED: PriorityClass
 PRIORITY_CLASS_CANONICAL: PriorityClass
 PRIORITY_CLASS_FILL: PriorityClass
@@ -42,6 +44,8 @@ LEASE_STATE_UNSPECIFIED: LeaseState
 LEASE_STATE_ACTIVE: LeaseState
 LEASE_STATE_HANDED_OFF: LeaseState
 LEASE_STATE_REVOKED: LeaseState
+LEASE_STATE_EXPIRED: LeaseState
+LEASE_STATE_RELEASED: LeaseState
 
 class RecordHeader(_message.Message):
     __slots__ = ("id", "sequence", "published_at", "producer")
@@ -219,22 +223,90 @@ class ShadowRecord(_message.Message):
     cost_s: float
     def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., name: _Optional[_Union[ReuseName, _Mapping]] = ..., branch_id: _Optional[str] = ..., candidate: _Optional[str] = ..., rank: _Optional[int] = ..., producer: _Optional[str] = ..., result: _Optional[bytes] = ..., read_set: _Optional[_Union[ReadSet, _Mapping]] = ..., cost_s: _Optional[float] = ...) -> None: ...
 
+class ResultKey(_message.Message):
+    __slots__ = ("workflow_id", "turn")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    turn: int
+    def __init__(self, workflow_id: _Optional[str] = ..., turn: _Optional[int] = ...) -> None: ...
+
 class LeaseRecord(_message.Message):
-    __slots__ = ("header", "engine_id", "history_id", "prefix_digest", "blocks", "budget_generation", "state", "remaining_s")
+    __slots__ = ("header", "engine_id", "key", "prefix_digest", "blocks", "budget_generation", "state", "payload_digest", "exclusive_blocks", "granted_at", "deadline")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
-    HISTORY_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
     PREFIX_DIGEST_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     BUDGET_GENERATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
-    REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     header: RecordHeader
     engine_id: str
-    history_id: str
+    key: ResultKey
     prefix_digest: str
     blocks: int
     budget_generation: int
     state: LeaseState
-    remaining_s: float
-    def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., engine_id: _Optional[str] = ..., history_id: _Optional[str] = ..., prefix_digest: _Optional[str] = ..., blocks: _Optional[int] = ..., budget_generation: _Optional[int] = ..., state: _Optional[_Union[LeaseState, str]] = ..., remaining_s: _Optional[float] = ...) -> None: ...
+    payload_digest: str
+    exclusive_blocks: int
+    granted_at: _timestamp_pb2.Timestamp
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., engine_id: _Optional[str] = ..., key: _Optional[_Union[ResultKey, _Mapping]] = ..., prefix_digest: _Optional[str] = ..., blocks: _Optional[int] = ..., budget_generation: _Optional[int] = ..., state: _Optional[_Union[LeaseState, str]] = ..., payload_digest: _Optional[str] = ..., exclusive_blocks: _Optional[int] = ..., granted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class BudgetRecord(_message.Message):
+    __slots__ = ("header", "target", "protected", "capacity", "free_blocks", "headroom", "demand", "denied", "waiting", "running", "max_running", "kappa_s")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PROTECTED_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
+    DENIED_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    KAPPA_S_FIELD_NUMBER: _ClassVar[int]
+    header: RecordHeader
+    target: int
+    protected: int
+    capacity: int
+    free_blocks: int
+    headroom: int
+    demand: int
+    denied: _containers.RepeatedCompositeFieldContainer[ResultKey]
+    waiting: int
+    running: int
+    max_running: int
+    kappa_s: float
+    def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., target: _Optional[int] = ..., protected: _Optional[int] = ..., capacity: _Optional[int] = ..., free_blocks: _Optional[int] = ..., headroom: _Optional[int] = ..., demand: _Optional[int] = ..., denied: _Optional[_Iterable[_Union[ResultKey, _Mapping]]] = ..., waiting: _Optional[int] = ..., running: _Optional[int] = ..., max_running: _Optional[int] = ..., kappa_s: _Optional[float] = ...) -> None: ...
+
+class InventoryEntry(_message.Message):
+    __slots__ = ("key", "ready_at", "payload_bytes", "committed")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    READY_AT_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    key: ResultKey
+    ready_at: _timestamp_pb2.Timestamp
+    payload_bytes: int
+    committed: bool
+    def __init__(self, key: _Optional[_Union[ResultKey, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_bytes: _Optional[int] = ..., committed: _Optional[bool] = ...) -> None: ...
+
+class InventoryView(_message.Message):
+    __slots__ = ("header", "entries", "backlog_bytes", "link_bytes_per_s", "framing_bytes")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LINK_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    FRAMING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    header: RecordHeader
+    entries: _containers.RepeatedCompositeFieldContainer[InventoryEntry]
+    backlog_bytes: int
+    link_bytes_per_s: float
+    framing_bytes: int
+    def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[InventoryEntry, _Mapping]]] = ..., backlog_bytes: _Optional[int] = ..., link_bytes_per_s: _Optional[float] = ..., framing_bytes: _Optional[int] = ...) -> None: ...

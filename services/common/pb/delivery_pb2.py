@@ -23,23 +23,28 @@ _sym_db = _symbol_database.Default()
 
 
 from services.common.pb import common_pb2 as dynbranch_dot_v1_dot_common__pb2
+from services.common.pb import engine_pb2 as dynbranch_dot_v1_dot_engine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64ynbranch/v1/delivery.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\"\x8b\x01\n\rSubmitRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\x12\n\nhistory_id\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x16\n\x0ehistory_tokens\x18\x05 \x01(\r\"\"\n\x0eSubmitResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"?\n\x13PublishLeaseRequest\x12(\n\x05lease\x18\x01 \x01(\x0b\x32\x19.dynbranch.v1.LeaseRecord\"(\n\x14PublishLeaseResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x32\xa6\x01\n\x08\x44\x65livery\x12\x43\n\x06Submit\x12\x1b.dynbranch.v1.SubmitRequest\x1a\x1c.dynbranch.v1.SubmitResponse\x12U\n\x0cPublishLease\x12!.dynbranch.v1.PublishLeaseRequest\x1a\".dynbranch.v1.PublishLeaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64ynbranch/v1/delivery.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\x1a\x19\x64ynbranch/v1/engine.proto\"j\n\x10StartToolRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\x0f\n\x07history\x18\x03 \x01(\t\x12\x0c\n\x04tool\x18\x04 \x01(\t\"#\n\x11StartToolResponse\x12\x0e\n\x06pinned\x18\x01 \x01(\x08\"\xcc\x01\n\x0e\x44\x65liverRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\x0f\n\x07history\x18\x03 \x01(\t\x12\x13\n\x0bobservation\x18\x04 \x01(\x0c\x12\x0c\n\x04tool\x18\x05 \x01(\t\x12\x0e\n\x06prompt\x18\x06 \x01(\t\x12\r\n\x05model\x18\x07 \x01(\t\x12.\n\x08sampling\x18\x08 \x01(\x0b\x32\x1c.dynbranch.v1.SamplingParams\"\xac\x01\n\x0f\x44\x65liverResponse\x12(\n\x08\x66inished\x18\x01 \x01(\x0b\x32\x16.dynbranch.v1.Finished\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\x15\n\rsender_wait_s\x18\x03 \x01(\x01\x12\x12\n\ntransfer_s\x18\x04 \x01(\x01\x12\x1f\n\x17receipt_to_allocation_s\x18\x05 \x01(\x01\x12\x10\n\x08promoted\x18\x06 \x01(\x08\"7\n\x0fWithdrawRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\"%\n\x10WithdrawResponse\x12\x11\n\twithdrawn\x18\x01 \x01(\x08\x32\xeb\x01\n\x08\x44\x65livery\x12L\n\tStartTool\x12\x1e.dynbranch.v1.StartToolRequest\x1a\x1f.dynbranch.v1.StartToolResponse\x12\x46\n\x07\x44\x65liver\x12\x1c.dynbranch.v1.DeliverRequest\x1a\x1d.dynbranch.v1.DeliverResponse\x12I\n\x08Withdraw\x12\x1d.dynbranch.v1.WithdrawRequest\x1a\x1e.dynbranch.v1.WithdrawResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dynbranch.v1.delivery_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBMITREQUEST']._serialized_start=73
-  _globals['_SUBMITREQUEST']._serialized_end=212
-  _globals['_SUBMITRESPONSE']._serialized_start=214
-  _globals['_SUBMITRESPONSE']._serialized_end=248
-  _globals['_PUBLISHLEASEREQUEST']._serialized_start=250
-  _globals['_PUBLISHLEASEREQUEST']._serialized_end=313
-  _globals['_PUBLISHLEASERESPONSE']._serialized_start=315
-  _globals['_PUBLISHLEASERESPONSE']._serialized_end=355
-  _globals['_DELIVERY']._serialized_start=358
-  _globals['_DELIVERY']._serialized_end=524
+  _globals['_STARTTOOLREQUEST']._serialized_start=99
+  _globals['_STARTTOOLREQUEST']._serialized_end=205
+  _globals['_STARTTOOLRESPONSE']._serialized_start=207
+  _globals['_STARTTOOLRESPONSE']._serialized_end=242
+  _globals['_DELIVERREQUEST']._serialized_start=245
+  _globals['_DELIVERREQUEST']._serialized_end=449
+  _globals['_DELIVERRESPONSE']._serialized_start=452
+  _globals['_DELIVERRESPONSE']._serialized_end=624
+  _globals['_WITHDRAWREQUEST']._serialized_start=626
+  _globals['_WITHDRAWREQUEST']._serialized_end=681
+  _globals['_WITHDRAWRESPONSE']._serialized_start=683
+  _globals['_WITHDRAWRESPONSE']._serialized_end=720
+  _globals['_DELIVERY']._serialized_start=723
+  _globals['_DELIVERY']._serialized_end=958
 # @@protoc_insertion_point(module_scope)

@@ -35,15 +35,20 @@ class DeliveryStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Submit = channel.unary_unary(
-                '/dynbranch.v1.Delivery/Submit',
-                request_serializer=dynbranch_dot_v1_dot_delivery__pb2.SubmitRequest.SerializeToString,
-                response_deserializer=dynbranch_dot_v1_dot_delivery__pb2.SubmitResponse.FromString,
+        self.StartTool = channel.unary_unary(
+                '/dynbranch.v1.Delivery/StartTool',
+                request_serializer=dynbranch_dot_v1_dot_delivery__pb2.StartToolRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_delivery__pb2.StartToolResponse.FromString,
                 _registered_method=True)
-        self.PublishLease = channel.unary_unary(
-                '/dynbranch.v1.Delivery/PublishLease',
-                request_serializer=dynbranch_dot_v1_dot_delivery__pb2.PublishLeaseRequest.SerializeToString,
-                response_deserializer=dynbranch_dot_v1_dot_delivery__pb2.PublishLeaseResponse.FromString,
+        self.Deliver = channel.unary_unary(
+                '/dynbranch.v1.Delivery/Deliver',
+                request_serializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverResponse.FromString,
+                _registered_method=True)
+        self.Withdraw = channel.unary_unary(
+                '/dynbranch.v1.Delivery/Withdraw',
+                request_serializer=dynbranch_dot_v1_dot_delivery__pb2.WithdrawRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_delivery__pb2.WithdrawResponse.FromString,
                 _registered_method=True)
 
 
@@ -51,15 +56,24 @@ class DeliveryServicer:
     """The delivery service.
     """
 
-    def Submit(self, request, context):
-        """Hand a completed tool result to the sender. Idempotent per frame id.
+    def StartTool(self, request, context):
+        """A tool call started (the ttl_pin policy pins the history's prefix here). Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def PublishLease(self, request, context):
-        """Publish an engine's lease record to the sender. Idempotent per (lease id, sequence).
+    def Deliver(self, request, context):
+        """Return a completed tool result and get the continuation's output back. Idempotent by
+        (workflow, turn): a resubmission (after a timeout or a sender restart) waits for the same
+        continuation and never runs it twice; another payload for the same key is refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Withdraw(self, request, context):
+        """Cancel a pending result (its lease is released). Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -68,15 +82,20 @@ class DeliveryServicer:
 
 def add_DeliveryServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Submit': grpc.unary_unary_rpc_method_handler(
-                    servicer.Submit,
-                    request_deserializer=dynbranch_dot_v1_dot_delivery__pb2.SubmitRequest.FromString,
-                    response_serializer=dynbranch_dot_v1_dot_delivery__pb2.SubmitResponse.SerializeToString,
+            'StartTool': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartTool,
+                    request_deserializer=dynbranch_dot_v1_dot_delivery__pb2.StartToolRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_delivery__pb2.StartToolResponse.SerializeToString,
             ),
-            'PublishLease': grpc.unary_unary_rpc_method_handler(
-                    servicer.PublishLease,
-                    request_deserializer=dynbranch_dot_v1_dot_delivery__pb2.PublishLeaseRequest.FromString,
-                    response_serializer=dynbranch_dot_v1_dot_delivery__pb2.PublishLeaseResponse.SerializeToString,
+            'Deliver': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deliver,
+                    request_deserializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverResponse.SerializeToString,
+            ),
+            'Withdraw': grpc.unary_unary_rpc_method_handler(
+                    servicer.Withdraw,
+                    request_deserializer=dynbranch_dot_v1_dot_delivery__pb2.WithdrawRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_delivery__pb2.WithdrawResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -91,7 +110,7 @@ class Delivery:
     """
 
     @staticmethod
-    def Submit(request,
+    def StartTool(request,
             target,
             options=(),
             channel_credentials=None,
@@ -104,9 +123,9 @@ class Delivery:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/dynbranch.v1.Delivery/Submit',
-            dynbranch_dot_v1_dot_delivery__pb2.SubmitRequest.SerializeToString,
-            dynbranch_dot_v1_dot_delivery__pb2.SubmitResponse.FromString,
+            '/dynbranch.v1.Delivery/StartTool',
+            dynbranch_dot_v1_dot_delivery__pb2.StartToolRequest.SerializeToString,
+            dynbranch_dot_v1_dot_delivery__pb2.StartToolResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -118,7 +137,7 @@ class Delivery:
             _registered_method=True)
 
     @staticmethod
-    def PublishLease(request,
+    def Deliver(request,
             target,
             options=(),
             channel_credentials=None,
@@ -131,9 +150,36 @@ class Delivery:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/dynbranch.v1.Delivery/PublishLease',
-            dynbranch_dot_v1_dot_delivery__pb2.PublishLeaseRequest.SerializeToString,
-            dynbranch_dot_v1_dot_delivery__pb2.PublishLeaseResponse.FromString,
+            '/dynbranch.v1.Delivery/Deliver',
+            dynbranch_dot_v1_dot_delivery__pb2.DeliverRequest.SerializeToString,
+            dynbranch_dot_v1_dot_delivery__pb2.DeliverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Withdraw(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.Delivery/Withdraw',
+            dynbranch_dot_v1_dot_delivery__pb2.WithdrawRequest.SerializeToString,
+            dynbranch_dot_v1_dot_delivery__pb2.WithdrawResponse.FromString,
             options,
             channel_credentials,
             insecure,

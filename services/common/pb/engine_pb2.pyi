@@ -6,6 +6,98 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ToolStartedRequest(_message.Message):
+    __slots__ = ("key", "history", "tool")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.ResultKey
+    history: str
+    tool: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.ResultKey, _Mapping]] = ..., history: _Optional[str] = ..., tool: _Optional[str] = ...) -> None: ...
+
+class ToolStartedResponse(_message.Message):
+    __slots__ = ("pinned",)
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    pinned: bool
+    def __init__(self, pinned: _Optional[bool] = ...) -> None: ...
+
+class ResultReadyRequest(_message.Message):
+    __slots__ = ("key", "history", "payload_digest")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.ResultKey
+    history: str
+    payload_digest: str
+    def __init__(self, key: _Optional[_Union[_common_pb2.ResultKey, _Mapping]] = ..., history: _Optional[str] = ..., payload_digest: _Optional[str] = ...) -> None: ...
+
+class ResultDescriptor(_message.Message):
+    __slots__ = ("key", "resident_blocks", "resident_tokens", "prefix_digest", "lease")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.ResultKey
+    resident_blocks: int
+    resident_tokens: int
+    prefix_digest: str
+    lease: _common_pb2.LeaseRecord
+    def __init__(self, key: _Optional[_Union[_common_pb2.ResultKey, _Mapping]] = ..., resident_blocks: _Optional[int] = ..., resident_tokens: _Optional[int] = ..., prefix_digest: _Optional[str] = ..., lease: _Optional[_Union[_common_pb2.LeaseRecord, _Mapping]] = ...) -> None: ...
+
+class ReceiveResultRequest(_message.Message):
+    __slots__ = ("key", "payload_digest", "prefix_digest", "continuation")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.ResultKey
+    payload_digest: str
+    prefix_digest: str
+    continuation: GenerateRequest
+    def __init__(self, key: _Optional[_Union[_common_pb2.ResultKey, _Mapping]] = ..., payload_digest: _Optional[str] = ..., prefix_digest: _Optional[str] = ..., continuation: _Optional[_Union[GenerateRequest, _Mapping]] = ...) -> None: ...
+
+class ReceiveResultResponse(_message.Message):
+    __slots__ = ("finished", "bound", "receipt_to_allocation_s")
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    BOUND_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_TO_ALLOCATION_S_FIELD_NUMBER: _ClassVar[int]
+    finished: Finished
+    bound: bool
+    receipt_to_allocation_s: float
+    def __init__(self, finished: _Optional[_Union[Finished, _Mapping]] = ..., bound: _Optional[bool] = ..., receipt_to_allocation_s: _Optional[float] = ...) -> None: ...
+
+class WithdrawResultRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: _common_pb2.ResultKey
+    def __init__(self, key: _Optional[_Union[_common_pb2.ResultKey, _Mapping]] = ...) -> None: ...
+
+class WithdrawResultResponse(_message.Message):
+    __slots__ = ("withdrawn",)
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
+    withdrawn: bool
+    def __init__(self, withdrawn: _Optional[bool] = ...) -> None: ...
+
+class SyncInventoryResponse(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
+
+class WatchLeasesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LeaseUpdate(_message.Message):
+    __slots__ = ("budget", "lease")
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    budget: _common_pb2.BudgetRecord
+    lease: _common_pb2.LeaseRecord
+    def __init__(self, budget: _Optional[_Union[_common_pb2.BudgetRecord, _Mapping]] = ..., lease: _Optional[_Union[_common_pb2.LeaseRecord, _Mapping]] = ...) -> None: ...
+
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "model", "prompt", "sampling", "priority", "final_only")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

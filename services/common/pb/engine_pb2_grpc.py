@@ -61,6 +61,36 @@ class EngineAgentStub:
                 request_serializer=dynbranch_dot_v1_dot_engine__pb2.GetInfoRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_engine__pb2.EngineInfo.FromString,
                 _registered_method=True)
+        self.ToolStarted = channel.unary_unary(
+                '/dynbranch.v1.EngineAgent/ToolStarted',
+                request_serializer=dynbranch_dot_v1_dot_engine__pb2.ToolStartedRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.ToolStartedResponse.FromString,
+                _registered_method=True)
+        self.ResultReady = channel.unary_unary(
+                '/dynbranch.v1.EngineAgent/ResultReady',
+                request_serializer=dynbranch_dot_v1_dot_engine__pb2.ResultReadyRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.ResultDescriptor.FromString,
+                _registered_method=True)
+        self.ReceiveResult = channel.unary_unary(
+                '/dynbranch.v1.EngineAgent/ReceiveResult',
+                request_serializer=dynbranch_dot_v1_dot_engine__pb2.ReceiveResultRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.ReceiveResultResponse.FromString,
+                _registered_method=True)
+        self.WithdrawResult = channel.unary_unary(
+                '/dynbranch.v1.EngineAgent/WithdrawResult',
+                request_serializer=dynbranch_dot_v1_dot_engine__pb2.WithdrawResultRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.WithdrawResultResponse.FromString,
+                _registered_method=True)
+        self.SyncInventory = channel.unary_unary(
+                '/dynbranch.v1.EngineAgent/SyncInventory',
+                request_serializer=dynbranch_dot_v1_dot_common__pb2.InventoryView.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.SyncInventoryResponse.FromString,
+                _registered_method=True)
+        self.WatchLeases = channel.unary_stream(
+                '/dynbranch.v1.EngineAgent/WatchLeases',
+                request_serializer=dynbranch_dot_v1_dot_engine__pb2.WatchLeasesRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.LeaseUpdate.FromString,
+                _registered_method=True)
 
 
 class EngineAgentServicer:
@@ -103,6 +133,53 @@ class EngineAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ToolStarted(self, request, context):
+        """LADS (papers/lads.txt §3; used by the delivery service). FAILED_PRECONDITION when the
+        backend has no lease provider.
+        A tool call started (the ttl_pin baseline pins here). Idempotent per key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResultReady(self, request, context):
+        """A tool result is ready: evaluate the budget, try a lease, describe the resident prefix.
+        Idempotent per key and payload digest (another digest for the same key: FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReceiveResult(self, request, context):
+        """Complete receipt: bind the observation to its lease and register the continuation in the
+        engine's FIFO at once; answers with its output. Idempotent per key: a second receipt of
+        the same key waits for the same continuation, never runs it twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WithdrawResult(self, request, context):
+        """The result was cancelled or its workflow died: release its lease. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncInventory(self, request, context):
+        """The sender's causal inventory for this engine (replenishment order). Newer sequences only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchLeases(self, request, context):
+        """Stream budget and lease records as they are published. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EngineAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +207,36 @@ def add_EngineAgentServicer_to_server(servicer, server):
                     servicer.GetInfo,
                     request_deserializer=dynbranch_dot_v1_dot_engine__pb2.GetInfoRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_engine__pb2.EngineInfo.SerializeToString,
+            ),
+            'ToolStarted': grpc.unary_unary_rpc_method_handler(
+                    servicer.ToolStarted,
+                    request_deserializer=dynbranch_dot_v1_dot_engine__pb2.ToolStartedRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.ToolStartedResponse.SerializeToString,
+            ),
+            'ResultReady': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResultReady,
+                    request_deserializer=dynbranch_dot_v1_dot_engine__pb2.ResultReadyRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.ResultDescriptor.SerializeToString,
+            ),
+            'ReceiveResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReceiveResult,
+                    request_deserializer=dynbranch_dot_v1_dot_engine__pb2.ReceiveResultRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.ReceiveResultResponse.SerializeToString,
+            ),
+            'WithdrawResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawResult,
+                    request_deserializer=dynbranch_dot_v1_dot_engine__pb2.WithdrawResultRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.WithdrawResultResponse.SerializeToString,
+            ),
+            'SyncInventory': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncInventory,
+                    request_deserializer=dynbranch_dot_v1_dot_common__pb2.InventoryView.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.SyncInventoryResponse.SerializeToString,
+            ),
+            'WatchLeases': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchLeases,
+                    request_deserializer=dynbranch_dot_v1_dot_engine__pb2.WatchLeasesRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.LeaseUpdate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +375,168 @@ class EngineAgent:
             '/dynbranch.v1.EngineAgent/GetInfo',
             dynbranch_dot_v1_dot_engine__pb2.GetInfoRequest.SerializeToString,
             dynbranch_dot_v1_dot_engine__pb2.EngineInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ToolStarted(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.EngineAgent/ToolStarted',
+            dynbranch_dot_v1_dot_engine__pb2.ToolStartedRequest.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.ToolStartedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResultReady(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.EngineAgent/ResultReady',
+            dynbranch_dot_v1_dot_engine__pb2.ResultReadyRequest.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.ResultDescriptor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReceiveResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.EngineAgent/ReceiveResult',
+            dynbranch_dot_v1_dot_engine__pb2.ReceiveResultRequest.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.ReceiveResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WithdrawResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.EngineAgent/WithdrawResult',
+            dynbranch_dot_v1_dot_engine__pb2.WithdrawResultRequest.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.WithdrawResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncInventory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.EngineAgent/SyncInventory',
+            dynbranch_dot_v1_dot_common__pb2.InventoryView.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.SyncInventoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dynbranch.v1.EngineAgent/WatchLeases',
+            dynbranch_dot_v1_dot_engine__pb2.WatchLeasesRequest.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.LeaseUpdate.FromString,
             options,
             channel_credentials,
             insecure,
