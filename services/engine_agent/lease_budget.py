@@ -96,12 +96,13 @@ def evaluate(candidates: Iterable[Candidate], *, free_blocks: int, protected: in
 
 def exclusive_blocks(leases: Mapping[str, frozenset[int]]) -> dict[str, int]:
     """E_i per lease: its blocks that no other lease references (the quota a handoff returns)."""
-    counts: dict[int, int] = {}
-    for blocks in leases.values():
-        for block in blocks:
-            counts[block] = counts.get(block, 0) + 1
-    return {lease_id: sum(1 for b in blocks if counts[b] == 1)
-            for lease_id, blocks in leases.items()}
+    if len(leases) <= 1:
+        return {lease_id: len(blocks) for lease_id, blocks in leases.items()}
+    out = {}
+    for lease_id, blocks in leases.items():
+        others = frozenset().union(*(b for other, b in leases.items() if other != lease_id))
+        out[lease_id] = len(blocks - others)
+    return out
 
 
 __all__ = ["PAPER_HEADROOM_BLOCKS", "PAPER_POOL_BLOCKS", "Budget", "Candidate", "evaluate",

@@ -442,7 +442,7 @@ class LeaseProvider:
         return pending
 
     def _describe(self, p: _Pending) -> Descriptor:
-        lease = self._lease_record(p, self._clock()) if p.held else None
+        lease = self._lease_record(p, self._clock(), self._exclusive()) if p.held else None
         size = self.port.lease_block_size
         return Descriptor(p.key, p.prefix.blocks, p.prefix.blocks * size, p.prefix.digest, lease)
 
@@ -489,25 +489,28 @@ class LeaseProvider:
             state.kappa_s)
         self.last_budget = record
         self._emit(record)
+        exclusive = self._exclusive()
         for p in self._pending.values():
             if p.held:
-                self._emit_lease(p, now)
+                self._emit(self._lease_record(p, now, exclusive))
         return record
 
     def _emit_lease(self, p: _Pending, now: float) -> None:
         self._integrate(now)
-        self._emit(self._lease_record(p, now))
+        self._emit(self._lease_record(p, now, self._exclusive()))
 
-    def _lease_record(self, p: _Pending, now: float) -> LeaseRecord:
+    def _exclusive(self) -> dict[str, int]:
+        """E_i of every live lease."""
+        return exclusive_blocks({q.lease.lease_id: q.lease.blocks for q in self._pending.values()
+                                 if q.held and q.lease is not None})
+
+    def _lease_record(self, p: _Pending, now: float, exclusive: dict[str, int]) -> LeaseRecord:
         lease = p.lease
         assert lease is not None
         lease.sequence += 1
-        leases = {q.lease.lease_id: q.lease.blocks for q in self._pending.values()
-                  if q.held and q.lease is not None}
-        exclusive = exclusive_blocks(leases).get(lease.lease_id, 0)
         return LeaseRecord(self.engine_id, p.key, lease.sequence, now, p.prefix.digest,
                            p.payload_digest, self._generation, lease.state, len(lease.blocks),
-                           exclusive, lease.granted_at, lease.deadline)
+                           exclusive.get(lease.lease_id, 0), lease.granted_at, lease.deadline)
 
     def _emit(self, record: Record) -> None:
         for listener in list(self._listeners):

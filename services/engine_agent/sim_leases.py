@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from services.common.leases import prefix_digest
-from services.engine_agent.block_pool import BlockPool, KVBlock
+from services.engine_agent.block_pool import BlockPool, KVBlock, hash_full_blocks
 from services.engine_agent.kv_cache import KVCacheManager
 from services.engine_agent.lease_port import Handoff, ResidentPrefix
 from services.engine_agent.sequence import Sequence as Seq
 
 log = logging.getLogger(__name__)
+
+#: Histories whose block hashes are kept (a pending result is looked up every evaluation).
+_HASH_CACHE = 256
 
 
 @dataclass(eq=False, slots=True)
@@ -38,13 +41,22 @@ class SimLeases:
         self._held: dict[str, _Held] = {}
         self._bound: dict[str, str] = {}  # request id -> lease id
         self._handoffs: list[Handoff] = []
+        self._hashes: dict[tuple[int, ...], list[int]] = {}  # block hashes of recent histories
         self.added = 0  # references added, summed over blocks
         self.released = 0  # references dropped, summed over blocks
 
     def resident(self, token_ids: Sequence[int]) -> ResidentPrefix:
         """Resident reusable prefix: whole blocks, never the one holding the last token."""
-        max_blocks = max(len(token_ids) - 1, 0) // self._pool.block_size
-        blocks = self._kv.resident_prefix(token_ids, max_blocks)
+        size = self._pool.block_size
+        max_blocks = max(len(token_ids) - 1, 0) // size
+        ids = tuple(token_ids)
+        hashes = self._hashes.pop(ids, None)  # re-inserted below: least recently used goes first
+        if hashes is None:
+            hashes = hash_full_blocks(ids, size)
+        self._hashes[ids] = hashes
+        while len(self._hashes) > _HASH_CACHE:
+            del self._hashes[next(iter(self._hashes))]
+        blocks = self._pool.longest_prefix(hashes, max_blocks)
         return ResidentPrefix(tuple(b.block_id for b in blocks),
                               prefix_digest(b.block_hash for b in blocks),
                               frozenset(b.block_id for b in blocks if b.ref_cnt == 0))

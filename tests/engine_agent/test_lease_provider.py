@@ -78,7 +78,8 @@ async def test_a_ready_result_gets_a_whole_prefix_lease_and_a_versioned_record()
     lease = descriptor.lease
     assert lease.state is LeaseState.ACTIVE and lease.blocks == 5 and lease.exclusive == 5
     assert lease.granted_at == clock.t and lease.deadline == clock.t + 8.0
-    assert lease.payload_digest == digest(b"obs") and lease.prefix_digest == descriptor.prefix_digest
+    assert lease.payload_digest == digest(b"obs")
+    assert lease.prefix_digest == descriptor.prefix_digest
     budget = [r for r in records if isinstance(r, BudgetRecord)][-1]
     assert budget.target >= 5 and budget.protected == 5 and budget.generation >= 1
     assert await backend.lease_refs() != {}

@@ -4,7 +4,8 @@ The engine core runs in its own process (vLLM's default); this process tokenizes
 our request ids, streams deltas and aborts by id. Everything that needs the engine core's block
 pool (prefix lookup, prefix leases, the exact first-allocation signal, the live load view) goes
 through the utility methods that ``plugin`` adds to ``EngineCore``; they run on the engine
-core's busy loop between steps. ``vllm`` and ``torch`` are imported only in ``start()``.
+core's busy loop between steps. ``vllm`` and ``torch`` are imported only in ``start()``. It is a
+``LeasePort`` through ``lease_port.VllmLeasePort`` (the provider's mechanism, with the plugin).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from services.engine_agent.backend import (
     TokenDelta,
     finish_reason_named,
 )
+from services.engine_agent.backends.vllm.lease_port import VllmLeasePort
 from services.engine_agent.backends.vllm.leases import VllmLeases, allocated_event, settle
 from services.engine_agent.backends.vllm.load import LoadState, load_tap
 from services.engine_agent.backends.vllm.settings import (
@@ -55,6 +57,7 @@ from services.engine_agent.backends.vllm.settings import (
     timings_from_metrics,
     validate_sampling,
 )
+from services.engine_agent.lease_port import Handoff, PoolState, ResidentPrefix
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +87,7 @@ class VllmBackend:
         self._active: dict[str, _Active] = {}
         self._load = LoadState()
         self._leases = VllmLeases(self)
+        self._port = VllmLeasePort(self)
         self._poller: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
         self._closed = False
@@ -273,6 +277,41 @@ class VllmBackend:
     async def block_refs(self, block_ids: Sequence[int]) -> list[int]:
         """Reference counts of engine blocks (diagnostics and tests)."""
         return await self._leases.block_refs(block_ids)
+
+    # ---- LeasePort (the lease provider's mechanism; see lease_port) -------------------------
+
+    @property
+    def lease_block_size(self) -> int:
+        """Tokens per KV block."""
+        return self._port.lease_block_size
+
+    async def resident(self, token_ids: Sequence[int]) -> ResidentPrefix:
+        """The resident reusable prefix of ``token_ids`` (no references added)."""
+        return await self._port.resident(token_ids)
+
+    async def pool_state(self) -> PoolState:
+        """Free blocks, queue lengths, the running limit and κ."""
+        return await self._port.pool_state()
+
+    async def acquire(self, lease_id: str, block_ids: Sequence[int], digest: str) -> bool:
+        """Add one reference to each block iff all are still resident under ``digest``."""
+        return await self._port.acquire(lease_id, block_ids, digest)
+
+    async def release(self, lease_id: str) -> int:
+        """Drop exactly the lease's references; blocks released (0: none held)."""
+        return await self._port.release(lease_id)
+
+    async def bind(self, lease_id: str, request_id: str) -> None:
+        """Hand the lease to our request ``request_id`` at its first allocation."""
+        await self._port.bind(lease_id, request_id)
+
+    async def handoffs(self) -> list[Handoff]:
+        """Handoffs since the last call, oldest first."""
+        return await self._port.handoffs()
+
+    async def lease_refs(self) -> dict[str, int]:
+        """Blocks each live lease references."""
+        return await self._port.lease_refs()
 
     # ---- generation -----------------------------------------------------------------------
 
