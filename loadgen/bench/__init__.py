@@ -18,6 +18,7 @@ BENCHMARKS = {
     "arms": "loadgen.bench.arms",
     "interference": "loadgen.bench.interference",
     "admission": "loadgen.bench.admission",
+    "lads": "loadgen.bench.lads",
 }
 
 
