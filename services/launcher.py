@@ -92,11 +92,14 @@ class Mesh:
             *(self.spawn(f"engine-{i}", "services.engine_agent", a)
               for i, a in enumerate(engine_args)),
             *(self.spawn(name, f"services.{name}", [*common, *self._extra(name)])
-              for name in spec.others if name != "admission"))
-        targets = sum((["--engine", c.address] for c in self.children
-                       if c.name.startswith("engine-")), [])
+              for name in spec.others if name not in ("admission", "delivery")))
+        engines = [c for c in self.children if c.name.startswith("engine-")]
+        targets = sum((["--engine", c.address] for c in engines), [])
         if "admission" in spec.others:  # it follows the engines' load streams
             await self.spawn("admission", "services.admission", [*common, *targets])
+        if "delivery" in spec.others:  # it returns tool results to the engine by id
+            await self.spawn("delivery", "services.delivery", [*common, *sum(
+                (["--engine", f"{c.name}={c.address}"] for c in engines), [])])
         for name in ("csl", "admission"):
             if name in spec.others:
                 targets += [f"--{name}", self.address(name)]

@@ -397,6 +397,17 @@ def test_gateway_engine_list_names_every_engine_pod(builds: dict[str, list[Doc]]
         assert s.engines == expected, overlay
 
 
+def test_delivery_names_every_engine_pod_by_its_engine_id(builds: dict[str, list[Doc]]
+                                                         ) -> None:
+    for overlay, docs in builds.items():
+        _c, gw = gateway(docs)
+        w = find_workload(docs, "dynbranch-delivery")
+        s = settings_of(docs, w["spec"]["template"]["spec"]["containers"][0])
+        # engine id = pod name (DYNBRANCH_ENGINE_ENGINE_ID comes from metadata.name)
+        expected = {addr.split(".")[0]: addr for addr in gw.engines}
+        assert s.engine_targets == expected, overlay  # type: ignore[attr-defined]
+
+
 def test_gateway_targets_name_services_of_the_mesh(builds: dict[str, list[Doc]]) -> None:
     for docs in builds.values():
         _c, s = gateway(docs)

@@ -242,6 +242,10 @@ class TailAwarePolicy(_Base):
         """Enter the committed continuation in the ledger."""
         self._ledger[choice.frame.key] = choice.frame.tool
 
+    def on_abandon(self, key: ResultKey) -> None:
+        """Retire ``key`` from the ledger without an output (its continuation failed)."""
+        self._ledger.pop(key, None)
+
     def on_complete(self, key: ResultKey, output_tokens: int) -> None:
         """Retire ``key`` from the ledger and fold its output into the running means."""
         tool = self._ledger.pop(key, None)

@@ -42,11 +42,13 @@ HOLD_MARGIN_S = 0.002
 
 @dataclass(frozen=True, slots=True)
 class FrameTimes:
-    """One frame's delivery timestamps: ready r_i, commit s_i, complete receipt c_i."""
+    """One frame's delivery timestamps: ready r_i, commit s_i, complete receipt c_i, and whether
+    its commitment was a quota-turnover promotion."""
 
     ready: float
     commit: float
     receipt: float
+    promoted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,21 @@ class Sender:
             accepted = book.observe_lease(record)
         self._wake.set()
         return accepted
+
+    def forget(self, key: ResultKey) -> FrameTimes | None:
+        """Drop a delivered key's timestamps (so it may be submitted again); returns them."""
+        return self.timeline.pop(key, None)
+
+    def abandon(self, key: ResultKey) -> bool:
+        """A committed key's continuation failed: free its policy state without an output."""
+        engine = self._running.pop(key, None)
+        if engine is None:
+            return False
+        on_abandon = getattr(self._lanes[engine].policy, "on_abandon", None)
+        if on_abandon is not None:
+            on_abandon(key)
+        self._wake.set()
+        return True
 
     def completed(self, key: ResultKey, output_tokens: int) -> bool:
         """The continuation of committed ``key`` finished; False for an unknown key."""
@@ -255,7 +272,7 @@ class Sender:
         lane.book.forget(frame.key)
         del self._pending[frame.key]
         self._running[frame.key] = lane.engine_id
-        self.timeline[frame.key] = FrameTimes(frame.ready_at, now, receipt)
+        self.timeline[frame.key] = FrameTimes(frame.ready_at, now, receipt, choice.promoted)
         lane.count(committed=1, promotions=int(choice.promoted))
         self._changed(lane)
         task = asyncio.create_task(self._deliver(lane, frame, receipt),

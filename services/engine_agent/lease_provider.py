@@ -172,7 +172,7 @@ class LeaseProvider:
 
     async def start(self) -> None:
         """Start the periodic evaluation; idempotent."""
-        if self._task is None and self.settings.mode != "none":
+        if self._task is None:  # in every mode: budget records carry the engine's feedback
             self._tick.at = self._clock()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="leases")
 

@@ -89,6 +89,9 @@ class LeaseRpcs:
         key = key_from_proto(request.key)
         payload_digest = require(request.payload_digest, "payload_digest", 128)
         held = self._receipts.get(key)
+        if held is not None and held[1].done() and (held[1].cancelled()
+                                                    or held[1].exception() is not None):
+            held = None  # a failed continuation is retried, never replayed as its error
         if held is None:
             continuation = request.continuation
             if not continuation.request_id:

@@ -134,21 +134,6 @@ async def test_shutdown_flips_health_then_drains_in_flight_calls() -> None:
     await runtime.shutdown()  # idempotent
 
 
-async def test_unbuilt_service_refuses_with_unimplemented_and_a_message() -> None:
-    from services.common.pb import delivery_pb2, delivery_pb2_grpc
-    from services.delivery.config import DeliverySettings
-    from services.delivery.server import build_runtime
-
-    runtime = await build_runtime(DeliverySettings(metrics_port=-1))
-    await runtime.start()
-    async with open_channel(runtime.address) as ch:
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await delivery_pb2_grpc.DeliveryStub(ch).Submit(delivery_pb2.SubmitRequest(), timeout=5)
-    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "Delivery.Submit is not available yet" in info.value.details()
-    await runtime.shutdown()
-
-
 def test_sigterm_stops_a_service_process_cleanly() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "services.delivery", "--port", "0",
                              "--metrics-port", "-1", "--log-format", "text"],

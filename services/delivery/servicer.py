@@ -1,0 +1,90 @@
+"""Delivery gRPC servicer: protos ↔ ``DeliveryCore`` only (STYLE.md §2)."""
+
+from __future__ import annotations
+
+import grpc
+
+from services.common.convert import (
+    require,
+    sampling_from_proto,
+    timings_to_proto,
+    usage_to_proto,
+)
+from services.common.errors import InvalidArgument, PayloadTooLarge
+from services.common.generation import GenerationRequest, Priority
+from services.common.lease_convert import key_from_proto
+from services.common.pb import delivery_pb2, delivery_pb2_grpc, engine_pb2
+from services.delivery.service import Delivered, DeliveryCore, ToolResult
+
+#: Largest history and continuation prompt accepted (the engine agent's history bound).
+MAX_TEXT_BYTES = 8 * 1024 * 1024
+#: Output limit checked here; the engine's own max_model_len is checked before the transfer.
+MAX_TOKENS_LIMIT = 1 << 20
+MAX_NAME = 256
+
+
+class DeliveryServicer(delivery_pb2_grpc.DeliveryServicer):
+    """StartTool, Deliver and Withdraw over one ``DeliveryCore``."""
+
+    def __init__(self, core: DeliveryCore, *, max_observation_bytes: int) -> None:
+        self.core = core
+        self.max_observation_bytes = max_observation_bytes
+
+    async def StartTool(self, request: delivery_pb2.StartToolRequest,
+                        context: grpc.aio.ServicerContext) -> delivery_pb2.StartToolResponse:
+        key = key_from_proto(request.key)
+        pinned = await self.core.start_tool(key, _name(request.engine_id, "engine_id"),
+                                            _text(request.history, "history"),
+                                            _name(request.tool, "tool"))
+        return delivery_pb2.StartToolResponse(pinned=pinned)
+
+    async def Deliver(self, request: delivery_pb2.DeliverRequest,
+                      context: grpc.aio.ServicerContext) -> delivery_pb2.DeliverResponse:
+        delivered = await self.core.deliver(self._tool_result(request))
+        return _response(delivered)
+
+    async def Withdraw(self, request: delivery_pb2.WithdrawRequest,
+                       context: grpc.aio.ServicerContext) -> delivery_pb2.WithdrawResponse:
+        withdrawn = await self.core.withdraw(key_from_proto(request.key))
+        return delivery_pb2.WithdrawResponse(withdrawn=withdrawn)
+
+    def _tool_result(self, request: delivery_pb2.DeliverRequest) -> ToolResult:
+        key = key_from_proto(request.key)
+        if not request.observation:
+            raise InvalidArgument("observation", "required")
+        if len(request.observation) > self.max_observation_bytes:
+            raise PayloadTooLarge("observation", f"larger than {self.max_observation_bytes} "
+                                  "bytes")
+        continuation = GenerationRequest(
+            request_id=f"lads/{key}", model=require(request.model, "model", MAX_NAME),
+            prompt=_text(request.prompt, "prompt"),
+            sampling=sampling_from_proto(request.sampling, "sampling", MAX_TOKENS_LIMIT),
+            priority=Priority.CANONICAL)
+        return ToolResult(key, _name(request.engine_id, "engine_id"),
+                          _text(request.history, "history"), request.observation,
+                          _name(request.tool, "tool"), continuation)
+
+
+def _text(value: str, field: str) -> str:
+    """A required text field of bounded size."""
+    require(value, field)
+    if len(value.encode()) > MAX_TEXT_BYTES:
+        raise PayloadTooLarge(field, f"larger than {MAX_TEXT_BYTES} bytes")
+    return value
+
+
+def _name(value: str, field: str) -> str:
+    """An optional short name."""
+    return require(value, field, MAX_NAME) if value else ""
+
+
+def _response(d: Delivered) -> delivery_pb2.DeliverResponse:
+    r = d.received
+    return delivery_pb2.DeliverResponse(
+        finished=engine_pb2.Finished(reason=int(r.reason), usage=usage_to_proto(r.usage),
+                                     timings=timings_to_proto(r.timings), text=r.text),
+        engine_id=d.engine_id, sender_wait_s=d.sender_wait_s, transfer_s=d.transfer_s,
+        receipt_to_allocation_s=r.receipt_to_allocation_s, promoted=d.promoted)
+
+
+__all__ = ["DeliveryServicer"]
