@@ -190,13 +190,28 @@ class LeaseProvider:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.interval_s)
+            await asyncio.sleep(self._next_wait())
             try:
                 await self.evaluate()
             except Exception:  # one bad evaluation must not end protection for good
                 log.exception("lease evaluation failed")
 
+    def _next_wait(self) -> float:
+        """The evaluation interval, or less: a lease ends at its deadline, not up to 100 ms late."""
+        deadlines = [p.lease.deadline for p in self._pending.values() if p.held and p.lease]
+        wait = self.settings.interval_s
+        if deadlines:
+            wait = min(wait, max(0.0, min(deadlines) - self._clock()))
+        return wait
+
     # --- the result lifecycle ----------------------------------------------------------------
+    async def lookup(self, key: ResultKey, history: str) -> Descriptor:
+        """Describe a history's resident prefix without tracking or leasing (a late resubmission
+        of a result whose continuation the engine already has)."""
+        prefix = await self.port.resident(tuple(self._tokenize(history)))
+        size = self.port.lease_block_size
+        return Descriptor(key, prefix.blocks, prefix.blocks * size, prefix.digest, None)
+
     async def tool_started(self, key: ResultKey, history: str, tool: str) -> bool:
         """A tool call began (``ttl`` mode pins now when the tool is expected under 2 s)."""
         self._started[key] = (tool, self._clock())

@@ -74,7 +74,12 @@ class LeaseRpcs:
                           context: grpc.aio.ServicerContext) -> engine_pb2.ResultDescriptor:
         key = key_from_proto(request.key)
         payload_digest = require(request.payload_digest, "payload_digest", 128)
-        d = await self._leases().ready(key, _history(request.history), payload_digest)
+        held = self._receipts.get(key)
+        if held is not None and held[0] == payload_digest and not _failed(held[1]):
+            # Its continuation is already registered here: nothing is pending, nothing to lease.
+            d = await self._leases().lookup(key, _history(request.history))
+        else:
+            d = await self._leases().ready(key, _history(request.history), payload_digest)
         reply = engine_pb2.ResultDescriptor(key=key_to_proto(key),
                                             resident_blocks=d.resident_blocks,
                                             resident_tokens=d.resident_tokens,
@@ -89,8 +94,7 @@ class LeaseRpcs:
         key = key_from_proto(request.key)
         payload_digest = require(request.payload_digest, "payload_digest", 128)
         held = self._receipts.get(key)
-        if held is not None and held[1].done() and (held[1].cancelled()
-                                                    or held[1].exception() is not None):
+        if held is not None and _failed(held[1]):
             held = None  # a failed continuation is retried, never replayed as its error
         if held is None:
             continuation = request.continuation
@@ -171,6 +175,11 @@ class LeaseRpcs:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _failed(task: asyncio.Task[Continued]) -> bool:
+    """Whether a remembered continuation ended in an error (it is retried, never replayed)."""
+    return task.done() and (task.cancelled() or task.exception() is not None)
 
 
 def _history(history: str) -> str:

@@ -294,3 +294,29 @@ def test_engine_settings_name_the_field() -> None:
         DeliverySettings(engines=["e=h:1", "e=h:2"])
     assert DeliverySettings(engines=["engine-0=127.0.0.1:5000"]).engine_targets == {
         "engine-0": "127.0.0.1:5000"}
+
+
+async def test_a_restarted_sender_loses_no_result_and_the_engine_runs_it_once(
+        mesh: Mesh) -> None:
+    """A harness resubmits by (workflow, turn) to a fresh delivery service after the first one
+    went away mid-delivery: it gets the continuation's answer, and the engine ran it once."""
+    history = await first_turn(mesh)
+    request = deliver_request(history)
+    slow = await build_delivery(DeliverySettings(  # 40 B/s: the frame is still on the link
+        engines=[f"{ENGINE}={mesh.engine.target}"], link_bytes_per_s=40.0, metrics_port=-1,
+        grace_s=0.1))
+    await slow.start()
+    lost = DeliveryClient(slow.address)
+    in_flight = asyncio.create_task(lost.deliver(request, timeout_s=30))
+    await asyncio.sleep(0.3)
+    await slow.shutdown()  # the sender restarts: the frame never reached the engine
+    with pytest.raises(grpc.aio.AioRpcError):
+        await in_flight
+    await lost.close()
+    reply = await mesh.delivery.deliver(request, timeout_s=10)  # resubmitted to a fresh one
+    assert reply.finished.text == await generate(mesh.engine, "direct", request.prompt)
+    assert mesh.backend.request_ids.count("lads/wf-1#1") == 1
+    again = await mesh.delivery.deliver(request, timeout_s=10)
+    assert again.finished.text == reply.finished.text
+    assert mesh.backend.request_ids.count("lads/wf-1#1") == 1
+    await wait_for_no_lease_refs(mesh.backend)

@@ -335,3 +335,20 @@ async def _interleave(ops: list[tuple]) -> None:
 @given(ops=OPS)
 def test_random_interleavings_release_every_reference(ops: list[tuple]) -> None:
     asyncio.run(_interleave(ops))
+
+
+async def test_a_running_provider_ends_a_lease_at_its_deadline_not_at_the_next_tick() -> None:
+    backend = make_backend(small_preset())
+    loop = asyncio.get_running_loop()
+    provider = LeaseProvider(backend, engine_id="e0", tokenize=backend.tokenize, clock=loop.time,
+                             settings=LeaseSettings(lifetime_s=0.2, headroom_blocks=0,
+                                                    interval_s=30.0))
+    history = await warm(backend, "a", 96)
+    await provider.start()
+    lease = (await provider.ready(key(1), history, digest(b"x"))).lease
+    assert lease is not None and await backend.lease_refs()
+    await asyncio.sleep(0.35)  # far less than the 30 s interval
+    assert await backend.lease_refs() == {} and provider.stats.expiries == 1
+    await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
