@@ -25,8 +25,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.leases import (
@@ -44,100 +42,21 @@ from services.engine_agent.lease_budget import (
     horizon,
     inventory_etas,
 )
-from services.engine_agent.lease_port import LeasePort, PoolState, ResidentPrefix
+from services.engine_agent.lease_port import LeasePort, PoolState
+from services.engine_agent.lease_state import (
+    Descriptor,
+    Lease,
+    LeaseMode,
+    LeaseSettings,
+    LeaseStats,
+    Pending,
+    Tick,
+    ToolTimes,
+)
 
 log = logging.getLogger(__name__)
 
-LeaseMode = Literal["lads", "ttl", "none"]
 Record = LeaseRecord | BudgetRecord
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseSettings:
-    """The provider's parameters (LADS §5.1 defaults: ℓ = 8 s, H = 2,048 blocks, 100 ms)."""
-
-    mode: LeaseMode = "lads"
-    lifetime_s: float = 8.0
-    headroom_blocks: int = 2048
-    interval_s: float = 0.1
-    ttl_max_expected_s: float = 2.0
-    ttl_alpha: float = 0.5
-    max_pending_s: float = 600.0  # forget a result nobody delivered or withdrew after this
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("lads", "ttl", "none"):
-            raise InvalidArgument("lease_mode", f"must be lads, ttl or none, got {self.mode!r}")
-        for name in ("lifetime_s", "interval_s", "ttl_max_expected_s", "max_pending_s"):
-            if getattr(self, name) <= 0:
-                raise InvalidArgument(name, "must be positive")
-        if self.headroom_blocks < 0:
-            raise InvalidArgument("headroom_blocks", "must be >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class Descriptor:
-    """What the sender learns at readiness: the cache hint and the lease, if one was granted."""
-
-    key: ResultKey
-    resident_blocks: int
-    resident_tokens: int
-    prefix_digest: str
-    lease: LeaseRecord | None
-
-
-@dataclass(slots=True)
-class _Lease:
-    lease_id: str
-    blocks: frozenset[int]
-    order: tuple[int, ...]
-    granted_at: float  # g_i: the first grant; never moves
-    deadline: float
-    state: LeaseState = LeaseState.ACTIVE
-    sequence: int = 0
-
-
-@dataclass(slots=True)
-class _Pending:
-    key: ResultKey
-    ready_at: float
-    seq: int  # arrival order: the version tie-break of "ready-time, identity and version order"
-    token_ids: tuple[int, ...]
-    payload_digest: str
-    prefix: ResidentPrefix
-    cold: bool
-    lease: _Lease | None = None
-    request_id: str | None = None  # bound at complete receipt
-    allocated: bool = False  # the continuation got its first allocation
-
-    @property
-    def held(self) -> bool:
-        return self.lease is not None and self.lease.state is LeaseState.ACTIVE
-
-
-@dataclass(slots=True)
-class LeaseStats:
-    """Counters of one provider (the bench and the invariant tests read them)."""
-
-    grants: int = 0
-    regrants: int = 0
-    expiries: int = 0
-    handoffs: int = 0
-    handoffs_unowned: int = 0
-    revocations: int = 0
-    denials: int = 0
-    added_refs: int = 0
-    released_refs: int = 0
-    protection_block_s: float = 0.0
-    grants_over_target: int = 0  # grants after which U(t) > B(t): must stay 0
-    cpu_s: float = 0.0
-    evaluations: int = 0
-
-
-@dataclass(slots=True)
-class _Tick:
-    at: float = 0.0
-    protected: int = 0
-    denied: list[ResultKey] = field(default_factory=list)
 
 
 class LeaseProvider:
@@ -148,18 +67,17 @@ class LeaseProvider:
                  clock: Callable[[], float] = time.time) -> None:
         self.port, self.engine_id, self.settings = port, engine_id, settings or LeaseSettings()
         self._tokenize, self._clock = tokenize, clock
-        self._pending: dict[ResultKey, _Pending] = {}
-        self._by_lease: dict[str, _Pending] = {}
+        self._pending: dict[ResultKey, Pending] = {}
+        self._by_lease: dict[str, Pending] = {}
         self._outstanding: dict[str, int] = {}  # lease id -> references not yet released
         self._view: InventoryView | None = None
-        self._ttl: dict[str, float] = {}  # per-tool moving average of tool seconds
-        self._started: dict[ResultKey, tuple[str, float]] = {}
+        self._tools = ToolTimes(self.settings.ttl_alpha)
         self._listeners: list[Callable[[Record], None]] = []
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._generation = 0
         self._budget = Budget(0, 0, 0, 0)
-        self._tick = _Tick()
+        self._tick = Tick()
         self._task: asyncio.Task[None] | None = None
         self.stats = LeaseStats()
         self.last_budget: BudgetRecord | None = None
@@ -214,8 +132,8 @@ class LeaseProvider:
 
     async def tool_started(self, key: ResultKey, history: str, tool: str) -> bool:
         """A tool call began (``ttl`` mode pins now when the tool is expected under 2 s)."""
-        self._started[key] = (tool, self._clock())
-        expected = self._ttl.get(tool)
+        self._tools.started(key, tool, self._clock())
+        expected = self._tools.expected(tool)
         if self.settings.mode != "ttl" or expected is None:
             return False
         if expected >= self.settings.ttl_max_expected_s or key in self._pending:
@@ -226,7 +144,7 @@ class LeaseProvider:
 
     async def ready(self, key: ResultKey, history: str, payload_digest: str) -> Descriptor:
         """The tool result is ready: evaluate, try a lease, describe the prefix to the sender."""
-        self._learn_tool_time(key)
+        self._tools.finished(key, self._clock())
         async with self._lock:
             pending = self._pending.get(key)
             if pending is not None and pending.payload_digest not in ("", payload_digest):
@@ -322,7 +240,7 @@ class LeaseProvider:
         return evaluate(candidates, free_blocks=state.free_blocks, protected=self.protected,
                         headroom=self.settings.headroom_blocks)
 
-    def _candidate(self, p: _Pending, now: float, etas: dict[ResultKey, float]) -> Candidate:
+    def _candidate(self, p: Pending, now: float, etas: dict[ResultKey, float]) -> Candidate:
         g = p.lease.granted_at if p.lease is not None else None
         blocks = p.lease.blocks if p.held and p.lease is not None else frozenset(
             p.prefix.block_ids)
@@ -354,7 +272,7 @@ class LeaseProvider:
         return PoolState(free, state.total_blocks, state.waiting, state.running,
                          state.max_running, state.kappa_s)
 
-    async def _grant(self, p: _Pending, ttl_s: float | None = None) -> bool:
+    async def _grant(self, p: Pending, ttl_s: float | None = None) -> bool:
         lease_id = f"{self.engine_id}/{p.key}/{next(self._ids)}"
         if not p.prefix.block_ids or not await self.port.acquire(
                 lease_id, p.prefix.block_ids, p.prefix.digest):
@@ -364,7 +282,7 @@ class LeaseProvider:
         granted = now if first else p.lease.granted_at  # type: ignore[union-attr]
         deadline = now + ttl_s if ttl_s is not None else granted + self.settings.lifetime_s
         sequence = 0 if first else p.lease.sequence  # type: ignore[union-attr]
-        p.lease = _Lease(lease_id, frozenset(p.prefix.block_ids), p.prefix.block_ids, granted,
+        p.lease = Lease(lease_id, frozenset(p.prefix.block_ids), p.prefix.block_ids, granted,
                          deadline, sequence=sequence)
         self._by_lease[lease_id] = p
         self.stats.grants += first
@@ -446,46 +364,37 @@ class LeaseProvider:
         held = [p.lease.blocks for p in self._pending.values() if p.held and p.lease]
         return frozenset().union(*held) if held else frozenset()
 
-    async def _track(self, key: ResultKey, history: str, payload_digest: str) -> _Pending:
+    async def _track(self, key: ResultKey, history: str, payload_digest: str) -> Pending:
         if not history:
             raise InvalidArgument("history", "must not be empty")
         ids = tuple(self._tokenize(history))
         prefix = await self.port.resident(ids)
-        pending = _Pending(key, self._clock(), next(self._ids), ids, payload_digest, prefix,
+        pending = Pending(key, self._clock(), next(self._ids), ids, payload_digest, prefix,
                            cold=not prefix.block_ids)
         self._pending[key] = pending
         return pending
 
-    def _describe(self, p: _Pending) -> Descriptor:
+    def _describe(self, p: Pending) -> Descriptor:
         lease = self._lease_record(p, self._clock(), self._exclusive()) if p.held else None
         size = self.port.lease_block_size
         return Descriptor(p.key, p.prefix.blocks, p.prefix.blocks * size, p.prefix.digest, lease)
 
-    async def _end_lease(self, p: _Pending, state: LeaseState) -> None:
+    async def _end_lease(self, p: Pending, state: LeaseState) -> None:
         if p.held and p.lease is not None:
             if await self.port.release(p.lease.lease_id):
                 self._account_release(p.lease.lease_id)
             self._retire(p, state)
 
-    def _retire(self, p: _Pending, state: LeaseState) -> None:
+    def _retire(self, p: Pending, state: LeaseState) -> None:
         assert p.lease is not None
         p.lease.state = state
         self._emit_lease(p, self._clock())
 
-    def _forget(self, p: _Pending) -> None:
+    def _forget(self, p: Pending) -> None:
         self._pending.pop(p.key, None)
-        self._started.pop(p.key, None)
+        self._tools.forget(p.key)
         if p.lease is not None:
             self._by_lease.pop(p.lease.lease_id, None)
-
-    def _learn_tool_time(self, key: ResultKey) -> None:
-        started = self._started.get(key)
-        if started is None:
-            return
-        tool, at = started
-        seconds, alpha = self._clock() - at, self.settings.ttl_alpha
-        old = self._ttl.get(tool)
-        self._ttl[tool] = seconds if old is None else alpha * seconds + (1 - alpha) * old
 
     def _integrate(self, now: float) -> None:
         tick = self._tick
@@ -510,7 +419,7 @@ class LeaseProvider:
                 self._emit(self._lease_record(p, now, exclusive))
         return record
 
-    def _emit_lease(self, p: _Pending, now: float) -> None:
+    def _emit_lease(self, p: Pending, now: float) -> None:
         self._integrate(now)
         self._emit(self._lease_record(p, now, self._exclusive()))
 
@@ -519,7 +428,7 @@ class LeaseProvider:
         return exclusive_blocks({q.lease.lease_id: q.lease.blocks for q in self._pending.values()
                                  if q.held and q.lease is not None})
 
-    def _lease_record(self, p: _Pending, now: float, exclusive: dict[str, int]) -> LeaseRecord:
+    def _lease_record(self, p: Pending, now: float, exclusive: dict[str, int]) -> LeaseRecord:
         lease = p.lease
         assert lease is not None
         lease.sequence += 1

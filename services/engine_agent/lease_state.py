@@ -1,0 +1,145 @@
+"""The lease provider's values: settings, the sender's descriptor, pending results, counters.
+
+Plain Python (``lease_provider.py`` holds the behaviour; STYLE.md §1).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Literal
+
+from services.common.errors import InvalidArgument
+from services.common.leases import LeaseRecord, LeaseState, ResultKey
+from services.engine_agent.lease_port import ResidentPrefix
+
+LeaseMode = Literal["lads", "ttl", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """The provider's parameters (LADS §5.1 defaults: ℓ = 8 s, H = 2,048 blocks, 100 ms)."""
+
+    mode: LeaseMode = "lads"
+    lifetime_s: float = 8.0
+    headroom_blocks: int = 2048
+    interval_s: float = 0.1
+    ttl_max_expected_s: float = 2.0
+    ttl_alpha: float = 0.5
+    max_pending_s: float = 600.0  # forget a result nobody delivered or withdrew after this
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("lads", "ttl", "none"):
+            raise InvalidArgument("lease_mode", f"must be lads, ttl or none, got {self.mode!r}")
+        for name in ("lifetime_s", "interval_s", "ttl_max_expected_s", "max_pending_s"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(name, "must be positive")
+        if self.headroom_blocks < 0:
+            raise InvalidArgument("headroom_blocks", "must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    """What the sender learns at readiness: the cache hint and the lease, if one was granted."""
+
+    key: ResultKey
+    resident_blocks: int
+    resident_tokens: int
+    prefix_digest: str
+    lease: LeaseRecord | None
+
+
+@dataclass(slots=True)
+class Lease:
+    lease_id: str
+    blocks: frozenset[int]
+    order: tuple[int, ...]
+    granted_at: float  # g_i: the first grant; never moves
+    deadline: float
+    state: LeaseState = LeaseState.ACTIVE
+    sequence: int = 0
+
+
+@dataclass(slots=True)
+class Pending:
+    key: ResultKey
+    ready_at: float
+    seq: int  # arrival order: the version tie-break of "ready-time, identity and version order"
+    token_ids: tuple[int, ...]
+    payload_digest: str
+    prefix: ResidentPrefix
+    cold: bool
+    lease: Lease | None = None
+    request_id: str | None = None  # bound at complete receipt
+    allocated: bool = False  # the continuation got its first allocation
+
+    @property
+    def held(self) -> bool:
+        return self.lease is not None and self.lease.state is LeaseState.ACTIVE
+
+
+@dataclass(slots=True)
+class LeaseStats:
+    """Counters of one provider (the bench and the invariant tests read them)."""
+
+    grants: int = 0
+    regrants: int = 0
+    expiries: int = 0
+    handoffs: int = 0
+    handoffs_unowned: int = 0
+    revocations: int = 0
+    denials: int = 0
+    added_refs: int = 0
+    released_refs: int = 0
+    protection_block_s: float = 0.0
+    grants_over_target: int = 0  # grants after which U(t) > B(t): must stay 0
+    cpu_s: float = 0.0
+    evaluations: int = 0
+
+
+@dataclass(slots=True)
+class Tick:
+    at: float = 0.0
+    protected: int = 0
+    denied: list[ResultKey] = field(default_factory=list)
+
+
+class ToolTimes:
+    """Per-tool moving averages of tool durations (the TTL of Continuum's pins, arXiv:2511.02230).
+
+    A call's duration runs from its start to its result's readiness; the average is exponential
+    with weight ``alpha``. At most ``max_calls`` started calls are remembered.
+    """
+
+    def __init__(self, alpha: float, max_calls: int = 65_536) -> None:
+        self.alpha, self.max_calls = alpha, max_calls
+        self._mean: dict[str, float] = {}
+        self._started: OrderedDict[ResultKey, tuple[str, float]] = OrderedDict()
+
+    def started(self, key: ResultKey, tool: str, at: float) -> None:
+        """A call of ``tool`` began."""
+        self._started[key] = (tool, at)
+        while len(self._started) > self.max_calls:
+            self._started.popitem(last=False)
+
+    def finished(self, key: ResultKey, at: float) -> None:
+        """Its result is ready: fold the call's duration into its tool's average."""
+        started = self._started.pop(key, None)
+        if started is None:
+            return
+        tool, began = started
+        old = self._mean.get(tool)
+        seconds = at - began
+        self._mean[tool] = seconds if old is None else self.alpha * seconds + (1 - self.alpha) * old
+
+    def expected(self, tool: str) -> float | None:
+        """The tool's average duration; None before its first call finished."""
+        return self._mean.get(tool)
+
+    def forget(self, key: ResultKey) -> None:
+        """Drop a started call that will never finish here."""
+        self._started.pop(key, None)
+
+
+__all__ = ["Descriptor", "Lease", "LeaseMode", "LeaseSettings", "LeaseStats", "Pending", "Tick",
+           "ToolTimes"]
