@@ -100,7 +100,7 @@ class Mesh:
         if "delivery" in spec.others:  # it returns tool results to the engine by id
             await self.spawn("delivery", "services.delivery", [*common, *sum(
                 (["--engine", f"{c.name}={c.address}"] for c in engines), [])])
-        for name in ("csl", "admission"):
+        for name in ("csl", "admission", "delivery"):
             if name in spec.others:
                 targets += [f"--{name}", self.address(name)]
         await self.spawn("gateway", "services.gateway", [

@@ -411,7 +411,7 @@ def test_delivery_names_every_engine_pod_by_its_engine_id(builds: dict[str, list
 def test_gateway_targets_name_services_of_the_mesh(builds: dict[str, list[Doc]]) -> None:
     for docs in builds.values():
         _c, s = gateway(docs)
-        for target in (s.csl, s.admission):
+        for target in (s.csl, s.admission, s.delivery):
             host, port = target.rsplit(":", 1)
             svc = find(docs, "Service", host)
             assert int(port) in [p["port"] for p in svc["spec"]["ports"]]

@@ -21,6 +21,7 @@ IDEMPOTENT: dict[str, tuple[str, ...]] = {
                                      "WatchNames"),
     "dynbranch.v1.Admission": ("OpenBranch", "AdmitFills", "ReportOutcome"),
     "dynbranch.v1.Delivery": ("StartTool", "Deliver", "Withdraw"),
+    "dynbranch.v1.Gateway": ("DeliverResult",),
     "grpc.health.v1.Health": ("Check",),
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from services.common.clients import DEFAULT_DEADLINE_S, open_channel
-from services.common.pb import gateway_pb2, gateway_pb2_grpc
+from services.common.pb import delivery_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 class GatewayClient:
@@ -21,6 +21,11 @@ class GatewayClient:
                    timeout_s: float = DEFAULT_DEADLINE_S) -> gateway_pb2.CallResponse:
         """Run one stage (never retried: not idempotent)."""
         return await self.stub.Call(request, timeout=timeout_s, metadata=self.metadata)
+
+    async def deliver_result(self, request: delivery_pb2.DeliverRequest,
+                             timeout_s: float = 600.0) -> delivery_pb2.DeliverResponse:
+        """Return a tool result (LADS) and get the continuation's output; idempotent by key."""
+        return await self.stub.DeliverResult(request, timeout=timeout_s, metadata=self.metadata)
 
     async def close(self) -> None:
         """Close the channel; idempotent."""

@@ -18,6 +18,9 @@ class GatewaySettings(ServiceSettings):
                                description="engine agent targets host:port (JSON list in env)")
     csl: str = Field("", description="csl target host:port; empty: no library (C1 and C2 off)")
     admission: str = Field("", description="admission target; empty: in-process fixed policy")
+    delivery: str = Field("", description=(
+        "delivery target host:port for DeliverResult (LADS); empty: the gateway does not "
+        "forward tool results"))
     c1: bool = Field(True, description="exact subgraph reuse on every demand")
     c2: bool = Field(True, description="early fill at decision points")
     top_k: int = Field(2, ge=0, le=64, description="in-process fixed policy: fills per branch")

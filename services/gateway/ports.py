@@ -72,6 +72,9 @@ class EnginePort(Protocol):
     def max_model_len(self, model: str) -> int:
         """Context limit of ``model`` (the smallest over its engines)."""
 
+    def holder(self, affinity_key: str) -> str | None:
+        """The engine that ran the workflow's last canonical call (it holds its history)."""
+
 
 class AdmissionPort(Protocol):
     """The admission service (C3) as the gateway uses it."""

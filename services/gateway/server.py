@@ -13,6 +13,7 @@ from services.common.cli_args import Flag, service_main
 from services.common.errors import InvalidArgument
 from services.common.pb import gateway_pb2, gateway_pb2_grpc
 from services.common.server import ServiceRuntime
+from services.delivery.client import DeliveryClient
 from services.gateway.adapters.engines import EnginePool
 from services.gateway.adapters.library import RemoteLibrary
 from services.gateway.auth import Authenticator
@@ -108,7 +109,11 @@ async def build_runtime(settings: GatewaySettings, *,
     runtime.registry.register(CoreCollector(core))
     auth = Authenticator(settings.api_keys, settings.auth)
     metrics = GatewayMetrics(runtime.registry)
-    servicer = GatewayServicer(core, auth, metrics, runtime.tracer, settings.call_deadline_s)
+    delivery = DeliveryClient(settings.delivery) if settings.delivery else None
+    if delivery is not None:
+        runtime.on_close(delivery.close)
+    servicer = GatewayServicer(core, auth, metrics, runtime.tracer, settings.call_deadline_s,
+                               delivery)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
     runtime.core = core
     if settings.http_port >= 0:
@@ -196,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                                  {"action": "append", "metavar": "HOST:PORT"}),
                             Flag("--csl", "csl", "csl service target", {"metavar": "HOST:PORT"}),
                             Flag("--admission", "admission", "admission service target",
-                                 {"metavar": "HOST:PORT"})])
+                                 {"metavar": "HOST:PORT"}),
+                            Flag("--delivery", "delivery", "delivery service target "
+                                 "(DeliverResult forwards there)", {"metavar": "HOST:PORT"})])
 
 
 __all__ = ["SERVICE_NAME", "GatewayRuntime", "build_core", "build_runtime", "main"]

@@ -10,9 +10,11 @@ from prometheus_client.registry import Collector
 
 from services.common.clients import deadline
 from services.common.convert import require, sampling_from_proto, timings_to_proto, usage_to_proto
-from services.common.errors import InvalidArgument
-from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.lease_convert import key_from_proto
+from services.common.pb import common_pb2, delivery_pb2, gateway_pb2, gateway_pb2_grpc
 from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
+from services.delivery.client import DeliveryClient
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.templates import StageKind
@@ -106,8 +108,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     """Maps the Gateway service onto the core."""
 
     def __init__(self, core: GatewayCore, auth: Authenticator, metrics: GatewayMetrics,
-                 tracer: Tracer, call_deadline_s: float) -> None:
+                 tracer: Tracer, call_deadline_s: float,
+                 delivery: DeliveryClient | None = None) -> None:
         self.core = core
+        self.delivery = delivery
         self.auth = auth
         self.metrics = metrics
         self.tracer = tracer
@@ -159,6 +163,25 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         settled = self.core.settle(tenant, request.workflow_id,
                                    require(request.coordinate, "coordinate"), request.selected)
         return gateway_pb2.SettleBranchResponse(settled=settled)
+
+    async def DeliverResult(self, request: delivery_pb2.DeliverRequest,
+                            context: grpc.aio.ServicerContext) -> delivery_pb2.DeliverResponse:
+        """Forward a tool result to delivery, to the engine holding the workflow's history."""
+        tenant = self.auth.tenant(_authorization(context))
+        if self.delivery is None:
+            raise FailedPrecondition("no delivery service configured (gateway setting delivery)")
+        key = key_from_proto(request.key)
+        scoped = f"{tenant}/{key.workflow_id}"  # the gateway's affinity key, and the tenant scope
+        forwarded = delivery_pb2.DeliverRequest()
+        forwarded.CopyFrom(request)
+        forwarded.key.workflow_id = scoped
+        if not forwarded.engine_id:
+            forwarded.engine_id = self.core.engines.holder(scoped) or ""
+        try:
+            return await self.delivery.deliver(forwarded, timeout_s=deadline(context, 600.0))
+        except grpc.aio.AioRpcError as err:  # the delivery's own status and field-naming message
+            await context.abort(err.code(), err.details() or "delivery failed")
+            raise  # unreachable: abort raises
 
 
 __all__ = ["CoreCollector", "GatewayMetrics", "GatewayServicer", "answer_to_proto",

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from services.common.pb import delivery_pb2 as dynbranch_dot_v1_dot_delivery__pb2
 from services.common.pb import gateway_pb2 as dynbranch_dot_v1_dot_gateway__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
@@ -56,6 +57,11 @@ class GatewayStub:
                 request_serializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchResponse.FromString,
                 _registered_method=True)
+        self.DeliverResult = channel.unary_unary(
+                '/dynbranch.v1.Gateway/DeliverResult',
+                request_serializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -93,6 +99,17 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeliverResult(self, request, context):
+        """Return a completed tool result through the gateway (LADS): forwarded to the delivery
+        service, to the engine that holds the workflow's history (the request's engine_id, else the
+        engine that served the workflow's last call here). The key's workflow is scoped to the
+        caller's tenant. Idempotent by (workflow, turn). FAILED_PRECONDITION without a delivery
+        service.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -115,6 +132,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.SettleBranch,
                     request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_gateway__pb2.SettleBranchResponse.SerializeToString,
+            ),
+            'DeliverResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeliverResult,
+                    request_deserializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_delivery__pb2.DeliverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -227,6 +249,33 @@ class Gateway:
             '/dynbranch.v1.Gateway/SettleBranch',
             dynbranch_dot_v1_dot_gateway__pb2.SettleBranchRequest.SerializeToString,
             dynbranch_dot_v1_dot_gateway__pb2.SettleBranchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeliverResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.Gateway/DeliverResult',
+            dynbranch_dot_v1_dot_delivery__pb2.DeliverRequest.SerializeToString,
+            dynbranch_dot_v1_dot_delivery__pb2.DeliverResponse.FromString,
             options,
             channel_credentials,
             insecure,

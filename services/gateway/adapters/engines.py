@@ -125,6 +125,10 @@ class EnginePool:
         """The engine for one generation (see ``Router``)."""
         return self.router.pick(self.states.values(), model, fill=fill, affinity_key=affinity_key)
 
+    def holder(self, affinity_key: str) -> str | None:
+        """The engine holding a workflow's history (its last canonical call ran there)."""
+        return self.router.affine(affinity_key)
+
     async def generate(self, request: GenerationRequest, timeout_s: float,
                        prefix_key: str = "", on_delta: DeltaSink | None = None) -> Execution:
         """Run a generation on a routed engine; cancelling this call aborts it on the engine.

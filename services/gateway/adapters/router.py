@@ -92,6 +92,10 @@ class Router:
             self._remember(affinity_key, best.engine_id)
         return best
 
+    def affine(self, key: str) -> str | None:
+        """The engine that served ``key``'s last canonical call here (it holds its history)."""
+        return self._affinity.get(key) if key else None
+
     def _remember(self, key: str, engine_id: str) -> None:
         self._affinity[key] = engine_id
         self._affinity.move_to_end(key)
