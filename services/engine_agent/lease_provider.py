@@ -57,6 +57,9 @@ from services.engine_agent.lease_state import (
 log = logging.getLogger(__name__)
 
 Record = LeaseRecord | BudgetRecord
+#: A lease within this of its deadline is ended now: early by at most a timer's resolution,
+#: never late (a timer due sooner than the loop's clock resolution fires without time passing).
+EXPIRY_SLACK_S = 2e-3
 
 
 class LeaseProvider:
@@ -254,7 +257,8 @@ class LeaseProvider:
         for p in sorted(self._pending.values(), key=lambda p: (p.ready_at, p.key, p.seq)):
             if p.held or p.cold or p.allocated or not p.prefix.block_ids:
                 continue
-            if p.lease is not None and (p.lease.state.final or p.lease.deadline <= now):
+            if p.lease is not None and (p.lease.state.final
+                                        or p.lease.deadline <= now + EXPIRY_SLACK_S):
                 continue
             blocks = frozenset(p.prefix.block_ids)
             delta = len(blocks - self._protected_blocks())
@@ -313,7 +317,8 @@ class LeaseProvider:
     async def _expire(self, now: float) -> None:
         """End leases at g_i + ℓ (or the TTL); forget results that are over or abandoned."""
         for p in list(self._pending.values()):
-            if p.lease is not None and not p.lease.state.final and p.lease.deadline <= now:
+            due = p.lease is not None and p.lease.deadline <= now + EXPIRY_SLACK_S
+            if due and p.lease is not None and not p.lease.state.final:
                 if p.held and await self.port.release(p.lease.lease_id):
                     self._account_release(p.lease.lease_id)
                 self._retire(p, LeaseState.EXPIRED)

@@ -352,3 +352,18 @@ async def test_a_running_provider_ends_a_lease_at_its_deadline_not_at_the_next_t
     await provider.close()
     await backend.close()
     assert_idle(backend.engine)
+
+
+async def test_a_lease_due_within_a_timer_resolution_ends_now() -> None:
+    """A wake-up a hair before the deadline (a loop fires timers due within its clock
+    resolution without time passing) ends the lease; otherwise a virtual clock stalls."""
+    backend, provider, clock, _ = build(lifetime=8.0)
+    history = await warm(backend, "a", 96)
+    lease = (await provider.ready(key(1), history, digest(b"x"))).lease
+    assert lease is not None
+    clock.t = lease.deadline - 1e-4
+    await provider.evaluate()
+    assert provider.stats.expiries == 1 and await backend.lease_refs() == {}
+    assert provider._next_wait() == provider.settings.interval_s  # nothing left to wake for
+    await provider.close()
+    await backend.close()
