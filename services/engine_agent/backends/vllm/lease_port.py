@@ -1,9 +1,10 @@
 """``LeasePort`` over the embedded vLLM: the dynbranch plugin's lease utilities, with deadlines.
 
-The mechanism runs in the engine-core process (``plugin``: ``dynbranch_resident``, ``_acquire``,
-``_release``, ``_bind``, ``_handoffs``, ``_lease_refs``, ``_pool_state``), between engine steps;
-this object only calls it, maps values to ``lease_port``'s types, and bounds every call by a
-deadline. It holds no lease state, so nothing here can disagree with the engine.
+The mechanism runs in the engine-core process (``plugin`` and ``plugin_leases``:
+``dynbranch_resident``, ``_acquire``, ``_release``, ``_bind``, ``_handoffs``, ``_lease_refs``,
+``_pool_state``), between engine steps; this object only calls it, maps values to
+``lease_port``'s types, and bounds every call by a deadline. It holds no lease state, so
+nothing here can disagree with the engine.
 
 Requests are bound by our request id: AsyncLLM renames it to ``{id}-xxxxxxxx`` in the engine,
 and the plugin matches that form, so a lease may be bound before its request is submitted.
@@ -50,10 +51,10 @@ class VllmLeasePort:
                               frozenset(view["free"]))
 
     async def pool_state(self) -> PoolState:
-        """Free blocks, queue lengths, the running limit and κ (``blocked_blocks`` unknown: 0)."""
+        """Free blocks, queue lengths, the running limit, κ, and what waiting work lacks."""
         v = await self._call("dynbranch_pool_state")
         return PoolState(v["free_blocks"], v["total_blocks"], v["waiting"], v["running"],
-                         v["max_running"], float(v["kappa_s"]))
+                         v["max_running"], float(v["kappa_s"]), int(v.get("blocked_blocks", 0)))
 
     async def acquire(self, lease_id: str, block_ids: Sequence[int], digest: str) -> bool:
         """Add one reference to each block iff all are still resident under ``digest``."""
