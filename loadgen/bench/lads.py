@@ -102,7 +102,7 @@ def _summaries(runs: dict[str, dict[int, RunResult]]) -> dict[str, Any]:
             "reduction_vs_fifo_pct": round(_mean([100 * (1 - r) for r in ratios]), 2),
             "p95_ratio_to_fifo": round(_mean([by_seed[s]["p95_s"] / fifo[s]["p95_s"]
                                               for s in matched]), 4),
-            "protection_ratio_to_fifo": None, "runs": len(by_seed)})
+            "runs": len(by_seed)})
         out[policy] = summary
     return out
 
