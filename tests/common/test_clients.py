@@ -28,8 +28,9 @@ def test_non_idempotent_calls_are_never_retried() -> None:
 
 
 def test_every_declared_method_exists() -> None:
-    from services.common.pb import admission_pb2, csl_pb2, delivery_pb2, engine_pb2
-    services = {d.full_name: d for m in (admission_pb2, csl_pb2, delivery_pb2, engine_pb2)
+    from services.common.pb import admission_pb2, csl_pb2, delivery_pb2, engine_pb2, gateway_pb2
+    services = {d.full_name: d for m in (admission_pb2, csl_pb2, delivery_pb2, engine_pb2,
+                                         gateway_pb2)
                 for d in m.DESCRIPTOR.services_by_name.values()}
     for service, method in _declared():
         if service.startswith("grpc."):
