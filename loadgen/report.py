@@ -1,0 +1,135 @@
+"""``dynbranch report``: run a matrix of workloads × loads × seeds through the arms, write the
+report (JSON, PNG plots, a Markdown summary) and print where it is.
+
+The quick matrix (the default) is the four workloads at low load with one seed; ``--full`` is
+three seeds at low and high load. Every cell is one ``dynbranch bench arms`` run (all of its
+arms on one schedule); a failed cell is listed in the report and left out of the plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from loadgen.report_plots import figure8, figure_fanout, summary_markdown
+
+WORKLOADS = ("routing", "react", "subagent", "hci")
+#: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s.
+LOADS = {"low": None, "high": 0.8}
+MATRICES = {"quick": {"seeds": (0,), "loads": ("low",)},
+            "full": {"seeds": (0, 1, 2), "loads": ("low", "high")}}
+
+
+def cells(matrix: str) -> list[tuple[str, str, int]]:
+    """(workload, load, seed) of every run in a matrix."""
+    spec = MATRICES[matrix]
+    return [(w, load, seed) for w in WORKLOADS for load in spec["loads"] for seed in spec["seeds"]]
+
+
+def run_cell(workload: str, load: str, seed: int, quick: bool) -> dict[str, Any]:
+    """One ``bench arms`` run, its own table captured (the report prints the summary)."""
+    from loadgen.bench.arms import run
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run(quick, workload, seed=seed, arrival="poisson", rate=LOADS[load])
+
+
+def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
+    """Run every cell with a progress bar; write report.json, the plots and summary.md."""
+    todo = cells(matrix)
+    results, failures = [], []
+    started = time.monotonic()
+    with Progress() as progress:
+        task = progress.add_task(f"report ({matrix})", total=len(todo))
+        for workload, load, seed in todo:
+            progress.update(task, description=f"{workload} {load} seed {seed}")
+            try:
+                result = run_cell(workload, load, seed, quick=matrix == "quick")
+            except Exception as exc:  # a failed cell is reported, never averaged in
+                failures.append({"workload": workload, "load": load, "seed": seed,
+                                 "error": f"{type(exc).__name__}: {exc}"})
+            else:
+                result["load"] = load
+                results.append(result)
+            progress.advance(task)
+    return write_report(matrix, results, failures, out, time.monotonic() - started)
+
+
+def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict[str, Any]],
+                 out: Path, wall_s: float) -> dict[str, Any]:
+    """Write the JSON, the plots and the Markdown summary under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    ok = [r for r in results if "arms" in r]
+    label = _label(ok)
+    plots = []
+    if ok:
+        plots.append(figure8(ok, out / "fig8_latency_vs_floor.png",
+                             f"Mean latency / floor, 95% CI ({label})"))
+        plots.append(figure_fanout(ok, out / "fig9_fanout.png",
+                                   f"Fills per request vs latency ({label})"))
+    summary = summary_markdown(ok, matrix=matrix, plots=plots)
+    if failures:
+        summary += "\n## Failed cells (left out)\n\n" + "\n".join(
+            f"- {f['workload']} {f['load']} seed {f['seed']}: {f['error']}" for f in failures)
+    (out / "summary.md").write_text(summary)
+    report = {"matrix": matrix, "wall_s": round(wall_s, 1), "results": results,
+              "failures": failures, "plots": [p.name for p in plots]}
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _label(results: list[dict[str, Any]]) -> str:
+    if not results:
+        return "no results"
+    r = results[0]
+    kind = "SIMULATED" if r.get("simulated", True) else "real"
+    return f"{r.get('engines')} × {r.get('preset')}, {kind} engine"
+
+
+def print_summary(report: dict[str, Any], out: Path) -> None:
+    """The summary table on stdout, then where the report is."""
+    print(f"{'workload':<9} {'load':<5} {'seed':>4}  " + "  ".join(
+        f"{a:>7}" for a in _arms(report)))
+    for r in report["results"]:
+        if "arms" not in r:
+            continue
+        ratios = "  ".join(f"{r['arms'][a]['ratio_to_floor']:>7.3f}" if a in r["arms"]
+                           else f"{'-':>7}" for a in _arms(report))
+        print(f"{r['workload']:<9} {r['load']:<5} {r.get('seed', 0):>4}  {ratios}")
+    print(f"(mean latency / floor; {_label([r for r in report['results'] if 'arms' in r])}; "
+          f"{len(report['failures'])} failed cells; {report['wall_s']} s)")
+    print(f"report: {out / 'summary.md'} (plots and report.json beside it)")
+
+
+def _arms(report: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    for r in report["results"]:
+        for a in r.get("arms", {}):
+            if a not in seen:
+                seen.append(a)
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``dynbranch report [--full] [--out DIR]``."""
+    parser = argparse.ArgumentParser(prog="dynbranch report", description=(
+        "Run the experiment matrix (workloads × arms × loads × seeds) on the simulated engine "
+        "and write the report: JSON, plots and a Markdown summary."))
+    parser.add_argument("--full", action="store_true",
+                        help="3 seeds at low and high load (default: the quick matrix)")
+    parser.add_argument("--out", default=".dynbranch/report", help="report folder")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    report = run_matrix("full" if args.full else "quick", out)
+    print_summary(report, out)
+    return 1 if report["failures"] else 0
+
+
+__all__ = ["cells", "main", "run_matrix", "write_report"]

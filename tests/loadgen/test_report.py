@@ -1,0 +1,35 @@
+"""The report's files from bench-arms results (no workload runs here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadgen.report import cells, write_report
+
+
+def result(workload: str, seed: int, full: float) -> dict:
+    arm = {"mean_s": 10.0, "ratio_to_floor": 1.0, "outputs_equal_floor": True,
+           "fills_issued": 0.0}
+    return {"workload": workload, "seed": seed, "preset": "qwen3-32b-h200", "simulated": True,
+            "engines": 2, "arrival": "poisson", "rate_per_s": 0.12, "load": "low",
+            "arms": {"floor": arm, "full": {**arm, "mean_s": 10.0 * full, "ratio_to_floor": full,
+                                            "ratio_ci95": [full - 0.05, full + 0.05],
+                                            "fills_issued": 1.5}}}
+
+
+def test_the_report_writes_json_plots_and_a_summary_naming_the_engine(tmp_path: Path) -> None:
+    results = [result("routing", 0, 0.6), result("hci", 0, 0.4)]
+    failures = [{"workload": "react", "load": "low", "seed": 0, "error": "boom"}]
+    report = write_report("quick", results, failures, tmp_path, 1.0)
+    assert (tmp_path / "report.json").exists()
+    assert all((tmp_path / p).stat().st_size > 1000 for p in report["plots"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "SIMULATED engine" in summary and "qwen3-32b-h200" in summary
+    assert "| routing | Poisson 0.12/s | 0 | full | 6.00 | 0.600 | [0.550, 0.650] | yes |" \
+        in summary
+    assert "react low seed 0: boom" in summary  # failed cells are listed, not averaged in
+
+
+def test_the_matrices_cover_every_workload() -> None:
+    assert len(cells("quick")) == 4
+    assert len(cells("full")) == 4 * 2 * 3
