@@ -86,6 +86,47 @@ def figure_fanout(results: Sequence[dict[str, Any]], path: Path, title: str) -> 
     return _save(fig, path)
 
 
+def figure10(sweep: Sequence[tuple[float, dict[str, Any]]], path: Path, title: str) -> Path:
+    """Speedup (floor mean / full mean) against the exact-replay rate (after Figure 10)."""
+    rates = [rate for rate, _ in sweep]
+    speedups, lo, hi = [], [], []
+    for _, result in sweep:
+        full = result["arms"]["full"]
+        speedups.append(1.0 / full["ratio_to_floor"])
+        ci = full.get("ratio_ci95")
+        lo.append(speedups[-1] - (1.0 / ci[1] if ci else speedups[-1]))
+        hi.append((1.0 / ci[0] if ci else speedups[-1]) - speedups[-1])
+    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    ax.errorbar(rates, speedups, yerr=[lo, hi], marker="o", capsize=3)
+    ax.set_xlabel("exact-replay rate")
+    ax.set_ylabel("speedup over the floor (×)")
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def figure14(by_rate: Sequence[tuple[float, dict[str, Any]]], path: Path, title: str) -> Path:
+    """Latency decomposition across λ: what C1 removes from the floor, what C2 adds on top,
+    and what is left (after Figure 14)."""
+    rates = [f"{rate:g}/s" for rate, _ in by_rate]
+    left, c1_cut, c2_cut = [], [], []
+    for _, result in by_rate:
+        arms = result["arms"]
+        floor, c1, full = (arms[a]["mean_s"] for a in ("floor", "c1", "full"))
+        left.append(full)
+        c2_cut.append(max(c1 - full, 0.0))
+        c1_cut.append(max(floor - c1, 0.0))
+    fig, ax = plt.subplots(figsize=(5.0, 3.4))
+    ax.bar(rates, left, label="full (what is left)")
+    ax.bar(rates, c2_cut, bottom=left, label="removed by C2 on top of C1")
+    ax.bar(rates, c1_cut, bottom=[a + b for a, b in zip(left, c2_cut, strict=True)],
+           label="removed by C1")
+    ax.set_xlabel("arrival rate λ")
+    ax.set_ylabel("mean latency, simulated s")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
                      plots: Sequence[Path]) -> str:
     """The report's Markdown: our table, the paper's numbers beside it, where they differ."""
@@ -135,4 +176,5 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-__all__ = ["PAPER", "engine_label", "figure8", "figure_fanout", "summary_markdown"]
+__all__ = ["PAPER", "engine_label", "figure8", "figure10", "figure14", "figure_fanout",
+           "summary_markdown"]

@@ -33,3 +33,17 @@ def test_the_report_writes_json_plots_and_a_summary_naming_the_engine(tmp_path: 
 def test_the_matrices_cover_every_workload() -> None:
     assert len(cells("quick")) == 4
     assert len(cells("full")) == 4 * 2 * 3
+
+
+def test_the_sweep_and_decomposition_plots_draw(tmp_path: Path) -> None:
+    from loadgen.report_plots import figure10, figure14
+
+    def with_c1(r: dict) -> dict:
+        r["arms"]["c1"] = {**r["arms"]["floor"], "mean_s": 8.0, "ratio_to_floor": 0.8}
+        return r
+
+    sweep = [(0.22, result("react", 0, 0.7)), (0.77, result("react", 0, 0.3))]
+    assert figure10(sweep, tmp_path / "f10.png", "t").stat().st_size > 1000
+    by_rate = [(0.12, with_c1(result("routing", 0, 0.6))),
+               (0.8, with_c1(result("routing", 0, 0.7)))]
+    assert figure14(by_rate, tmp_path / "f14.png", "t").stat().st_size > 1000
