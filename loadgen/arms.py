@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import math
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads.base import SimClock, Trace, WorkflowResult, Workload
+from loadgen.arm_set import ARM_SPECS, ArmSpec
+from loadgen.equivalence import compare_outputs
+from loadgen.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
+from loadgen.stats import quantile
+from loadgen.workloads.base import SimClock, WorkflowResult, Workload
 from loadgen.workloads.schedule import Arrival, Schedule
 from services.admission.config import AdmissionSettings
 from services.admission.server import build_runtime as build_admission
@@ -79,6 +83,10 @@ class ArmResult:
     schedule_digest: str
     results: list[WorkflowResult]
     counters: dict[str, int] = field(default_factory=dict)
+    #: Per workflow id, its calls as the oracle bound reads them (``loadgen.recording``).
+    calls: dict[str, tuple[CallRecord, ...]] = field(default_factory=dict)
+    #: Calls the whole-request cache answered (whole_request arm only).
+    cache_hits: int = 0
 
 
 @dataclass(slots=True)
@@ -103,9 +111,9 @@ def _engine_settings(config: MeshConfig, i: int) -> EngineAgentSettings:
                                log_level="WARNING")
 
 
-def _gateway_settings(config: MeshConfig, arm: str, engines: list[str], csl: str,
+def _gateway_settings(config: MeshConfig, arm: ArmSpec, engines: list[str], csl: str,
                       corpus_source: str, folder: Path, admission: str = "") -> GatewaySettings:
-    c1, c2 = ARMS[arm]
+    c1, c2 = arm.c1, arm.c2
     corpus = {"corpus_path": str(folder / "corpus"), "corpus_source": corpus_source,
               "data_dir": config.data_dir or ""} if corpus_source else {}
     draft = {"predictor": "draft", "draft_model": config.draft_model} \
@@ -118,12 +126,16 @@ def _gateway_settings(config: MeshConfig, arm: str, engines: list[str], csl: str
 
 
 @contextlib.asynccontextmanager
-async def in_process_mesh(config: MeshConfig, arm: str, corpus_source: str = ""
+async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source: str = ""
                           ) -> AsyncIterator[InProcessMesh]:
-    """A fresh csl, ``config.engines`` engine agents and a gateway configured for ``arm``."""
-    if arm not in ARMS:
-        raise KeyError(f"unknown arm {arm!r}; known: {', '.join(ARMS)}")
-    with tempfile.TemporaryDirectory(prefix=f"dynbranch-arm-{arm}-") as tmp:
+    """A fresh csl, ``config.engines`` engine agents and a gateway configured for ``arm``.
+
+    A name from ``ARMS`` keeps ``config.admission``; an ``ArmSpec`` with an admission policy
+    replaces it (the admission baselines are the full arm with another policy)."""
+    arm = _spec(arm)
+    if arm.admission:
+        config = dataclasses.replace(config, admission=arm.admission)
+    with tempfile.TemporaryDirectory(prefix=f"dynbranch-arm-{arm.name}-") as tmp:
         folder = Path(tmp)
         async with contextlib.AsyncExitStack() as stack:
             csl = await build_csl(CslSettings(data_dir=str(folder / "csl"), metrics_port=-1,
@@ -155,6 +167,16 @@ async def in_process_mesh(config: MeshConfig, arm: str, corpus_source: str = ""
             yield InProcessMesh(gateway, gateway.address, admission)
 
 
+def _spec(arm: str | ArmSpec) -> ArmSpec:
+    if isinstance(arm, ArmSpec):
+        return arm
+    if arm in ARMS:
+        return ArmSpec(arm, *ARMS[arm])
+    if arm in ARM_SPECS:
+        return ARM_SPECS[arm]
+    raise KeyError(f"unknown arm {arm!r}; known: {', '.join(ARM_SPECS)}")
+
+
 async def _started(stack: contextlib.AsyncExitStack, runtime: Any) -> None:
     """Start ``runtime`` and shut it down when ``stack`` unwinds (last started, first stopped)."""
     await runtime.start()
@@ -163,109 +185,96 @@ async def _started(stack: contextlib.AsyncExitStack, runtime: Any) -> None:
 
 # -- running a schedule -----------------------------------------------------------------------
 
-async def _run_workflow(client: DynbranchClient, workload: Workload, arrival: Arrival,
-                        clock: SimClock, started: float) -> WorkflowResult:
-    trace = Trace(client, workload.template, arrival.workflow_id, clock)
+async def _run_workflow(client: Any, workload: Workload, arrival: Arrival, clock: SimClock,
+                        started: float) -> tuple[WorkflowResult, tuple[CallRecord, ...]]:
+    trace = RecordingTrace(client, workload.template, arrival.workflow_id, clock)
     error = ""
     try:
         await workload.run(trace, arrival.instance)
-    except Exception as exc:  # noqa: BLE001 - a failed workflow is recorded, not fatal to a run
+    except Exception as exc:  # noqa: BLE001 - a failed workflow is recorded, then fails the run
         error = f"{type(exc).__name__}: {exc}"
         log.warning("workflow %s failed: %s", arrival.workflow_id, error)
     latency = clock.sim_since(started)
     stages = tuple(trace.stages)
-    return WorkflowResult(arrival.workflow_id, getattr(arrival.instance, "key", ""), stages,
-                          latency, workload.measured(stages, latency), error)
+    result = WorkflowResult(arrival.workflow_id, getattr(arrival.instance, "key", ""), stages,
+                            latency, workload.measured(stages, latency), error)
+    return result, tuple(trace.calls)
 
 
-async def run_schedule(target: str, workload: Workload, schedule: Schedule,
-                       clock: SimClock) -> list[WorkflowResult]:
+async def _run_all(client: Any, workload: Workload, schedule: Schedule, clock: SimClock
+                   ) -> list[tuple[WorkflowResult, tuple[CallRecord, ...]]]:
+    if schedule.serial:
+        return [await _run_workflow(client, workload, a, clock, clock.wall())
+                for a in schedule.arrivals]
+    start, tasks = clock.wall(), []
+    for a in schedule.arrivals:
+        due = start + clock.to_wall(a.at_s)
+        await asyncio.sleep(max(0.0, due - clock.wall()))
+        tasks.append(asyncio.create_task(_run_workflow(client, workload, a, clock, due)))
+    return list(await asyncio.gather(*tasks))
+
+
+async def run_schedule(target: str, workload: Workload, schedule: Schedule, clock: SimClock, *,
+                       whole_request_cache: bool = False,
+                       calls: dict[str, tuple[CallRecord, ...]] | None = None,
+                       cache_hits: list[int] | None = None) -> list[WorkflowResult]:
     """Run every arrival of ``schedule`` against the gateway at ``target``; results in order.
 
     Open loop: each workflow starts at its arrival time and its latency counts from then.
-    Serial: one after another.
+    Serial: one after another. ``calls`` (when given) receives each workflow's call records;
+    ``whole_request_cache`` puts an exact whole-request cache in front of the gateway.
     """
-    async with DynbranchClient(target) as client:
-        client.use_builtin(workload.template)
-        if schedule.serial:
-            return [await _run_workflow(client, workload, a, clock, clock.wall())
-                    for a in schedule.arrivals]
-        start, tasks = clock.wall(), []
-        for a in schedule.arrivals:
-            due = start + clock.to_wall(a.at_s)
-            await asyncio.sleep(max(0.0, due - clock.wall()))
-            tasks.append(asyncio.create_task(_run_workflow(client, workload, a, clock, due)))
-        return list(await asyncio.gather(*tasks))
+    async with DynbranchClient(target) as sdk:
+        sdk.use_builtin(workload.template)
+        client: Any = WholeRequestCacheClient(sdk) if whole_request_cache else sdk
+        done = await _run_all(client, workload, schedule, clock)
+    if calls is not None:
+        calls.update((r.workflow_id, c) for r, c in done)
+    if cache_hits is not None and whole_request_cache:
+        cache_hits.append(client.hits)
+    return [r for r, _ in done]
 
 
-async def run_arm(arm: str, workload: Workload, schedule: Schedule,
-                  config: MeshConfig) -> ArmResult:
-    """Run ``schedule`` under ``arm`` on a fresh in-process mesh."""
-    async with in_process_mesh(config, arm, workload.corpus_source) as mesh:
-        results = await run_schedule(mesh.address, workload, schedule,
-                                     SimClock(config.time_scale))
-        counters = mesh.counters()
-    return ArmResult(arm, schedule.digest(), results, counters)
+async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
+                  config: MeshConfig, warmup: Schedule | None = None) -> ArmResult:
+    """Run ``schedule`` under ``arm`` on a fresh in-process mesh, after ``warmup`` (run on the
+    same mesh, serially, not measured)."""
+    spec = _spec(arm)
+    clock = SimClock(config.time_scale)
+    calls: dict[str, tuple[CallRecord, ...]] = {}
+    hits: list[int] = []
+    async with in_process_mesh(config, spec, workload.corpus_source) as mesh:
+        if warmup is not None and warmup.arrivals:
+            await run_schedule(mesh.address, workload, warmup, clock)
+            before = mesh.counters()
+        else:
+            before = {}
+        results = await run_schedule(mesh.address, workload, schedule, clock, calls=calls,
+                                     whole_request_cache=spec.whole_request_cache,
+                                     cache_hits=hits)
+        counters = {k: v - before.get(k, 0) for k, v in mesh.counters().items()}
+    return ArmResult(spec.name, schedule.digest(), results, counters, calls, sum(hits))
 
 
 async def run_arms(workload: Workload, schedule: Schedule, config: MeshConfig,
-                   arms: Iterable[str] = tuple(ARMS)) -> dict[str, ArmResult]:
+                   arms: Iterable[str | ArmSpec] = tuple(ARMS),
+                   warmup: Schedule | None = None) -> dict[str, ArmResult]:
     """Run the same schedule under each arm in turn (one arm's mesh at a time)."""
-    return {arm: await run_arm(arm, workload, schedule, config) for arm in arms}
+    out: dict[str, ArmResult] = {}
+    for arm in arms:
+        result = await run_arm(arm, workload, schedule, config, warmup)
+        out[result.arm] = result
+    return out
 
 
 # -- comparing arms ---------------------------------------------------------------------------
 
 def mismatches(arm: ArmResult, floor: ArmResult) -> list[str]:
     """Workflow ids whose outputs differ from the floor's (or that failed in either arm)."""
-    base = {r.workflow_id: r for r in floor.results}
-    bad = []
-    for r in arm.results:
-        other = base.get(r.workflow_id)
-        if other is None or r.error or other.error or r.outputs() != other.outputs():
-            bad.append(r.workflow_id)
-    return bad
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Nearest-rank quantile (0 for no values)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered), max(1, math.ceil(q * len(ordered)))) - 1]
-
-
-def summarize(arms: dict[str, ArmResult]) -> dict[str, dict[str, Any]]:
-    """Per arm: mean and p99 of the reported latency, ratio to the floor, fills per request."""
-    floor = arms.get("floor")
-    floor_mean = _mean([r.measured_s for r in floor.results]) if floor else 0.0
-    out: dict[str, dict[str, Any]] = {}
-    for name, arm in arms.items():
-        n = max(len(arm.results), 1)
-        mean = _mean([r.measured_s for r in arm.results])
-        sources: dict[str, int] = {}
-        for r in arm.results:
-            for source, count in r.sources().items():
-                sources[source] = sources.get(source, 0) + count
-        out[name] = {
-            "mean_s": round(mean, 3),
-            "p99_s": round(quantile([r.measured_s for r in arm.results], 0.99), 3),
-            "ratio_to_floor": round(mean / floor_mean, 3) if floor_mean > 0 else None,
-            **{k: round(arm.counters.get(k, 0) / n, 3)
-               for k in ("fills_issued", "fills_consumed", "stages_promoted", "fills_discarded")},
-            "branches_opened": arm.counters.get("opened", 0),
-            "sources": dict(sorted(sources.items())),
-            "errors": sum(1 for r in arm.results if r.error),
-            "outputs_equal_floor": not mismatches(arm, floor) if floor else None,
-        }
-    return out
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+    return [m.workflow_id for m in compare_outputs(arm.results, floor.results)]
 
 
 __all__ = [
     "ARMS", "COUNTERS", "ArmResult", "InProcessMesh", "MeshConfig", "in_process_mesh",
-    "mismatches", "quantile", "run_arm", "run_arms", "run_schedule", "summarize",
+    "mismatches", "quantile", "run_arm", "run_arms", "run_schedule",
 ]

@@ -93,16 +93,45 @@ async def _call(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``bench`` flags only ``bench arms`` takes: flag → ``loadgen.bench.arms.run`` keyword.
+ARMS_FLAGS = {"workload": "workload", "seed": "seed", "seeds": "seeds", "arrival": "arrival",
+              "rate": "rate", "workflows": "workflows", "preset": "preset",
+              "engines": "engines", "arms": "arms"}
+
+
+def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
+    given = {key: getattr(args, flag) for flag, key in ARMS_FLAGS.items()
+             if getattr(args, flag) is not None}
+    if given and args.name != "arms":
+        flags = ", ".join(f"--{f}" for f in given)
+        raise SystemExit(f"{flags}: only `bench arms` takes these flags")
+    if "arms" in given:
+        given["arms"] = tuple(a.strip() for a in given["arms"].split(",") if a.strip())
+    for flag in ("seeds", "workflows", "engines"):
+        if flag in given and given[flag] < 1:
+            raise SystemExit(f"--{flag}: must be at least 1")
+    if "rate" in given and given["rate"] <= 0:
+        raise SystemExit("--rate: must be > 0")
+    return given
+
+
 def _bench(args: argparse.Namespace) -> int:
     from loadgen.bench import load
+    from services.gateway.tools.loaders import DataUnavailable
 
+    options = _arms_options(args)
     run = load(args.name)
-    if args.workload and args.name != "arms":
-        raise SystemExit("--workload: only `bench arms` takes a workload")
-    result = run(args.quick, workload=args.workload) if args.workload else run(args.quick)
+    try:
+        result = run(args.quick, **options)
+    except DataUnavailable as exc:  # a missing data set is an error naming the file
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # e.g. an unknown arm or too few instances for --workflows
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result, sort_keys=True))
-    return 0
+    return 0 if result.get("ok", True) else 1
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -114,6 +143,27 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     return importlib.import_module(SERVICES[args.service]).main(args.rest)
+
+
+def _arms_args(bench: argparse.ArgumentParser) -> None:
+    arms = bench.add_argument_group("bench arms", "flags only `bench arms` takes")
+    arms.add_argument("--workload", choices=["routing", "react", "subagent", "hci"],
+                      help="workload (default routing)")
+    arms.add_argument("--seed", type=int, help="first schedule seed (default 0)")
+    arms.add_argument("--seeds", type=int, metavar="N",
+                      help="run N seeds: seed .. seed+N-1, arm order rotated per seed "
+                      "(default 1)")
+    arms.add_argument("--arrival", choices=["poisson", "serial"],
+                      help="open-loop Poisson arrivals or a serial closed loop (default poisson)")
+    arms.add_argument("--rate", type=float,
+                      help="Poisson rate λ per simulated s (default: the workload's low load)")
+    arms.add_argument("--workflows", type=int, metavar="N",
+                      help="measured workflows per seed (default 12 quick, 48 full)")
+    arms.add_argument("--preset", help="sim cost-model preset (default qwen3-32b-h200)")
+    arms.add_argument("--engines", type=int, help="engine agents per mesh (default 2 quick, 4)")
+    arms.add_argument("--arms", metavar="A,B,...",
+                      help="arms to run (floor always included; default quick: floor,c1,c2,"
+                      "full,whole_request; full mode adds fixed,always,threshold,load_threshold)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,8 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark")
     bench.add_argument("--quick", action="store_true", help="finish in under a minute")
     bench.add_argument("--json", action="store_true", help="print one JSON object last")
-    bench.add_argument("--workload", choices=["routing", "react", "subagent", "hci"],
-                       help="workload of `bench arms` (default routing)")
+    _arms_args(bench)
     bench.set_defaults(run=_bench)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",
                                description="Measure an engine backend's prefill throughput and "

@@ -1,88 +1,184 @@
-"""``dynbranch bench arms``: one workload's schedule under the floor, C1, C2 and full arms.
+"""``dynbranch bench arms``: one workload's schedules under the floor, C1, C2, full and baselines.
 
-Side by side in one run (DESIGN.md §6): the same workflow instances with the same open-loop
-Poisson arrivals (the paper's low-load rate, dynbranch Fig. 8) run under each arm on a fresh
-in-process mesh of simulated ``qwen3-32b-h200`` engines. Per arm it prints the mean and p99
-latency in simulated seconds (HCI: the user turn after the click), the ratio to the floor, the
-gateway's fill counters per request, and whether every workflow's outputs equal the floor's
-(value equivalence, DESIGN.md §5.1).
-
-The workload is ``run(quick, workload=...)`` (``dynbranch bench arms --workload NAME``; default
-``routing``).
+Side by side in one run (DESIGN.md §6): per seed, the same workflow instances with the same
+arrivals (open-loop Poisson at the paper's low-load rate, dynbranch Fig. 8, or a serial closed
+loop) run under each arm on a fresh in-process mesh of simulated engines, after a short unmeasured
+warm-up on that mesh, in an arm order rotated per seed. Workflows pair by id across arms. Per arm
+it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio
+to the floor with a paired-bootstrap 95% CI, quantiles the sample supports, the gateway's fill
+counters per request, whether every workflow's outputs equal the floor's (from the floor's own
+mesh) and the share of the oracle bound it realizes (``loadgen.oracle``). A failed workflow fails
+the run: it is counted per arm and left out of every mean.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import importlib
 import logging
 from typing import Any
 
-from loadgen.arms import MeshConfig, run_arms, summarize
-from loadgen.workloads import DataUnavailable, build_schedule, get_workload
+from loadgen.arm_set import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
+from loadgen.arm_summary import completed_everywhere, summarize
+from loadgen.arms import ArmResult, MeshConfig, run_arm
+from loadgen.oracle import OracleBound, oracle_bound
+from loadgen.workloads import build_schedule, get_workload
+from loadgen.workloads.base import Workload
+from loadgen.workloads.schedule import Schedule
 
 PRESET = "qwen3-32b-h200"
 #: Low-load arrival rates per simulated second (dynbranch Fig. 8: 0.12 req/s, HCI 0.3).
 RATES = {"routing": 0.12, "react": 0.12, "subagent": 0.12, "hci": 0.3}
-#: (workflows, engines, time scale) per mode; quick finishes in under a minute on 2 cores.
-MODES = {True: (12, 2, 0.05), False: (48, 4, 0.1)}
+#: (workflows, engines, time scale, warm-up workflows, arms) per mode; quick finishes in under
+#: a minute on 2 cores.
+MODES = {True: (12, 2, 0.05, 1, QUICK_ARMS), False: (48, 4, 0.1, 3, ALL_ARMS)}
+WARMUP_SEED_OFFSET = 1_000_003
 
 
-def _config(quick: bool) -> tuple[int, MeshConfig]:
-    workflows, engines, time_scale = MODES[quick]
-    return workflows, MeshConfig(engines=engines, preset=PRESET, time_scale=time_scale)
+@dataclasses.dataclass(frozen=True, slots=True)
+class Options:
+    """What ``bench arms`` runs; None takes the mode's default."""
+
+    workload: str = "routing"
+    seed: int = 0
+    seeds: int = 1
+    arrival: str = "poisson"
+    rate: float | None = None
+    workflows: int | None = None
+    preset: str = PRESET
+    engines: int | None = None
+    arms: tuple[str, ...] | None = None
 
 
-async def _run(quick: bool, workload_name: str, seed: int, arrival: str,
-               rate: float | None) -> dict[str, Any]:
-    workflows, config = _config(quick)
-    workload = get_workload(workload_name)
-    rate = rate if rate is not None else RATES.get(workload_name, 0.12)
-    schedule = build_schedule(workload, workflows, seed=seed, arrival=arrival, rate=rate)
-    arms = await run_arms(workload, schedule, config)
-    summary = summarize(arms)
+def _warmup(workload: Workload, schedule: Schedule, count: int, seed: int) -> Schedule:
+    """``count`` serial workflows from another seed, none an instance of ``schedule``."""
+    if count <= 0:
+        return dataclasses.replace(schedule, arrivals=())
+    measured = {repr(a.instance) for a in schedule.arrivals}
+    pool = build_schedule(workload, count + 4, seed=seed + WARMUP_SEED_OFFSET, arrival="serial",
+                          replay=0.0)
+    fresh = [dataclasses.replace(a, workflow_id=f"warmup-{a.workflow_id}")
+             for a in pool.arrivals if repr(a.instance) not in measured][:count]
+    return dataclasses.replace(pool, arrivals=tuple(fresh))
+
+
+def _merge(parts: list[ArmResult]) -> ArmResult:
+    counters: dict[str, int] = {}
+    calls: dict[str, Any] = {}
+    for part in parts:
+        calls.update(part.calls)
+        for k, v in part.counters.items():
+            counters[k] = counters.get(k, 0) + v
+    digest = ",".join(p.schedule_digest for p in parts)
+    return ArmResult(parts[0].arm, digest, [r for p in parts for r in p.results], counters,
+                     calls, sum(p.cache_hits for p in parts))
+
+
+def _bound(floor: ArmResult, ids: set[str], post_click: bool) -> OracleBound:
+    workflows = [floor.calls.get(r.workflow_id, ()) for r in floor.results
+                 if r.workflow_id in ids]
+    return oracle_bound(workflows, post_click_only=post_click)
+
+
+async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], seed: int,
+                config: MeshConfig, n: int, warm: int, rate: float
+                ) -> tuple[Schedule, dict[str, ArmResult]]:
+    schedule = build_schedule(workload, n, seed=seed, arrival=opts.arrival, rate=rate)
+    warmup = _warmup(workload, schedule, warm, seed)
+    results = {}
+    for spec in rotated(arms, seed):
+        results[spec.name] = await run_arm(spec, workload, schedule, config, warmup)
+    return schedule, {s.name: results[s.name] for s in arms}
+
+
+def _leak_guard(workload: Workload) -> Any:
+    try:
+        module = importlib.import_module("loadgen.leak_guard")
+    except ImportError:
+        return None
+    check = getattr(module, "check", None) or getattr(module, "describe", None)
+    if check is None:
+        return getattr(module, "STATUS", None)
+    try:
+        return check(workload)
+    except Exception as exc:  # noqa: BLE001 - another module's report; never fails the bench
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+async def _run(quick: bool, opts: Options) -> dict[str, Any]:
+    n, engines, time_scale, warm, default_arms = MODES[quick]
+    n = opts.workflows or n
+    config = MeshConfig(engines=opts.engines or engines, preset=opts.preset,
+                        time_scale=time_scale)
+    workload = get_workload(opts.workload)
+    rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
+    arms = resolve(opts.arms or default_arms)
+    seeds = list(range(opts.seed, opts.seed + max(1, opts.seeds)))
+    per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate) for s in seeds]
+    merged = {a.name: _merge([r[a.name] for _, r in per_seed]) for a in arms}
+    ids = set(completed_everywhere(merged))
+    bound = _bound(merged["floor"], ids, workload.post_click_latency)
+    summary = summarize(merged, seed=opts.seed, bound=bound)
+    failed = sum(a["failed"] for a in summary.values())
     return {
-        "workload": workload_name, "preset": PRESET, "simulated": True,
-        "engines": config.engines, "time_scale": config.time_scale, "workflows": workflows,
-        "arrival": arrival, "rate_per_s": rate if arrival == "poisson" else None, "seed": seed,
-        "top_k": config.top_k, "schedule_digest": schedule.digest(),
+        "workload": opts.workload, "preset": opts.preset, "simulated": True,
+        "engines": config.engines, "time_scale": config.time_scale, "workflows": n,
+        "warmup_workflows": warm, "arrival": opts.arrival,
+        "rate_per_s": rate if opts.arrival == "poisson" else None,
+        "seed": opts.seed, "seeds": seeds,
+        "arm_order": {s: [a.name for a in rotated(arms, s)] for s in seeds},
+        "top_k": config.top_k, "schedule_digest": ",".join(s.digest() for s, _ in per_seed),
         "latency": "post_click" if workload.post_click_latency else "end_to_end",
-        "arms": summary,
-        "outputs_equal_floor": all(a["outputs_equal_floor"] for a in summary.values()),
+        "split": getattr(workload, "split", "all"), "leak_guard": _leak_guard(workload),
+        "oracle": bound.as_json(), "arms": summary, "failed": failed, "ok": failed == 0,
+        "outputs_equal_floor": all(a["outputs_equal_floor"] is not False
+                                   for a in summary.values()),
     }
 
 
 def run(quick: bool, workload: str | None = None, *, seed: int = 0, arrival: str = "poisson",
-        rate: float | None = None) -> dict[str, Any]:
-    """Run the benchmark, print a readable table, return the JSON figures."""
-    name = workload or "routing"
+        rate: float | None = None, **options: Any) -> dict[str, Any]:
+    """Run the benchmark, print a readable table, return the JSON figures.
+
+    A missing data set raises ``DataUnavailable`` naming the file (never a silent skip).
+    """
+    opts = Options(workload=workload or "routing", seed=seed, arrival=arrival, rate=rate,
+                   **options)
     # Aborted fills end engine streams mid-span; OpenTelemetry logs each as an error it recovers
     # from ("Failed to detach context"). Keep the table readable.
     logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
-    try:
-        result = asyncio.run(_run(quick, name, seed, arrival, rate))
-    except DataUnavailable as exc:
-        print(f"arms: skipped: {exc}")
-        return {"workload": name, "preset": PRESET, "simulated": True, "skipped": str(exc)}
+    result = asyncio.run(_run(quick, opts))
     _print(result)
     return result
+
+
+def _fmt(value: float | None, width: int) -> str:
+    return f"{value:>{width}.3f}" if value is not None else f"{'-':>{width}}"
 
 
 def _print(result: dict[str, Any]) -> None:
     load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
             else "serial closed loop")
-    print(f"arms: {result['workload']}, {result['workflows']} workflows, {load}, "
-          f"{result['engines']} x {result['preset']} at time scale {result['time_scale']} "
-          f"(SIMULATED engine; latency in simulated s, {result['latency'].replace('_', ' ')})")
-    print(f"  {'arm':<6} {'mean_s':>8} {'p99_s':>8} {'ratio':>7} {'issued/req':>11} "
-          f"{'consumed/req':>13} {'discarded/req':>14}  outputs = floor")
+    print(f"arms: {result['workload']}, {result['workflows']} workflows x seeds "
+          f"{result['seeds']}, {load}, {result['engines']} x {result['preset']} at time scale "
+          f"{result['time_scale']} (SIMULATED engine; latency in simulated s, "
+          f"{result['latency'].replace('_', ' ')}); oracle bound {result['oracle']['bound_s']} s")
+    print(f"  {'arm':<15} {'mean_s':>8} {'ratio':>7} {'ci95':>15} {'oracle':>7} "
+          f"{'issued/req':>11} {'consumed/req':>13}  outputs = floor")
     for name, arm in result["arms"].items():
-        print(f"  {name:<6} {arm['mean_s']:>8.3f} {arm['p99_s']:>8.3f} "
-              f"{arm['ratio_to_floor']:>7.3f} {arm['fills_issued']:>11.3f} "
-              f"{arm['fills_consumed']:>13.3f} {arm['fills_discarded']:>14.3f}  "
-              f"{'yes' if arm['outputs_equal_floor'] else 'NO'}"
-              + (f"  ({arm['errors']} failed)" if arm["errors"] else ""))
-    print("  fills per request: issued; consumed (at least one stage promoted); discarded "
-          "(lost an exclusive branch)")
+        ci = arm["ratio_ci95"]
+        ci_text = f"[{ci[0]:.3f},{ci[1]:.3f}]" if ci else "-"
+        same = {None: "(ref)", True: "yes", False: "NO"}[arm["outputs_equal_floor"]]
+        print(f"  {name:<15} {_fmt(arm['mean_s'], 8)} {_fmt(arm['ratio_to_floor'], 7)} "
+              f"{ci_text:>15} {_fmt(arm['oracle_share'], 7)} {arm['fills_issued']:>11.3f} "
+              f"{arm['fills_consumed']:>13.3f}  {same}"
+              + (f"  ({arm['failed']} FAILED)" if arm["failed"] else ""))
+    note = next((a["quantile_note"] for a in result["arms"].values() if a["quantile_note"]), "")
+    if note:
+        print(f"  quantiles withheld: {note}")
+    if not result["ok"]:
+        print(f"  RUN FAILED: {result['failed']} failed workflow(s), left out of every mean")
 
 
-__all__ = ["RATES", "run"]
+__all__ = ["MODES", "RATES", "Options", "run"]

@@ -1,0 +1,58 @@
+"""The experiment arms: which mechanisms each turns on, and the order they run in.
+
+``full`` is DynBranch with priced admission (C3); the admission baselines are the full arm with
+the admission service's policy swapped (``services/admission/config.py``); ``whole_request`` is
+the floor behind an exact whole-request cache (``loadgen.recording``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ArmSpec:
+    """One arm: the gateway's mechanisms, its admission policy and the harness-side cache."""
+
+    name: str
+    c1: bool
+    c2: bool
+    #: Admission service policy; "" keeps the gateway's in-process fixed policy (top-K).
+    admission: str = ""
+    whole_request_cache: bool = False
+
+
+ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
+    ArmSpec("floor", False, False),
+    ArmSpec("c1", True, False),
+    ArmSpec("c2", False, True),
+    ArmSpec("full", True, True, "priced"),
+    ArmSpec("fixed", True, True, "fixed"),
+    ArmSpec("always", True, True, "always"),
+    ArmSpec("threshold", True, True, "threshold"),
+    ArmSpec("load_threshold", True, True, "load_threshold"),
+    ArmSpec("whole_request", False, False, whole_request_cache=True),
+)}
+ALL_ARMS = tuple(ARM_SPECS)
+QUICK_ARMS = ("floor", "c1", "c2", "full", "whole_request")
+
+
+def resolve(names: Sequence[str]) -> tuple[ArmSpec, ...]:
+    """Specs of ``names`` (floor added first when missing: every ratio needs it)."""
+    unknown = [n for n in names if n not in ARM_SPECS]
+    if unknown:
+        raise ValueError(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ALL_ARMS)}")
+    ordered = list(dict.fromkeys(["floor", *names]))
+    return tuple(ARM_SPECS[n] for n in ordered)
+
+
+def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
+    """``arms`` rotated by ``seed``, so no arm always runs first (or last) across seeds."""
+    if not arms:
+        return ()
+    k = seed % len(arms)
+    return tuple(arms[k:]) + tuple(arms[:k])
+
+
+__all__ = ["ALL_ARMS", "ARM_SPECS", "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]

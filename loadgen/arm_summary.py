@@ -1,0 +1,69 @@
+"""Per-arm figures of a paired run: means over workflows that completed in every arm, ratios to
+the floor with paired-bootstrap CIs, supported quantiles, fill counters, value equivalence and the
+share of the oracle bound each arm realizes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.arms import ArmResult
+from loadgen.equivalence import compare_outputs
+from loadgen.oracle import OracleBound, oracle_share
+from loadgen.stats import paired_bootstrap_ci, ratio_of_means, supported_quantiles
+
+FILL_KEYS = ("fills_issued", "fills_consumed", "stages_promoted", "fills_discarded")
+
+
+def completed_everywhere(arms: dict[str, ArmResult]) -> list[str]:
+    """Workflow ids, in the floor's order, that no arm failed (the paired sample)."""
+    failed = {r.workflow_id for a in arms.values() for r in a.results if r.error}
+    present = [{r.workflow_id for r in a.results} for a in arms.values()]
+    first = next(iter(arms.values()))
+    return [r.workflow_id for r in first.results
+            if r.workflow_id not in failed and all(r.workflow_id in p for p in present)]
+
+
+def _sources(arm: ArmResult) -> dict[str, int]:
+    sources: dict[str, int] = {}
+    for r in arm.results:
+        for source, count in r.sources().items():
+            sources[source] = sources.get(source, 0) + count
+    return dict(sorted(sources.items()))
+
+
+def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
+         bound: OracleBound | None) -> dict[str, Any]:
+    by_id = {r.workflow_id: r.measured_s for r in arm.results}
+    base_by_id = {r.workflow_id: r.measured_s for r in floor.results}
+    values, base = [by_id[i] for i in ids], [base_by_id[i] for i in ids]
+    ratio = ratio_of_means(values, base)
+    quantiles, note = supported_quantiles(values)
+    n = max(len(arm.results), 1)
+    mismatched = compare_outputs(arm.results, floor.results)
+    return {
+        "n": len(values),
+        "mean_s": round(sum(values) / len(values), 3) if values else None,
+        "p50_s": quantiles["p50"], "p95_s": quantiles["p95"], "p99_s": quantiles["p99"],
+        "quantile_note": note,
+        "ratio_to_floor": round(ratio, 3) if ratio is not None else None,
+        "ratio_ci95": list(paired_bootstrap_ci(values, base, seed=seed) or ()) or None,
+        "oracle_share": oracle_share(sum(base) - sum(values), bound) if bound else None,
+        **{k: round(arm.counters.get(k, 0) / n, 3) for k in FILL_KEYS},
+        "branches_opened": arm.counters.get("opened", 0),
+        "sources": _sources(arm), "cache_hits": arm.cache_hits,
+        "failed": sum(1 for r in arm.results if r.error),
+        "errors": sum(1 for r in arm.results if r.error),
+        "outputs_equal_floor": None if arm is floor else not mismatched,
+        "mismatches": [f"{m.workflow_id}: {m.reason}" for m in mismatched][:10],
+    }
+
+
+def summarize(arms: dict[str, ArmResult], *, seed: int = 0,
+              bound: OracleBound | None = None) -> dict[str, dict[str, Any]]:
+    """Per arm figures; the floor is the reference (its ``outputs_equal_floor`` is None)."""
+    floor = arms["floor"]
+    ids = completed_everywhere(arms)
+    return {name: _arm(arm, floor, ids, seed, bound) for name, arm in arms.items()}
+
+
+__all__ = ["completed_everywhere", "summarize"]

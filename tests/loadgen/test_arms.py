@@ -1,0 +1,127 @@
+"""Arms harness pieces without a mesh: arm table and order, value equivalence, the oracle bound,
+the whole-request cache."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from loadgen.arm_set import ARM_SPECS, QUICK_ARMS, resolve, rotated
+from loadgen.equivalence import compare_outputs
+from loadgen.oracle import oracle_bound, oracle_share
+from loadgen.recording import CACHE_SOURCE, CallRecord, WholeRequestCacheClient
+from loadgen.workloads.base import StageRecord, WorkflowResult
+
+
+def _result(wid: str, path: list[tuple[str, str, str]], error: str = "") -> WorkflowResult:
+    stages = tuple(StageRecord(stage, cand, text, "engine", 1.0) for stage, cand, text in path)
+    return WorkflowResult(wid, wid, stages, 3.0, 3.0, error)
+
+
+PATH = [("router", "", "r"), ("handler", "a", "h"), ("executor", "a", "e")]
+
+
+def test_admission_baselines_are_the_full_arm_with_another_policy() -> None:
+    full = ARM_SPECS["full"]
+    assert full.admission == "priced" and (full.c1, full.c2) == (True, True)
+    for name in ("fixed", "always", "threshold", "load_threshold"):
+        assert replace(ARM_SPECS[name], name="full", admission="priced") == full
+    assert ARM_SPECS["whole_request"].whole_request_cache
+    assert "whole_request" in QUICK_ARMS
+
+
+def test_arm_order_rotates_per_seed_and_floor_is_always_present() -> None:
+    arms = resolve(["c1", "c2"])
+    assert [a.name for a in arms] == ["floor", "c1", "c2"]
+    firsts = {rotated(arms, seed)[0].name for seed in range(3)}
+    assert firsts == {"floor", "c1", "c2"}
+    with pytest.raises(ValueError, match="unknown arm"):
+        resolve(["nope"])
+
+
+def test_outputs_equal_floor_when_answers_match() -> None:
+    assert compare_outputs([_result("w", PATH)], [_result("w", PATH)]) == []
+
+
+def test_comparison_catches_a_corrupted_stored_answer() -> None:
+    corrupted = [*PATH[:2], ("executor", "a", "e-corrupted")]
+    [found] = compare_outputs([_result("w", corrupted)], [_result("w", PATH)])
+    assert (found.workflow_id, found.reason) == ("w", "text")
+
+
+def test_comparison_catches_a_diverged_path() -> None:
+    diverged = [PATH[0], ("handler", "b", "h"), ("executor", "b", "e")]
+    [found] = compare_outputs([_result("w", diverged)], [_result("w", PATH)])
+    assert found.reason == "path"
+
+
+def test_comparison_counts_failed_and_missing_workflows() -> None:
+    reasons = [m.reason for m in compare_outputs(
+        [_result("w", PATH, error="boom"), _result("x", PATH)], [_result("w", PATH)])]
+    assert reasons == ["failed", "missing"]
+
+
+def _call(stage: str, cand: str = "", offered: tuple[str, ...] = (), name: str = "",
+          latency: float = 1.0, wait: float = 0.0, post_click: bool = False) -> CallRecord:
+    return CallRecord(stage, cand, offered, name or f"{stage}-{cand}", latency, wait, post_click)
+
+
+def test_oracle_bound_sums_reuse_and_overlap() -> None:
+    first = [_call("router", offered=("a", "b"), name="r1", latency=4.0),
+             _call("handler", "a", name="h-a", latency=2.0),
+             _call("executor", "a", name="e-a", latency=3.0)]
+    # Same handler and executor requests recur (C1), the router differs; selection c uncovered.
+    second = [_call("router", offered=("a", "b"), name="r2", latency=4.0),
+              _call("handler", "a", name="h-a", latency=2.0),
+              _call("executor", "a", name="e-a", latency=3.0)]
+    third = [_call("router", offered=("a", "b"), name="r3", latency=4.0),
+             _call("handler", "c", name="h-c", latency=2.0)]
+    bound = oracle_bound([first, second, third])
+    assert bound.reuse_s == 5.0 and bound.hits == 2
+    # first: min(4, 2 + 3) = 4; second: subgraph all C1 hits, 0; third: not covered.
+    assert bound.overlap_s == 4.0 and (bound.branches, bound.covered) == (3, 2)
+    assert oracle_share(4.5, bound) == 0.5
+
+
+def test_oracle_bound_uses_think_time_and_post_click_calls() -> None:
+    turn = [_call("offer", offered=("x", "y"), latency=1.0),
+            _call("fulfil", "x", wait=5.0, latency=3.0, post_click=True)]
+    bound = oracle_bound([turn], post_click_only=True)
+    assert bound.overlap_s == 3.0 and bound.reuse_s == 0.0
+
+
+def test_oracle_bound_counts_open_vocabulary_branches_as_covered() -> None:
+    hop = [_call("think", latency=2.0), _call("retrieve", "Paris", latency=5.0)]
+    assert oracle_bound([hop]).overlap_s == 2.0
+
+
+class _Gateway:
+    """Stands in for the SDK client: renders deterministically and counts calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def render(self, template: str, stage: str, *, inputs: dict, outputs: dict | None,
+               candidate: str | None) -> SimpleNamespace:
+        return SimpleNamespace(stage_version="1", model="m", sampling=None,
+                               text=f"{stage}|{sorted(inputs.items())}|{candidate}")
+
+    async def call_stage(self, template: str, stage: str, **kwargs: object) -> SimpleNamespace:
+        self.calls += 1
+        return SimpleNamespace(text=f"answer-{self.calls}", source=1)
+
+
+def test_whole_request_cache_hits_only_identical_requests() -> None:
+    gateway = _Gateway()
+    cache = WholeRequestCacheClient(gateway)
+
+    async def go() -> list:
+        return [await cache.call_stage("t", "s", workflow_id=w, inputs={"q": q})
+                for w, q in (("1", "a"), ("2", "a"), ("3", "b"))]
+
+    first, again, other = asyncio.run(go())
+    assert again.text == first.text and again.source == CACHE_SOURCE
+    assert other.text != first.text and gateway.calls == 2 and cache.hits == 1
