@@ -25,6 +25,9 @@ WORKLOADS = ("routing", "react", "subagent", "hci")
 LOADS = {"low": None, "high": 0.8}
 MATRICES = {"quick": {"seeds": (0,), "loads": ("low",)},
             "full": {"seeds": (0, 1, 2), "loads": ("low", "high")}}
+#: Per-cell options of the full matrix: every arm, on a schedule small enough that the matrix
+#: stays near 30 minutes on 2 cores (the bench's own full mode runs 48 workflows on 4 engines).
+FULL_CELL = {"workflows": 12, "engines": 2}
 
 
 def cells(matrix: str) -> list[tuple[str, str, int]]:
@@ -37,8 +40,9 @@ def run_cell(workload: str, load: str, seed: int, quick: bool) -> dict[str, Any]
     """One ``bench arms`` run, its own table captured (the report prints the summary)."""
     from loadgen.bench.arms import run
 
+    options = {} if quick else FULL_CELL
     with contextlib.redirect_stdout(io.StringIO()):
-        return run(quick, workload, seed=seed, arrival="poisson", rate=LOADS[load])
+        return run(quick, workload, seed=seed, arrival="poisson", rate=LOADS[load], **options)
 
 
 def run_matrix(matrix: str, out: Path) -> dict[str, Any]:

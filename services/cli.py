@@ -134,6 +134,12 @@ def _bench(args: argparse.Namespace) -> int:
     return 0 if result.get("ok", True) else 1
 
 
+def _report(args: argparse.Namespace) -> int:
+    from loadgen.report import main as report_main
+
+    return report_main([*(["--full"] if args.full else []), "--out", args.out])
+
+
 def _demo(args: argparse.Namespace) -> int:
     from loadgen.demo import run_demo
 
@@ -207,6 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object last")
     _arms_args(bench)
     bench.set_defaults(run=_bench)
+    report = sub.add_parser("report", help="run the experiment matrix and write the report",
+                            description="Run workloads × arms × loads × seeds on simulated "
+                            "engines; write JSON, plots and a Markdown summary, print the "
+                            "summary table and where the report is.")
+    report.add_argument("--full", action="store_true",
+                        help="3 seeds at low and high load, every arm (default: the quick "
+                        "matrix: one seed, low load, floor/c1/c2/full/whole-request cache)")
+    report.add_argument("--out", default=".dynbranch/report", help="report folder")
+    report.set_defaults(run=_report)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",
                                description="Measure an engine backend's prefill throughput and "
                                "decode step time and fit the sim's cost model to them "

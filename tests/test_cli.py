@@ -14,7 +14,7 @@ import pytest
 DYNBRANCH = [sys.executable, "-m", "services.cli"]
 
 
-@pytest.mark.parametrize("args", [[], ["up"], ["call"], ["demo"], ["bench"], ["serve"]])
+@pytest.mark.parametrize("args", [[], ["up"], ["call"], ["demo"], ["bench"], ["report"], ["serve"]])
 def test_every_command_has_help(args: list[str]) -> None:
     out = subprocess.run([*DYNBRANCH, *args, "--help"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "usage: dynbranch" in out.stdout
