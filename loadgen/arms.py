@@ -126,8 +126,8 @@ def _gateway_settings(config: MeshConfig, arm: ArmSpec, engines: list[str], csl:
 
 
 @contextlib.asynccontextmanager
-async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source: str = ""
-                          ) -> AsyncIterator[InProcessMesh]:
+async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source: str = "",
+                          span_exporter: Any = None) -> AsyncIterator[InProcessMesh]:
     """A fresh csl, ``config.engines`` engine agents and a gateway configured for ``arm``.
 
     A name from ``ARMS`` keeps ``config.admission``; an ``ArmSpec`` with an admission policy
@@ -162,7 +162,8 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
                 await _started(stack, admission)
             gateway = await build_gateway(_gateway_settings(
                 config, arm, targets, csl.address, corpus_source, folder,
-                admission.address if admission is not None else ""))
+                admission.address if admission is not None else ""),
+                span_exporter=span_exporter)
             await _started(stack, gateway)
             yield InProcessMesh(gateway, gateway.address, admission)
 

@@ -9,9 +9,11 @@ arms on one schedule); a failed cell is listed in the report and left out of the
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import io
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -63,11 +65,26 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
                 result["load"] = load
                 results.append(result)
             progress.advance(task)
-    return write_report(matrix, results, failures, out, time.monotonic() - started)
+        progress.update(task, description="timeline of one Routing workflow")
+        extra = _timeline(out, failures)
+    return write_report(matrix, results, failures, out, time.monotonic() - started, extra)
+
+
+def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
+    """The Gantt of one Routing workflow under floor and full (a failure is reported)."""
+    from loadgen.timeline import routing_timeline
+
+    logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
+    try:
+        return [asyncio.run(routing_timeline(out / "timeline_routing.png"))]
+    except Exception as exc:
+        failures.append({"workload": "routing", "load": "timeline", "seed": 0,
+                         "error": f"{type(exc).__name__}: {exc}"})
+        return []
 
 
 def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict[str, Any]],
-                 out: Path, wall_s: float) -> dict[str, Any]:
+                 out: Path, wall_s: float, extra: list[Path] | None = None) -> dict[str, Any]:
     """Write the JSON, the plots and the Markdown summary under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     ok = [r for r in results if "arms" in r]
@@ -78,6 +95,7 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
                              f"Mean latency / floor, 95% CI ({label})"))
         plots.append(figure_fanout(ok, out / "fig9_fanout.png",
                                    f"Fills per request vs latency ({label})"))
+    plots += extra or []
     summary = summary_markdown(ok, matrix=matrix, plots=plots)
     if failures:
         summary += "\n## Failed cells (left out)\n\n" + "\n".join(

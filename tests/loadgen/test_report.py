@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from loadgen.report import cells, write_report
 
 
@@ -47,3 +49,21 @@ def test_the_sweep_and_decomposition_plots_draw(tmp_path: Path) -> None:
     by_rate = [(0.12, with_c1(result("routing", 0, 0.6))),
                (0.8, with_c1(result("routing", 0, 0.7)))]
     assert figure14(by_rate, tmp_path / "f14.png", "t").stat().st_size > 1000
+
+
+def test_the_timeline_reads_calls_and_fills_from_gateway_spans() -> None:
+    from types import SimpleNamespace as NS
+
+    from loadgen.timeline import bars
+
+    def span(name: str, start: float, end: float, **attrs: str) -> NS:
+        return NS(name=name, start_time=int(start * 1e9), end_time=int(end * 1e9),
+                  attributes={f"dynbranch.{k}": v for k, v in attrs.items()})
+
+    got = bars([span("gateway.call", 10.0, 10.3, stage_id="router", source="engine"),
+                span("fill.run", 10.01, 10.2, candidate="refund"),
+                span("gateway.call", 10.3, 10.31, stage_id="handler", source="promoted_fill")],
+               time_scale=0.05)
+    assert [(b.row, b.kind) for b in got] == [("router", "call"), ("fill: refund", "fill"),
+                                              ("handler", "call")]
+    assert got[0].end_s == pytest.approx(6.0) and got[2].label == "promoted_fill"
