@@ -13,6 +13,7 @@ simulated latency are taken, ``schedule`` for arrivals.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from loadgen.workloads.base import (
     DataUnavailable,
@@ -34,11 +35,12 @@ WORKLOADS: dict[str, type[Workload]] = {
 }
 
 
-def get_workload(name: str, data_dir: str | Path | None = None) -> Workload:
-    """The harness called ``name``; ``KeyError`` listing the known names otherwise."""
+def get_workload(name: str, data_dir: str | Path | None = None, **options: Any) -> Workload:
+    """The harness called ``name`` (``options``: e.g. ``split``, ``split_seed``,
+    ``replay_rate``); ``KeyError`` listing the known names otherwise."""
     if name not in WORKLOADS:
         raise KeyError(f"unknown workload {name!r}; known: {', '.join(sorted(WORKLOADS))}")
-    return WORKLOADS[name](data_dir)
+    return WORKLOADS[name](data_dir, **options)
 
 
 __all__ = [

@@ -4,6 +4,11 @@ A harness turns records of a public data set into workflow *instances* (frozen v
 from a seeded ``random.Random`` so a schedule is reproducible) and runs one instance as a sequence
 of stage calls through the client SDK (``services.gateway.sdk.DynbranchClient``).
 
+Splits: anything learned or tuned from a data set (the gateway's frequency prior, the word-overlap
+weight) is fitted on a seeded *train* split of its instances and measured on the disjoint *test*
+split; ``split_of`` assigns an instance key to one of them and every ``Workload.instances`` draws
+from ``Workload.split`` only ("test" unless asked otherwise).
+
 Decisions come from the data set. With the simulated engine a deciding stage decodes pseudo-text,
 so the harness cannot parse a choice out of it: the sim models the *timing* of the decode, the
 data set's ground truth supplies the *decision* (the function BFCL's reference answer calls, the
@@ -19,15 +24,20 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from services.gateway.sdk import DynbranchClient
 from services.gateway.tools.loaders import DataUnavailable, data_path, read_jsonl
+
+#: Share of a data set's instances in the train split (the rest is the test split).
+TRAIN_FRACTION = 0.3
+SPLITS = ("train", "test")
 
 #: ``ResultSource`` values as short names.
 SOURCE_NAMES = {0: "unspecified", 1: "engine", 2: "library", 3: "promoted_fill"}
@@ -140,15 +150,31 @@ class Workload(abc.ABC):
     #: Whether the reported latency is the user turn after a click rather than end to end.
     post_click_latency: ClassVar[bool] = False
 
-    def __init__(self, data_dir: str | Path | None = None) -> None:
+    def __init__(self, data_dir: str | Path | None = None, *, split: str = "test",
+                 split_seed: int = 0, replay_rate: float | None = None) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        rate = self.default_replay if replay_rate is None else replay_rate
+        if not 0 <= rate < 1:
+            raise ValueError(f"replay_rate must be in [0, 1), got {rate}")
+        #: Share of a schedule's workflows replaying an earlier one exactly (Fig. 10 sweeps it).
+        self.replay_rate = rate
         self.data_dir = data_dir
+        #: Which split ``instances`` draws from: "test" to measure, "train" to fit.
+        self.split = split
+        self.split_seed = split_seed
         self._pool: list[Any] | None = None
 
     def pool(self) -> list[Any]:
-        """Every usable instance of the data set (loaded once, on first use)."""
+        """Every usable instance of the data set, both splits (loaded once, on first use)."""
         if self._pool is None:
             self._pool = self.load()
         return self._pool
+
+    def split_pool(self, split: str | None = None) -> list[Any]:
+        """The instances of ``split`` (default: this workload's), in data-set order."""
+        which = self.split if split is None else split
+        return [i for i in self.pool() if split_of(i.key, self.split_seed) == which]
 
     @abc.abstractmethod
     def load(self) -> list[Any]:
@@ -169,6 +195,72 @@ class Workload(abc.ABC):
         return latency_s
 
 
+def split_of(key: str, seed: int = 0, train_fraction: float = TRAIN_FRACTION) -> str:
+    """The split of the instance called ``key``: a seeded hash, so stable and disjoint."""
+    digest = hashlib.sha256(f"{seed}|{key}".encode()).digest()
+    return "train" if int.from_bytes(digest[:8], "big") / 2**64 < train_fraction else "test"
+
+
+def recurrence(units: Sequence[Hashable]) -> float:
+    """Share of ``units`` (in arrival order) equal to an earlier one."""
+    seen: set[Hashable] = set()
+    repeats = 0
+    for u in units:
+        repeats += u in seen
+        seen.add(u)
+    return repeats / len(units) if units else 0.0
+
+
+def draw_recurring(pool: Sequence[Any], n: int, rng: random.Random,
+                   units: Callable[[Any], Sequence[Hashable]], target: float, what: str,
+                   repeat: bool = False) -> list[Any]:
+    """``n`` instances of ``pool`` whose units recur across the draw at a share near ``target``.
+
+    Greedy: while the realized share is below ``target`` the next instance is one sharing a unit
+    with those drawn so far (chosen with ``rng``), otherwise one sharing none. Only when the data
+    carry no sharing instance and ``repeat`` is set is an earlier instance drawn again.
+    """
+    if n > len(pool) and not repeat:
+        raise ValueError(f"asked for {n} {what} but the data set yields only {len(pool)}")
+    by_unit: dict[Hashable, list[int]] = {}
+    for i, inst in enumerate(pool):
+        for u in dict.fromkeys(units(inst)):
+            by_unit.setdefault(u, []).append(i)
+    order = rng.sample(range(len(pool)), len(pool))
+    chosen: list[int] = []
+    seen: set[Hashable] = set()
+    sharing: set[int] = set()
+    total = repeats = 0
+    while len(chosen) < n:
+        pick = _next_index(order, chosen, sharing, rng, total > 0 and repeats < target * total,
+                           repeat, seen, pool, units)
+        if pick is None:
+            raise ValueError(f"asked for {n} {what} but the data set yields only {len(pool)}")
+        chosen.append(pick)
+        for u in units(pool[pick]):
+            total += 1
+            repeats += u in seen
+            if u not in seen:
+                seen.add(u)
+                sharing.update(by_unit.get(u, ()))
+    return [pool[i] for i in chosen]
+
+
+def _next_index(order: list[int], chosen: list[int], sharing: set[int], rng: random.Random,
+                want: bool, repeat: bool, seen: set[Hashable], pool: Sequence[Any],
+                units: Callable[[Any], Sequence[Hashable]]) -> int | None:
+    used = set(chosen)
+    if want:
+        shared = sorted(sharing - used)
+        if shared:
+            return rng.choice(shared)
+        if repeat and chosen:
+            return rng.choice(chosen)
+    fresh = [i for i in order if i not in used]
+    clean = next((i for i in fresh if not any(u in seen for u in units(pool[i]))), None)
+    return clean if clean is not None else (fresh[0] if fresh else None)
+
+
 def sample(pool: Sequence[Any], n: int, rng: random.Random, what: str) -> list[Any]:
     """``n`` distinct items of ``pool`` drawn with ``rng``; a clear error when too few."""
     if n > len(pool):
@@ -178,6 +270,8 @@ def sample(pool: Sequence[Any], n: int, rng: random.Random, what: str) -> list[A
 
 __all__ = [
     "SOURCE_NAMES",
+    "SPLITS",
+    "TRAIN_FRACTION",
     "DataUnavailable",
     "SimClock",
     "StageRecord",
@@ -185,6 +279,9 @@ __all__ = [
     "WorkflowResult",
     "Workload",
     "data_path",
+    "draw_recurring",
     "read_jsonl",
+    "recurrence",
     "sample",
+    "split_of",
 ]

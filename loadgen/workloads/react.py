@@ -3,11 +3,17 @@
 Per hop: ``think`` decodes the next entity (an open-vocabulary exclusive branch), ``retrieve``
 fetches passages about it from the gateway's corpus (``corpus_source=hotpotqa``), ``read`` lists
 the facts; two hops, then a final ``think`` that answers (Finish), after which the harness settles
-the last branch with no selection. The entities are the question's supporting-fact titles in hop
-order (ground truth; the simulated think decodes pseudo-text). Each ``think`` passes the context
-already read as ``observation`` so the gateway's entity predictor can rank candidates: the
-question, followed by the previous hop's retrieval output after the first hop (what the agent
-itself sees when it decides).
+the last branch with no selection. The entities are the question's supporting-fact titles (ground
+truth; the simulated think decodes pseudo-text), in an order that carries no answer (``hop_order``).
+Each ``think`` passes the context already read as ``observation`` so the gateway's entity
+predictor can rank candidates: the question, followed by the previous hop's retrieval output after
+the first hop (what the agent itself sees when it decides).
+
+Recurrence is counted per *retrieval*, as the paper measured it (§2.2: 12% of ReAct retrievals
+recur within a run): ``instances`` draws questions so that a share ``retrieval_recurrence`` of the
+draw's retrievals repeat an earlier one. HotpotQA's questions rarely share a supporting title
+(2 of 400 titles in the 200-question sample), so where the data carry no sharing question the
+draw asks an earlier question again (a user repeating a question), which repeats its retrievals.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads.base import Trace, Workload, data_path, read_jsonl, sample
+from loadgen.workloads.base import Trace, Workload, data_path, draw_recurring, read_jsonl
 
 HOTPOTQA_FILE = "hotpotqa/hotpot_dev_distractor_v1_sample200.jsonl"
 COORDINATE = "react/think"
+#: dynbranch §2.2: 12% of ReAct retrievals recur within a run.
+RETRIEVAL_RECURRENCE = 0.12
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,20 +40,27 @@ class ReactInstance:
     entities: tuple[str, ...]
 
 
-def _mentions(text: str, title: str) -> bool:
-    return title.split(" (")[0] in text  # "Steve Smith (musician)" is mentioned as "Steve Smith"
+def _base(title: str) -> str:
+    return title.split(" (")[0]  # "Steve Smith (musician)" is mentioned as "Steve Smith"
 
 
 def hop_order(record: dict[str, Any]) -> tuple[str, ...]:
-    """Supporting-fact titles in hop order: a bridge's first hop mentions the second's title."""
-    titles = tuple(dict.fromkeys(title for title, _ in record["supporting_facts"]))
-    if len(titles) != 2:
-        return titles
-    first, second = titles
-    text = {title: "".join(sentences) for title, sentences in record["context"]}
-    if _mentions(text.get(second, ""), first) and not _mentions(text.get(first, ""), second):
-        return second, first
-    return titles
+    """The supporting titles in an order that does not come from the supporting facts.
+
+    The set of titles is the decision's ground truth; their *order* must not be read from the
+    supporting paragraphs (which passage names which is exactly what the agent learns by reading
+    them). So: titles the question itself names come first, in the order it names them (a bridge
+    question names its first hop, a comparison question both); the rest follow in the order of
+    the record's ``context`` list, which the distractor setting shuffles, so it carries no answer.
+    """
+    titles = list(dict.fromkeys(title for title, _ in record["supporting_facts"]))
+    question = record["question"]
+    context = [title for title, _ in record["context"]]
+    named = sorted((question.find(_base(t)), t) for t in titles if _base(t) in question)
+    first = [t for _, t in named]
+    rest = sorted((t for t in titles if t not in first),
+                  key=lambda t: context.index(t) if t in context else len(context))
+    return tuple(first + rest)
 
 
 def load_react(data_dir: str | Path | None = None, hops: int = 2) -> list[ReactInstance]:
@@ -64,19 +79,24 @@ class ReactWorkload(Workload):
     name = "react"
     template = "react"
     corpus_source = "hotpotqa"
-    default_replay = 0.12  # dynbranch §2.2: 12% of ReAct retrievals recur within a run
+    default_replay = 0.0  # recurrence is per retrieval, in ``instances`` (not whole workflows)
 
-    def __init__(self, data_dir: str | Path | None = None, hops: int = 2) -> None:
-        super().__init__(data_dir)
+    def __init__(self, data_dir: str | Path | None = None, hops: int = 2,
+                 retrieval_recurrence: float = RETRIEVAL_RECURRENCE, **split: Any) -> None:
+        super().__init__(data_dir, **split)
+        if not 0 <= retrieval_recurrence < 1:
+            raise ValueError("retrieval_recurrence must be in [0, 1)")
         self.hops = hops
+        self.retrieval_recurrence = retrieval_recurrence
 
     def load(self) -> list[ReactInstance]:
         """Every usable question."""
         return load_react(self.data_dir, self.hops)
 
     def instances(self, n: int, rng: random.Random) -> list[ReactInstance]:
-        """``n`` distinct questions."""
-        return sample(self.pool(), n, rng, "HotpotQA questions")
+        """``n`` questions of the split whose retrievals recur at ``retrieval_recurrence``."""
+        return draw_recurring(self.split_pool(), n, rng, lambda i: i.entities,
+                              self.retrieval_recurrence, "HotpotQA questions", repeat=True)
 
     async def run(self, trace: Trace, instance: ReactInstance) -> None:
         """One think/retrieve/read round per entity, then the answering think."""
@@ -94,4 +114,4 @@ class ReactWorkload(Workload):
         await trace.settle(COORDINATE, "")  # Finish: no entity was searched after it
 
 
-__all__ = ["ReactInstance", "ReactWorkload", "hop_order", "load_react"]
+__all__ = ["RETRIEVAL_RECURRENCE", "ReactInstance", "ReactWorkload", "hop_order", "load_react"]

@@ -7,7 +7,11 @@ the function the reference answer calls (``possible_answer/``), since the simula
 pseudo-text; the sim supplies the decode's timing, the data set the choice.
 
 Requests with one function have no branch and are skipped; parallel categories route on their
-first reference call (one router round per workflow).
+first reference call (one router round per workflow). ``offered`` keeps BFCL's own function order:
+it is the order the request lists its functions in, which does not depend on the reference answer
+(``loadgen.leak_guard`` checks that shuffling it leaves the predictors' coverage unchanged).
+Instances are drawn from the workload's ``split`` only; the word-overlap weight and the prior are
+fitted on the train split (``loadgen.leak_guard.fit``).
 """
 
 from __future__ import annotations
@@ -75,8 +79,8 @@ class RoutingWorkload(Workload):
     default_replay = 0.25  # exact replays of earlier requests (dynbranch Fig. 10: 0.22-0.77)
 
     def __init__(self, data_dir: str | Path | None = None,
-                 categories: tuple[str, ...] = DEFAULT_CATEGORIES) -> None:
-        super().__init__(data_dir)
+                 categories: tuple[str, ...] = DEFAULT_CATEGORIES, **split: Any) -> None:
+        super().__init__(data_dir, **split)
         self.categories = categories
 
     def load(self) -> list[RoutingInstance]:
@@ -84,8 +88,8 @@ class RoutingWorkload(Workload):
         return load_routing(self.data_dir, self.categories)
 
     def instances(self, n: int, rng: random.Random) -> list[RoutingInstance]:
-        """``n`` distinct requests."""
-        return sample(self.pool(), n, rng, "BFCL requests")
+        """``n`` distinct requests of this workload's split."""
+        return sample(self.split_pool(), n, rng, "BFCL requests")
 
     async def run(self, trace: Trace, instance: RoutingInstance) -> None:
         """Router (opens the branch), then the chosen handler and executor."""

@@ -74,11 +74,16 @@ def _replay_slots(n: int, replay: float, rng: random.Random) -> set[int]:
 
 
 def build_schedule(workload: Workload, n: int, *, seed: int = 0, arrival: str = "poisson",
-                   rate: float = 0.5, replay: float | None = None) -> Schedule:
-    """``n`` arrivals of ``workload``; ``replay`` defaults to the workload's own share."""
+                   rate: float = 0.5, replay: float | None = None,
+                   replay_rate: float | None = None) -> Schedule:
+    """``n`` arrivals of ``workload``; ``replay`` (or its alias ``replay_rate``: the exact-replay
+    rate dynbranch Fig. 10 sweeps, 0.22 → 0.77) defaults to ``workload.replay_rate``."""
     if n < 1:
         raise ValueError("n must be >= 1")
-    share = workload.default_replay if replay is None else replay
+    if replay is not None and replay_rate is not None and replay != replay_rate:
+        raise ValueError("give replay or replay_rate, not both")
+    given = replay if replay is not None else replay_rate
+    share = getattr(workload, "replay_rate", workload.default_replay) if given is None else given
     if not 0 <= share < 1:
         raise ValueError("replay must be in [0, 1)")
     rng = random.Random(seed)

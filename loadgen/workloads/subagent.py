@@ -1,70 +1,115 @@
 """Sub-Agent orchestration over MuSiQue decompositions (dynbranch §2.1, §5.1; ``subagent``).
 
-A question's single-hop decomposition gives its sub-tasks; ``#k`` references are resolved with
-hop k's reference answer, so a sub-task is a concrete sub-topic whose text recurs byte for byte
-across questions (MuSiQue reuses single-hop questions). Per sub-task, in the decomposition's order
-(ground truth; the simulated planner decodes pseudo-text): ``plan`` offers the remaining sub-tasks
-(a bounded exclusive branch), then that sub-agent's ``retrieve`` → ``read`` chain runs over the
-gateway's corpus (``corpus_source=musique``); ``synthesis`` closes the workflow.
+A question's single-hop decomposition gives its sub-tasks. A hop may refer to an earlier hop's
+answer (``#k``); the harness resolves it only with what hop k's sub-agent *produced in this run*
+(its ``read`` output), never with MuSiQue's reference answer, so no sub-task text holds an answer
+the workflow has not produced. Per sub-task, in the decomposition's order (ground truth; the
+simulated planner decodes pseudo-text): ``plan`` offers the sub-tasks that are *ready*, i.e.
+not yet run and with every referenced hop already answered (a bounded exclusive branch, shuffled
+with the run's seed), then that sub-agent's ``retrieve`` → ``read`` chain runs over the gateway's
+corpus (``corpus_source=musique``); ``synthesis`` closes the workflow.
 
-Recurrence is built into the draw: a share of the workflows come in pairs of questions that share
-a sub-task (dynbranch §2.2 measures 26% of sub-tasks recurring across runs).
+Recurrence across runs comes from the data: MuSiQue reuses single-hop questions across questions
+(the same hop ``id``). ``instances`` draws questions so that a share ``subtask_recurrence`` of the
+draw's sub-tasks repeat one drawn before (dynbranch §2.2: 26%). A sub-task is identified by
+``hop_key``: its text with each ``#k`` replaced by hop k's key. The retrieve → read chain depends
+only on the sub-task text, so equal keys give byte-identical stage inputs on a deterministic engine.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads.base import Trace, Workload, data_path, read_jsonl
+from loadgen.workloads.base import Trace, Workload, data_path, draw_recurring, read_jsonl
 
 DECOMPOSITIONS_FILE = "musique/musique_ans_v1.0_dev_decompositions.jsonl"
+#: dynbranch §2.2: 26% of Sub-Agent sub-tasks recur across runs.
+SUBTASK_RECURRENCE = 0.26
 _REF = re.compile(r"#(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
 class SubagentInstance:
-    """One question and its resolved sub-tasks in dispatch order."""
+    """One question, its hop templates (``#k`` unresolved) and their recurrence keys."""
 
     key: str
     question: str
-    subtasks: tuple[str, ...]
+    hops: tuple[str, ...]
+    keys: tuple[str, ...]
+    #: Seeds the shuffle of each plan step's offered sub-tasks (set by ``instances``).
+    seed: int = 0
 
 
-def resolve_subtasks(decomposition: list[dict[str, Any]]) -> tuple[str, ...] | None:
-    """Each hop's question with ``#k`` replaced by hop k's answer; None when one cannot be."""
-    out = []
-    for hop in decomposition:
-        def answer(m: re.Match[str]) -> str:
-            k = int(m.group(1))
-            return decomposition[k - 1]["answer"] if 1 <= k <= len(decomposition) else m.group(0)
-        text = " ".join(_REF.sub(answer, hop["question"]).split())
-        if not text or _REF.search(text):
-            return None
-        out.append(text)
-    return tuple(out) if len(set(out)) == len(out) else None
+def refs(hop: str) -> set[int]:
+    """The 0-based indices of the hops ``hop`` refers to."""
+    return {int(k) - 1 for k in _REF.findall(hop)}
+
+
+def hop_templates(decomposition: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """The hops' questions, ``#k`` kept; None when a reference is not to an earlier hop."""
+    hops = tuple(" ".join(h["question"].split()) for h in decomposition)
+    ok = all(h and all(0 <= k < i for k in refs(h)) for i, h in enumerate(hops))
+    return hops if ok and len(set(hops)) == len(hops) else None
+
+
+def resolve(hop: str, produced: Mapping[int, str]) -> str | None:
+    """``hop`` with ``#k`` replaced by what hop k produced; None while one is missing."""
+    if not refs(hop) <= set(produced):
+        return None
+    return _REF.sub(lambda m: produced[int(m.group(1)) - 1], hop)
+
+
+def hop_keys(hops: Sequence[str]) -> tuple[str, ...]:
+    """Recurrence keys: each hop with ``#k`` replaced by ``[key of hop k]``."""
+    keys: list[str] = []
+    for hop in hops:
+        keys.append(_REF.sub(lambda m: f"[{keys[int(m.group(1)) - 1]}]", hop))
+    return tuple(keys)
+
+
+def ready(hops: Sequence[str], done: Mapping[int, str]) -> list[int]:
+    """Hops not yet run whose referenced hops have all produced an answer."""
+    return [j for j, h in enumerate(hops) if j not in done and refs(h) <= set(done)]
+
+
+def plan_steps(instance: SubagentInstance, produced: Callable[[int, str], str]
+               ) -> list[tuple[tuple[str, ...], str]]:
+    """``(offered, chosen)`` per plan step, offered shuffled with the instance's seed.
+
+    ``produced(j, subtask)`` is what hop j's sub-agent returned for ``subtask`` (the run's read
+    output, or a stand-in offline).
+    """
+    rng = random.Random(instance.seed)
+    done: dict[int, str] = {}
+    steps = []
+    for i, hop in enumerate(instance.hops):
+        offered = [resolve(instance.hops[j], done) or "" for j in ready(instance.hops, done)]
+        rng.shuffle(offered)
+        chosen = resolve(hop, done) or ""
+        steps.append((tuple(offered), chosen))
+        done[i] = produced(i, chosen)
+    return steps
 
 
 def load_subagent(data_dir: str | Path | None = None) -> list[SubagentInstance]:
-    """Every question whose sub-tasks all resolve."""
+    """Every question with at least two hops whose references all point backwards."""
     found = []
     for record in read_jsonl(data_path(data_dir, DECOMPOSITIONS_FILE)):
-        subtasks = resolve_subtasks(record["question_decomposition"])
-        if subtasks and len(subtasks) >= 2:
-            found.append(SubagentInstance(record["id"], record["question"], subtasks))
+        hops = hop_templates(record["question_decomposition"])
+        if hops and len(hops) >= 2:
+            found.append(SubagentInstance(record["id"], record["question"], hops,
+                                          hop_keys(hops)))
     return found
 
 
-def _shared_groups(pool: list[SubagentInstance]) -> list[list[int]]:
-    """Indices of questions sharing a sub-task, one group per recurring sub-task (file order)."""
-    groups: dict[str, list[int]] = {}
-    for i, inst in enumerate(pool):
-        for sub in inst.subtasks:
-            groups.setdefault(sub, []).append(i)
-    return [members for members in groups.values() if len(members) >= 2]
+def answer_line(text: str) -> str:
+    """A sub-agent's answer as a later sub-task quotes it: its first non-empty line."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())
 
 
 class SubagentWorkload(Workload):
@@ -74,45 +119,45 @@ class SubagentWorkload(Workload):
     template = "subagent"
     corpus_source = "musique"
 
-    def __init__(self, data_dir: str | Path | None = None, shared_fraction: float = 0.5) -> None:
-        super().__init__(data_dir)
-        if not 0 <= shared_fraction <= 1:
-            raise ValueError("shared_fraction must be in [0, 1]")
-        self.shared_fraction = shared_fraction
+    def __init__(self, data_dir: str | Path | None = None,
+                 subtask_recurrence: float = SUBTASK_RECURRENCE, **split: Any) -> None:
+        super().__init__(data_dir, **split)
+        if not 0 <= subtask_recurrence < 1:
+            raise ValueError("subtask_recurrence must be in [0, 1)")
+        self.subtask_recurrence = subtask_recurrence
 
     def load(self) -> list[SubagentInstance]:
         """Every usable question."""
         return load_subagent(self.data_dir)
 
     def instances(self, n: int, rng: random.Random) -> list[SubagentInstance]:
-        """``n`` distinct questions; pairs sharing a sub-task make up ``shared_fraction``."""
-        pool = self.pool()
-        chosen: list[int] = []
-        groups = _shared_groups(pool)
-        for group in rng.sample(groups, min(len(groups), int(n * self.shared_fraction) // 2)):
-            fresh = [i for i in group if i not in chosen]
-            if len(fresh) >= 2:
-                chosen += rng.sample(fresh, 2)
-        taken = set(chosen)
-        rest = [i for i in range(len(pool)) if i not in taken]
-        chosen += rng.sample(rest, n - len(chosen))
-        rng.shuffle(chosen)
-        return [pool[i] for i in chosen]
+        """``n`` distinct questions of the split; sub-tasks recur at ``subtask_recurrence``."""
+        chosen = draw_recurring(self.split_pool(), n, rng, lambda i: i.keys,
+                                self.subtask_recurrence, "MuSiQue questions")
+        return [replace(inst, seed=rng.randrange(2**31)) for inst in chosen]
 
     async def run(self, trace: Trace, instance: SubagentInstance) -> None:
-        """Dispatch each sub-task in order, then synthesize."""
-        listing = "\n".join(f"S{i}. {s}" for i, s in enumerate(instance.subtasks, start=1))
+        """Dispatch each sub-task once its inputs exist, then synthesize."""
+        rng = random.Random(instance.seed)
+        done: dict[int, str] = {}
         findings: list[str] = []
-        for i, subtask in enumerate(instance.subtasks):
+        for i, hop in enumerate(instance.hops):
+            offered = [resolve(instance.hops[j], done) or "" for j in ready(instance.hops, done)]
+            rng.shuffle(offered)
+            subtask = resolve(hop, done) or hop
+            listing = "\n".join(f"S{k}. {s}" for k, s in enumerate(offered, start=1))
             inputs = {"question": instance.question, "subtasks": listing,
                       "findings": "\n".join(findings)}
-            await trace.call("plan", inputs=inputs, offered=instance.subtasks[i:])
+            await trace.call("plan", inputs=inputs, offered=offered)
             passages = await trace.call("retrieve", inputs=inputs, candidate=subtask)
             answer = await trace.call("read", inputs=inputs, outputs={"retrieve": passages},
                                       candidate=subtask)
+            done[i] = answer_line(answer)
             findings.append(f"{subtask}: {answer}")
         await trace.call("synthesis", inputs={"question": instance.question,
                                               "findings": "\n".join(findings)})
 
 
-__all__ = ["SubagentInstance", "SubagentWorkload", "load_subagent", "resolve_subtasks"]
+__all__ = ["SUBTASK_RECURRENCE", "SubagentInstance", "SubagentWorkload", "answer_line",
+           "hop_keys", "hop_templates", "load_subagent", "plan_steps", "ready", "refs",
+           "resolve"]
