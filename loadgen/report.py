@@ -20,16 +20,17 @@ from typing import Any
 
 from rich.progress import Progress
 
-from loadgen.report_plots import figure8, figure_fanout, summary_markdown
+from loadgen.report_plots import figure8, figure10, figure14, figure_fanout, summary_markdown
 
 WORKLOADS = ("routing", "react", "subagent", "hci")
 #: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s.
 LOADS = {"low": None, "high": 0.8}
 MATRICES = {"quick": {"seeds": (0,), "loads": ("low",)},
             "full": {"seeds": (0, 1, 2), "loads": ("low", "high")}}
-#: Per-cell options of the full matrix: every arm, on a schedule small enough that the matrix
-#: stays near 30 minutes on 2 cores (the bench's own full mode runs 48 workflows on 4 engines).
-FULL_CELL = {"workflows": 12, "engines": 2}
+#: Per-cell options of the full matrix: every arm, on the quick mode's schedule size and time
+#: scale so that the matrix stays near 30 minutes on 2 cores (the bench's own full mode runs 48
+#: workflows on 4 engines at a finer time scale).
+FULL_CELL: dict[str, Any] = {"workflows": 12, "engines": 2}
 
 
 def cells(matrix: str) -> list[tuple[str, str, int]]:
@@ -40,11 +41,12 @@ def cells(matrix: str) -> list[tuple[str, str, int]]:
 
 def run_cell(workload: str, load: str, seed: int, quick: bool) -> dict[str, Any]:
     """One ``bench arms`` run, its own table captured (the report prints the summary)."""
+    from loadgen.arm_set import ALL_ARMS
     from loadgen.bench.arms import run
 
-    options = {} if quick else FULL_CELL
+    options = {} if quick else {**FULL_CELL, "arms": ALL_ARMS}
     with contextlib.redirect_stdout(io.StringIO()):
-        return run(quick, workload, seed=seed, arrival="poisson", rate=LOADS[load], **options)
+        return run(True, workload, seed=seed, arrival="poisson", rate=LOADS[load], **options)
 
 
 def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
@@ -67,6 +69,16 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
             progress.advance(task)
         progress.update(task, description="timeline of one Routing workflow")
         extra = _timeline(out, failures)
+        if matrix == "full":
+            by_rate, sweep = run_sweeps(progress, failures)
+            label = _label(results)
+            if by_rate:
+                extra.append(figure14(by_rate, out / "fig14_decomposition.png",
+                                      f"Routing latency across λ ({label})"))
+            if sweep:
+                extra.append(figure10(sweep, out / "fig10_replay_rate.png",
+                                      f"{SWEEP_WORKLOAD}: speedup vs exact-replay rate "
+                                      f"({label})"))
     return write_report(matrix, results, failures, out, time.monotonic() - started, extra)
 
 
@@ -81,6 +93,42 @@ def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
         failures.append({"workload": "routing", "load": "timeline", "seed": 0,
                          "error": f"{type(exc).__name__}: {exc}"})
         return []
+
+
+#: The full matrix's sweeps: Figure 14 (Routing across λ) and Figure 10 (exact-replay rate).
+LAMBDAS = (0.12, 0.3, 0.5, 0.8)
+REPLAY_RATES = (0.22, 0.5, 0.77)
+SWEEP_WORKLOAD = "react"
+
+
+def run_sweeps(progress: Progress, failures: list[dict[str, Any]]
+               ) -> tuple[list[tuple[float, dict[str, Any]]], list[tuple[float, dict[str, Any]]]]:
+    """Routing under floor/c1/full at each λ, and ReAct under floor/full at each replay rate."""
+    from loadgen.bench.arms import run
+
+    by_rate, sweep = [], []
+    task = progress.add_task("sweeps", total=len(LAMBDAS) + len(REPLAY_RATES))
+    for lam in LAMBDAS:
+        progress.update(task, description=f"routing at λ={lam}")
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                by_rate.append((lam, run(True, "routing", rate=lam, arms=("floor", "c1", "full"),
+                                         **FULL_CELL)))
+            except Exception as exc:
+                failures.append({"workload": "routing", "load": f"λ={lam}", "seed": 0,
+                                 "error": f"{type(exc).__name__}: {exc}"})
+        progress.advance(task)
+    for replay in REPLAY_RATES:
+        progress.update(task, description=f"{SWEEP_WORKLOAD} at replay rate {replay}")
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                sweep.append((replay, run(True, SWEEP_WORKLOAD, arms=("floor", "full"),
+                                          replay_rate=replay, **FULL_CELL)))
+            except Exception as exc:
+                failures.append({"workload": SWEEP_WORKLOAD, "load": f"replay={replay}",
+                                 "seed": 0, "error": f"{type(exc).__name__}: {exc}"})
+        progress.advance(task)
+    return by_rate, sweep
 
 
 def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict[str, Any]],

@@ -49,6 +49,8 @@ class Options:
     preset: str = PRESET
     engines: int | None = None
     arms: tuple[str, ...] | None = None
+    #: Exact-replay rate of the schedule (dynbranch Fig. 10); None keeps the workload's own.
+    replay_rate: float | None = None
 
 
 def _warmup(workload: Workload, schedule: Schedule, count: int, seed: int) -> Schedule:
@@ -84,7 +86,8 @@ def _bound(floor: ArmResult, ids: set[str], post_click: bool) -> OracleBound:
 async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], seed: int,
                 config: MeshConfig, n: int, warm: int, rate: float
                 ) -> tuple[Schedule, dict[str, ArmResult]]:
-    schedule = build_schedule(workload, n, seed=seed, arrival=opts.arrival, rate=rate)
+    schedule = build_schedule(workload, n, seed=seed, arrival=opts.arrival, rate=rate,
+                              replay_rate=opts.replay_rate)
     warmup = _warmup(workload, schedule, warm, seed)
     results = {}
     for spec in rotated(arms, seed):
