@@ -96,7 +96,7 @@ async def _call(args: argparse.Namespace) -> int:
 #: ``bench`` flags only ``bench arms`` takes: flag → ``loadgen.bench.arms.run`` keyword.
 ARMS_FLAGS = {"workload": "workload", "seed": "seed", "seeds": "seeds", "arrival": "arrival",
               "rate": "rate", "workflows": "workflows", "preset": "preset",
-              "engines": "engines", "arms": "arms"}
+              "engines": "engines", "arms": "arms", "replay_rate": "replay_rate"}
 
 
 def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -112,6 +112,8 @@ def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(f"--{flag}: must be at least 1")
     if "rate" in given and given["rate"] <= 0:
         raise SystemExit("--rate: must be > 0")
+    if "replay_rate" in given and not 0 <= given["replay_rate"] <= 1:
+        raise SystemExit("--replay-rate: must be in [0, 1]")
     return given
 
 
@@ -167,6 +169,9 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
                       help="measured workflows per seed (default 12 quick, 48 full)")
     arms.add_argument("--preset", help="sim cost-model preset (default qwen3-32b-h200)")
     arms.add_argument("--engines", type=int, help="engine agents per mesh (default 2 quick, 4)")
+    arms.add_argument("--replay-rate", type=float, metavar="P",
+                      help="exact-replay rate of the schedule, in [0, 1] (dynbranch Fig. 10; "
+                      "default: the workload's recurrence)")
     arms.add_argument("--arms", metavar="A,B,...",
                       help="arms to run (floor always included; default quick: floor,c1,c2,"
                       "full,whole_request; full mode adds fixed,always,threshold,load_threshold)")

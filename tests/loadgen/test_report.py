@@ -67,3 +67,12 @@ def test_the_timeline_reads_calls_and_fills_from_gateway_spans() -> None:
     assert [(b.row, b.kind) for b in got] == [("router", "call"), ("fill: refund", "fill"),
                                               ("handler", "call")]
     assert got[0].end_s == pytest.approx(6.0) and got[2].label == "promoted_fill"
+
+
+def test_the_summary_puts_predictor_coverage_beside_the_papers(tmp_path: Path) -> None:
+    r = result("react", 0, 0.8)
+    r["leak_guard"] = {"n": 266, "given_top123": [0.58, 0.80, 0.81],
+                       "shuffled_top123": [0.575, 0.80, 0.81], "within_noise": True}
+    write_report("quick", [r], [], tmp_path, 1.0)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| react | 266 | 0.58/0.80/0.81 | 0.57/0.80/0.81 | yes | top-3 0.61 |" in summary
