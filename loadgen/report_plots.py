@@ -146,7 +146,7 @@ def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
                 f"| {r['workload']} | {load} | {r.get('seed', '')} | {arm} | "
                 f"{a['mean_s']:.2f} | {a['ratio_to_floor']:.3f} | "
                 f"{'' if not ci else f'[{ci[0]:.3f}, {ci[1]:.3f}]'} | "
-                f"{'yes' if a.get('outputs_equal_floor') else 'NO'} |")
+                f"{_equal(a.get('outputs_equal_floor'))} |")
     lines += ["", "## Beside the paper", "",
               f"- The paper: full system {PAPER['full_range']}; C2 alone, serial closed loop, "
               "4 GPUs: " + ", ".join(f"{w} {v:+.1f}%" for w, v in
@@ -157,6 +157,11 @@ def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
               "", "## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _equal(flag: bool | None) -> str:
+    """'yes', 'NO', or '(reference)' for the floor itself."""
+    return "(reference)" if flag is None else ("yes" if flag else "NO")
 
 
 def _arm_order(results: Sequence[dict[str, Any]]) -> list[str]:

@@ -10,11 +10,12 @@ from loadgen.report import cells, write_report
 
 
 def result(workload: str, seed: int, full: float) -> dict:
-    arm = {"mean_s": 10.0, "ratio_to_floor": 1.0, "outputs_equal_floor": True,
+    arm = {"mean_s": 10.0, "ratio_to_floor": 1.0, "outputs_equal_floor": None,
            "fills_issued": 0.0}
     return {"workload": workload, "seed": seed, "preset": "qwen3-32b-h200", "simulated": True,
             "engines": 2, "arrival": "poisson", "rate_per_s": 0.12, "load": "low",
             "arms": {"floor": arm, "full": {**arm, "mean_s": 10.0 * full, "ratio_to_floor": full,
+                                            "outputs_equal_floor": True,
                                             "ratio_ci95": [full - 0.05, full + 0.05],
                                             "fills_issued": 1.5}}}
 
@@ -29,6 +30,7 @@ def test_the_report_writes_json_plots_and_a_summary_naming_the_engine(tmp_path: 
     assert "SIMULATED engine" in summary and "qwen3-32b-h200" in summary
     assert "| routing | Poisson 0.12/s | 0 | full | 6.00 | 0.600 | [0.550, 0.650] | yes |" \
         in summary
+    assert "| routing | Poisson 0.12/s | 0 | floor | 10.00 | 1.000 |  | (reference) |" in summary
     assert "react low seed 0: boom" in summary  # failed cells are listed, not averaged in
 
 
