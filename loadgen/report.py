@@ -69,8 +69,10 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
             progress.advance(task)
         progress.update(task, description="timeline of one Routing workflow")
         extra = _timeline(out, failures)
+        sweeps: dict[str, Any] = {}
         if matrix == "full":
             by_rate, sweep = run_sweeps(progress, failures)
+            sweeps = {"routing_by_lambda": by_rate, f"{SWEEP_WORKLOAD}_by_replay_rate": sweep}
             label = _label(results)
             if by_rate:
                 extra.append(figure14(by_rate, out / "fig14_decomposition.png",
@@ -79,7 +81,8 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
                 extra.append(figure10(sweep, out / "fig10_replay_rate.png",
                                       f"{SWEEP_WORKLOAD}: speedup vs exact-replay rate "
                                       f"({label})"))
-    return write_report(matrix, results, failures, out, time.monotonic() - started, extra)
+    return write_report(matrix, results, failures, out, time.monotonic() - started, extra,
+                        sweeps)
 
 
 def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
@@ -132,7 +135,8 @@ def run_sweeps(progress: Progress, failures: list[dict[str, Any]]
 
 
 def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict[str, Any]],
-                 out: Path, wall_s: float, extra: list[Path] | None = None) -> dict[str, Any]:
+                 out: Path, wall_s: float, extra: list[Path] | None = None,
+                 sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the JSON, the plots and the Markdown summary under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     ok = [r for r in results if "arms" in r]
@@ -150,7 +154,9 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
             f"- {f['workload']} {f['load']} seed {f['seed']}: {f['error']}" for f in failures)
     (out / "summary.md").write_text(summary)
     report = {"matrix": matrix, "wall_s": round(wall_s, 1), "results": results,
-              "failures": failures, "plots": [p.name for p in plots]}
+              "failures": failures, "plots": [p.name for p in plots],
+              "sweeps": {name: [{"x": x, "result": r} for x, r in points]
+                         for name, points in (sweeps or {}).items()}}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
 

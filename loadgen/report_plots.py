@@ -8,6 +8,7 @@ here runs a workload.
 from __future__ import annotations
 
 import statistics
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,8 @@ def _arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    for ax in fig.axes:  # long titles name the preset and the engine: wrap, never clip
+        ax.set_title(textwrap.fill(ax.get_title(), 70), fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
