@@ -20,7 +20,14 @@ from typing import Any
 
 from rich.progress import Progress
 
-from loadgen.report_plots import figure8, figure10, figure14, figure_fanout, summary_markdown
+from loadgen.report_plots import (
+    arm_order,
+    figure8,
+    figure10,
+    figure14,
+    figure_fanout,
+    summary_markdown,
+)
 
 WORKLOADS = ("routing", "react", "subagent", "hci")
 #: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s.
@@ -201,25 +208,16 @@ def _label(results: list[dict[str, Any]]) -> str:
 def print_summary(report: dict[str, Any], out: Path) -> None:
     """The summary table on stdout, then where the report is."""
     print(f"{'workload':<9} {'load':<5} {'seed':>4}  " + "  ".join(
-        f"{a:>7}" for a in _arms(report)))
+        f"{a:>7}" for a in arm_order(report["results"])))
     for r in report["results"]:
         if "arms" not in r:
             continue
         ratios = "  ".join(f"{r['arms'][a]['ratio_to_floor']:>7.3f}" if a in r["arms"]
-                           else f"{'-':>7}" for a in _arms(report))
+                           else f"{'-':>7}" for a in arm_order(report["results"]))
         print(f"{r['workload']:<9} {r['load']:<5} {r.get('seed', 0):>4}  {ratios}")
     print(f"(mean latency / floor; {_label([r for r in report['results'] if 'arms' in r])}; "
           f"{len(report['failures'])} failed cells; {report['wall_s']} s)")
     print(f"report: {out / 'summary.md'} (plots and report.json beside it)")
-
-
-def _arms(report: dict[str, Any]) -> list[str]:
-    seen: list[str] = []
-    for r in report["results"]:
-        for a in r.get("arms", {}):
-            if a not in seen:
-                seen.append(a)
-    return seen
 
 
 def main(argv: list[str] | None = None) -> int:

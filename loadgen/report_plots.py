@@ -49,7 +49,7 @@ def _arm_ratios(results: Sequence[dict[str, Any]], workload: str, arm: str
 def figure8(results: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
     """Grouped bars: mean latency normalized to the floor per workload and arm, with 95% CIs."""
     workloads = sorted({r["workload"] for r in results})
-    arms = [a for a in _arm_order(results) if a != "floor"]
+    arms = [a for a in arm_order(results) if a != "floor"]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(workloads) + 2), 3.6))
     width = 0.8 / max(len(arms), 1)
     for i, arm in enumerate(arms):
@@ -165,10 +165,11 @@ def _equal(flag: bool | None) -> str:
     return "(reference)" if flag is None else ("yes" if flag else "NO")
 
 
-def _arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
+def arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Arm names in the order the results first list them."""
     seen: list[str] = []
     for r in results:
-        for arm in r["arms"]:
+        for arm in r.get("arms", {}):
             if arm not in seen:
                 seen.append(arm)
     return seen
@@ -184,5 +185,5 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-__all__ = ["PAPER", "engine_label", "figure8", "figure10", "figure14", "figure_fanout",
+__all__ = ["PAPER", "arm_order", "engine_label", "figure8", "figure10", "figure14", "figure_fanout",
            "summary_markdown"]

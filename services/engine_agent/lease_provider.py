@@ -261,9 +261,10 @@ class LeaseProvider:
                                         or p.lease.deadline <= now + EXPIRY_SLACK_S):
                 continue
             blocks = frozenset(p.prefix.block_ids)
-            delta = len(blocks - self._protected_blocks())
-            takes = len((blocks & p.prefix.free) - self._protected_blocks())
-            if self.protected + delta > self._budget.target:
+            protected = self._protected_blocks()  # once per candidate: grants change it
+            delta = len(blocks - protected)
+            takes = len((blocks & p.prefix.free) - protected)
+            if len(protected) + delta > self._budget.target:
                 self._tick.denied.append(p.key)
                 self.stats.denials += 1
                 continue
@@ -409,11 +410,11 @@ class LeaseProvider:
 
     def _publish(self, now: float, state: PoolState) -> BudgetRecord:
         self._generation += 1
-        self._tick.protected = self.protected
+        protected = self._tick.protected = self.protected
         b = self._budget
         record = BudgetRecord(
-            self.engine_id, self._generation, now, b.target, self.protected,
-            max(b.target, self.protected), state.free_blocks, self.settings.headroom_blocks,
+            self.engine_id, self._generation, now, b.target, protected,
+            max(b.target, protected), state.free_blocks, self.settings.headroom_blocks,
             b.demand, tuple(self._tick.denied), state.waiting, state.running, state.max_running,
             state.kappa_s)
         self.last_budget = record

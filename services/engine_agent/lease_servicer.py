@@ -131,11 +131,11 @@ class LeaseRpcs:
 
     def _remember(self, key: ResultKey, held: tuple[str, asyncio.Task[Continued]]) -> None:
         self._receipts[key] = held
-        while len(self._receipts) > MAX_REMEMBERED:
-            _, (_, old) = self._receipts.popitem(last=False)
-            if not old.done():
-                self._receipts[key] = held  # never forget a running continuation
+        for old_key in list(self._receipts):  # oldest first; a running one is never forgotten
+            if len(self._receipts) <= MAX_REMEMBERED:
                 break
+            if self._receipts[old_key][1].done():
+                del self._receipts[old_key]
 
     async def WithdrawResult(self, request: engine_pb2.WithdrawResultRequest,
                              context: grpc.aio.ServicerContext

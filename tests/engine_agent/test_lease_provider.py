@@ -367,3 +367,20 @@ async def test_a_lease_due_within_a_timer_resolution_ends_now() -> None:
     assert provider._next_wait() == provider.settings.interval_s  # nothing left to wake for
     await provider.close()
     await backend.close()
+
+
+async def test_remembered_receipts_never_forget_a_running_continuation(monkeypatch) -> None:
+    from services.engine_agent import lease_servicer
+    from services.engine_agent.lease_servicer import LeaseRpcs
+
+    monkeypatch.setattr(lease_servicer, "MAX_REMEMBERED", 2)
+    rpcs = LeaseRpcs()
+    rpcs._init_leases(None)
+    running = asyncio.get_running_loop().create_future()
+    done = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    rpcs._remember(key(1), ("d", running))  # type: ignore[arg-type]
+    rpcs._remember(key(2), ("d", done))  # type: ignore[arg-type]
+    rpcs._remember(key(3), ("d", done))  # type: ignore[arg-type]
+    assert list(rpcs._receipts) == [key(1), key(3)]  # the finished oldest went, not the running
+    running.cancel()
