@@ -31,6 +31,17 @@ def _sources(arm: ArmResult) -> dict[str, int]:
     return dict(sorted(sources.items()))
 
 
+def _engine_seconds(arm: ArmResult, floor: ArmResult, n: int) -> dict[str, Any]:
+    """Engine seconds (prefill + decode, simulated seconds on ``sim``) per workflow: canonical,
+    speculative (fills), and the arm's total over the floor's (Figure 9's cost axis). A fill
+    cancelled mid-generation is not counted, so the speculative figure is a lower bound."""
+    canonical = arm.counters.get("canonical_engine_ms", 0) / 1000
+    fill = arm.counters.get("fill_engine_ms", 0) / 1000
+    base = floor.counters.get("canonical_engine_ms", 0) / 1000
+    return {"canonical_engine_s": round(canonical / n, 3), "fill_engine_s": round(fill / n, 3),
+            "engine_s_vs_floor": round((canonical + fill) / base, 3) if base > 0 else None}
+
+
 def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
          bound: OracleBound | None) -> dict[str, Any]:
     by_id = {r.workflow_id: r.measured_s for r in arm.results}
@@ -50,6 +61,7 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         "oracle_share": oracle_share(sum(base) - sum(values), bound) if bound else None,
         **{k: round(arm.counters.get(k, 0) / n, 3) for k in FILL_KEYS},
         "branches_opened": arm.counters.get("opened", 0),
+        **_engine_seconds(arm, floor, n),
         "sources": _sources(arm), "cache_hits": arm.cache_hits,
         "failed": sum(1 for r in arm.results if r.error),
         "errors": sum(1 for r in arm.results if r.error),

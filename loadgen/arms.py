@@ -30,6 +30,7 @@ from loadgen.workloads.base import SimClock, WorkflowResult, Workload
 from loadgen.workloads.schedule import Arrival, Schedule
 from services.admission.config import AdmissionSettings
 from services.admission.server import build_runtime as build_admission
+from services.common.generation import Priority
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime as build_csl
 from services.engine_agent.config import EngineAgentSettings
@@ -45,7 +46,7 @@ ARMS: dict[str, tuple[bool, bool]] = {
     "floor": (False, False), "c1": (True, False), "c2": (False, True), "full": (True, True),
 }
 COUNTERS = ("opened", "fills_issued", "fills_consumed", "stages_promoted", "fills_discarded",
-            "fills_aborted")
+            "fills_aborted", "canonical_engine_ms", "fill_engine_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,8 @@ class MeshConfig:
     #: A draft model served by one more engine agent, and the gateway's drafted predictor on it
     #: ("" keeps the lexical predictors).
     draft_model: str = ""
+    #: The lexical predictor's word-overlap weight (``bench arms`` passes the train-fitted one).
+    overlap_weight: float = 2.0
     draft_preset: str = "qwen3-0.6b-h200"
 
 
@@ -102,6 +105,9 @@ class InProcessMesh:
         """The gateway's branch counters (zeros when early fill is off)."""
         branches = getattr(self.gateway.core, "branches", None)
         found = dict(branches.counters) if branches is not None else {}
+        spent = self.gateway.core.stages.executor.engine_s  # engine seconds per priority
+        found["canonical_engine_ms"] = round(1000 * spent.get(Priority.CANONICAL, 0.0))
+        found["fill_engine_ms"] = round(1000 * spent.get(Priority.FILL, 0.0))
         return {name: int(found.get(name, 0)) for name in COUNTERS}
 
 
@@ -122,7 +128,8 @@ def _gateway_settings(config: MeshConfig, arm: ArmSpec, engines: list[str], csl:
                            fill_wait_s=min(60.0, config.fill_wait_sim_s * config.time_scale),
                            branch_ttl_s=max(0.5, config.branch_ttl_sim_s * config.time_scale),
                            metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING",
-                           admission=admission, **corpus, **draft)
+                           admission=admission, overlap_weight=config.overlap_weight,
+                           **corpus, **draft)
 
 
 @contextlib.asynccontextmanager

@@ -2,8 +2,9 @@
 report (JSON, PNG plots, a Markdown summary) and print where it is.
 
 The quick matrix (the default) is the four workloads at low load with one seed; ``--full`` is
-three seeds at low and high load. Every cell is one ``dynbranch bench arms`` run (all of its
-arms on one schedule); a failed cell is listed in the report and left out of the plots.
+three seeds at low and high load (open-loop Poisson) plus one closed serial loop per workload.
+Every cell is one ``dynbranch bench arms`` run (all of its arms on one schedule); a failed
+cell is listed in the report and left out of the plots.
 """
 
 from __future__ import annotations
@@ -23,17 +24,22 @@ from rich.progress import Progress
 from loadgen.report_plots import (
     arm_order,
     figure8,
+    figure9,
     figure10,
     figure14,
-    figure_fanout,
-    summary_markdown,
 )
+from loadgen.report_summary import PAPER, summary_markdown
 
 WORKLOADS = ("routing", "react", "subagent", "hci")
-#: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s.
-LOADS = {"low": None, "high": 0.8}
-MATRICES = {"quick": {"seeds": (0,), "loads": ("low",)},
-            "full": {"seeds": (0, 1, 2), "loads": ("low", "high")}}
+#: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s, both
+#: open-loop Poisson; ``serial`` is the closed loop of one (Table 2's setting).
+LOADS: dict[str, tuple[str, float | None]] = {
+    "low": ("poisson", None), "high": ("poisson", 0.8), "serial": ("serial", None)}
+MATRICES: dict[str, dict[str, Any]] = {
+    "quick": {"seeds": (0,), "loads": ("low",)},
+    "full": {"seeds": (0, 1, 2), "loads": ("low", "high"),
+             #: the closed loop once per workload (seed 0): Table 2's setting, C2 beside C1
+             "once": ("serial",)}}
 #: Per-cell options of the full matrix: every arm, on the quick mode's schedule size and time
 #: scale so that the matrix stays near 30 minutes on 2 cores (the bench's own full mode runs 48
 #: workflows on 4 engines at a finer time scale).
@@ -43,7 +49,9 @@ FULL_CELL: dict[str, Any] = {"workflows": 12, "engines": 2}
 def cells(matrix: str) -> list[tuple[str, str, int]]:
     """(workload, load, seed) of every run in a matrix."""
     spec = MATRICES[matrix]
-    return [(w, load, seed) for w in WORKLOADS for load in spec["loads"] for seed in spec["seeds"]]
+    return ([(w, load, seed) for w in WORKLOADS for load in spec["loads"]
+             for seed in spec["seeds"]]
+            + [(w, load, 0) for w in WORKLOADS for load in spec.get("once", ())])
 
 
 def run_cell(workload: str, load: str, seed: int, quick: bool) -> dict[str, Any]:
@@ -53,7 +61,8 @@ def run_cell(workload: str, load: str, seed: int, quick: bool) -> dict[str, Any]
 
     options = {} if quick else {**FULL_CELL, "arms": ALL_ARMS}
     with contextlib.redirect_stdout(io.StringIO()):
-        return run(True, workload, seed=seed, arrival="poisson", rate=LOADS[load], **options)
+        arrival, rate = LOADS[load]
+        return run(True, workload, seed=seed, arrival=arrival, rate=rate, **options)
 
 
 def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
@@ -152,8 +161,8 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
     if ok:
         plots.append(figure8(ok, out / "fig8_latency_vs_floor.png",
                              f"Mean latency / floor, 95% CI ({label})"))
-        plots.append(figure_fanout(ok, out / "fig9_fanout.png",
-                                   f"Fills per request vs latency ({label})"))
+        plots.append(figure9(ok, out / "fig9_fanout_cost.png",
+                             f"Fan-out and speculative engine-seconds vs latency ({label})"))
     plots += extra or []
     summary = summary_markdown(ok, matrix=matrix, plots=plots) + _coverage_section(ok)
     if failures:
@@ -166,11 +175,6 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
                          for name, points in (sweeps or {}).items()}}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
-
-
-#: The paper's predictor coverages (dynbranch §2.2): ReAct's entity predictor has the next
-#: entity in its top 3 61% of the time; HCI's top candidate matches the pick in 29 of 30 turns.
-PAPER_COVERAGE = {"react": "top-3 0.61", "hci": "top-1 29/30 = 0.967"}
 
 
 def _coverage_section(results: list[dict[str, Any]]) -> str:
@@ -189,7 +193,7 @@ def _coverage_section(results: list[dict[str, Any]]) -> str:
     for name, g in sorted(rows.items()):
         lines.append(f"| {name} | {g['n']} | {_triple(g['given_top123'])} | "
                      f"{_triple(g['shuffled_top123'])} | {'yes' if g['within_noise'] else 'NO'} "
-                     f"| {PAPER_COVERAGE.get(name, '—')} |")
+                     f"| {PAPER['coverage'].get(name, '—')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -226,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         "Run the experiment matrix (workloads × arms × loads × seeds) on the simulated engine "
         "and write the report: JSON, plots and a Markdown summary."))
     parser.add_argument("--full", action="store_true",
-                        help="3 seeds at low and high load (default: the quick matrix)")
+                        help="3 seeds at low and high load, a serial loop, every arm and the λ and "
+                             "replay-rate sweeps (default: the quick matrix)")
     parser.add_argument("--out", default=".dynbranch/report", help="report folder")
     args = parser.parse_args(argv)
     out = Path(args.out)

@@ -18,13 +18,6 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
-#: The paper's reductions of mean latency against the floor, per workload (dynbranch §5.2 and
-#: notes/paper-figures.md: −46% to −66% at low load; Table 2 for C2 alone, serial, 4 GPUs).
-PAPER = {
-    "full_range": "−46% to −66% of the floor's mean (low load, all four workloads)",
-    "c2_serial_4gpu": {"routing": -21.9, "react": -8.5, "subagent": -34.0, "hci": -47.7},
-}
-
 
 def engine_label(result: dict[str, Any]) -> str:
     """'2 × qwen3-32b-h200, SIMULATED engine' (or 'real')."""
@@ -71,19 +64,26 @@ def figure8(results: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
-def figure_fanout(results: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
-    """Fills issued per request against latency ratio, one point per arm (after Figure 9)."""
-    fig, ax = plt.subplots(figsize=(5.0, 3.6))
+def figure9(results: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+    """After Figure 9: each arm's latency ratio against its fan-out (fills issued per request,
+    left) and against its engine-seconds over the floor's (right: 1.0 is the floor's work; what
+    is above it is speculative work that was not used in its place). One point per arm and cell."""
+    fig, (fan, cost) = plt.subplots(1, 2, figsize=(9.0, 3.6), sharey=True)
     for r in results:
         for arm, a in r["arms"].items():
-            if arm == "floor" or a.get("failed"):
+            if arm == "floor" or a.get("failed") or a.get("ratio_to_floor") is None:
                 continue
-            ax.scatter(a.get("fills_issued", 0.0), a["ratio_to_floor"], s=14)
-            ax.annotate(f"{r['workload']}/{arm}", (a.get("fills_issued", 0.0),
-                                                    a["ratio_to_floor"]), fontsize=6)
-    ax.set_xlabel("fills issued per request")
-    ax.set_ylabel("mean latency / floor")
-    ax.set_title(title, fontsize=9)
+            label = f"{r['workload']}/{arm}"
+            fan.scatter(a.get("fills_issued", 0.0), a["ratio_to_floor"], s=14)
+            fan.annotate(label, (a.get("fills_issued", 0.0), a["ratio_to_floor"]), fontsize=6)
+            if a.get("engine_s_vs_floor") is not None:
+                cost.scatter(a["engine_s_vs_floor"], a["ratio_to_floor"], s=14)
+                cost.annotate(label, (a["engine_s_vs_floor"], a["ratio_to_floor"]), fontsize=6)
+    fan.set_xlabel("fills issued per request")
+    fan.set_ylabel("mean latency / floor")
+    cost.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
+    cost.set_xlabel("engine-seconds / floor's (canonical + speculative)")
+    fig.suptitle(textwrap.fill(title, 90), fontsize=8)
     return _save(fig, path)
 
 
@@ -128,43 +128,6 @@ def figure14(by_rate: Sequence[tuple[float, dict[str, Any]]], path: Path, title:
     return _save(fig, path)
 
 
-def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
-                     plots: Sequence[Path]) -> str:
-    """The report's Markdown: our table, the paper's numbers beside it, where they differ."""
-    first = results[0] if results else {}
-    lines = [f"# dynbranch report ({matrix})", "",
-             f"Engine: {engine_label(first)}. Latency in simulated seconds; every ratio is "
-             "an arm's mean over the floor's on the same schedule, paired by request id.", "",
-             "| workload | load | seed | arm | mean s | ratio to floor | 95% CI "
-             "| outputs = floor |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        load = (f"Poisson {r.get('rate_per_s')}/s" if r.get("arrival") == "poisson"
-                else "serial")
-        for arm, a in r["arms"].items():
-            ci = a.get("ratio_ci95")
-            lines.append(
-                f"| {r['workload']} | {load} | {r.get('seed', '')} | {arm} | "
-                f"{a['mean_s']:.2f} | {a['ratio_to_floor']:.3f} | "
-                f"{'' if not ci else f'[{ci[0]:.3f}, {ci[1]:.3f}]'} | "
-                f"{_equal(a.get('outputs_equal_floor'))} |")
-    lines += ["", "## Beside the paper", "",
-              f"- The paper: full system {PAPER['full_range']}; C2 alone, serial closed loop, "
-              "4 GPUs: " + ", ".join(f"{w} {v:+.1f}%" for w, v in
-                                    PAPER["c2_serial_4gpu"].items()) + ".",
-              "- Ours are measured on a simulated engine at the loads above; the paper ran "
-              "Qwen3-32B on H200s. Differences in decode pace, predictor coverage and the "
-              "workloads' recurrence move every ratio; read them as this system on this model.",
-              "", "## Plots", ""]
-    lines += [f"![{p.stem}]({p.name})" for p in plots]
-    return "\n".join(lines) + "\n"
-
-
-def _equal(flag: bool | None) -> str:
-    """'yes', 'NO', or '(reference)' for the floor itself."""
-    return "(reference)" if flag is None else ("yes" if flag else "NO")
-
-
 def arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
     """Arm names in the order the results first list them."""
     seen: list[str] = []
@@ -185,5 +148,4 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-__all__ = ["PAPER", "arm_order", "engine_label", "figure8", "figure10", "figure14", "figure_fanout",
-           "summary_markdown"]
+__all__ = ["arm_order", "engine_label", "figure8", "figure9", "figure10", "figure14"]

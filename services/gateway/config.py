@@ -30,6 +30,9 @@ class GatewaySettings(ServiceSettings):
     predictor: Literal["lexical", "draft"] = Field("lexical", description=(
         "candidate predictor: lexical (template, offered and observed names, corpus titles) or "
         "draft (a small model served by an engine agent decodes the names; draft_model)"))
+    overlap_weight: float = Field(2.0, ge=0, le=100, description=(
+        "lexical predictor: weight of the word-overlap member (`dynbranch bench arms` sets the "
+        "value fitted on the workload's training split)"))
     draft_model: str = Field("", description="draft predictor: the model an engine serves for it")
     draft_max_tokens: int = Field(24, ge=1, le=512, description="draft predictor: tokens decoded")
     draft_deadline_s: float = Field(1.0, gt=0, le=60, description=(

@@ -121,6 +121,9 @@ class Executor:
         self.tools = dict(tools)
         self.features = features
         self.pace = DecodePace()
+        #: Engine seconds spent per priority (prefill + decode of every generation, queueing
+        #: excluded), cumulative: the cost side of early fill that the benchmarks report.
+        self.engine_s: dict[Priority, float] = {}
 
     # -- names -------------------------------------------------------------------------------
 
@@ -180,6 +183,8 @@ class Executor:
                                                     on_delta=on_delta)
         self.pace.observe(d.model, time.perf_counter() - started, ex.timings.total_s,
                           ex.usage.completion_tokens)
+        self.engine_s[priority] = (self.engine_s.get(priority, 0.0) + ex.timings.prefill_s
+                                   + ex.timings.decode_s)
         stored = StoredResult(ex.text, ex.finish_reason, ex.usage)
         return StageRun(stored, ReadSet.pure(), ex.timings.total_s, ex.timings, ex.engine_id)
 

@@ -152,8 +152,8 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
             titles = CorpusTitles(corpus)
             titles.refresh()
             extra.append((titles, TITLE_WEIGHT))
-        predictor: Predictor | DraftPredictor = default_predictor(k=max(3, settings.top_k),
-                                                                  extra=extra)
+        predictor: Predictor | DraftPredictor = default_predictor(
+            k=max(3, settings.top_k), extra=extra, overlap_weight=settings.overlap_weight)
         if settings.predictor == "draft":
             if settings.draft_model not in engines.models():
                 raise InvalidArgument("draft_model", f"{settings.draft_model!r} is served by no "

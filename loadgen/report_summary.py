@@ -1,0 +1,166 @@
+"""The Markdown summary of ``dynbranch report``: our table, the paper's numbers beside ours per
+workload, and the measured reasons they differ (predictor coverage, fill use, library share,
+the admission policy, the engine). Inputs are ``bench arms --json`` objects; nothing runs here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadgen.report_plots import engine_label
+
+#: The paper's figures (dynbranch §5.2, Tables 1–2, §2.2; ../shared/notes/paper-figures.md).
+PAPER = {
+    "full_low": "−46% to −66%",  # mean latency vs the floor at low load, all four workloads
+    "prior_low": "−14% to −32%",  # vs the strongest prior system at low load
+    "c2_serial_4gpu": {"routing": -21.9, "react": -8.5, "subagent": -34.0, "hci": -47.7},
+    "c1_mix": -32.2,  # C1 alone over the Table 1 mix
+    "coverage": {"react": "top-3 0.61", "hci": "top-1 0.967 (29/30)"},
+}
+
+
+def _load(r: dict[str, Any]) -> str:
+    return f"Poisson {r.get('rate_per_s')}/s" if r.get("arrival") == "poisson" else "serial"
+
+
+def _table(results: Sequence[dict[str, Any]]) -> list[str]:
+    lines = ["| workload | load | seed | arm | mean s | ratio to floor | 95% CI "
+             "| engine-s / floor | outputs = floor |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for arm, a in r["arms"].items():
+            ci = a.get("ratio_ci95")
+            cost = a.get("engine_s_vs_floor")
+            lines.append(
+                f"| {r['workload']} | {_load(r)} | {r.get('seed', '')} | {arm} | "
+                f"{a['mean_s']:.2f} | {a['ratio_to_floor']:.3f} | "
+                f"{'' if not ci else f'[{ci[0]:.3f}, {ci[1]:.3f}]'} | "
+                f"{'' if cost is None else f'{cost:.2f}'} | "
+                f"{_equal(a.get('outputs_equal_floor'))} |")
+    return lines
+
+
+def _cells(results: Sequence[dict[str, Any]], workload: str, serial: bool, low: bool = True
+           ) -> list[dict[str, Any]]:
+    """The workload's cells of one arrival kind (Poisson at its low-load rate, or serial)."""
+    out = []
+    for r in results:
+        if r["workload"] != workload or (r.get("arrival") == "serial") != serial:
+            continue
+        if not serial and low and r.get("load", "low") != "low":
+            continue
+        out.append(r)
+    return out
+
+
+def _delta(cells: Sequence[dict[str, Any]], arm: str) -> str:
+    """'−31.2% [−45.0, −12.1]': mean change vs the floor over the cells, widest CI seen."""
+    rows = [c["arms"][arm] for c in cells if arm in c["arms"] and not c["arms"][arm].get("failed")]
+    if not rows:
+        return "—"
+    mean = statistics.fmean(a["ratio_to_floor"] for a in rows)
+    cis = [a["ratio_ci95"] for a in rows if a.get("ratio_ci95")]
+    text = f"{100 * (mean - 1):+.1f}%"
+    if cis:
+        low, high = min(c[0] for c in cis), max(c[1] for c in cis)
+        text += f" [{100 * (low - 1):+.0f}, {100 * (high - 1):+.0f}]"
+    return text
+
+
+def _vs_prior(cells: Sequence[dict[str, Any]]) -> str:
+    """Full against the whole-request cache (our stand-in for the strongest prior system)."""
+    pairs = [(c["arms"]["full"]["mean_s"], c["arms"]["whole_request"]["mean_s"]) for c in cells
+             if "full" in c["arms"] and "whole_request" in c["arms"]]
+    if not pairs:
+        return "—"
+    return f"{100 * (sum(f for f, _ in pairs) / sum(w for _, w in pairs) - 1):+.1f}%"
+
+
+def _why(workload: str, cells: Sequence[dict[str, Any]], top_k: int) -> str:
+    """Measured reasons our full arm's figure differs from the paper's range."""
+    if not cells:
+        return "no low-load cell ran"
+    reasons = []
+    guard = cells[0].get("leak_guard") or {}
+    top = guard.get("given_top123")
+    if top:
+        paper = PAPER["coverage"].get(workload)
+        reasons.append(f"predictor top-{top_k} coverage {top[min(top_k, 3) - 1]:.2f} on the test "
+                       f"split" + (f" (paper {paper})" if paper else ""))
+    full = [c["arms"]["full"] for c in cells if "full" in c["arms"]]
+    if full:
+        issued = statistics.fmean(a.get("fills_issued", 0.0) for a in full)
+        used = statistics.fmean(a.get("stages_promoted", 0.0) for a in full)
+        reasons.append(f"{issued:.2f} fills issued and {used:.2f} stages promoted per workflow")
+        calls = [sum(a.get("sources", {}).values()) for a in full]
+        lib = [a.get("sources", {}).get("library", 0) for a in full]
+        if sum(calls):
+            reasons.append(f"{sum(lib) / sum(calls):.0%} of calls served by the library")
+        shares = [a["oracle_share"] for a in full if a.get("oracle_share") is not None]
+        if shares:
+            reasons.append(f"{statistics.fmean(shares):.0%} of the oracle bound captured")
+    fixed = [(c["arms"]["full"]["ratio_to_floor"], c["arms"]["fixed"]["ratio_to_floor"])
+             for c in cells if "full" in c["arms"] and "fixed" in c["arms"]]
+    if fixed:
+        f, x = (statistics.fmean(v) for v in zip(*fixed, strict=True))
+        if f > x:
+            reasons.append(f"priced admission ({f:.3f}) is behind the fixed top-{top_k} policy "
+                           f"({x:.3f}): its estimators start cold on runs this short and admit "
+                           "fewer fills than pay off")
+        else:
+            reasons.append(f"priced admission ({f:.3f}) is at or ahead of fixed ({x:.3f})")
+    return "; ".join(reasons)
+
+
+def paper_section(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Per workload: our changes vs the floor beside the paper's, and why they differ."""
+    workloads = sorted({r["workload"] for r in results})
+    top_k = results[0].get("top_k", 2) if results else 2
+    lines = ["", "## Beside the paper", "",
+             "Δ is the change of mean latency against the floor on the same schedule (95% CI "
+             "from the paired bootstrap, widest over seeds). The paper's full-system range is "
+             f"{PAPER['full_low']} at low load and {PAPER['prior_low']} against its strongest "
+             "prior system; our stand-in for a prior system is the whole-request cache. Table 2 "
+             "gives C2 alone in a serial closed loop on 4 GPUs; C1 alone was "
+             f"{PAPER['c1_mix']:+.1f}% over Table 1's mix.", "",
+             "| workload | full Δ (low load) | paper full | full vs whole-request cache "
+             "| C1-only Δ | C2-only Δ (serial) | paper C2 (Table 2) |",
+             "|---|---|---|---|---|---|---|"]
+    for w in workloads:
+        low, serial = _cells(results, w, serial=False), _cells(results, w, serial=True)
+        c2 = _delta(serial, "c2") if serial else f"{_delta(low, 'c2')} (Poisson; no serial run)"
+        lines.append(f"| {w} | {_delta(low, 'full')} | {PAPER['full_low']} | {_vs_prior(low)} "
+                     f"| {_delta(low, 'c1')} | {c2} | {PAPER['c2_serial_4gpu'].get(w, 0):+.1f}% |")
+    lines += ["", "Where and why ours differ (measured in these runs):", ""]
+    lines += [f"- **{w}**: {_why(w, _cells(results, w, serial=False), top_k)}." for w in workloads]
+    lines += ["- **all**: the engine is simulated (a cost model of the preset, not a GPU), and "
+              "the paper ran Qwen3-32B on 4 H200s with its own workflow traces; our schedules "
+              "are 12 workflows per seed drawn from the public data sets' test split, so a "
+              "single slow workflow moves a ratio by several points (see the CIs)."]
+    return lines
+
+
+def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
+                     plots: Sequence[Path]) -> str:
+    """The report's Markdown: our table, the paper's numbers beside it, where they differ."""
+    first = results[0] if results else {}
+    lines = [f"# dynbranch report ({matrix})", "",
+             f"Engine: {engine_label(first)}. Latency in simulated seconds; every ratio is "
+             "an arm's mean over the floor's on the same schedule, paired by request id. "
+             "Engine-s / floor is the arm's engine time (prefill + decode, canonical and "
+             "speculative) over the floor's.", ""]
+    lines += _table(results)
+    lines += paper_section(results)
+    lines += ["", "## Plots", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _equal(flag: bool | None) -> str:
+    """'yes', 'NO', or '(reference)' for the floor itself."""
+    return "(reference)" if flag is None else ("yes" if flag else "NO")
+
+
+__all__ = ["PAPER", "paper_section", "summary_markdown"]
