@@ -192,6 +192,20 @@ class PricedController:
             return proposal.est_gain_s * 1000.0
         return self.settings.default_gain_ms
 
+    def _pending_credit_ms(self, st: _ClassStats, b: _Branch, outcome: Outcome) -> float:
+        """What a provisional report credits a branch whose selected candidate was admitted
+        but not yet consumed: its expected gain (usability mean × class gain). The fill is
+        usually consumed after the branch resolves, when the downstream demand arrives; a zero
+        credit here would teach Action 0 a loss for every trial until the final report revises
+        it, and close the class meanwhile. The final report replaces this with the measured
+        return."""
+        if outcome.final or outcome.selected not in b.admitted:
+            return 0.0
+        proposal = next((p for p in b.proposals if p.candidate == outcome.selected), None)
+        gain = self._gain_ms(st, proposal) if proposal is not None else (
+            st.gain_sum_ms / st.gain_n if st.gain_n else self.settings.default_gain_ms)
+        return self.usability_mean(st) * gain
+
     def _exec_s(self, st: _ClassStats, proposal: Proposal) -> float:
         if proposal.est_exec_s > 0:
             return proposal.est_exec_s
@@ -310,8 +324,8 @@ class PricedController:
         selected_unused = outcome.final and not consumed
         wasted = sum(c for name, c in b.admitted.items()
                      if name != outcome.selected or selected_unused)
-        target = (outcome.saved_s * 1000.0 if consumed else 0.0) - outcome.setup_s * 1000.0 \
-            - wasted
+        target = (outcome.saved_s * 1000.0 if consumed else self._pending_credit_ms(
+            st, b, outcome)) - outcome.setup_s * 1000.0 - wasted
         self.gate.settle(b.branch_class, outcome.branch_id, target)
         return True
 

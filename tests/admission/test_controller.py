@@ -287,3 +287,23 @@ def test_the_decode_pace_gives_engine_seconds_per_token() -> None:
     assert pace.engine_s_per_token("m") is None
     pace.observe("m", wall_s=0.2, engine_s=10.0, tokens=100)
     assert pace.engine_s_per_token("m") == pytest.approx(0.1)
+
+
+def test_a_provisional_report_credits_an_admitted_winner_its_expected_gain() -> None:
+    """Fills are consumed after their branch resolves; the resolved (provisional) report must
+    not teach Action 0 a loss for every cold trial and close the class until the final reports
+    arrive (seen on Sub-Agent: 4 cold trials at -4 ms each, then 30 refusals)."""
+    c = PricedController(tracker_at(running=4),
+                         settings=ControllerSettings(audit_rate=0.0, n0=1))
+    assert c.open_branch("b1", "r/router", "", MODEL, 100.0).open
+    admitted = c.admit("b1", "r/router", proposals(), MODEL, 100.0).admitted
+    assert "h1" in admitted
+    assert c.report(Outcome("b1", "h1", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
+                            final=False))
+    assert c.gate.classes["r/router"].trials["b1"].target > 0
+    assert c.open_branch("b2", "r/router", "", MODEL, 100.0).open  # the class stays open
+    # a winner that was not admitted is credited nothing
+    c.admit("b2", "r/router", proposals(), MODEL, 100.0)
+    assert c.report(Outcome("b2", "zz", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
+                            final=False))
+    assert c.gate.classes["r/router"].trials["b2"].target < 0
