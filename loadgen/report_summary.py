@@ -101,6 +101,12 @@ def _why(workload: str, cells: Sequence[dict[str, Any]], top_k: int) -> str:
         shares = [a["oracle_share"] for a in full if a.get("oracle_share") is not None]
         if shares:
             reasons.append(f"{statistics.fmean(shares):.0%} of the oracle bound captured")
+    c2 = [(c["arms"]["full"].get("fills_issued", 0.0), c["arms"]["c2"].get("fills_issued", 0.0))
+          for c in cells if "full" in c["arms"] and "c2" in c["arms"]]
+    if c2:
+        f, x = (statistics.fmean(v) for v in zip(*c2, strict=True))
+        reasons.append(f"priced admission issued {f:.2f} fills per workflow where C2-only's "
+                       f"fixed top-{top_k} issued {x:.2f}")
     fixed = [(c["arms"]["full"]["ratio_to_floor"], c["arms"]["fixed"]["ratio_to_floor"])
              for c in cells if "full" in c["arms"] and "fixed" in c["arms"]]
     if fixed:
