@@ -13,6 +13,7 @@ import yaml
 from services.common.config import ConfigError, ServiceSettings, load_settings
 from services.common.server import run_service
 from services.common.telemetry import configure_logging
+from services.common.tls import TlsError
 
 
 def add_service_args(parser: argparse.ArgumentParser) -> None:
@@ -58,8 +59,8 @@ def service_main(argv: list[str] | None, *, service: str, description: str,
                  fatal: tuple[type[BaseException], ...] = ()) -> int:
     """The entry point every service shares: flags → settings → logs → serve until SIGTERM.
 
-    A configuration error, or a start-up error of a class in ``fatal`` (e.g. a corrupt store),
-    prints one line naming the problem and exits 2.
+    A configuration error, a TLS file that cannot be used, or a start-up error of a class in
+    ``fatal`` (e.g. a corrupt store) prints one line naming the problem and exits 2.
     """
     parser = argparse.ArgumentParser(prog=f"dynbranch serve {service}", description=description)
     add_service_args(parser)
@@ -76,7 +77,7 @@ def service_main(argv: list[str] | None, *, service: str, description: str,
     configure_logging(settings.log_level, settings.log_format)
     try:
         return run_service(lambda: build(settings))
-    except fatal as exc:
+    except (TlsError, *fatal) as exc:
         print(f"{service}: {exc}", file=sys.stderr)
         return 2
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import grpc
 
+from services.common import tls
+
 #: Methods safe to retry, per fully-qualified service. Anything absent is never retried.
 IDEMPOTENT: dict[str, tuple[str, ...]] = {
     "dynbranch.v1.EngineAgent": ("Abort", "LookupPrefix", "GetInfo", "ToolStarted",
@@ -52,7 +54,13 @@ def channel_options(max_message_bytes: int = 4 * 1024 * 1024) -> list[tuple[str,
 
 
 def open_channel(target: str, max_message_bytes: int = 4 * 1024 * 1024) -> grpc.aio.Channel:
-    """An insecure aio channel to a mesh service on ``target`` (``host:port``)."""
+    """An aio channel to a mesh service on ``target`` (``host:port``): TLS (mutual when this
+    process has a certificate) once a service configured ``services.common.tls``, else
+    plaintext."""
+    files = tls.client_files()
+    if files.calls:
+        return grpc.aio.secure_channel(target, tls.channel_credentials(files),
+                                       options=channel_options(max_message_bytes))
     return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes))
 
 

@@ -43,6 +43,15 @@ class ServiceSettings(BaseModel):
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
                                    description="largest gRPC message accepted")
     otlp_endpoint: str = Field("", description="OTLP gRPC endpoint; empty exports no spans")
+    tls_cert_file: str = Field("", description=(
+        "PEM certificate of this service (its TLS server identity, and its client identity "
+        "when it calls other services); empty: plaintext"))
+    tls_key_file: str = Field("", description="PEM private key of tls_cert_file")
+    tls_ca_file: str = Field("", description=(
+        "PEM CA the mesh's certificates chain to: clients verify servers against it, and with "
+        "tls_client_auth servers require client certificates it signed"))
+    tls_client_auth: bool = Field(False, description=(
+        "mutual TLS: refuse clients without a certificate signed by tls_ca_file"))
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

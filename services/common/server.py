@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry
 
+from services.common import tls
 from services.common.config import ServiceSettings
 from services.common.grpc_errors import ErrorInterceptor
 from services.common.telemetry import MetricsEndpoint, make_tracer_provider
@@ -70,6 +71,10 @@ class ServiceRuntime:
         self.tracer: Tracer = (self.tracer_provider.get_tracer(f"dynbranch.{name}")
                                if span_exporter is not None or settings.otlp_endpoint
                                else NoOpTracer())
+        self.tls = tls.load(settings.tls_cert_file, settings.tls_key_file, settings.tls_ca_file,
+                            settings.tls_client_auth)
+        if self.tls.calls:
+            tls.configure_client(self.tls)  # this process's channels present this identity
         self.server = grpc.aio.server(interceptors=[ErrorInterceptor()],
                                       options=server_options(settings))
         self.health = health.aio.HealthServicer()
@@ -105,7 +110,9 @@ class ServiceRuntime:
         names = [*self._service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                  reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        bind = f"{self.settings.host}:{self.settings.port}"
+        self.port = (self.server.add_secure_port(bind, tls.server_credentials(self.tls))
+                     if self.tls.serves else self.server.add_insecure_port(bind))
         if self.port == 0:
             raise OSError(f"{self.name}: cannot bind {self.settings.host}:{self.settings.port}")
         if self.settings.metrics_port >= 0:

@@ -45,6 +45,9 @@ class GatewaySettings(ServiceSettings):
                                                "(hotpotqa, musique, magento)")
     data_dir: str = Field("", description="folder of the shared data sets; empty: ../shared/data")
     api_keys: dict[str, str] = Field(default_factory=dict, description="API key → tenant")
+    api_keys_file: str = Field("", description=(
+        "YAML file of API key → tenant (a mounted Secret); replaces api_keys and is reloaded "
+        "when it changes, without a restart"))
     auth: bool = Field(True, description="require an API key; switch off only for local use")
     http_port: int = Field(-1, ge=-1, le=65535,
                            description="OpenAI-compatible HTTP port; 0 picks one, -1 disables")
@@ -69,9 +72,9 @@ class GatewaySettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _keys_when_auth(self) -> GatewaySettings:
-        if self.auth and not self.api_keys:
+        if self.auth and not (self.api_keys or self.api_keys_file):
             raise ValueError("auth is on but api_keys is empty: configure api_keys "
-                             "(key: tenant) or set auth: false for local use")
+                             "(key: tenant) or api_keys_file, or set auth: false for local use")
         return self
 
 

@@ -16,7 +16,7 @@ from services.common.server import ServiceRuntime
 from services.delivery.client import DeliveryClient
 from services.gateway.adapters.engines import EnginePool
 from services.gateway.adapters.library import RemoteLibrary
-from services.gateway.auth import Authenticator
+from services.gateway.auth import Authenticator, KeyFileError, KeyFileWatcher, read_key_file
 from services.gateway.config import GatewaySettings
 from services.gateway.core import GatewayCore, Limits
 from services.gateway.execution import Executor, Features
@@ -66,6 +66,8 @@ class GatewayRuntime(ServiceRuntime):
         #: The protocol-free core this runtime serves (set by ``build_runtime``); in-process
         #: tests and benchmarks drive it directly.
         self.core: GatewayCore | None = None
+        #: Reloads the API keys when ``api_keys_file`` changes (None without a key file).
+        self.key_watcher: KeyFileWatcher | None = None
 
     @property
     def http_port(self) -> int | None:
@@ -101,13 +103,19 @@ class GatewayRuntime(ServiceRuntime):
 async def build_runtime(settings: GatewaySettings, *,
                         span_exporter: SpanExporter | None = None) -> GatewayRuntime:
     """A runtime serving the Gateway service, connected to engines, csl and admission."""
+    keys = read_key_file(settings.api_keys_file) if settings.api_keys_file else settings.api_keys
     runtime = GatewayRuntime("gateway", settings, span_exporter=span_exporter)
     engines = EnginePool(settings.engines)
     runtime.on_close(engines.close)
     await engines.start(settings.engine_connect_timeout_s)
     core = await build_core(settings, runtime, engines)
     runtime.registry.register(CoreCollector(core))
-    auth = Authenticator(settings.api_keys, settings.auth)
+    auth = Authenticator(keys, settings.auth)
+    if settings.api_keys_file:
+        watcher = KeyFileWatcher(auth, settings.api_keys_file)
+        watcher.start()
+        runtime.on_close(watcher.close)
+        runtime.key_watcher = watcher
     metrics = GatewayMetrics(runtime.registry)
     delivery = DeliveryClient(settings.delivery) if settings.delivery else None
     if delivery is not None:
@@ -203,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                             Flag("--admission", "admission", "admission service target",
                                  {"metavar": "HOST:PORT"}),
                             Flag("--delivery", "delivery", "delivery service target "
-                                 "(DeliverResult forwards there)", {"metavar": "HOST:PORT"})])
+                                 "(DeliverResult forwards there)", {"metavar": "HOST:PORT"})],
+                        fatal=(KeyFileError,))
 
 
 __all__ = ["SERVICE_NAME", "GatewayRuntime", "build_core", "build_runtime", "main"]

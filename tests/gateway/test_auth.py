@@ -112,3 +112,47 @@ async def test_one_tenants_result_is_never_served_to_another_over_http(tmp_path:
             spoof = {"x-dynbranch-tenant": "tenant-a", "x-tenant-id": "tenant-a"}
             assert await source("key-b", **spoof) == "engine"
             assert await source("key-b") == "library"
+
+
+async def test_api_keys_reload_from_their_file_without_a_restart_and_never_reach_the_logs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    import logging
+    import os
+
+    caplog.set_level(logging.DEBUG)
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("sk-old-5f1e: tenant-a\n")
+    async with mesh(tmp_path, auth=True, api_keys_file=str(keys), log_level="DEBUG") as gw:
+        watcher = gw.key_watcher
+        watcher.interval_s = 0.05
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.http_port}") as raw:
+            async def status(key: str) -> int:
+                return (await raw.get("/v1/models", headers=bearer(key))).status_code
+
+            assert await status("sk-old-5f1e") == 200 and await status("sk-new-77aa") == 401
+            # a Secret update swaps the file; same size on purpose: the inode/mtime tell
+            fresh = tmp_path / "keys.new"
+            fresh.write_text("sk-new-77aa: tenant-a\n")
+            os.replace(fresh, keys)
+            for _ in range(100):
+                if watcher.reloads:
+                    break
+                await asyncio.sleep(0.05)
+            assert watcher.reloads == 1
+            assert await status("sk-new-77aa") == 200 and await status("sk-old-5f1e") == 401
+            keys.write_text("not: [a mapping")  # broken: the previous keys stay
+            await asyncio.sleep(0.3)
+            assert await status("sk-new-77aa") == 200 and watcher.reloads == 1
+    assert "sk-old-5f1e" not in caplog.text and "sk-new-77aa" not in caplog.text
+    assert "API keys reloaded" in caplog.text and "keeping the previous ones" in caplog.text
+
+
+def test_a_broken_key_file_fails_start_up_naming_the_file(tmp_path: Path) -> None:
+    from services.gateway.auth import KeyFileError, read_key_file
+
+    (tmp_path / "k.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(KeyFileError, match=r"api_keys_file: .*k.yaml must be a non-empty mapping"):
+        read_key_file(tmp_path / "k.yaml")
+    with pytest.raises(KeyFileError, match="cannot read"):
+        read_key_file(tmp_path / "absent.yaml")
