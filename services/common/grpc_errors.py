@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from services.common.errors import DynbranchError
+from services.common.errors import DynbranchError, InvalidArgument
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,34 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
     await context.abort(grpc.StatusCode.INTERNAL, "internal error")
 
 
-def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:
+Parse = Callable[[bytes], Any]
+
+
+def _parser(deserializer: Parse | None, method: str) -> Parse:
+    """The request parser of a method: an unparsable request is INVALID_ARGUMENT naming the
+    method (grpc's own deserializer failure is an UNKNOWN status and a logged traceback)."""
+    if deserializer is None:
+        return lambda raw: raw
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except DecodeError:
+            raise InvalidArgument("request", f"not a valid request message for {method}") \
+                from None
+    return parse
+
+
+async def _parsed(requests: AsyncIterator[bytes], parse: Parse) -> AsyncIterator[Any]:
+    async for raw in requests:
+        yield parse(raw)
+
+
+def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str, parse: Parse,
+                streaming_request: bool = False) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
+            request = _parsed(request, parse) if streaming_request else parse(request)
             return await behavior(request, context)
         except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
             raise
@@ -38,9 +64,11 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callabl
     return wrapper
 
 
-def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
+def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str, parse: Parse,
+                 streaming_request: bool = False) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
+            request = _parsed(request, parse) if streaming_request else parse(request)
             async for item in behavior(request, context):
                 yield item
         except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
@@ -51,7 +79,8 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Ca
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Turns ``DynbranchError`` into its status and anything else into a generic INTERNAL.
+    """Turns ``DynbranchError`` into its status and anything else into a generic INTERNAL, and
+    an unparsable request into INVALID_ARGUMENT.
 
     Wrapped handlers are built once per method and reused: the interceptor runs on every call.
     """
@@ -62,7 +91,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[..., Awaitable[Any]],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
+        if handler is None:
             return handler
         method = handler_call_details.method  # one handler per method for a server's life
         wrapped = self._wrapped.get(method)
@@ -72,13 +101,20 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _wrap(handler: Any, method: str) -> Any:
-    kwargs = {"request_deserializer": handler.request_deserializer,
-              "response_serializer": handler.response_serializer}
+    """The handler with errors mapped and requests parsed here (raw bytes come in)."""
+    parse = _parser(handler.request_deserializer, method)
+    kwargs = {"request_deserializer": None, "response_serializer": handler.response_serializer}
     if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(_wrap_unary(handler.unary_unary, method),
-                                                   **kwargs)
-    return grpc.unary_stream_rpc_method_handler(_wrap_stream(handler.unary_stream, method),
-                                                **kwargs)
+        return grpc.unary_unary_rpc_method_handler(
+            _wrap_unary(handler.unary_unary, method, parse), **kwargs)
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(
+            _wrap_stream(handler.unary_stream, method, parse), **kwargs)
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(
+            _wrap_unary(handler.stream_unary, method, parse, streaming_request=True), **kwargs)
+    return grpc.stream_stream_rpc_method_handler(
+        _wrap_stream(handler.stream_stream, method, parse, streaming_request=True), **kwargs)
 
 
 __all__ = ["ErrorInterceptor", "status_of"]
