@@ -52,6 +52,9 @@ class ServiceSettings(BaseModel):
         "tls_client_auth servers require client certificates it signed"))
     tls_client_auth: bool = Field(False, description=(
         "mutual TLS: refuse clients without a certificate signed by tls_ca_file"))
+    health_port: int = Field(-1, ge=-1, le=65535, description=(
+        "a plaintext port serving only the gRPC health service (Kubernetes gRPC probes cannot "
+        "speak TLS); 0 picks a free one, -1: none (health is on the main port)"))
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -79,6 +79,9 @@ class ServiceRuntime:
                                       options=server_options(settings))
         self.health = health.aio.HealthServicer()
         self.port: int | None = None
+        #: The plaintext health-only server and its port (``health_port`` >= 0).
+        self.health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
         self._service_names: list[str] = []
         self._close_hooks: list[CloseHook] = []
         self._stopped = asyncio.Event()
@@ -115,6 +118,8 @@ class ServiceRuntime:
                      if self.tls.serves else self.server.add_insecure_port(bind))
         if self.port == 0:
             raise OSError(f"{self.name}: cannot bind {self.settings.host}:{self.settings.port}")
+        if self.settings.health_port >= 0:
+            await self._start_health_port()
         if self.settings.metrics_port >= 0:
             self.metrics.start(self.settings.host, self.settings.metrics_port)
         await self.server.start()
@@ -122,6 +127,16 @@ class ServiceRuntime:
         log.info("%s serving on %s", self.name, self.address,
                  extra={"service": self.name, "port": self.port, "metrics_port": self.metrics.port})
         return self.port
+
+    async def _start_health_port(self) -> None:
+        """Serve the same health statuses, and nothing else, on a plaintext port for probes."""
+        self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+        bind = f"{self.settings.host}:{self.settings.health_port}"
+        self.health_port = self.health_server.add_insecure_port(bind)
+        if self.health_port == 0:
+            raise OSError(f"{self.name}: cannot bind the health port {bind}")
+        await self.health_server.start()
 
     async def _set_status(self, status: int) -> None:
         for name in ["", *self._service_names]:
@@ -138,6 +153,8 @@ class ServiceRuntime:
         if self.settings.drain_delay_s:
             await asyncio.sleep(self.settings.drain_delay_s)
         await self.server.stop(self.settings.grace_s)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
         for hook in reversed(self._close_hooks):
             try:
                 await hook()
@@ -155,7 +172,9 @@ class ServiceRuntime:
     def announce(self, extra: dict[str, Any] | None = None) -> None:
         """Print one JSON line on stdout with the bound ports (read by ``dynbranch up``)."""
         line = {"event": "listening", "service": self.name, "address": self.address,
-                "port": self.port, "metrics_port": self.metrics.port, **(extra or {})}
+                "port": self.port, "metrics_port": self.metrics.port,
+                **({"health_port": self.health_port} if self.health_port is not None else {}),
+                **(extra or {})}
         print(json.dumps(line), flush=True)
 
 

@@ -153,3 +153,28 @@ def test_a_service_with_an_unreadable_key_exits_2_naming_it(tmp_path: Path,
                  "--set", f"tls_key_file={tmp_path / 'nope.key'}", "--metrics-port", "-1"])
     assert code == 2
     assert "tls_key_file: cannot read" in capsys.readouterr().err
+
+
+async def test_probes_read_health_on_a_plaintext_port_while_the_service_is_mtls(
+        pki: dict[str, str]) -> None:
+    """Kubernetes gRPC probes cannot speak TLS: health alone is served in plaintext on
+    ``health_port`` and follows the service's status; nothing else is reachable there."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    runtime = await build_runtime(_settings(pki, tls_client_auth=True, health_port=0))
+    await runtime.start()
+    probe = grpc.aio.insecure_channel(f"127.0.0.1:{runtime.health_port}")
+    try:
+        check = health_pb2_grpc.HealthStub(probe).Check
+        reply = await check(health_pb2.HealthCheckRequest(), timeout=3)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        stats = probe.unary_unary("/dynbranch.v1.SubgraphLibrary/Stats")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stats(b"", timeout=3)
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED  # health only
+        await runtime.health.enter_graceful_shutdown()
+        reply = await check(health_pb2.HealthCheckRequest(), timeout=3)
+        assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    finally:
+        await probe.close()
+        await runtime.shutdown()
