@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+
+from services.common.chat import ChatSpec, ToolCall, ToolChoice
 from services.common.errors import InvalidArgument
 from services.common.generation import Priority, Sampling, Timings, Usage
 from services.common.pb import common_pb2
@@ -44,6 +48,50 @@ def sampling_to_proto(s: Sampling) -> common_pb2.SamplingParams:
     return msg
 
 
+def chat_to_proto(spec: ChatSpec) -> common_pb2.ChatSpec:
+    """The proto form of a chat spec."""
+    return common_pb2.ChatSpec(
+        messages_json=spec.messages_json, tools_json=spec.tools_json,
+        tool_choice=str(spec.tool_choice), tool_name=spec.tool_name,
+        parallel_tool_calls=spec.parallel_tool_calls,
+        response_format_json=spec.response_format_json)
+
+
+def chat_from_proto(msg: common_pb2.ChatSpec, field: str) -> ChatSpec:
+    """Validate and convert a chat spec; errors name ``field.<name>``."""
+    try:
+        choice = ToolChoice(msg.tool_choice or "auto")
+    except ValueError:
+        raise InvalidArgument(f"{field}.tool_choice",
+                              f"unknown choice {msg.tool_choice!r}") from None
+    for name in ("messages_json", "tools_json", "response_format_json"):
+        text = getattr(msg, name)
+        try:
+            value = json.loads(text) if text else []
+        except ValueError:
+            raise InvalidArgument(f"{field}.{name}", "not valid JSON") from None
+        if not isinstance(value, list if name != "response_format_json" else dict | list):
+            raise InvalidArgument(f"{field}.{name}", "wrong JSON type")
+    if not msg.messages_json:
+        raise InvalidArgument(f"{field}.messages_json", "required")
+    if (choice is ToolChoice.FUNCTION) != bool(msg.tool_name):
+        raise InvalidArgument(f"{field}.tool_name", "set exactly when tool_choice is 'function'")
+    return ChatSpec(messages_json=msg.messages_json, tools_json=msg.tools_json,
+                    tool_choice=choice, tool_name=msg.tool_name,
+                    parallel_tool_calls=msg.parallel_tool_calls,
+                    response_format_json=msg.response_format_json)
+
+
+def tool_calls_to_proto(calls: tuple[ToolCall, ...]) -> list[common_pb2.ToolCall]:
+    """The proto form of tool calls."""
+    return [common_pb2.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls]
+
+
+def tool_calls_from_proto(msgs: Iterable[common_pb2.ToolCall]) -> tuple[ToolCall, ...]:
+    """Tool calls from their repeated proto field."""
+    return tuple(ToolCall(m.id, m.name, m.arguments) for m in msgs)
+
+
 def priority_from_proto(value: int) -> Priority:
     """UNSPECIFIED is canonical; unknown values are refused."""
     if value in (common_pb2.PRIORITY_CLASS_UNSPECIFIED, common_pb2.PRIORITY_CLASS_CANONICAL):
@@ -75,5 +123,6 @@ def require(value: str, field: str, max_len: int | None = None) -> str:
     return value
 
 
-__all__ = ["priority_from_proto", "require", "sampling_from_proto", "sampling_to_proto",
-           "timings_to_proto", "usage_to_proto"]
+__all__ = ["chat_from_proto", "chat_to_proto", "priority_from_proto", "require",
+           "sampling_from_proto", "sampling_to_proto", "timings_to_proto",
+           "tool_calls_from_proto", "tool_calls_to_proto", "usage_to_proto"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from services.common.chat import ChatSpec
+
 
 class Priority(enum.IntEnum):
     """Priority class of a generation (values match ``dynbranch.v1.PriorityClass``)."""
@@ -55,6 +57,8 @@ class GenerationRequest:
     prompt: str
     sampling: Sampling
     priority: Priority = Priority.CANONICAL
+    #: Tool calling or JSON output: backends with a chat template render this themselves.
+    chat: ChatSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

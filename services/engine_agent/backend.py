@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from services.common.chat import ToolCall
 from services.common.generation import (
     FinishReason,
     GenerationRequest,
@@ -51,6 +52,8 @@ class Finished:
     text: str
     usage: Usage
     timings: Timings
+    #: Function calls parsed from the output (``text`` is then the content outside them).
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 GenerationEvent = Queued | Allocated | TokenDelta | Finished
@@ -86,6 +89,8 @@ class BackendInfo:
     max_running: int
     leases_supported: bool = False
     simulated: bool = False
+    #: Whether the backend serves chat specs (tool calling, JSON output).
+    tools_supported: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
 

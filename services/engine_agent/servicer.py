@@ -11,10 +11,12 @@ from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.common.convert import (
+    chat_from_proto,
     priority_from_proto,
     require,
     sampling_from_proto,
     timings_to_proto,
+    tool_calls_to_proto,
     usage_to_proto,
 )
 from services.common.errors import InvalidArgument, PayloadTooLarge
@@ -83,7 +85,8 @@ def event_to_proto(request_id: str, sequence: int, event: GenerationEvent
     else:
         msg.finished.CopyFrom(engine_pb2.Finished(
             reason=int(event.reason), usage=usage_to_proto(event.usage),
-            timings=timings_to_proto(event.timings), text=event.text))
+            timings=timings_to_proto(event.timings), text=event.text,
+            tool_calls=tool_calls_to_proto(event.tool_calls)))
     return msg
 
 
@@ -122,10 +125,14 @@ class EngineAgentServicer(LeaseRpcs, engine_pb2_grpc.EngineAgentServicer):
                                   f"serves {info.model!r}")
         if len(require(request.prompt, "prompt").encode()) > self.max_prompt_bytes:
             raise PayloadTooLarge("prompt", f"larger than {self.max_prompt_bytes} bytes")
+        chat = chat_from_proto(request.chat, "chat") if request.HasField("chat") else None
+        if chat is not None and not info.tools_supported:
+            raise InvalidArgument("tools", f"tool calling and JSON output are not supported by "
+                                  f"the {info.backend} backend")
         sampling = sampling_from_proto(request.sampling, "sampling", info.max_model_len)
         return GenerationRequest(request_id=request.request_id, model=request.model,
                                  prompt=request.prompt, sampling=sampling,
-                                 priority=priority_from_proto(request.priority))
+                                 priority=priority_from_proto(request.priority), chat=chat)
 
     async def Generate(self, request: engine_pb2.GenerateRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[engine_pb2.GenerateEvent]:

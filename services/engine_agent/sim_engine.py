@@ -32,7 +32,8 @@ from services.engine_agent.kv_cache import KVCacheManager
 from services.engine_agent.scheduler import Scheduler, StepPlan
 from services.engine_agent.sequence import SeqState, Sequence
 from services.engine_agent.sim_leases import SimLeases
-from services.engine_agent.tokenizer import PseudoText, encode, text_key
+from services.engine_agent.sim_tools import scripted_output
+from services.engine_agent.tokenizer import PseudoText, ScriptedText, encode, text_key
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,9 @@ class SimEngine:
             key = text_key(request.prompt, repr((s.temperature, s.top_p, s.top_k, s.seed)))
         else:
             key = random.getrandbits(64)  # unseeded sampling may differ run to run
+        script = scripted_output(request.chat, key) if request.chat is not None else None
+        if script is not None:  # a tool call or a JSON answer, spelled out (sim_tools)
+            return ScriptedText(script)
         lo, hi = self._output_len_range
         eos_at = lo + (key >> 32) % (hi - lo + 1)
         return PseudoText(key, eos_at)

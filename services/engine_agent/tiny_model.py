@@ -24,11 +24,37 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 #: Bump when the build itself changes, so cached folders are rebuilt.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+#: ChatML; with tools, Qwen3's hermes-style layout (the tools as JSON lines inside <tools> in the
+#: system turn, calls as <tool_call> blocks, results as <tool_response> blocks in a user turn),
+#: the same layout the gateway renders (services/gateway/http/chat.py). Every newline after a
+#: block tag is written as an expression: chat templates trim the first one.
 CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% if tools %}<|im_start|>system{{ '\\n' }}"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{{ '\\n\\n' }}"
+    "{% endif %}# Tools\n\nYou may call one or more functions to assist with the user query."
+    "\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools>\n\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+    "{% endif %}"
+    "{% for m in messages %}"
+    "{% if tools and loop.first and m['role'] == 'system' %}"
+    "{% elif m['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user"
+    "{% endif %}{{ '\\n<tool_response>\\n' }}{{ m['content'] }}{{ '\\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>{{ '\\n' }}"
+    "{% endif %}"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
+    "{% for c in m['tool_calls'] or [] %}{% if m['content'] or not loop.first %}{{ '\\n' }}"
+    "{% endif %}<tool_call>\n{\"name\": {{ c['function']['name'] | tojson }}, \"arguments\": "
+    "{% if c['function']['arguments'] is string %}{{ c['function']['arguments'] }}"
+    "{% else %}{{ c['function']['arguments'] | tojson }}{% endif %}}\n</tool_call>"
+    "{% endfor %}<|im_end|>{{ '\\n' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 

@@ -95,4 +95,23 @@ class PseudoText:
         return _WORD_IDS[i], _WORD_PIECES[i]
 
 
-__all__ = ["EOS_TOKEN_ID", "PseudoText", "encode", "piece_id", "pieces", "text_key"]
+class ScriptedText(PseudoText):
+    """An output stream that spells a given text piece by piece, then EOS (a simulated model's
+    tool call or JSON answer: its length, and so its decode time, is the text's)."""
+
+    __slots__ = ("_pieces",)
+
+    def __init__(self, text: str) -> None:
+        super().__init__(0, len(pieces(text)))
+        self._pieces = pieces(text)
+
+    def next(self) -> tuple[int, str]:
+        """The next piece of the text and its id, then EOS."""
+        index = self._index
+        self._index += 1
+        if index >= len(self._pieces):
+            return EOS_TOKEN_ID, ""
+        return piece_id(self._pieces[index]), self._pieces[index]
+
+
+__all__ = ["EOS_TOKEN_ID", "PseudoText", "ScriptedText", "encode", "piece_id", "pieces", "text_key"]

@@ -163,7 +163,10 @@ class Executor:
             return None
         fp = self.fingerprint(d.template_id, d.stage_id, d.stage_version, d.model, d.sampling,
                               stage)
-        return self.name_for(d.tenant, fp, d.prompt.encode(), stage, d.sampling)
+        data = d.prompt.encode()
+        if d.chat is not None:  # tools, tool choice and response format change the output too
+            data += b"\x00" + d.chat.name_bytes()
+        return self.name_for(d.tenant, fp, data, stage, d.sampling)
 
     # -- execution ----------------------------------------------------------------------------
 
@@ -176,7 +179,7 @@ class Executor:
         if d.sampling is None:
             raise InvalidArgument("demand.sampling", "required for llm stages")
         request = GenerationRequest(request_id=request_id, model=d.model, prompt=d.prompt,
-                                    sampling=d.sampling, priority=priority)
+                                    sampling=d.sampling, priority=priority, chat=d.chat)
         key = f"{d.tenant}/{d.workflow_id}" if d.workflow_id else ""
         started = time.perf_counter()
         ex: Execution = await self.engines.generate(request, timeout_s, prefix_key=key,
@@ -185,7 +188,7 @@ class Executor:
                           ex.usage.completion_tokens)
         self.engine_s[priority] = (self.engine_s.get(priority, 0.0) + ex.timings.prefill_s
                                    + ex.timings.decode_s)
-        stored = StoredResult(ex.text, ex.finish_reason, ex.usage)
+        stored = StoredResult(ex.text, ex.finish_reason, ex.usage, tool_calls=ex.tool_calls)
         return StageRun(stored, ReadSet.pure(), ex.timings.total_s, ex.timings, ex.engine_id)
 
     async def _run_tool(self, stage: Stage, args: str) -> StageRun:

@@ -7,13 +7,14 @@ miss and refuses stores, a lost admission service opens no branch, a lost engine
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from services.common.candidates import RankedCandidate
+from services.common.chat import ToolCall
 from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
-from services.common.reads import ReadSet, Served, Shadow
+from services.common.reads import Claimed, HoldNotice, ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName
 
 
@@ -26,6 +27,7 @@ class Execution:
     usage: Usage
     timings: Timings
     engine_id: str
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class LibraryPort(Protocol):
@@ -42,6 +44,22 @@ class LibraryPort(Protocol):
 
     async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
         """Promote the branch's shadow under ``name``; None when it cannot."""
+
+    async def claim(self, name: ReuseName, scope: str, wait_s: float) -> Claimed | None:
+        """Promote the one shadow under ``name`` whose fill is held in ``scope`` (the demand's
+        workflow), whatever branch it belongs to (a fill another gateway replica runs), waiting
+        up to ``wait_s`` while it still runs; None on a miss."""
+
+    def hold(self, name: ReuseName, branch_id: str, candidate: str, scope: str,
+             timeout_s: float) -> AsyncGenerator[HoldNotice, None]:
+        """Hold a running fill step's placeholder while iterating; yields what happens to the
+        step (promoted by any replica, its branch or workflow settled). Ends early when the
+        library is lost."""
+
+    async def settle_scope(self, scope: str, template_id: str, stage_id: str,
+                           keep_branch: str = "", keep_candidate: str = "") -> int:
+        """Tell the fills held in a workflow (by any replica) that a first stage of their
+        branch was demanded here, keeping the claimed candidate (if any)."""
 
     async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
         """Drop a branch's shadows (all but ``keep_candidate``)."""

@@ -10,6 +10,7 @@ import json
 import secrets
 from dataclasses import dataclass, field
 
+from services.common.chat import ChatSpec, ToolCall
 from services.common.generation import FinishReason, Sampling, Timings, Usage
 
 
@@ -44,6 +45,8 @@ class Demand:
     offered: tuple[str, ...] = ()
     #: Latest observation (e.g. a retrieval result) for predictors that read it (ReAct).
     observation: str = ""
+    #: Tool calling or JSON output (OpenAI chat requests): part of the reuse name.
+    chat: ChatSpec | None = None
 
     @property
     def tagged(self) -> bool:
@@ -65,6 +68,7 @@ class Answer:
     gateway_s: float = 0.0
     reuse_name: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 _ID_PREFIX = secrets.token_hex(6)
@@ -95,14 +99,18 @@ class StoredResult:
     finish_reason: FinishReason
     usage: Usage
     reads: tuple[tuple[str, int], ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
     def encode(self) -> bytes:
-        """Compact JSON bytes (the read pairs only when there are any)."""
+        """Compact JSON bytes (the read pairs only when there are any or tool calls follow;
+        the tool calls as ``[id, name, arguments]`` only when there are any)."""
         u = self.usage
         fields: list[object] = [self.text, int(self.finish_reason), u.prompt_tokens,
                                 u.cached_prompt_tokens, u.completion_tokens]
-        if self.reads:
+        if self.reads or self.tool_calls:
             fields.append([list(r) for r in self.reads])
+        if self.tool_calls:
+            fields.append([[c.id, c.name, c.arguments] for c in self.tool_calls])
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
 
     @classmethod
@@ -111,9 +119,12 @@ class StoredResult:
         try:
             text, reason, prompt, cached, completion, *rest = json.loads(data)
             reads = tuple((str(r), int(v)) for r, v in rest[0]) if rest else ()
-            if len(rest) > 1:
+            calls = tuple(ToolCall(str(i), str(n), str(a)) for i, n, a in rest[1]) \
+                if len(rest) > 1 else ()
+            if len(rest) > 2:
                 raise ValueError("trailing fields")
-            return cls(text, FinishReason(reason), Usage(prompt, cached, completion), reads)
+            return cls(text, FinishReason(reason), Usage(prompt, cached, completion), reads,
+                       calls)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"not a stored stage result: {exc}") from None
 

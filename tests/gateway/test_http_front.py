@@ -159,7 +159,8 @@ BAD: list[tuple[str, Any, int, str | None]] = [
     ("two prompts", {"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt"),
     ("negative max_tokens", {"model": MODEL, "prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
     ("huge max_tokens", {"model": MODEL, "prompt": "x", "max_tokens": BIG}, 400, "max_tokens"),
-    ("n=2", {"model": MODEL, "prompt": "x", "n": 2}, 400, "n"),
+    ("n=17", {"model": MODEL, "prompt": "x", "n": 17}, 400, "n"),
+    ("tools on completions", {"model": MODEL, "prompt": "x", "tools": []}, 400, "tools"),
     ("string temperature", {"model": MODEL, "prompt": "x", "temperature": "hot"}, 400,
      "temperature"),
     ("temperature over 2", {"model": MODEL, "prompt": "x", "temperature": 3}, 400, "temperature"),
@@ -200,7 +201,8 @@ BAD_CHAT = [
     ("content number", {"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
     ("max_completion_tokens zero", {"messages": CHAT, "max_completion_tokens": 0},
      "max_completion_tokens"),
-    ("tools", {"messages": CHAT, "tools": [{"type": "function"}]}, "tools"),
+    ("tool without function", {"messages": CHAT, "tools": [{"type": "function"}]},
+     "tools[0].function"),
 ]
 
 
@@ -238,7 +240,7 @@ async def test_sdk_raises_the_matching_exception_classes() -> None:
                 await client.chat.completions.create(model="nope", messages=CHAT)
             assert missing.value.code == "model_not_found"
             with pytest.raises(openai.BadRequestError):
-                await client.chat.completions.create(model=MODEL, messages=CHAT, n=2,
+                await client.chat.completions.create(model=MODEL, messages=CHAT, n=0,
                                                      stream=True)
         async with sdk(base, api_key="wrong") as client:
             with pytest.raises(openai.AuthenticationError):

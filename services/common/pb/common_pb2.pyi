@@ -59,6 +59,32 @@ class RecordHeader(_message.Message):
     producer: str
     def __init__(self, id: _Optional[str] = ..., sequence: _Optional[int] = ..., published_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., producer: _Optional[str] = ...) -> None: ...
 
+class ChatSpec(_message.Message):
+    __slots__ = ("messages_json", "tools_json", "tool_choice", "tool_name", "parallel_tool_calls", "response_format_json")
+    MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FORMAT_JSON_FIELD_NUMBER: _ClassVar[int]
+    messages_json: str
+    tools_json: str
+    tool_choice: str
+    tool_name: str
+    parallel_tool_calls: bool
+    response_format_json: str
+    def __init__(self, messages_json: _Optional[str] = ..., tools_json: _Optional[str] = ..., tool_choice: _Optional[str] = ..., tool_name: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., response_format_json: _Optional[str] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("id", "name", "arguments")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    arguments: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "seed", "max_tokens", "stop", "ignore_eos")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from services.common.pb import common_pb2 as dynbranch_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64ynbranch/v1/engine.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\"Y\n\x12ToolStartedRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x0f\n\x07history\x18\x02 \x01(\t\x12\x0c\n\x04tool\x18\x03 \x01(\t\"%\n\x13ToolStartedResponse\x12\x0e\n\x06pinned\x18\x01 \x01(\x08\"c\n\x12ResultReadyRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x0f\n\x07history\x18\x02 \x01(\t\x12\x16\n\x0epayload_digest\x18\x03 \x01(\t\"\xab\x01\n\x10ResultDescriptor\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x17\n\x0fresident_blocks\x18\x02 \x01(\r\x12\x17\n\x0fresident_tokens\x18\x03 \x01(\r\x12\x15\n\rprefix_digest\x18\x04 \x01(\t\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.dynbranch.v1.LeaseRecord\"\xa0\x01\n\x14ReceiveResultRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x16\n\x0epayload_digest\x18\x02 \x01(\t\x12\x15\n\rprefix_digest\x18\x03 \x01(\t\x12\x33\n\x0c\x63ontinuation\x18\x04 \x01(\x0b\x32\x1d.dynbranch.v1.GenerateRequest\"q\n\x15ReceiveResultResponse\x12(\n\x08\x66inished\x18\x01 \x01(\x0b\x32\x16.dynbranch.v1.Finished\x12\r\n\x05\x62ound\x18\x02 \x01(\x08\x12\x1f\n\x17receipt_to_allocation_s\x18\x03 \x01(\x01\"=\n\x15WithdrawResultRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\"+\n\x16WithdrawResultResponse\x12\x11\n\twithdrawn\x18\x01 \x01(\x08\")\n\x15SyncInventoryResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\x14\n\x12WatchLeasesRequest\"q\n\x0bLeaseUpdate\x12,\n\x06\x62udget\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.BudgetRecordH\x00\x12*\n\x05lease\x18\x02 \x01(\x0b\x32\x19.dynbranch.v1.LeaseRecordH\x00\x42\x08\n\x06record\"\xb7\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.dynbranch.v1.SamplingParams\x12-\n\x08priority\x18\x05 \x01(\x0e\x32\x1b.dynbranch.v1.PriorityClass\x12\x12\n\nfinal_only\x18\x06 \x01(\x08\"7\n\x06Queued\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x16\n\x0equeue_position\x18\x02 \x01(\r\":\n\tAllocated\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x01 \x01(\r\x12\x0f\n\x07queue_s\x18\x02 \x01(\x01\"*\n\nTokenDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\r\"\x90\x01\n\x08\x46inished\x12*\n\x06reason\x18\x01 \x01(\x0e\x32\x1a.dynbranch.v1.FinishReason\x12\"\n\x05usage\x18\x02 \x01(\x0b\x32\x13.dynbranch.v1.Usage\x12&\n\x07timings\x18\x03 \x01(\x0b\x32\x15.dynbranch.v1.Timings\x12\x0c\n\x04text\x18\x04 \x01(\t\"\xeb\x01\n\rGenerateEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12&\n\x06queued\x18\x03 \x01(\x0b\x32\x14.dynbranch.v1.QueuedH\x00\x12,\n\tallocated\x18\x04 \x01(\x0b\x32\x17.dynbranch.v1.AllocatedH\x00\x12)\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x18.dynbranch.v1.TokenDeltaH\x00\x12*\n\x08\x66inished\x18\x06 \x01(\x0b\x32\x16.dynbranch.v1.FinishedH\x00\x42\x07\n\x05\x65vent\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08\"&\n\x10WatchLoadRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"%\n\x13LookupPrefixRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\"Z\n\x14LookupPrefixResponse\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x17\n\x0fresident_tokens\x18\x02 \x01(\r\x12\x12\n\nblock_size\x18\x03 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xc5\x01\n\nEngineInfo\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x15\n\rmax_model_len\x18\x04 \x01(\r\x12\x12\n\nblock_size\x18\x05 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\x06 \x01(\r\x12\x13\n\x0bmax_running\x18\x07 \x01(\r\x12\x18\n\x10leases_supported\x18\x08 \x01(\x08\x12\x11\n\tsimulated\x18\t \x01(\x08\x32\xf7\x06\n\x0b\x45ngineAgent\x12H\n\x08Generate\x12\x1d.dynbranch.v1.GenerateRequest\x1a\x1b.dynbranch.v1.GenerateEvent0\x01\x12@\n\x05\x41\x62ort\x12\x1a.dynbranch.v1.AbortRequest\x1a\x1b.dynbranch.v1.AbortResponse\x12\x45\n\tWatchLoad\x12\x1e.dynbranch.v1.WatchLoadRequest\x1a\x16.dynbranch.v1.LoadView0\x01\x12U\n\x0cLookupPrefix\x12!.dynbranch.v1.LookupPrefixRequest\x1a\".dynbranch.v1.LookupPrefixResponse\x12\x41\n\x07GetInfo\x12\x1c.dynbranch.v1.GetInfoRequest\x1a\x18.dynbranch.v1.EngineInfo\x12R\n\x0bToolStarted\x12 .dynbranch.v1.ToolStartedRequest\x1a!.dynbranch.v1.ToolStartedResponse\x12O\n\x0bResultReady\x12 .dynbranch.v1.ResultReadyRequest\x1a\x1e.dynbranch.v1.ResultDescriptor\x12X\n\rReceiveResult\x12\".dynbranch.v1.ReceiveResultRequest\x1a#.dynbranch.v1.ReceiveResultResponse\x12[\n\x0eWithdrawResult\x12#.dynbranch.v1.WithdrawResultRequest\x1a$.dynbranch.v1.WithdrawResultResponse\x12Q\n\rSyncInventory\x12\x1b.dynbranch.v1.InventoryView\x1a#.dynbranch.v1.SyncInventoryResponse\x12L\n\x0bWatchLeases\x12 .dynbranch.v1.WatchLeasesRequest\x1a\x19.dynbranch.v1.LeaseUpdate0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64ynbranch/v1/engine.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\"Y\n\x12ToolStartedRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x0f\n\x07history\x18\x02 \x01(\t\x12\x0c\n\x04tool\x18\x03 \x01(\t\"%\n\x13ToolStartedResponse\x12\x0e\n\x06pinned\x18\x01 \x01(\x08\"c\n\x12ResultReadyRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x0f\n\x07history\x18\x02 \x01(\t\x12\x16\n\x0epayload_digest\x18\x03 \x01(\t\"\xab\x01\n\x10ResultDescriptor\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x17\n\x0fresident_blocks\x18\x02 \x01(\r\x12\x17\n\x0fresident_tokens\x18\x03 \x01(\r\x12\x15\n\rprefix_digest\x18\x04 \x01(\t\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.dynbranch.v1.LeaseRecord\"\xa0\x01\n\x14ReceiveResultRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\x12\x16\n\x0epayload_digest\x18\x02 \x01(\t\x12\x15\n\rprefix_digest\x18\x03 \x01(\t\x12\x33\n\x0c\x63ontinuation\x18\x04 \x01(\x0b\x32\x1d.dynbranch.v1.GenerateRequest\"q\n\x15ReceiveResultResponse\x12(\n\x08\x66inished\x18\x01 \x01(\x0b\x32\x16.dynbranch.v1.Finished\x12\r\n\x05\x62ound\x18\x02 \x01(\x08\x12\x1f\n\x17receipt_to_allocation_s\x18\x03 \x01(\x01\"=\n\x15WithdrawResultRequest\x12$\n\x03key\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.ResultKey\"+\n\x16WithdrawResultResponse\x12\x11\n\twithdrawn\x18\x01 \x01(\x08\")\n\x15SyncInventoryResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\x14\n\x12WatchLeasesRequest\"q\n\x0bLeaseUpdate\x12,\n\x06\x62udget\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.BudgetRecordH\x00\x12*\n\x05lease\x18\x02 \x01(\x0b\x32\x19.dynbranch.v1.LeaseRecordH\x00\x42\x08\n\x06record\"\xdd\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.dynbranch.v1.SamplingParams\x12-\n\x08priority\x18\x05 \x01(\x0e\x32\x1b.dynbranch.v1.PriorityClass\x12\x12\n\nfinal_only\x18\x06 \x01(\x08\x12$\n\x04\x63hat\x18\x07 \x01(\x0b\x32\x16.dynbranch.v1.ChatSpec\"7\n\x06Queued\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x16\n\x0equeue_position\x18\x02 \x01(\r\":\n\tAllocated\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x01 \x01(\r\x12\x0f\n\x07queue_s\x18\x02 \x01(\x01\"*\n\nTokenDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\r\"\xbc\x01\n\x08\x46inished\x12*\n\x06reason\x18\x01 \x01(\x0e\x32\x1a.dynbranch.v1.FinishReason\x12\"\n\x05usage\x18\x02 \x01(\x0b\x32\x13.dynbranch.v1.Usage\x12&\n\x07timings\x18\x03 \x01(\x0b\x32\x15.dynbranch.v1.Timings\x12\x0c\n\x04text\x18\x04 \x01(\t\x12*\n\ntool_calls\x18\x05 \x03(\x0b\x32\x16.dynbranch.v1.ToolCall\"\xeb\x01\n\rGenerateEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12&\n\x06queued\x18\x03 \x01(\x0b\x32\x14.dynbranch.v1.QueuedH\x00\x12,\n\tallocated\x18\x04 \x01(\x0b\x32\x17.dynbranch.v1.AllocatedH\x00\x12)\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x18.dynbranch.v1.TokenDeltaH\x00\x12*\n\x08\x66inished\x18\x06 \x01(\x0b\x32\x16.dynbranch.v1.FinishedH\x00\x42\x07\n\x05\x65vent\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08\"&\n\x10WatchLoadRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"%\n\x13LookupPrefixRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\"Z\n\x14LookupPrefixResponse\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x17\n\x0fresident_tokens\x18\x02 \x01(\r\x12\x12\n\nblock_size\x18\x03 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xc5\x01\n\nEngineInfo\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x15\n\rmax_model_len\x18\x04 \x01(\r\x12\x12\n\nblock_size\x18\x05 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\x06 \x01(\r\x12\x13\n\x0bmax_running\x18\x07 \x01(\r\x12\x18\n\x10leases_supported\x18\x08 \x01(\x08\x12\x11\n\tsimulated\x18\t \x01(\x08\x32\xf7\x06\n\x0b\x45ngineAgent\x12H\n\x08Generate\x12\x1d.dynbranch.v1.GenerateRequest\x1a\x1b.dynbranch.v1.GenerateEvent0\x01\x12@\n\x05\x41\x62ort\x12\x1a.dynbranch.v1.AbortRequest\x1a\x1b.dynbranch.v1.AbortResponse\x12\x45\n\tWatchLoad\x12\x1e.dynbranch.v1.WatchLoadRequest\x1a\x16.dynbranch.v1.LoadView0\x01\x12U\n\x0cLookupPrefix\x12!.dynbranch.v1.LookupPrefixRequest\x1a\".dynbranch.v1.LookupPrefixResponse\x12\x41\n\x07GetInfo\x12\x1c.dynbranch.v1.GetInfoRequest\x1a\x18.dynbranch.v1.EngineInfo\x12R\n\x0bToolStarted\x12 .dynbranch.v1.ToolStartedRequest\x1a!.dynbranch.v1.ToolStartedResponse\x12O\n\x0bResultReady\x12 .dynbranch.v1.ResultReadyRequest\x1a\x1e.dynbranch.v1.ResultDescriptor\x12X\n\rReceiveResult\x12\".dynbranch.v1.ReceiveResultRequest\x1a#.dynbranch.v1.ReceiveResultResponse\x12[\n\x0eWithdrawResult\x12#.dynbranch.v1.WithdrawResultRequest\x1a$.dynbranch.v1.WithdrawResultResponse\x12Q\n\rSyncInventory\x12\x1b.dynbranch.v1.InventoryView\x1a#.dynbranch.v1.SyncInventoryResponse\x12L\n\x0bWatchLeases\x12 .dynbranch.v1.WatchLeasesRequest\x1a\x19.dynbranch.v1.LeaseUpdate0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -55,31 +55,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEASEUPDATE']._serialized_start=926
   _globals['_LEASEUPDATE']._serialized_end=1039
   _globals['_GENERATEREQUEST']._serialized_start=1042
-  _globals['_GENERATEREQUEST']._serialized_end=1225
-  _globals['_QUEUED']._serialized_start=1227
-  _globals['_QUEUED']._serialized_end=1282
-  _globals['_ALLOCATED']._serialized_start=1284
-  _globals['_ALLOCATED']._serialized_end=1342
-  _globals['_TOKENDELTA']._serialized_start=1344
-  _globals['_TOKENDELTA']._serialized_end=1386
-  _globals['_FINISHED']._serialized_start=1389
-  _globals['_FINISHED']._serialized_end=1533
-  _globals['_GENERATEEVENT']._serialized_start=1536
-  _globals['_GENERATEEVENT']._serialized_end=1771
-  _globals['_ABORTREQUEST']._serialized_start=1773
-  _globals['_ABORTREQUEST']._serialized_end=1807
-  _globals['_ABORTRESPONSE']._serialized_start=1809
-  _globals['_ABORTRESPONSE']._serialized_end=1841
-  _globals['_WATCHLOADREQUEST']._serialized_start=1843
-  _globals['_WATCHLOADREQUEST']._serialized_end=1881
-  _globals['_LOOKUPPREFIXREQUEST']._serialized_start=1883
-  _globals['_LOOKUPPREFIXREQUEST']._serialized_end=1920
-  _globals['_LOOKUPPREFIXRESPONSE']._serialized_start=1922
-  _globals['_LOOKUPPREFIXRESPONSE']._serialized_end=2012
-  _globals['_GETINFOREQUEST']._serialized_start=2014
-  _globals['_GETINFOREQUEST']._serialized_end=2030
-  _globals['_ENGINEINFO']._serialized_start=2033
-  _globals['_ENGINEINFO']._serialized_end=2230
-  _globals['_ENGINEAGENT']._serialized_start=2233
-  _globals['_ENGINEAGENT']._serialized_end=3120
+  _globals['_GENERATEREQUEST']._serialized_end=1263
+  _globals['_QUEUED']._serialized_start=1265
+  _globals['_QUEUED']._serialized_end=1320
+  _globals['_ALLOCATED']._serialized_start=1322
+  _globals['_ALLOCATED']._serialized_end=1380
+  _globals['_TOKENDELTA']._serialized_start=1382
+  _globals['_TOKENDELTA']._serialized_end=1424
+  _globals['_FINISHED']._serialized_start=1427
+  _globals['_FINISHED']._serialized_end=1615
+  _globals['_GENERATEEVENT']._serialized_start=1618
+  _globals['_GENERATEEVENT']._serialized_end=1853
+  _globals['_ABORTREQUEST']._serialized_start=1855
+  _globals['_ABORTREQUEST']._serialized_end=1889
+  _globals['_ABORTRESPONSE']._serialized_start=1891
+  _globals['_ABORTRESPONSE']._serialized_end=1923
+  _globals['_WATCHLOADREQUEST']._serialized_start=1925
+  _globals['_WATCHLOADREQUEST']._serialized_end=1963
+  _globals['_LOOKUPPREFIXREQUEST']._serialized_start=1965
+  _globals['_LOOKUPPREFIXREQUEST']._serialized_end=2002
+  _globals['_LOOKUPPREFIXRESPONSE']._serialized_start=2004
+  _globals['_LOOKUPPREFIXRESPONSE']._serialized_end=2094
+  _globals['_GETINFOREQUEST']._serialized_start=2096
+  _globals['_GETINFOREQUEST']._serialized_end=2112
+  _globals['_ENGINEINFO']._serialized_start=2115
+  _globals['_ENGINEINFO']._serialized_end=2312
+  _globals['_ENGINEAGENT']._serialized_start=2315
+  _globals['_ENGINEAGENT']._serialized_end=3202
 # @@protoc_insertion_point(module_scope)

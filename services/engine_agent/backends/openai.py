@@ -1,6 +1,9 @@
 """``openai`` backend: any OpenAI-compatible server (``vllm serve``, SGLang's server), remote.
 
-``/v1/completions`` with streaming; abort by closing the stream (vLLM aborts a request when its
+``/v1/completions`` with streaming (``/v1/chat/completions`` for a chat spec: tools, tool choice
+and response format pass through to the server, which renders them with the model's chat
+template and parses the calls; the streamed call deltas are joined here); abort by closing the
+stream (vLLM aborts a request when its
 client disconnects); load from ``/metrics`` by name; prefix residency from the engine's KV-cache
 events over ZMQ (``kv_events``), matched against the prompt's tokens from ``/tokenize``.
 
@@ -18,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from services.common.chat import ToolCall, ToolChoice
 from services.common.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge, Unavailable
 from services.common.generation import FinishReason, GenerationRequest, Priority, Usage
 from services.engine_agent.backend import (
@@ -45,6 +49,7 @@ class OpenAIBackend(RemoteBackend):
     """``EngineBackend`` over an OpenAI-compatible ``/v1/completions`` server."""
 
     backend_name = "openai"
+    tools_supported = True
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpenAIBackend:
@@ -114,12 +119,18 @@ class OpenAIBackend(RemoteBackend):
         predicted = self._predicted_cached(ids)
         yield Queued(stream.prompt_tokens, self._snapshot.waiting)
         reason, usage = FinishReason.ERROR, None
-        chunks = self._chunks(stream, "/v1/completions", self._body(request))
+        calls: dict[int, dict[str, str]] = {}
+        path, body = (("/v1/chat/completions", self._chat_body(request)) if request.chat
+                      else ("/v1/completions", self._body(request)))
+        chunks = self._chunks(stream, path, body)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 usage = chunk.get("usage") or usage
                 for choice in chunk.get("choices") or ():
-                    text, tokens = choice.get("text") or "", choice.get("token_ids")
+                    delta = choice.get("delta") or {}
+                    _join_calls(calls, delta.get("tool_calls") or ())
+                    text = choice.get("text") or delta.get("content") or ""
+                    tokens = choice.get("token_ids")
                     count = len(tokens) if tokens is not None else (1 if text else 0)
                     if count or text:
                         if (alloc := self._first_token(stream, predicted)) is not None:
@@ -132,7 +143,31 @@ class OpenAIBackend(RemoteBackend):
         if stream.aborted:
             yield self._aborted(stream)
             return
-        yield Finished(reason, stream.text, self._usage(stream, usage), self._timings(stream))
+        tool_calls = tuple(ToolCall(c["id"], c["name"], c["arguments"])
+                           for _, c in sorted(calls.items()))
+        if tool_calls:
+            reason = FinishReason.STOP
+        yield Finished(reason, stream.text, self._usage(stream, usage), self._timings(stream),
+                       tool_calls)
+
+    def _chat_body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The chat-completions body of a chat spec: the sampling of ``_body``, the messages,
+        tools, tool choice and response format as the caller sent them."""
+        spec = request.chat
+        assert spec is not None
+        body = self._body(request)
+        del body["prompt"]
+        body.pop("return_token_ids", None)
+        body["messages"] = spec.messages()
+        if spec.tools_json:
+            body["tools"] = spec.tools()
+            body["parallel_tool_calls"] = spec.parallel_tool_calls
+            body["tool_choice"] = ({"type": "function", "function": {"name": spec.tool_name}}
+                                   if spec.tool_choice is ToolChoice.FUNCTION
+                                   else str(spec.tool_choice))
+        if spec.response_format_json:
+            body["response_format"] = spec.response_format()
+        return body
 
     @staticmethod
     def _usage(stream: RemoteStream, usage: dict[str, Any] | None) -> Usage:
@@ -142,6 +177,17 @@ class OpenAIBackend(RemoteBackend):
         return Usage(int(usage.get("prompt_tokens", stream.prompt_tokens)),
                      int(details.get("cached_tokens") or 0),
                      int(usage.get("completion_tokens", stream.completion_tokens)))
+
+
+def _join_calls(calls: dict[int, dict[str, str]], deltas: Any) -> None:
+    """Accumulate streamed tool-call deltas (id and name first, then argument fragments)."""
+    for delta in deltas:
+        call = calls.setdefault(int(delta.get("index", 0)),
+                                {"id": "", "name": "", "arguments": ""})
+        call["id"] = delta.get("id") or call["id"]
+        fn = delta.get("function") or {}
+        call["name"] = fn.get("name") or call["name"]
+        call["arguments"] += fn.get("arguments") or ""
 
 
 def _replay_endpoint(endpoint: str) -> str:

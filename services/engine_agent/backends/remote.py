@@ -111,6 +111,8 @@ class RemoteBackend:
     """Shared machinery of the HTTP backends; subclasses speak one request format."""
 
     backend_name = "remote"
+    #: Whether the backend serves chat specs (tool calling, JSON output).
+    tools_supported = False
 
     def __init__(self, settings: RemoteSettings, client: httpx.AsyncClient | None = None) -> None:
         self.settings = settings
@@ -140,7 +142,7 @@ class RemoteBackend:
             block_size=f.get("block_size", s.block_size) or 1,
             kv_blocks_total=f.get("num_blocks", s.kv_blocks_total),
             max_running=f.get("max_running", s.max_running),
-            leases_supported=False,
+            leases_supported=False, tools_supported=self.tools_supported,
             extra={"url": s.base_url, "leases": LEASES_UNAVAILABLE,
                    "allocated_signal": "first streamed token (proxy)",
                    "residency": "kv-events" if s.kv_events_endpoint else "none"},

@@ -8,17 +8,29 @@ A model of a continuous-batching engine, not an engine: every report that uses i
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from services.common.generation import GenerationRequest, LoadReport
+from services.common.generation import FinishReason, GenerationRequest, LoadReport
 from services.common.leases import KAPPA_CHUNK_TOKENS
-from services.engine_agent.backend import BackendInfo, GenerationEvent, PrefixLookup
+from services.engine_agent.backend import BackendInfo, Finished, GenerationEvent, PrefixLookup
 from services.engine_agent.cost_model import CostPreset, StepWork, get_preset, load_preset_file
 from services.engine_agent.lease_port import Handoff, PoolState, ResidentPrefix
 from services.engine_agent.sim_engine import SimEngine
+from services.engine_agent.sim_tools import parse_tool_calls
 from services.engine_agent.tokenizer import encode
+
+
+def _with_tool_calls(request: GenerationRequest, finished: Finished) -> Finished:
+    """The finish with the simulated model's tool calls parsed out of its text."""
+    if request.chat is None or finished.reason not in (FinishReason.STOP, FinishReason.LENGTH):
+        return finished
+    content, calls = parse_tool_calls(finished.text, request.chat, request.prompt)
+    if not calls:
+        return finished
+    return dataclasses.replace(finished, reason=FinishReason.STOP, text=content, tool_calls=calls)
 
 
 class SimBackend:
@@ -40,6 +52,7 @@ class SimBackend:
             backend="sim", model=self.engine.model, max_model_len=self.engine.max_model_len,
             block_size=self.preset.block_size, kv_blocks_total=self.preset.kv_blocks,
             max_running=self.preset.max_running, leases_supported=True, simulated=True,
+            tools_supported=True,
             extra={"engine_id": engine_id, "preset": self.preset.name,
                    "time_scale": repr(time_scale)})
 
@@ -79,7 +92,7 @@ class SimBackend:
                     yield seq.take_delta()
                     continue
                 if seq.finished is not None:
-                    yield seq.finished
+                    yield _with_tool_calls(request, seq.finished)
                     return
                 await engine.wait(seq)
         finally:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
-from services.common.convert import sampling_to_proto
+from services.common.convert import chat_to_proto, sampling_to_proto, tool_calls_from_proto
 from services.common.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -53,7 +53,8 @@ def _execution(engine_id: str, fin: engine_pb2.Finished) -> Execution:
     u, t = fin.usage, fin.timings
     return Execution(fin.text, FinishReason(fin.reason or FinishReason.ERROR),
                      Usage(u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens),
-                     Timings(t.queue_s, t.prefill_s, t.decode_s, t.total_s), engine_id)
+                     Timings(t.queue_s, t.prefill_s, t.decode_s, t.total_s), engine_id,
+                     tool_calls_from_proto(fin.tool_calls))
 
 
 def _map_rpc_error(err: grpc.aio.AioRpcError, engine_id: str) -> Exception:
@@ -151,6 +152,8 @@ class EnginePool:
             request_id=request.request_id, model=request.model, prompt=request.prompt,
             sampling=sampling_to_proto(request.sampling), priority=int(request.priority),
             final_only=on_delta is None)
+        if request.chat is not None:
+            proto.chat.CopyFrom(chat_to_proto(request.chat))
         try:
             async for event in self.clients[state.target].generate(
                     proto, timeout_s=timeout_s, metadata=outgoing_metadata()):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from services.common.chat import ToolCall
 from services.common.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -36,41 +38,89 @@ def usage_body(u: Usage) -> dict[str, Any]:
 
 
 def finish_reason(answer: Answer) -> str:
-    """OpenAI's name for why the answer ended."""
+    """OpenAI's name for why the answer ended (``tool_calls`` when it carries calls)."""
+    if answer.tool_calls:
+        return "tool_calls"
     return FINISH_REASONS.get(answer.finish_reason, "stop")
 
 
-def response_body(req: ApiRequest, rid: str, created: int, answer: Answer) -> dict[str, Any]:
-    """A complete (non-streamed) response."""
-    if req.chat:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
-                                                          "content": answer.text}}
-    else:
-        choice = {"index": 0, "text": answer.text}
-    choice |= {"logprobs": None, "finish_reason": finish_reason(answer)}
+def total_usage(answers: Sequence[Answer]) -> Usage:
+    """Usage of a request's choices: the prompt once, every choice's completion tokens."""
+    first = answers[0].usage
+    return Usage(first.prompt_tokens, first.cached_prompt_tokens,
+                 sum(a.usage.completion_tokens for a in answers))
+
+
+def tool_call_body(call: ToolCall) -> dict[str, Any]:
+    """One entry of ``message.tool_calls``."""
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def message_body(answer: Answer) -> dict[str, Any]:
+    """The assistant message of a chat choice (content null when it only calls tools)."""
+    content = answer.text if answer.text or not answer.tool_calls else None
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if answer.tool_calls:
+        message["tool_calls"] = [tool_call_body(c) for c in answer.tool_calls]
+    return message
+
+
+def response_body(req: ApiRequest, rid: str, created: int, answers: Sequence[Answer]
+                  ) -> dict[str, Any]:
+    """A complete (non-streamed) response with one choice per answer."""
+    choices = []
+    for index, answer in enumerate(answers):
+        choice: dict[str, Any] = {"index": index}
+        if req.chat:
+            choice["message"] = message_body(answer)
+        else:
+            choice["text"] = answer.text
+        choices.append(choice | {"logprobs": None, "finish_reason": finish_reason(answer)})
     return {"id": rid, "object": req.endpoint.value, "created": created, "model": req.model,
-            "choices": [choice], "usage": usage_body(answer.usage)}
+            "choices": choices, "usage": usage_body(total_usage(answers))}
 
 
-def chunk_body(req: ApiRequest, rid: str, created: int, *, text: str = "", role: bool = False,
-               finish: str | None = None) -> dict[str, Any]:
-    """One streamed chunk: the assistant role (chat, first), a text piece, or the finish."""
+def chunk_body(req: ApiRequest, rid: str, created: int, *, index: int = 0, text: str = "",
+               role: bool = False, finish: str | None = None,
+               tool_call: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One streamed chunk of choice ``index``: the assistant role (chat, first), a text piece, a
+    tool-call delta, or the finish."""
     if req.chat:
         delta: dict[str, Any] = {}
         if role:
             delta = {"role": "assistant", "content": ""}
+        elif tool_call is not None:
+            delta = {"tool_calls": [tool_call]}
         elif text:
             delta = {"content": text}
-        choice: dict[str, Any] = {"index": 0, "delta": delta}
+        choice: dict[str, Any] = {"index": index, "delta": delta}
         kind = "chat.completion.chunk"
     else:
-        choice, kind = {"index": 0, "text": text}, "text_completion"
+        choice, kind = {"index": index, "text": text}, "text_completion"
     choice |= {"logprobs": None, "finish_reason": finish}
     body = {"id": rid, "object": kind, "created": created, "model": req.model,
             "choices": [choice]}
     if req.include_usage:
         body["usage"] = None
     return body
+
+
+#: Characters of a call's arguments per streamed fragment.
+ARGUMENT_FRAGMENT_CHARS = 16
+
+
+def tool_call_deltas(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """Streamed deltas of tool calls as OpenAI sends them: per call, its index, id and name
+    with empty arguments first, then the arguments in fragments."""
+    deltas: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        deltas.append({"index": index, "id": call.id, "type": "function",
+                       "function": {"name": call.name, "arguments": ""}})
+        args = call.arguments
+        deltas += [{"index": index, "function": {"arguments": args[i:i + ARGUMENT_FRAGMENT_CHARS]}}
+                   for i in range(0, len(args), ARGUMENT_FRAGMENT_CHARS)]
+    return deltas
 
 
 def usage_chunk(req: ApiRequest, rid: str, created: int, usage: Usage) -> dict[str, Any]:
@@ -141,5 +191,5 @@ def error_status(exc: DynbranchError, chat: bool = False) -> tuple[int, dict[str
 
 
 __all__ = ["FINISH_REASONS", "INTERNAL_ERROR", "BodyTooLarge", "ModelNotFound", "chunk_body",
-           "error_body", "error_status", "finish_reason", "response_body", "usage_body",
-           "usage_chunk"]
+           "error_body", "error_status", "finish_reason", "message_body", "response_body",
+           "tool_call_deltas", "total_usage", "usage_body", "usage_chunk"]

@@ -8,7 +8,11 @@ binds the port, :meth:`HttpFront.close` stops it (idempotent).
 Every request becomes one core ``Demand``. The tenant comes only from the bearer key (a
 tenant-like header a caller sets is never read); workflow tags come from ``x-dynbranch-*``
 headers (``x-dynbranch-stage: template/stage`` names a template stage); the prompt is the
-completion prompt or the rendered chat messages (``openai_schema``). Answers carry
+completion prompt or the rendered chat messages (``http.schema``, ``http.chat``); a chat request
+with tools or a JSON response format also carries its chat spec to the engine. ``n`` choices are
+one demand each (greedy choices share one). A tagged request offers its tools as candidates, and
+one whose conversation ends in a function's results settles the workflow's branches with that
+function. Answers carry
 ``x-dynbranch-source`` (engine, library, promoted_fill) and ``x-dynbranch-reuse-name``. Errors
 use OpenAI's error object and status codes. A client that goes away cancels its call, and the
 cancellation aborts the engine work.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import socket
@@ -46,10 +51,11 @@ from services.gateway.http.bodies import (
     error_status,
     response_body,
 )
-from services.gateway.http.schema import ApiRequest, Endpoint, parse_request
+from services.gateway.http.schema import MAX_SEED, ApiRequest, Endpoint, parse_request
 from services.gateway.http.stream import (
     CallStream,
     ClientGone,
+    Item,
     outcome,
     sse_events,
     unless_disconnected,
@@ -208,9 +214,13 @@ class HttpFront:
             tenant = self.auth.tenant(request.headers.get("authorization"))
             req = parse_request(await self._read_json(request), endpoint)
             demand = self._demand(tenant, req, request.headers)
+            self._settle_from_history(demand, req)
+            demands, picks = choice_demands(demand, req.n)
             if req.stream:
-                return await self._stream(request, req, demand)
-            answer = await unless_disconnected(self._call(demand, request), request)
+                return await self._stream(request, req, demands, picks)
+            calls = [self._call(d, request) for d in demands]
+            done = await unless_disconnected(asyncio.gather(*calls), request)
+            answers = [done[i] for i in picks]
         except ClientGone:
             return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
         except DynbranchError as exc:
@@ -219,8 +229,8 @@ class HttpFront:
             log.exception("http: unexpected error on %s", request.url.path)
             return JSONResponse(INTERNAL_ERROR, status_code=500)
         rid = endpoint.id_prefix + demand.request_id
-        return JSONResponse(response_body(req, rid, int(time.time()), answer),
-                            headers=self._headers(answer.source, answer.reuse_name, rid))
+        return JSONResponse(response_body(req, rid, int(time.time()), answers),
+                            headers=self._headers(answers[0].source, answers[0].reuse_name, rid))
 
     async def _read_json(self, request: Request) -> Any:
         """The body as JSON, read in chunks and refused once over ``max_body_bytes``."""
@@ -248,12 +258,30 @@ class HttpFront:
         sampling = None if is_tool else req.sampling(self.core.max_tokens_limit(req.model))
         if template_id and not tags["workflow_type"]:
             tags["workflow_type"] = template_id
-        ctx = req.context
+        ctx, chat = req.context, req.conversation
+        if req.n > 1 and stage is not None:
+            raise InvalidArgument("n", f"must be 1 on a tagged stage ({HEADER_STAGE}), got "
+                                       f"{req.n}")
+        # A tool-calling decision offers its tools; a tool result is the latest observation.
+        offered = ctx.offered or (req.chat_spec.tool_names() if req.chat_spec else ())
+        observation = ctx.observation or (chat.last_tool_result if chat else "")
         return Demand(tenant=tenant, request_id=new_request_id(), model=req.model,
                       prompt=req.prompt, sampling=sampling, template_id=template_id,
                       stage_id=stage_id, stage_version=stage.version if stage else 0,
-                      inputs=ctx.inputs, outputs=ctx.outputs, offered=ctx.offered,
-                      observation=ctx.observation, **tags)
+                      inputs=ctx.inputs, outputs=ctx.outputs, offered=offered,
+                      observation=observation, chat=req.chat_spec, **tags)
+
+    def _settle_from_history(self, demand: Demand, req: ApiRequest) -> None:
+        """A tagged request whose conversation ends in the results of one function's calls
+        says which tool the last decision chose: settle the workflow's open branches at its
+        template's offered decision points with that function, as ``Settle`` does."""
+        called = set(req.conversation.last_called) if req.conversation else set()
+        if len(called) != 1 or not demand.tagged or not demand.workflow_id:
+            return
+        selected = called.pop()
+        for point in self.core.registry.get(demand.template_id).decisions:
+            if point.offered:
+                self.core.settle(demand.tenant, demand.workflow_id, point.coordinate, selected)
 
     @staticmethod
     def _tag(headers: Mapping[str, str], name: str) -> str:
@@ -310,30 +338,61 @@ class HttpFront:
 
     # -- streaming ------------------------------------------------------------------------------
 
-    async def _stream(self, request: Request, req: ApiRequest, demand: Demand) -> Response:
-        """Wait for the first delta (or the whole answer), then stream; errors before it are
-        ordinary error responses with their status."""
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
-        call = self._call(demand, request, queue.put_nowait)
-        call.add_done_callback(lambda _t: queue.put_nowait(None))  # after every delta
+    async def _stream(self, request: Request, req: ApiRequest, demands: list[Demand],
+                      picks: list[int]) -> Response:
+        """Wait for the first event of any choice, then stream; errors before it are ordinary
+        error responses with their status. ``picks[i]``: the demand choice i reads."""
+        queue: asyncio.Queue[Item] = asyncio.Queue()
+        calls = []
+        for k, demand in enumerate(demands):
+            indices = [i for i, pick in enumerate(picks) if pick == k]
+            call = self._call(demand, request, _feed(queue, indices))
+            call.add_done_callback(_feed(queue, indices, done=True))  # after every delta
+            calls.append(call)
         try:
             first = await unless_disconnected(asyncio.ensure_future(queue.get()), request)
-            if first is None:
-                answer = outcome(call)  # raises the call's error
+            if first[1] is None:
+                answer = outcome(calls[picks[first[0]]])  # raises the call's error
                 source, name = answer.source, answer.reuse_name
             else:
-                source, name = Source.ENGINE, self._reuse_name(demand)
+                source, name = Source.ENGINE, self._reuse_name(demands[picks[first[0]]])
         except BaseException:
-            call.cancel()
+            for call in calls:
+                call.cancel()
             raise
-        rid = req.endpoint.id_prefix + demand.request_id
-        events = sse_events(req, rid, int(time.time()), first, queue, call)
-        return CallStream(events, call, self._headers(source, name, rid))
+        rid = req.endpoint.id_prefix + demands[0].request_id
+        events = sse_events(req, rid, int(time.time()), first, queue, [calls[k] for k in picks])
+        return CallStream(events, calls, self._headers(source, name, rid))
 
     def _reuse_name(self, demand: Demand) -> str:
         """The name an engine-streamed answer will carry (the core derives the same one)."""
         stages = self.core.stages
         return str(stages.demand_name(demand, stages.stage_of(demand)) or "")
+
+
+def _feed(queue: asyncio.Queue[Item], indices: list[int], done: bool = False
+          ) -> Callable[[Any], None]:
+    """A call's delta sink (or done callback) that queues its events for every choice it
+    serves."""
+    def put(value: Any) -> None:
+        for index in indices:
+            queue.put_nowait((index, None if done else value))
+    return put
+
+
+def choice_demands(demand: Demand, n: int) -> tuple[list[Demand], list[int]]:
+    """The demands that answer ``n`` choices and which demand each choice reads. Greedy
+    choices are identical, so one demand serves all; seeded choice i samples with seed + i
+    (distinct and reproducible, so each is reused exactly); unseeded ones are independent."""
+    sampling = demand.sampling
+    if n == 1 or sampling is None or sampling.temperature == 0.0:
+        return [demand], [0] * n
+    demands = [demand]
+    for i in range(1, n):
+        seed = None if sampling.seed is None else (sampling.seed + i) % (MAX_SEED + 1)
+        demands.append(dataclasses.replace(demand, request_id=new_request_id(),
+                                           sampling=dataclasses.replace(sampling, seed=seed)))
+    return demands, list(range(n))
 
 
 __all__ = ["HEADER_REUSE_NAME", "HEADER_SOURCE", "HEADER_STAGE", "TAG_HEADERS", "HttpFront",

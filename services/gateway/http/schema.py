@@ -3,11 +3,13 @@ response, chunk and error bodies are in ``openai_bodies``.
 
 Requests are parsed the way OpenAI parses them: unknown fields are ignored, ``null`` means
 "not given", and a known field of the wrong type is refused naming the field. Fields this gateway
-cannot honour (log-probabilities, penalties, tools, ``n > 1`` ...) are refused rather than
-silently ignored, because ignoring them would change what the caller gets.
+cannot honour (log-probabilities, penalties, audio, the deprecated ``functions`` ...) are refused
+rather than silently ignored, because ignoring them would change what the caller gets.
 
-Chat messages become one prompt through :func:`render_chat`, a fixed ChatML rendering, so the
-same conversation always renders the same bytes and reuses the same library entry.
+Chat messages, tools, ``tool_choice`` and ``response_format`` are parsed in ``http.chat``: one
+prompt through :func:`render_chat`, a fixed ChatML rendering, so the same conversation always
+renders the same bytes and reuses the same library entry, plus a chat spec for tool calling and
+JSON output. ``n`` (at most :data:`MAX_N`) asks for that many choices.
 
 Defaults: ``max_tokens`` is 16 for completions (OpenAI's default) and
 :data:`CHAT_DEFAULT_MAX_TOKENS` for chat (OpenAI's "up to the context" would make every default
@@ -23,8 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.common.chat import ChatSpec
 from services.common.errors import InvalidArgument
 from services.common.generation import Sampling
+from services.gateway.http.chat import ParsedChat, parse_chat, render_chat
 
 #: ``max_tokens`` when a completion request sets none (OpenAI's default).
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -34,7 +38,8 @@ CHAT_DEFAULT_MAX_TOKENS = 256
 MAX_STOP = 4
 MAX_STOP_CHARS = 256
 MAX_SEED = (1 << 64) - 1
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+#: Most choices one request may ask for.
+MAX_N = 16
 
 
 class Endpoint(enum.Enum):
@@ -67,10 +72,17 @@ _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "presence_penalty": lambda v: v not in (None, 0),
     "frequency_penalty": lambda v: v not in (None, 0),
     "logit_bias": bool,
-    "tools": bool,
     "functions": bool,
-    "response_format": lambda v: isinstance(v, dict) and v.get("type") not in (None, "text"),
+    "function_call": lambda v: v is not None,
+    "audio": lambda v: v is not None,
+    "modalities": lambda v: v not in (None, ["text"]),
+    "prediction": lambda v: v is not None,
+    "web_search_options": lambda v: v is not None,
+    "reasoning_effort": lambda v: v is not None,
+    "verbosity": lambda v: v is not None,
 }
+#: Chat-only fields a completion request may not carry.
+_CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 
 
 def _json_type(value: Any) -> str:
@@ -119,6 +131,12 @@ class ApiRequest:
     max_tokens_field: str = "max_tokens"
     #: Template context from the ``dynbranch`` body extension (``extra_body`` in the SDK).
     context: WorkflowContext = WorkflowContext()
+    #: Choices asked for (``n``).
+    n: int = 1
+    #: Tool calling or JSON output (chat only).
+    chat_spec: ChatSpec | None = None
+    #: The parsed conversation (chat only): last tool result, last called functions.
+    conversation: ParsedChat | None = None
 
     @property
     def chat(self) -> bool:
@@ -173,15 +191,24 @@ def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
     for name, unsupported in _UNSUPPORTED.items():
         if unsupported(body.get(name)):
             raise InvalidArgument(name, "is not supported by this gateway")
-    if _field(body, "n", "an integer", 1) != 1:
-        raise InvalidArgument("n", "only n=1 is supported")
+    n = _field(body, "n", "an integer", 1)
+    if not 1 <= n <= MAX_N:
+        raise InvalidArgument("n", f"must be in [1, {MAX_N}], got {n}")
     _field(body, "user", "a string")  # accepted and ignored, as OpenAI ignores it for output
     stream = _field(body, "stream", "a boolean", False)
     options = _field(body, "stream_options", "an object", {})
     max_tokens, max_tokens_field = _max_tokens(body, endpoint)
-    prompt = (render_chat(body.get("messages")) if endpoint is Endpoint.CHAT
-              else _prompt(body.get("prompt")))
+    conversation = None
+    if endpoint is Endpoint.CHAT:
+        conversation = parse_chat(body)
+        prompt = conversation.prompt
+    else:
+        for name in _CHAT_ONLY:
+            if body.get(name) is not None:
+                raise InvalidArgument(name, "is supported on /v1/chat/completions only")
+        prompt = _prompt(body.get("prompt"))
     return ApiRequest(
+        n=n, chat_spec=conversation.spec if conversation else None, conversation=conversation,
         endpoint=endpoint, model=_field(body, "model", "a string", ""), prompt=prompt,
         stream=stream, include_usage=_field(options, "include_usage", "a boolean", False),
         max_tokens=max_tokens, max_tokens_field=max_tokens_field,
@@ -248,38 +275,5 @@ def _prompt(value: Any) -> str:
     return value
 
 
-def render_chat(messages: Any) -> str:
-    """The prompt of a conversation: ChatML turns, then an open assistant turn."""
-    if not isinstance(messages, list) or not messages:
-        raise InvalidArgument("messages", "must be a non-empty array of messages")
-    turns = [_render_message(i, m) for i, m in enumerate(messages)]
-    return "".join(turns) + "<|im_start|>assistant\n"
-
-
-def _render_message(index: int, message: Any) -> str:
-    where = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise InvalidArgument(where, f"must be an object, got {_json_type(message)}")
-    role = message.get("role")
-    if role not in ROLES:
-        raise InvalidArgument(f"{where}.role", f"must be one of {', '.join(sorted(ROLES))}")
-    return f"<|im_start|>{role}\n{_content(where, message.get('content'))}<|im_end|>\n"
-
-
-def _content(where: str, content: Any) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise InvalidArgument(f"{where}.content", "must be a string or an array of text parts")
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text":
-            raise InvalidArgument(f"{where}.content[{j}]", "only text parts are supported")
-        if not isinstance(part.get("text"), str):
-            raise InvalidArgument(f"{where}.content[{j}].text", "must be a string")
-        texts.append(part["text"])
-    return "\n".join(texts)  # vLLM joins text parts the same way
-
-
-__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "COMPLETION_DEFAULT_MAX_TOKENS", "ApiRequest", "Endpoint",
-           "parse_request", "render_chat"]
+__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "COMPLETION_DEFAULT_MAX_TOKENS", "MAX_N", "ApiRequest",
+           "Endpoint", "parse_request", "render_chat"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -18,6 +18,8 @@ from services.gateway.http.bodies import (
     chunk_body,
     error_status,
     finish_reason,
+    tool_call_deltas,
+    total_usage,
     usage_chunk,
 )
 from services.gateway.http.schema import ApiRequest
@@ -63,41 +65,55 @@ def outcome(call: asyncio.Future[T]) -> T:
 
 
 class CallStream(StreamingResponse):
-    """An SSE response that cancels its call however the stream ends (also on disconnect)."""
+    """An SSE response that cancels its calls however the stream ends (also on disconnect)."""
 
-    def __init__(self, content: AsyncIterator[bytes], call: asyncio.Task[Answer],
+    def __init__(self, content: AsyncIterator[bytes], calls: Sequence[asyncio.Task[Answer]],
                  headers: Mapping[str, str]) -> None:
         super().__init__(content, media_type="text/event-stream", headers=headers)
-        self.call = call
+        self.calls = list(calls)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.call.cancel()
+            for call in self.calls:
+                call.cancel()
 
 
-async def sse_events(req: ApiRequest, rid: str, created: int, first: str | None,
-                     queue: asyncio.Queue[str | None], call: asyncio.Task[Answer]
+#: A streamed event of choice ``index``: a text delta, or None once its call finished.
+Item = tuple[int, str | None]
+
+
+async def sse_events(req: ApiRequest, rid: str, created: int, first: Item,
+                     queue: asyncio.Queue[Item], choices: Sequence[asyncio.Task[Answer]]
                      ) -> AsyncIterator[bytes]:
-    """SSE events: role (chat), text deltas, any unsent rest, the finish, usage, [DONE]."""
-    sent: list[str] = []
+    """SSE events: per choice the role (chat), text deltas, any unsent rest or the tool calls,
+    the finish; then usage and [DONE]. ``choices[i]`` is choice i's call (greedy choices share
+    one). A request that may call tools streams its text whole at the end, since only the
+    finished output tells text from a call."""
+    sent: list[list[str]] = [[] for _ in choices]
+    hold = req.chat_spec is not None and req.chat_spec.may_call
+    open_choices = len(choices)
     try:
         if req.chat:
-            yield sse(chunk_body(req, rid, created, role=True))
+            for index in range(len(choices)):
+                yield sse(chunk_body(req, rid, created, index=index, role=True))
         item = first
-        while item is not None:
-            if item:
-                sent.append(item)
-                yield sse(chunk_body(req, rid, created, text=item))
+        while True:
+            index, text = item
+            if text is None:
+                answer = outcome(choices[index])
+                for body in _finish(req, rid, created, index, answer, "".join(sent[index])):
+                    yield sse(body)
+                open_choices -= 1
+                if not open_choices:
+                    break
+            elif text and not hold:
+                sent[index].append(text)
+                yield sse(chunk_body(req, rid, created, index=index, text=text))
             item = await queue.get()
-        answer = outcome(call)
-        rest = _rest(answer.text, "".join(sent), rid)
-        if rest:  # a library hit or promoted fill arrives whole, as one chunk
-            yield sse(chunk_body(req, rid, created, text=rest))
-        yield sse(chunk_body(req, rid, created, finish=finish_reason(answer)))
         if req.include_usage:
-            yield sse(usage_chunk(req, rid, created, answer.usage))
+            yield sse(usage_chunk(req, rid, created, total_usage([outcome(c) for c in choices])))
         yield b"data: [DONE]\n\n"
     except DynbranchError as exc:  # after the first byte the status is sent: report inline
         status, body = error_status(exc, req.chat)
@@ -109,6 +125,17 @@ async def sse_events(req: ApiRequest, rid: str, created: int, first: str | None,
         yield sse(INTERNAL_ERROR)
 
 
+def _finish(req: ApiRequest, rid: str, created: int, index: int, answer: Answer, sent: str
+            ) -> list[dict[str, Any]]:
+    """The last chunks of one choice: unsent text (a library hit or promoted fill arrives
+    whole, as one chunk), tool-call deltas, the finish."""
+    rest = _rest(answer.text, sent, rid)
+    bodies = [chunk_body(req, rid, created, index=index, text=rest)] if rest else []
+    bodies += [chunk_body(req, rid, created, index=index, tool_call=delta)
+               for delta in tool_call_deltas(answer.tool_calls)]
+    return bodies + [chunk_body(req, rid, created, index=index, finish=finish_reason(answer))]
+
+
 def _rest(text: str, sent: str, rid: str) -> str:
     """What of the final text the deltas did not carry."""
     if text.startswith(sent):
@@ -117,4 +144,5 @@ def _rest(text: str, sent: str, rid: str) -> str:
     return ""
 
 
-__all__ = ["CallStream", "ClientGone", "outcome", "sse", "sse_events", "unless_disconnected"]
+__all__ = ["CallStream", "ClientGone", "Item", "outcome", "sse", "sse_events",
+           "unless_disconnected"]

@@ -29,10 +29,10 @@ from services.common.errors import (
     Unavailable,
 )
 from services.common.generation import (
+    FinishReason,
     GenerationRequest,
     LoadReport,
     Priority,
-    Sampling,
     Usage,
 )
 from services.engine_agent.backend import (
@@ -45,6 +45,7 @@ from services.engine_agent.backend import (
     TokenDelta,
     finish_reason_named,
 )
+from services.engine_agent.backends.vllm.chat import VllmChat
 from services.engine_agent.backends.vllm.lease_port import VllmLeasePort
 from services.engine_agent.backends.vllm.leases import VllmLeases, allocated_event, settle
 from services.engine_agent.backends.vllm.load import LoadState, load_tap
@@ -82,6 +83,7 @@ class VllmBackend:
         self.settings = settings
         self._llm: Any = None
         self._tokenizer: Any = None
+        self._chat: VllmChat | None = None
         self._facts: dict[str, Any] = {}
         self._plugin = False
         self._active: dict[str, _Active] = {}
@@ -116,7 +118,7 @@ class VllmBackend:
             block_size=int(f.get("block_size", self.settings.block_size or 0)),
             kv_blocks_total=int(f.get("num_blocks", 1)) - 1,
             max_running=int(f.get("max_num_seqs", self.settings.max_num_seqs)),
-            leases_supported=self._plugin,
+            leases_supported=self._plugin, tools_supported=True,
             extra={"engine": "vllm-asyncllm", "plugin": "loaded" if self._plugin else "missing",
                    "allocated_signal": "exact" if self._plugin else "first-output proxy",
                    "max_num_batched_tokens": str(f.get("max_num_batched_tokens", ""))},
@@ -131,6 +133,7 @@ class VllmBackend:
                 raise FailedPrecondition("backend is closed")
             self._llm = self._build_engine()
             self._tokenizer = self._llm.get_tokenizer()
+            self._chat = VllmChat(self._tokenizer, self.settings.served_name)
             await self._probe_plugin()
             await self.refresh_load()
             self._poller = asyncio.create_task(self._poll(), name="vllm-load-poller")
@@ -334,23 +337,31 @@ class VllmBackend:
             raise InvalidArgument("model", f"unknown model {request.model!r}; serving "
                                   f"{self.settings.served_name!r}")
         validate_sampling(request.sampling)
-        ids = self.tokenize(request.prompt)
+        if request.chat is not None and self._chat is not None:
+            ids = self._chat.render(request.chat)  # the model's own chat template, with tools
+        else:
+            ids = self.tokenize(request.prompt)
         if not ids:
             raise InvalidArgument("prompt", "must not be empty")
         limit = self.info.max_model_len
         if len(ids) + request.sampling.max_tokens > limit:
             raise PayloadTooLarge("prompt", f"{len(ids)} prompt tokens + "
                                   f"{request.sampling.max_tokens} max_tokens exceed {limit}")
-        return ids, self._sampling_params(request.sampling)
+        return ids, self._sampling_params(request)
 
-    @staticmethod
-    def _sampling_params(s: Sampling) -> Any:
+    def _sampling_params(self, request: GenerationRequest) -> Any:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
+        s, chat = request.sampling, request.chat
+        extra: dict[str, Any] = {}
+        if chat is not None and self._chat is not None:
+            extra["structured_outputs"] = self._chat.structured_outputs(chat)
+            if chat.may_call:  # tool-call markers may be special tokens (as vLLM's hermes)
+                extra["skip_special_tokens"] = False
         return SamplingParams(
             n=1, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p,
             top_k=s.top_k, seed=s.seed, stop=list(s.stop) or None, ignore_eos=s.ignore_eos,
-            output_kind=RequestOutputKind.DELTA,
+            output_kind=RequestOutputKind.DELTA, **extra,
         )
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
@@ -428,7 +439,14 @@ class VllmBackend:
         reason = finish_reason_named(str(completion.finish_reason))
         usage = Usage(active.prompt_tokens, int(out.num_cached_tokens or 0),
                       active.completion_tokens)
-        return Finished(reason, text, usage, timings_from_metrics(out.metrics, time.time() - wall0))
+        timings = timings_from_metrics(out.metrics, time.time() - wall0)
+        chat = active.request.chat
+        if chat is None or self._chat is None or reason is FinishReason.ABORT:
+            return Finished(reason, text, usage, timings)
+        content, calls = self._chat.parse(chat, text)
+        if calls:
+            reason = FinishReason.STOP
+        return Finished(reason, content, usage, timings, calls)
 
     async def _cleanup(self, active: _Active, q: Any, alloc: Any, done: bool) -> None:
         if q is not None and not done and self._llm is not None:

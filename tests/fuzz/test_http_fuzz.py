@@ -1,0 +1,152 @@
+"""The OpenAI-compatible HTTP front, fuzzed: bodies (near-valid requests with every field
+perturbed, and arbitrary JSON and bytes) and headers on every endpoint. Every answer is a
+success or an OpenAI-shaped error (``{"error": {"message", "type", ...}}``) with a 4xx status,
+never a 5xx crash, never a hang; streams end.
+
+``DYNBRANCH_FUZZ=full`` runs the slow suite's count (see ``test_rpc_fuzz``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.factories import MODEL
+from tests.fuzz.protofuzz import BackgroundMesh
+
+FULL = os.environ.get("DYNBRANCH_FUZZ", "") == "full"
+EXAMPLES = 1500 if FULL else 60
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not FULL,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+TIMEOUT_S = 15.0
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63), st.floats(),
+              st.text(max_size=20)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+    max_leaves=12)
+
+WEIRD = st.one_of(json_values, st.sampled_from([None, "", -1, 0, 2**40, 1e308, "x" * 3000,
+                                                [], {}, True, "auto", "none", "required"]))
+
+CHAT: dict[str, Any] = {
+    "model": MODEL, "messages": [{"role": "user", "content": "pick a tool"}],
+    "max_tokens": 4, "temperature": 0,
+    "tools": [{"type": "function", "function": {
+        "name": "lookup", "description": "look up",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
+                       "required": ["q"]}}}],
+}
+COMPLETION: dict[str, Any] = {"model": MODEL, "prompt": "hello", "max_tokens": 4,
+                              "temperature": 0}
+EXTRA_KEYS = ["stream", "n", "tool_choice", "parallel_tool_calls", "response_format", "seed",
+              "stop", "top_p", "logprobs", "user", "stream_options", "messages", "prompt",
+              "dynbranch", "functions", "max_completion_tokens", "presence_penalty"]
+
+
+@st.composite
+def near_valid(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with some keys dropped, replaced by weird values, or extra keys added."""
+    body = dict(base)
+    for key in list(body):
+        choice = draw(st.integers(0, 5))
+        if choice == 0:
+            del body[key]
+        elif choice == 1:
+            body[key] = draw(WEIRD)
+    for key in draw(st.lists(st.sampled_from(EXTRA_KEYS), max_size=3, unique=True)):
+        body[key] = draw(WEIRD)
+    if draw(st.booleans()) and isinstance(body.get("messages"), list):
+        body["messages"] = [*body["messages"], draw(st.dictionaries(
+            st.sampled_from(["role", "content", "tool_calls", "tool_call_id", "name"]), WEIRD,
+            max_size=4))]
+    return body
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    with BackgroundMesh(Path(tmp_path_factory.mktemp("http-fuzz"))).running() as mesh, \
+            httpx.Client(base_url=f"http://127.0.0.1:{mesh.http_port}",
+                         timeout=TIMEOUT_S) as c:
+        yield c
+
+
+def _check(reply: httpx.Response) -> None:
+    assert reply.status_code < 500, f"{reply.status_code}: {reply.text[:300]}"
+    if reply.status_code >= 400:
+        body = reply.json()
+        assert isinstance(body.get("error"), dict), body
+        assert isinstance(body["error"].get("message"), str) and body["error"]["message"]
+        assert isinstance(body["error"].get("type"), str)
+
+
+def _post(client: httpx.Client, path: str, content: bytes,
+          headers: dict[str, str] | None = None) -> None:
+    with client.stream("POST", path, content=content,
+                       headers={"content-type": "application/json", **(headers or {})}) as r:
+        r.read()  # a stream must end within the timeout
+        _check(r) if not r.headers.get("content-type", "").startswith("text/event-stream") \
+            else _sse_ends(r)
+
+
+def _sse_ends(reply: httpx.Response) -> None:
+    assert reply.status_code == 200
+    lines = [ln for ln in reply.text.splitlines() if ln.startswith("data: ")]
+    assert lines and lines[-1] == "data: [DONE]", reply.text[-300:]
+    for line in lines[:-1]:
+        event = json.loads(line[len("data: "):])
+        assert "error" in event or "choices" in event, event
+
+
+@FUZZ
+@given(near_valid(CHAT))
+def test_chat_completions_answers_perturbed_bodies_cleanly(client: httpx.Client,
+                                                           body: dict[str, Any]) -> None:
+    _post(client, "/v1/chat/completions", json.dumps(body).encode())
+
+
+@FUZZ
+@given(near_valid(COMPLETION))
+def test_completions_answers_perturbed_bodies_cleanly(client: httpx.Client,
+                                                      body: dict[str, Any]) -> None:
+    _post(client, "/v1/completions", json.dumps(body).encode())
+
+
+@FUZZ
+@given(st.sampled_from(["/v1/chat/completions", "/v1/completions"]),
+       st.one_of(st.binary(max_size=300), json_values.map(lambda v: json.dumps(v).encode())))
+def test_arbitrary_bodies_get_openai_shaped_errors(client: httpx.Client, path: str,
+                                                   raw: bytes) -> None:
+    _post(client, path, raw)
+
+
+HEADER_NAMES = ["authorization", "content-type", "x-dynbranch-workflow-id",
+                "x-dynbranch-template", "x-dynbranch-stage", "x-dynbranch-decision",
+                "accept", "content-length-ish", "x-request-id"]
+header_values = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126),
+                        max_size=200)
+
+
+@FUZZ
+@given(st.sampled_from([("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+                        ("GET", "/v1/models"), ("GET", f"/v1/models/{MODEL}"),
+                        ("GET", "/v1/models/none%2F..%2Fx"), ("GET", "/healthz")]),
+       st.dictionaries(st.sampled_from(HEADER_NAMES), header_values, max_size=4))
+def test_every_endpoint_answers_fuzzed_headers_cleanly(client: httpx.Client, route: tuple,
+                                                       headers: dict[str, str]) -> None:
+    method, path = route
+    body = json.dumps(CHAT if "chat" in path else COMPLETION).encode()
+    headers = {k: v.strip() for k, v in headers.items()}
+    if method == "GET":
+        _check(client.request(method, path, headers=headers))
+    else:
+        _post(client, path, body, headers)
