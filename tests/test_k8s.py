@@ -954,8 +954,9 @@ def test_workload_selectors_match_their_pod_labels(builds: dict[str, Docs]) -> N
 def test_gateway_targets_name_services_of_the_mesh(builds: dict[str, Docs]) -> None:
     for docs in builds.values():
         s = service_settings(docs, "dynbranch-gateway")[1]
-        assert [target_port(docs, t) for t in (s.csl, s.admission, s.delivery)] == [
-            ("csl", "grpc"), ("admission", "grpc"), ("delivery", "grpc")]
+        assert [target_port(docs, t) for t in (s.admission, s.delivery)] == [
+            ("admission", "grpc"), ("delivery", "grpc")]
+        assert not s.csl and s.csl_shards  # the library is the csl StatefulSet's shards
 
 
 def test_dockerfile_installs_the_project_and_runs_as_non_root() -> None:

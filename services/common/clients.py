@@ -20,7 +20,7 @@ IDEMPOTENT: dict[str, tuple[str, ...]] = {
                                  "ResultReady", "ReceiveResult", "WithdrawResult",
                                  "SyncInventory", "WatchLeases"),
     "dynbranch.v1.SubgraphLibrary": ("Lookup", "Put", "PutShadow", "Discard", "Stats",
-                                     "WatchNames"),
+                                     "WatchNames", "Versions", "AdoptVersions"),
     "dynbranch.v1.Admission": ("OpenBranch", "AdmitFills", "ReportOutcome"),
     "dynbranch.v1.Delivery": ("StartTool", "Deliver", "Withdraw"),
     "dynbranch.v1.Gateway": ("DeliverResult",),

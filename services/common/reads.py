@@ -8,6 +8,7 @@ a service.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -71,6 +72,41 @@ class Shadow:
         if not self.branch_id:
             raise InvalidArgument("shadow.branch_id", "required")
         check_cost(self.cost_s, "shadow.cost_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A shadow promoted by name alone: a demand on a gateway replica that did not open the
+    shadow's branch (the library found the one branch holding a shadow under the name)."""
+
+    result: bytes
+    cost_s: float
+    branch_id: str
+    candidate: str
+
+
+class HoldEvent(enum.Enum):
+    """What the holder of a running fill step's placeholder is told (csl ``HoldFill``)."""
+
+    #: The placeholder is registered.
+    HELD = "held"
+    #: The step's shadow was promoted, by any gateway replica.
+    PROMOTED = "promoted"
+    #: The step's branch was settled against its candidate: abort the fill.
+    SETTLED = "settled"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldNotice:
+    """One event of a held fill step. For SETTLED: the demand's template and stage when a
+    replica settled the whole workflow (empty when the branch itself was settled), and the
+    branch and candidate kept (empty: none)."""
+
+    kind: HoldEvent
+    template_id: str = ""
+    stage_id: str = ""
+    keep_branch: str = ""
+    keep_candidate: str = ""
 
 
 class Served(NamedTuple):

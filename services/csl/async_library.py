@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from services.common.errors import Unavailable
-from services.common.reads import ReadSet, Served, Shadow
-from services.common.reuse_name import ReuseName
-from services.csl.entries import LibraryStats, WriteOutcome
+from services.common.reads import Claimed, ReadSet, Served, Shadow
+from services.common.reuse_name import ReuseName, name_key
+from services.csl.entries import LibraryStats, RecordKey, WriteOutcome
+from services.csl.holds import HoldRegistry
 from services.csl.library import SubgraphLibrary
 
 T = TypeVar("T")
@@ -36,8 +37,10 @@ T = TypeVar("T")
 class AsyncSubgraphLibrary:
     """The library for one event loop: inline lookups, mutations on one worker thread."""
 
-    def __init__(self, library: SubgraphLibrary) -> None:
+    def __init__(self, library: SubgraphLibrary, holds: HoldRegistry | None = None) -> None:
         self.library = library
+        #: Placeholders of running fills (they live on the loop, beside the streams holding them).
+        self.holds = holds or HoldRegistry()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="csl-writer")
         self._closed = False
 
@@ -51,16 +54,54 @@ class AsyncSubgraphLibrary:
         return await self._run(self.library.put, name, result, read_set, cost_s)
 
     async def put_shadow(self, shadow: Shadow, ttl_s: float = 0.0) -> bool:
-        """See ``SubgraphLibrary.put_shadow``."""
-        return await self._run(self.library.put_shadow, shadow, ttl_s)
+        """See ``SubgraphLibrary.put_shadow``; a stored shadow wakes demands waiting on its
+        placeholder."""
+        stored = await self._run(self.library.put_shadow, shadow, ttl_s)
+        if stored:
+            self.holds.landed(name_key(shadow.name), shadow.branch_id)
+        return stored
 
     async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
-        """See ``SubgraphLibrary.promote``."""
-        return await self._run(self.library.promote, name, branch_id)
+        """See ``SubgraphLibrary.promote``; the step's holder is told."""
+        served = await self._run(self.library.promote, name, branch_id)
+        if served is not None:
+            self.holds.promoted(name_key(name), branch_id)
+        return served
+
+    async def claim(self, name: ReuseName, scope: str, wait_s: float = 0.0) -> Claimed | None:
+        """Promote the one shadow under ``name`` whose fill is held in ``scope``, whatever its
+        branch (``SubgraphLibrary.claim``), waiting up to ``wait_s`` while that fill still
+        runs; None on a miss."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait_s
+        key = name_key(name)
+        while True:
+            branches = self.holds.branches(key, scope)
+            claimed = await self._run(self.library.claim, name, branches) if branches else None
+            if claimed is not None:
+                self.holds.promoted(key, claimed.branch_id)
+                return claimed
+            hold = self.holds.running(key, scope)
+            if hold is None or loop.time() >= until:
+                return None
+            try:  # the shadow lands, or the holder gives up: look again either way
+                await asyncio.wait_for(hold.changed.wait(), until - loop.time())
+            except TimeoutError:
+                return None
 
     async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
-        """See ``SubgraphLibrary.discard``."""
-        return await self._run(self.library.discard, branch_id, keep_candidate)
+        """See ``SubgraphLibrary.discard``; holders of the losing candidates are told."""
+        dropped = await self._run(self.library.discard, branch_id, keep_candidate)
+        self.holds.settled(branch_id, keep_candidate)
+        return dropped
+
+    async def adopt_versions(self, versions: Sequence[tuple[RecordKey, int]]) -> int:
+        """See ``SubgraphLibrary.adopt_versions``."""
+        return await self._run(self.library.adopt_versions, list(versions))
+
+    async def versions_since(self, seq: int, limit: int) -> list[tuple[RecordKey, int]]:
+        """See ``SubgraphLibrary.versions_since`` (a scan of the table: off the loop)."""
+        return await self._run(self.library.versions_since, seq, limit)
 
     async def write_records(self, tenant: str, record_ids: Sequence[str],
                             floors: Sequence[int] = ()) -> WriteOutcome:

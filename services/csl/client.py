@@ -1,7 +1,8 @@
 """Typed async client of the csl service, with a deadline on every call.
 
-Lookup, Put, PutShadow, Discard and Stats are retried on UNAVAILABLE by the channel's declared
-policy (``services.common.clients.IDEMPOTENT``); Promote and WriteRecords are not.
+Lookup, Put, PutShadow, Discard, Stats, Versions and AdoptVersions are retried on UNAVAILABLE
+by the channel's declared policy (``services.common.clients.IDEMPOTENT``); Promote, Claim and
+WriteRecords are not.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ import grpc
 
 from services.common.clients import open_channel
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
-from services.common.reads import ReadSet, RecordRead, Served, Shadow
+from services.common.reads import Claimed, ReadSet, RecordRead, Served, Shadow
 from services.common.records import make_header
 from services.common.reuse_name import ReuseName
-from services.csl.convert import name_to_proto, read_set_to_proto, shadow_to_proto
-from services.csl.entries import WriteOutcome
+from services.csl.convert import (
+    name_to_proto,
+    read_set_to_proto,
+    shadow_to_proto,
+    versions_to_proto,
+)
+from services.csl.entries import RecordKey, WriteOutcome
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +101,51 @@ class CslClient:
                     for r, f in zip(record_ids, padded, strict=True)])
         reply = await self.stub.WriteRecords(request, timeout=timeout_s)
         return WriteOutcome(tuple(RecordRead(v.record_id, v.version) for v in reply.versions),
-                            reply.invalidated)
+                            reply.invalidated, reply.prior_write_seq)
+
+    async def claim(self, name: ReuseName, scope: str, wait_s: float,
+                    timeout_s: float) -> Claimed | None:
+        """Promote the one shadow under ``name`` whose fill is held in ``scope``, whatever its
+        branch, waiting up to ``wait_s`` for a running fill's shadow; None on a miss."""
+        reply = await self.stub.Claim(csl_pb2.ClaimRequest(name=name_to_proto(name),
+                                                           wait_s=wait_s, scope=scope),
+                                      timeout=timeout_s)
+        if not reply.promoted:
+            return None
+        return Claimed(reply.result, reply.cost_s, reply.branch_id, reply.candidate)
+
+    def hold_fill(self, name: ReuseName, branch_id: str, candidate: str, scope: str,
+                  timeout_s: float) -> Any:
+        """Open the placeholder stream of a running fill step (iterate it for its events;
+        cancel it to drop the placeholder)."""
+        return self.stub.HoldFill(csl_pb2.HoldFillRequest(
+            name=name_to_proto(name), branch_id=branch_id, candidate=candidate, scope=scope),
+            timeout=timeout_s)
+
+    async def settle_scope(self, scope: str, template_id: str, stage_id: str,
+                           keep_branch: str, keep_candidate: str,
+                           timeout_s: float = DEADLINE_S) -> int:
+        """Tell every fill held in ``scope`` that the stage was demanded; holders told."""
+        reply = await self.stub.SettleScope(csl_pb2.SettleScopeRequest(
+            scope=scope, template_id=template_id, stage_id=stage_id, keep_branch=keep_branch,
+            keep_candidate=keep_candidate), timeout=timeout_s)
+        return reply.told
+
+    async def versions_since(self, since_seq: int, timeout_s: float = DEADLINE_S,
+                             limit: int = 0) -> tuple[list[tuple[RecordKey, int]], bool, int]:
+        """One page of records above ``since_seq``: ``(versions, more, write_seq)``."""
+        reply = await self.stub.Versions(csl_pb2.VersionsRequest(since_seq=since_seq,
+                                                                 limit=limit),
+                                         timeout=timeout_s)
+        return ([((v.tenant, v.record_id), v.version) for v in reply.versions], reply.more,
+                reply.write_seq)
+
+    async def adopt_versions(self, versions: Sequence[tuple[RecordKey, int]],
+                             timeout_s: float = DEADLINE_S) -> int:
+        """Raise records to other shards' versions; entries invalidated."""
+        request = csl_pb2.AdoptVersionsRequest(header=self._header(self.producer),
+                                               versions=versions_to_proto(versions))
+        return (await self.stub.AdoptVersions(request, timeout=timeout_s)).invalidated
 
     async def stats(self, timeout_s: float = DEADLINE_S) -> csl_pb2.StatsResponse:
         """Counters and sizes."""
@@ -124,10 +174,14 @@ class PutPipe:
     (a lost store is a missed reuse, never a wrong answer) and the next store opens a new one.
     """
 
-    def __init__(self, client: CslClient, stream_timeout_s: float = 3600.0) -> None:
+    def __init__(self, client: CslClient, stream_timeout_s: float = 3600.0,
+                 max_queued: int = 4096) -> None:
         self.client = client
         self.stream_timeout_s = stream_timeout_s
-        self._queue: asyncio.Queue[csl_pb2.PutRequest] = asyncio.Queue()
+        #: Stores waiting for the stream at most; past it a store is refused at once (False:
+        #: a missed reuse), so a stalled stream cannot grow the queue without bound.
+        self.max_queued = max_queued
+        self._queue: asyncio.Queue[csl_pb2.PutRequest] = asyncio.Queue(maxsize=max_queued)
         self._waiting: dict[int, asyncio.Future[bool]] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -135,6 +189,9 @@ class PutPipe:
         """Send one store and wait for its ack; False when refused, lost or late."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="csl-put-stream")
+        if self._queue.full():
+            log.info("csl put refused: %d stores queued (max_queued)", self.max_queued)
+            return False
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting[request.header.sequence] = future
         self._queue.put_nowait(request)
@@ -186,4 +243,4 @@ class PutPipe:
         self._fail_all()
 
 
-__all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient", "PutPipe"]
+__all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient", "PutPipe", "RecordKey", "WriteOutcome"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from services.common.convert import require
 from services.common.errors import InvalidArgument, PayloadTooLarge
 from services.common.pb import common_pb2, csl_pb2
 from services.common.reads import ReadSet, RecordRead, Shadow, check_cost
-from services.common.reuse_name import ReuseName
+from services.common.reuse_name import ReuseName, validate_tenant
+from services.csl.entries import RecordKey
 
 MAX_READS = 4096
 MAX_PRODUCERS = 256
@@ -84,6 +87,29 @@ def floors_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[int]:
     return [w.floor for w in msg.writes]
 
 
+def versions_from_proto(items: Sequence[csl_pb2.TenantRecordVersion],
+                        field: str = "versions") -> list[tuple[RecordKey, int]]:
+    """Validated ``((tenant, record_id), version)`` pairs."""
+    if len(items) > MAX_WRITES:
+        raise PayloadTooLarge(field, f"at most {MAX_WRITES} records per request")
+    out = []
+    for item in items:
+        try:
+            validate_tenant(item.tenant)
+            read = RecordRead(item.record_id, item.version)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{field}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+        out.append(((item.tenant, read.record_id), read.version))
+    return out
+
+
+def versions_to_proto(items: Sequence[tuple[RecordKey, int]]
+                      ) -> list[csl_pb2.TenantRecordVersion]:
+    """The proto form of namespaced record versions."""
+    return [csl_pb2.TenantRecordVersion(tenant=t, record_id=r, version=v)
+            for (t, r), v in items]
+
+
 def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
     """The record ids of a write, in request order."""
     if not msg.writes:
@@ -96,5 +122,5 @@ def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
 __all__ = [
     "floors_from_proto", "name_from_proto", "name_to_proto", "read_set_from_proto",
     "read_set_to_proto", "record_ids_from_proto", "result_from_proto", "shadow_from_proto",
-    "shadow_to_proto",
+    "shadow_to_proto", "versions_from_proto", "versions_to_proto",
 ]

@@ -23,6 +23,8 @@ class WriteOutcome:
 
     versions: tuple[RecordRead, ...]
     invalidated: int
+    #: The write sequence before this write: a shard behind its peers shows it here.
+    prior_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,12 +27,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Self
 
 from services.common.errors import InvalidArgument, ResourceExhausted, Unavailable
-from services.common.reads import ReadSet, RecordRead, Served, Shadow, check_cost
+from services.common.reads import Claimed, ReadSet, RecordRead, Served, Shadow, check_cost
 from services.common.reuse_name import ReuseName, name_key, validate_tenant
 from services.csl import codec
 from services.csl.entries import (
@@ -137,18 +137,47 @@ class SubgraphLibrary(NameWatch):
             RecordRead(rid, 0)  # validates the id
         with self._mutex:
             self._check_open()
-            self._epoch += 1  # odd: lookups miss until the cascade is complete
-            try:
-                bumps = self._versions.bump(tenant, record_ids, floors)
-                victims = self._index.cascade([k for k, _ in bumps], writer=tenant)
-                keys = self._drop_many(victims)
-                self._invalidations += len(victims)
-                keys.sort()
-                self._store.commit(deletes=keys, versions=bumps, seq=self._versions.seq)
-            finally:
-                self._epoch += 1
-            self._policy.compact(self._entries)
-        return WriteOutcome(tuple(RecordRead(k[1], v) for k, v in bumps), len(victims))
+            prior = self._versions.seq
+            bumps, invalidated = self._apply_versions(
+                lambda: self._versions.bump(tenant, record_ids, floors))
+        return WriteOutcome(tuple(RecordRead(k[1], v) for k, v in bumps), invalidated, prior)
+
+    def adopt_versions(self, versions: Sequence[tuple[RecordKey, int]]) -> int:
+        """Raise records to versions another shard handed out (a catch-up after this shard
+        missed writes), invalidating their readers exactly as the writes would have; versions
+        never move down. Returns entries invalidated; durable before it returns."""
+        for (tenant, rid), version in versions:
+            validate_tenant(tenant)
+            RecordRead(rid, version)  # validates the id and the version
+        with self._mutex:
+            self._check_open()
+            return self._apply_versions(
+                lambda: [(k, v) for k, v in versions if self._versions.adopt(k, v)])[1]
+
+    def versions_since(self, seq: int, limit: int = 1024) -> list[tuple[RecordKey, int]]:
+        """Records written (or adopted) above ``seq``, in version order, about ``limit``."""
+        with self._mutex:
+            return self._versions.since(seq, limit)
+
+    def _apply_versions(self, change: Callable[[], list[tuple[RecordKey, int]]]
+                        ) -> tuple[list[tuple[RecordKey, int]], int]:
+        """Run a version change and its cascade as one invalidation (caller holds the lock)."""
+        self._epoch += 1  # odd: lookups miss until the cascade is complete
+        try:
+            bumps = change()
+            victims: list[int] = []
+            for tenant in dict.fromkeys(k[0] for k, _ in bumps):
+                keys = [k for k, _ in bumps if k[0] == tenant]
+                victims += self._index.cascade(keys, writer=tenant)
+            victims = list(dict.fromkeys(victims))  # incomplete readers of two namespaces
+            lkeys = self._drop_many(victims)
+            self._invalidations += len(victims)
+            lkeys.sort()
+            self._store.commit(deletes=lkeys, versions=bumps, seq=self._versions.seq)
+        finally:
+            self._epoch += 1
+        self._policy.compact(self._entries)
+        return bumps, len(victims)
 
     def record_version(self, tenant: str, record_id: str) -> int:
         """The version a stage of ``tenant`` observes for ``record_id`` now."""
@@ -189,6 +218,21 @@ class SubgraphLibrary(NameWatch):
             self._confirm(held)
             self._promotions += 1
             return Served(held.shadow.result, held.shadow.cost_s)
+
+    def claim(self, name: ReuseName, among: Collection[str]) -> Claimed | None:
+        """Promote the one shadow under exactly this name whose branch is ``among`` the given
+        ones (a demand on a gateway that did not open the branch); None when there is none,
+        when several match (ambiguous: a miss, §3.3), or when it cannot be promoted."""
+        with self._mutex:
+            self._check_open()
+            branches = [b for b in self._shadows.branches_of(name_key(name)) if b in among]
+            if len(branches) != 1:
+                return None
+            held = self._shadows.get(name_key(name), branches[0])
+            served = self.promote(name, branches[0])
+        if served is None or held is None:
+            return None
+        return Claimed(served.result, served.cost_s, branches[0], held.shadow.candidate)
 
     def discard(self, branch_id: str, keep_candidate: str = "") -> int:
         """Settle a branch: drop its shadows except ``keep_candidate``'s; refuse late losers."""

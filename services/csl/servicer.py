@@ -8,6 +8,7 @@ reader in place, while applying it twice only invalidates again (the safe direct
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import AsyncIterator
 
@@ -17,10 +18,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from services.common.convert import require
-from services.common.errors import DynbranchError, ResourceExhausted
+from services.common.errors import DynbranchError, InvalidArgument, ResourceExhausted
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
-from services.common.reads import check_cost
+from services.common.reads import HoldEvent, check_cost
 from services.common.records import make_header
+from services.common.reuse_name import name_key
 from services.common.tracing import incoming_context, maybe_span
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (
@@ -31,12 +33,20 @@ from services.csl.convert import (
     record_ids_from_proto,
     result_from_proto,
     shadow_from_proto,
+    versions_from_proto,
+    versions_to_proto,
 )
 from services.csl.library import SubgraphLibrary
 from services.csl.name_feed import FeedOverflow, NameBatch, name_feed
 
 log = logging.getLogger(__name__)
 _MISS = csl_pb2.LookupResponse(hit=False)
+#: Longest a Claim waits for a running fill's shadow.
+MAX_CLAIM_WAIT_S = 60.0
+#: Records per Versions page at most.
+MAX_VERSIONS_PAGE = 4096
+_HOLD_KINDS = {HoldEvent.PROMOTED: csl_pb2.HOLD_EVENT_KIND_PROMOTED,
+               HoldEvent.SETTLED: csl_pb2.HOLD_EVENT_KIND_SETTLED}
 
 _COUNTERS = {
     "hits": "Lookups served from a fresh confirmed entry",
@@ -146,7 +156,68 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         return csl_pb2.WriteRecordsResponse(
             versions=[common_pb2.RecordVersion(record_id=v.record_id, version=v.version)
                       for v in outcome.versions],
-            invalidated=outcome.invalidated)
+            invalidated=outcome.invalidated, prior_write_seq=outcome.prior_seq)
+
+    async def Claim(self, request: csl_pb2.ClaimRequest,
+                    context: grpc.aio.ServicerContext) -> csl_pb2.ClaimResponse:
+        name = name_from_proto(request.name)
+        scope = require(request.scope, "scope", MAX_ID_CHARS)
+        if not 0 <= request.wait_s <= MAX_CLAIM_WAIT_S:
+            raise InvalidArgument("wait_s", f"must be in [0, {MAX_CLAIM_WAIT_S}]")
+        remaining = context.time_remaining()
+        wait_s = request.wait_s if remaining is None else min(request.wait_s, remaining)
+        claimed = await self.library.claim(name, scope, max(wait_s, 0.0))
+        if claimed is None:
+            return csl_pb2.ClaimResponse(promoted=False)
+        return csl_pb2.ClaimResponse(promoted=True, result=claimed.result, cost_s=claimed.cost_s,
+                                     branch_id=claimed.branch_id, candidate=claimed.candidate)
+
+    async def HoldFill(self, request: csl_pb2.HoldFillRequest,
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[csl_pb2.HoldFillEvent]:
+        key = name_key(name_from_proto(request.name))
+        branch_id = require(request.branch_id, "branch_id", MAX_ID_CHARS)
+        scope = require(request.scope, "scope", MAX_ID_CHARS)
+        hold = self.library.holds.open(key, branch_id, request.candidate, scope)
+        try:
+            yield csl_pb2.HoldFillEvent(header=make_header(branch_id, 0, "csl"),
+                                        kind=csl_pb2.HOLD_EVENT_KIND_HELD)
+            for seq in itertools.count(1):  # until the holder closes the stream
+                n = await hold.events.get()
+                yield csl_pb2.HoldFillEvent(
+                    header=make_header(branch_id, seq, "csl"), kind=_HOLD_KINDS[n.kind],
+                    template_id=n.template_id, stage_id=n.stage_id, keep_branch=n.keep_branch,
+                    keep_candidate=n.keep_candidate)
+        finally:
+            self.library.holds.close(hold)
+
+    async def SettleScope(self, request: csl_pb2.SettleScopeRequest,
+                          context: grpc.aio.ServicerContext) -> csl_pb2.SettleScopeResponse:
+        scope = require(request.scope, "scope", MAX_ID_CHARS)
+        template_id = require(request.template_id, "template_id", MAX_ID_CHARS)
+        stage_id = require(request.stage_id, "stage_id", MAX_ID_CHARS)
+        told = self.library.holds.settle_scope(scope, template_id, stage_id,
+                                               request.keep_branch, request.keep_candidate)
+        return csl_pb2.SettleScopeResponse(told=told)
+
+    async def Versions(self, request: csl_pb2.VersionsRequest,
+                       context: grpc.aio.ServicerContext) -> csl_pb2.VersionsResponse:
+        limit = min(request.limit or MAX_VERSIONS_PAGE, MAX_VERSIONS_PAGE)
+        seq = self.library.stats().write_seq
+        page = await self.library.versions_since(request.since_seq, limit)
+        return csl_pb2.VersionsResponse(write_seq=seq, versions=versions_to_proto(page),
+                                        more=len(page) >= limit)
+
+    async def AdoptVersions(self, request: csl_pb2.AdoptVersionsRequest,
+                            context: grpc.aio.ServicerContext
+                            ) -> csl_pb2.AdoptVersionsResponse:
+        versions = versions_from_proto(request.versions)
+        invalidated = await self.library.adopt_versions(versions)
+        if invalidated:
+            log.info("versions adopted", extra={"adopter": request.header.producer,
+                                                "records": len(versions),
+                                                "invalidated": invalidated})
+        return csl_pb2.AdoptVersionsResponse(invalidated=invalidated,
+                                             write_seq=self.library.stats().write_seq)
 
     async def Stats(self, request: csl_pb2.StatsRequest,
                     context: grpc.aio.ServicerContext) -> csl_pb2.StatsResponse:

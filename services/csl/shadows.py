@@ -42,6 +42,7 @@ class ShadowStore:
         self._held: dict[_ShadowKey, HeldShadow] = {}
         self._sids: set[int] = set()
         self._by_branch: dict[str, set[bytes]] = {}
+        self._by_key: dict[bytes, set[str]] = {}
         self._settled: dict[str, tuple[str, float]] = {}
         self._expiry: list[tuple[float, int, bytes, str]] = []
 
@@ -51,6 +52,10 @@ class ShadowStore:
     def get(self, key: bytes, branch_id: str) -> HeldShadow | None:
         """The shadow stored under a name for a branch."""
         return self._held.get((key, branch_id))
+
+    def branches_of(self, key: bytes) -> list[str]:
+        """Branches holding a shadow under a name key."""
+        return list(self._by_key.get(key, ()))
 
     def holds(self, sid: int) -> bool:
         """True while the shadow with incarnation id ``sid`` is held."""
@@ -69,6 +74,7 @@ class ShadowStore:
         self._held[(held.key, branch)] = held
         self._sids.add(held.sid)
         self._by_branch.setdefault(branch, set()).add(held.key)
+        self._by_key.setdefault(held.key, set()).add(branch)
         heapq.heappush(self._expiry, (held.expires_at, held.sid, held.key, branch))
         self.bytes += held.size
         return True
@@ -83,6 +89,10 @@ class ShadowStore:
         keys.discard(key)
         if not keys:
             del self._by_branch[branch_id]
+        branches = self._by_key[key]
+        branches.discard(branch_id)
+        if not branches:
+            del self._by_key[key]
         self.bytes -= held.size
         return held
 

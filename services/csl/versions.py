@@ -77,5 +77,25 @@ class VersionTable:
             out.append((key, self._seq))
         return out
 
+    def adopt(self, key: RecordKey, version: int) -> bool:
+        """Raise one record to ``version`` (another shard's version of the same write, a
+        catch-up); False when it already holds that version or a later one."""
+        if version <= self._versions.get(key, 0):
+            return False
+        self._versions[key] = version
+        self._last[key[0]] = max(self._last.get(key[0], 0), version)
+        self._seq = max(self._seq, version)
+        return True
+
+    def since(self, seq: int, limit: int) -> list[tuple[RecordKey, int]]:
+        """About ``limit`` records whose version is above ``seq``, in version order. A page
+        never splits one version (adopted versions may repeat one of this table's own), so the
+        next page starts above the last version returned."""
+        newer = sorted((v, k) for k, v in self._versions.items() if v > seq)
+        end = min(limit, len(newer))
+        while 0 < end < len(newer) and newer[end][0] == newer[end - 1][0]:
+            end += 1
+        return [(k, v) for v, k in newer[:end]]
+
 
 __all__ = ["VersionTable"]

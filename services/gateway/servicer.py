@@ -41,6 +41,17 @@ class CoreCollector(Collector):
             yield CounterMetricFamily("dynbranch_gateway_lookups_skipped",
                                       "Library lookups skipped by the name mirror",
                                       value=mirror.skipped)
+        shards = getattr(self.core.library, "shards", None)
+        if shards is not None:  # a sharded library: which shards serve, and their repairs
+            trusted = GaugeMetricFamily("dynbranch_gateway_csl_shard_trusted",
+                                        "1 while a csl shard serves (0: under suspicion)",
+                                        labels=["shard"])
+            for shard in shards:
+                trusted.add_metric([shard.target], int(shard.trusted))
+            yield trusted
+            for key, value in self.core.library.counters.items():
+                yield CounterMetricFamily(f"dynbranch_gateway_csl_shard_{key}",
+                                          f"Sharded library count: {key}", value=value)
 
 
 class GatewayMetrics:

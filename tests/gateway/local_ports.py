@@ -7,7 +7,7 @@ interleavings in seconds, without sockets.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from services.admission.client import StaticAdmission
 from services.common.generation import GenerationRequest, Priority
-from services.common.reads import ReadSet, Served, Shadow
-from services.common.reuse_name import ReuseName
+from services.common.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
+from services.common.reuse_name import ReuseName, name_key
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.library import LibraryOptions, SubgraphLibrary
 from services.engine_agent.backend import Finished
@@ -77,6 +77,24 @@ class LocalLibrary:
 
     async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
         return await self.library.promote(name, branch_id)
+
+    async def claim(self, name: ReuseName, scope: str, wait_s: float) -> Claimed | None:
+        return await self.library.claim(name, scope, wait_s)
+
+    async def hold(self, name: ReuseName, branch_id: str, candidate: str, scope: str,
+                   timeout_s: float) -> AsyncGenerator[HoldNotice, None]:
+        hold = self.library.holds.open(name_key(name), branch_id, candidate, scope)
+        try:  # as the servicer's HoldFill stream
+            yield HoldNotice(HoldEvent.HELD)
+            while True:
+                yield await hold.events.get()
+        finally:
+            self.library.holds.close(hold)
+
+    async def settle_scope(self, scope: str, template_id: str, stage_id: str,
+                           keep_branch: str = "", keep_candidate: str = "") -> int:
+        return self.library.holds.settle_scope(scope, template_id, stage_id, keep_branch,
+                                               keep_candidate)
 
     async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
         return await self.library.discard(branch_id, keep_candidate)

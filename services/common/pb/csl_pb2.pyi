@@ -1,11 +1,139 @@
 from services.common.pb import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class HoldEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HOLD_EVENT_KIND_UNSPECIFIED: _ClassVar[HoldEventKind]
+    HOLD_EVENT_KIND_HELD: _ClassVar[HoldEventKind]
+    HOLD_EVENT_KIND_PROMOTED: _ClassVar[HoldEventKind]
+    HOLD_EVENT_KIND_SETTLED: _ClassVar[HoldEventKind]
+HOLD_EVENT_KIND_UNSPECIFIED: HoldEventKind
+HOLD_EVENT_KIND_HELD: HoldEventKind
+HOLD_EVENT_KIND_PROMOTED: HoldEventKind
+HOLD_EVENT_KIND_SETTLED: HoldEventKind
+
+class ClaimRequest(_message.Message):
+    __slots__ = ("name", "wait_s", "scope")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    name: _common_pb2.ReuseName
+    wait_s: float
+    scope: str
+    def __init__(self, name: _Optional[_Union[_common_pb2.ReuseName, _Mapping]] = ..., wait_s: _Optional[float] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class ClaimResponse(_message.Message):
+    __slots__ = ("promoted", "result", "cost_s", "branch_id", "candidate")
+    PROMOTED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    COST_S_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    promoted: bool
+    result: bytes
+    cost_s: float
+    branch_id: str
+    candidate: str
+    def __init__(self, promoted: _Optional[bool] = ..., result: _Optional[bytes] = ..., cost_s: _Optional[float] = ..., branch_id: _Optional[str] = ..., candidate: _Optional[str] = ...) -> None: ...
+
+class HoldFillRequest(_message.Message):
+    __slots__ = ("name", "branch_id", "candidate", "scope")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    name: _common_pb2.ReuseName
+    branch_id: str
+    candidate: str
+    scope: str
+    def __init__(self, name: _Optional[_Union[_common_pb2.ReuseName, _Mapping]] = ..., branch_id: _Optional[str] = ..., candidate: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class HoldFillEvent(_message.Message):
+    __slots__ = ("header", "kind", "template_id", "stage_id", "keep_branch", "keep_candidate")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEP_BRANCH_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.RecordHeader
+    kind: HoldEventKind
+    template_id: str
+    stage_id: str
+    keep_branch: str
+    keep_candidate: str
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., kind: _Optional[_Union[HoldEventKind, str]] = ..., template_id: _Optional[str] = ..., stage_id: _Optional[str] = ..., keep_branch: _Optional[str] = ..., keep_candidate: _Optional[str] = ...) -> None: ...
+
+class SettleScopeRequest(_message.Message):
+    __slots__ = ("scope", "template_id", "stage_id", "keep_branch", "keep_candidate")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEP_BRANCH_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    template_id: str
+    stage_id: str
+    keep_branch: str
+    keep_candidate: str
+    def __init__(self, scope: _Optional[str] = ..., template_id: _Optional[str] = ..., stage_id: _Optional[str] = ..., keep_branch: _Optional[str] = ..., keep_candidate: _Optional[str] = ...) -> None: ...
+
+class SettleScopeResponse(_message.Message):
+    __slots__ = ("told",)
+    TOLD_FIELD_NUMBER: _ClassVar[int]
+    told: int
+    def __init__(self, told: _Optional[int] = ...) -> None: ...
+
+class VersionsRequest(_message.Message):
+    __slots__ = ("since_seq", "limit")
+    SINCE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    since_seq: int
+    limit: int
+    def __init__(self, since_seq: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class TenantRecordVersion(_message.Message):
+    __slots__ = ("tenant", "record_id", "version")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    record_id: str
+    version: int
+    def __init__(self, tenant: _Optional[str] = ..., record_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class VersionsResponse(_message.Message):
+    __slots__ = ("write_seq", "versions", "more")
+    WRITE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    write_seq: int
+    versions: _containers.RepeatedCompositeFieldContainer[TenantRecordVersion]
+    more: bool
+    def __init__(self, write_seq: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[TenantRecordVersion, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class AdoptVersionsRequest(_message.Message):
+    __slots__ = ("header", "versions")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.RecordHeader
+    versions: _containers.RepeatedCompositeFieldContainer[TenantRecordVersion]
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., versions: _Optional[_Iterable[_Union[TenantRecordVersion, _Mapping]]] = ...) -> None: ...
+
+class AdoptVersionsResponse(_message.Message):
+    __slots__ = ("invalidated", "write_seq")
+    INVALIDATED_FIELD_NUMBER: _ClassVar[int]
+    WRITE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    invalidated: int
+    write_seq: int
+    def __init__(self, invalidated: _Optional[int] = ..., write_seq: _Optional[int] = ...) -> None: ...
 
 class WatchNamesRequest(_message.Message):
     __slots__ = ()
@@ -134,12 +262,14 @@ class WriteRecordsRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., tenant: _Optional[str] = ..., writes: _Optional[_Iterable[_Union[RecordWrite, _Mapping]]] = ...) -> None: ...
 
 class WriteRecordsResponse(_message.Message):
-    __slots__ = ("versions", "invalidated")
+    __slots__ = ("versions", "invalidated", "prior_write_seq")
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     INVALIDATED_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_WRITE_SEQ_FIELD_NUMBER: _ClassVar[int]
     versions: _containers.RepeatedCompositeFieldContainer[_common_pb2.RecordVersion]
     invalidated: int
-    def __init__(self, versions: _Optional[_Iterable[_Union[_common_pb2.RecordVersion, _Mapping]]] = ..., invalidated: _Optional[int] = ...) -> None: ...
+    prior_write_seq: int
+    def __init__(self, versions: _Optional[_Iterable[_Union[_common_pb2.RecordVersion, _Mapping]]] = ..., invalidated: _Optional[int] = ..., prior_write_seq: _Optional[int] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()

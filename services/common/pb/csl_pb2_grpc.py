@@ -80,6 +80,31 @@ class SubgraphLibraryStub:
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.WatchNamesRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_csl__pb2.NameEvents.FromString,
                 _registered_method=True)
+        self.Claim = channel.unary_unary(
+                '/dynbranch.v1.SubgraphLibrary/Claim',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.ClaimRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.ClaimResponse.FromString,
+                _registered_method=True)
+        self.HoldFill = channel.unary_stream(
+                '/dynbranch.v1.SubgraphLibrary/HoldFill',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.HoldFillRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.HoldFillEvent.FromString,
+                _registered_method=True)
+        self.SettleScope = channel.unary_unary(
+                '/dynbranch.v1.SubgraphLibrary/SettleScope',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.SettleScopeRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.SettleScopeResponse.FromString,
+                _registered_method=True)
+        self.Versions = channel.unary_unary(
+                '/dynbranch.v1.SubgraphLibrary/Versions',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.VersionsRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.VersionsResponse.FromString,
+                _registered_method=True)
+        self.AdoptVersions = channel.unary_unary(
+                '/dynbranch.v1.SubgraphLibrary/AdoptVersions',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsResponse.FromString,
+                _registered_method=True)
 
 
 class SubgraphLibraryServicer:
@@ -153,6 +178,53 @@ class SubgraphLibraryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Claim(self, request, context):
+        """Promote the one shadow under exactly this name whose fill is held (HoldFill) in the
+        demand's scope, whatever branch it belongs to: what a gateway replica that did not open the
+        branch does for a demand that matches another replica's fill. While that fill is still
+        running, wait up to wait_s for its shadow first. Several matching branches: a miss. Not
+        idempotent (a promoted result is returned once).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldFill(self, request, context):
+        """Hold the placeholder of a running fill step for as long as the stream is open, so other
+        gateway replicas wait for its shadow instead of running the stage again; the stream then
+        tells its holder when the shadow is promoted (by any replica) or its branch or workflow is
+        settled. Closing the stream drops the placeholder (a crashed holder leaves none behind).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleScope(self, request, context):
+        """A demand for the first stage of a branch's subgraph arrived on a gateway replica that did
+        not open the branch: tell every fill held in its scope (the workflow), so their holders
+        resolve their branches (keeping the claimed candidate, if any) and abort the losers.
+        Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Versions(self, request, context):
+        """Records written or adopted above a write sequence, in version order, a page at a time: what
+        a shard that missed writes catches up from. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdoptVersions(self, request, context):
+        """Raise records to versions other shards handed out for the same writes, invalidating their
+        readers exactly as the writes would have; versions never move down. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SubgraphLibraryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +272,31 @@ def add_SubgraphLibraryServicer_to_server(servicer, server):
                     servicer.WatchNames,
                     request_deserializer=dynbranch_dot_v1_dot_csl__pb2.WatchNamesRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_csl__pb2.NameEvents.SerializeToString,
+            ),
+            'Claim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Claim,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.ClaimRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.ClaimResponse.SerializeToString,
+            ),
+            'HoldFill': grpc.unary_stream_rpc_method_handler(
+                    servicer.HoldFill,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.HoldFillRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.HoldFillEvent.SerializeToString,
+            ),
+            'SettleScope': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleScope,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.SettleScopeRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.SettleScopeResponse.SerializeToString,
+            ),
+            'Versions': grpc.unary_unary_rpc_method_handler(
+                    servicer.Versions,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.VersionsRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.VersionsResponse.SerializeToString,
+            ),
+            'AdoptVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdoptVersions,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -446,6 +543,141 @@ class SubgraphLibrary:
             '/dynbranch.v1.SubgraphLibrary/WatchNames',
             dynbranch_dot_v1_dot_csl__pb2.WatchNamesRequest.SerializeToString,
             dynbranch_dot_v1_dot_csl__pb2.NameEvents.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Claim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/Claim',
+            dynbranch_dot_v1_dot_csl__pb2.ClaimRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.ClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldFill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/HoldFill',
+            dynbranch_dot_v1_dot_csl__pb2.HoldFillRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.HoldFillEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleScope(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/SettleScope',
+            dynbranch_dot_v1_dot_csl__pb2.SettleScopeRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.SettleScopeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Versions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/Versions',
+            dynbranch_dot_v1_dot_csl__pb2.VersionsRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.VersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdoptVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/AdoptVersions',
+            dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 import grpc
 
 from services.common.errors import Unavailable
 from services.common.pb import csl_pb2
-from services.common.reads import ReadSet, Served, Shadow
+from services.common.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName
 from services.csl.client import CslClient, PutPipe
 from services.gateway.adapters.name_mirror import NameMirror
 
 log = logging.getLogger(__name__)
+_HOLD_EVENTS = {csl_pb2.HOLD_EVENT_KIND_HELD: HoldEvent.HELD,
+                csl_pb2.HOLD_EVENT_KIND_PROMOTED: HoldEvent.PROMOTED,
+                csl_pb2.HOLD_EVENT_KIND_SETTLED: HoldEvent.SETTLED}
 
 
 class RemoteLibrary:
@@ -106,6 +109,45 @@ class RemoteLibrary:
         if served is not None:
             self.mirror.add(name)
         return served
+
+    async def claim(self, name: ReuseName, scope: str, wait_s: float) -> Claimed | None:
+        """Promote the one shadow under ``name`` held in ``scope`` whatever its branch (another
+        replica's fill), waiting up to ``wait_s`` for a running one; None on a miss or any
+        failure."""
+        try:
+            return await self.client.claim(name, scope, wait_s, wait_s + self.lookup_deadline_s)
+        except grpc.aio.AioRpcError as err:
+            self._failed("claim", err)
+            return None
+
+    async def hold(self, name: ReuseName, branch_id: str, candidate: str, scope: str,
+                   timeout_s: float) -> AsyncGenerator[HoldNotice, None]:
+        """Hold a running fill step's placeholder until the stream ends or the caller stops
+        iterating (or is cancelled): yields what happens to the step. A lost library ends the
+        stream early (the placeholder is gone: other replicas then simply miss)."""
+        call = self.client.hold_fill(name, branch_id, candidate, scope, timeout_s)
+        try:
+            async for event in call:
+                kind = _HOLD_EVENTS.get(event.kind)
+                if kind is not None:
+                    yield HoldNotice(kind, event.template_id, event.stage_id, event.keep_branch,
+                                     event.keep_candidate)
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED):
+                self._failed("hold", err)
+        finally:
+            call.cancel()
+
+    async def settle_scope(self, scope: str, template_id: str, stage_id: str,
+                           keep_branch: str = "", keep_candidate: str = "") -> int:
+        """Tell the fills held in a workflow that a first stage was demanded here; the
+        holders told (0 on failure: their branches then retire at their TTL)."""
+        try:
+            return await self.client.settle_scope(scope, template_id, stage_id, keep_branch,
+                                                  keep_candidate, self.deadline_s)
+        except grpc.aio.AioRpcError as err:
+            self._failed("settle_scope", err)
+            return 0
 
     async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
         """Drop a branch's shadows; 0 on failure (their TTL removes them)."""

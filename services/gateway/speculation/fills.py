@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
@@ -34,11 +35,14 @@ class FillRunner:
     """Executes fills for the branch manager."""
 
     def __init__(self, executor: Executor, library: LibraryPort, settings: BranchSettings,
-                 tracer: Tracer) -> None:
+                 tracer: Tracer,
+                 hold: Callable[[Branch, Fill, FillStep], None] | None = None) -> None:
         self.executor = executor
         self.library = library
         self.settings = settings
         self.tracer = tracer
+        #: Starts holding a step's placeholder in the library while it runs (gateway replicas).
+        self.hold = hold
         self._seq = itertools.count()
 
     async def run(self, branch: Branch, fill: Fill) -> None:
@@ -58,6 +62,8 @@ class FillRunner:
         finally:
             for step in fill.steps:
                 step.done.set()
+                if not step.ok and step.hold is not None:
+                    step.hold.cancel()  # no shadow will come: drop the placeholder
 
     async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
                         outputs: dict[str, str], previous: ReuseName | None) -> str | None:
@@ -95,11 +101,14 @@ class FillRunner:
                         prompt=rendered.text, sampling=rendered.sampling,
                         workflow_id=branch.workflow_id, template_id=rendered.template_id,
                         stage_id=rendered.stage_id, stage_version=rendered.stage_version)
+        if self.hold is not None:
+            self.hold(branch, fill, step)
         with maybe_span(self.tracer, "fill.run", attributes=span_attrs(
                 branch, fill, step.name)):
             run = await self.executor.execute(demand, stage, Priority.FILL, request_id,
                                             self.settings.fill_timeout_s)
         fill.cost_s += run.cost_s
+        step.cost_s = run.cost_s
         if not run.storable:
             return None
         read_set = ReadSet(run.read_set.reads, run.read_set.complete,

@@ -40,6 +40,12 @@ class FillStep:
     claimed: bool = False
     #: The producer identity of its shadow (``producer_id``), once stored.
     producer: str = ""
+    #: Engine seconds the step cost (what its promotion saves).
+    cost_s: float = 0.0
+    #: A demand on this gateway is promoting the step (its library event is not news).
+    claiming: bool = False
+    #: The task holding the step's placeholder in the library (other replicas wait on it).
+    hold: asyncio.Task[None] | None = None
 
 
 @dataclass(slots=True)
@@ -81,6 +87,8 @@ class Branch:
     setup_s: float = 0.0
     saved_s: float = 0.0
     reported: bool = False
+    #: Retired: no fill starts and no placeholder is held for it any more.
+    retired: bool = False
 
     @property
     def exclusive(self) -> bool:
@@ -104,6 +112,12 @@ class Branch:
         return found[0] if len(found) == 1 else None
 
 
+def scope_of(tenant: str, workflow_id: str) -> str:
+    """The library scope of a workflow's fills: claims and settlements never cross it, so a
+    shadow stays invisible to other workflows and tenants (DESIGN.md §5.2)."""
+    return f"{tenant}\x1f{workflow_id}"
+
+
 def producer_id(branch_id: str, candidate: str, step: int) -> str:
     """The producer identity of a fill step's shadow: what admission credits when consumed."""
     return f"fill/{branch_id}/{candidate}/{step}"
@@ -116,4 +130,5 @@ def span_attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | i
             "dynbranch.reuse_name": str(name)}
 
 
-__all__ = ["Branch", "BranchSettings", "Fill", "FillStep", "producer_id", "span_attrs"]
+__all__ = ["Branch", "BranchSettings", "Fill", "FillStep", "producer_id", "scope_of",
+           "span_attrs"]
