@@ -24,6 +24,7 @@ from typing import Any
 
 from loadgen.arm_set import ARM_SPECS, ArmSpec
 from loadgen.equivalence import compare_outputs
+from loadgen.real_engines import RealEngine, engine_state, real_backend
 from loadgen.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
 from loadgen.stats import quantile
 from loadgen.workloads.base import SimClock, WorkflowResult, Workload
@@ -33,6 +34,7 @@ from services.admission.server import build_runtime as build_admission
 from services.common.generation import Priority
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime as build_csl
+from services.engine_agent.backends import make_backend
 from services.engine_agent.config import EngineAgentSettings
 from services.engine_agent.server import build_runtime as build_engine
 from services.gateway.config import GatewaySettings
@@ -76,6 +78,9 @@ class MeshConfig:
     #: The lexical predictor's word-overlap weight (``bench arms`` passes the train-fitted one).
     overlap_weight: float = 2.0
     draft_preset: str = "qwen3-0.6b-h200"
+    #: A real engine under every agent ("vllm" embedded, "sglang" server beside it) on this
+    #: model folder; None keeps the simulated engines (``loadgen.real_engines``).
+    real: RealEngine | None = None
 
 
 @dataclass(slots=True)
@@ -100,6 +105,12 @@ class InProcessMesh:
     address: str
     #: The in-process admission service's runtime (None: the gateway's fixed policy).
     admission: Any = None
+    #: Each engine agent's backend (to check what it still holds at the end of a run).
+    backends: list[Any] = field(default_factory=list)
+
+    async def engine_states(self) -> list[dict[str, int]]:
+        """Per engine: requests still running or waiting, leases and leased blocks held."""
+        return [await engine_state(b) for b in self.backends]
 
     def counters(self) -> dict[str, int]:
         """The gateway's branch counters (zeros when early fill is off)."""
@@ -148,8 +159,9 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
             csl = await build_csl(CslSettings(data_dir=str(folder / "csl"), metrics_port=-1,
                                               grace_s=0.2, sync=False, log_level="WARNING"))
             await _started(stack, csl)
-            engines = await asyncio.gather(*(build_engine(_engine_settings(config, i))
-                                             for i in range(config.engines)))
+            backends = [await _backend(config, i, folder, stack) for i in range(config.engines)]
+            engines = await asyncio.gather(*(build_engine(_engine_settings(config, i), backend=b)
+                                             for i, b in enumerate(backends)))
             for engine in engines:
                 await _started(stack, engine)
             targets = [e.address for e in engines]
@@ -172,7 +184,15 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
                 admission.address if admission is not None else ""),
                 span_exporter=span_exporter)
             await _started(stack, gateway)
-            yield InProcessMesh(gateway, gateway.address, admission)
+            yield InProcessMesh(gateway, gateway.address, admission, backends)
+
+
+async def _backend(config: MeshConfig, i: int, folder: Path,
+                   stack: contextlib.AsyncExitStack) -> Any:
+    """The engine agent's backend (unstarted): the settings' sim, or a real engine."""
+    if config.real is None:
+        return make_backend(_engine_settings(config, i))
+    return await real_backend(config.real, config.model, i, folder, stack)
 
 
 def _spec(arm: str | ArmSpec) -> ArmSpec:

@@ -23,6 +23,7 @@ from loadgen.arm_summary import completed_everywhere, summarize
 from loadgen.arms import ArmResult, MeshConfig, run_arm
 from loadgen.leak_guard import check
 from loadgen.oracle import OracleBound, oracle_bound
+from loadgen.real_engines import ENGINES, RealEngine, tiny_model
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import Workload
 from loadgen.workloads.schedule import Schedule
@@ -33,6 +34,9 @@ RATES = {"routing": 0.12, "react": 0.12, "subagent": 0.12, "hci": 0.3}
 #: (workflows, engines, time scale, warm-up workflows, arms) per mode; quick finishes in under
 #: a minute on 2 cores.
 MODES = {True: (12, 2, 0.05, 1, QUICK_ARMS), False: (48, 4, 0.1, 3, ALL_ARMS)}
+#: The same on a real engine (``--engine vllm|sglang``, tiny model, wall time: time scale 1):
+#: one engine on 2 cores, fewer workflows, and the floor beside the full arm by default.
+REAL_MODES = {True: (6, 1, 1.0, 1, ("floor", "full")), False: (12, 1, 1.0, 1, QUICK_ARMS)}
 WARMUP_SEED_OFFSET = 1_000_003
 
 
@@ -51,6 +55,8 @@ class Options:
     arms: tuple[str, ...] | None = None
     #: Exact-replay rate of the schedule (dynbranch Fig. 10); None keeps the workload's own.
     replay_rate: float | None = None
+    #: "sim", or a real engine on the tiny model: "vllm" (embedded) or "sglang" (a server).
+    engine: str = "sim"
 
 
 def _warmup(workload: Workload, schedule: Schedule, count: int, seed: int) -> Schedule:
@@ -104,14 +110,23 @@ def _leak_guard(workload: Workload) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _real(opts: Options) -> RealEngine | None:
+    if opts.engine == "sim":
+        return None
+    if opts.engine not in ENGINES:
+        raise ValueError(f"unknown engine {opts.engine!r}; known: {', '.join(ENGINES)}")
+    return RealEngine(opts.engine, tiny_model(opts.engine))
+
+
 async def _run(quick: bool, opts: Options) -> dict[str, Any]:
-    n, engines, time_scale, warm, default_arms = MODES[quick]
+    real = _real(opts)
+    n, engines, time_scale, warm, default_arms = (MODES if real is None else REAL_MODES)[quick]
     n = opts.workflows or n
     workload = get_workload(opts.workload)
     guard = _leak_guard(workload)  # fits on the train split; the gateway runs what it fitted
     weight = guard.get("fitted", {}).get("overlap_weight", MeshConfig().overlap_weight)
     config = MeshConfig(engines=opts.engines or engines, preset=opts.preset,
-                        time_scale=time_scale, overlap_weight=weight)
+                        time_scale=time_scale, overlap_weight=weight, real=real)
     rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
     arms = resolve(opts.arms or default_arms)
     seeds = list(range(opts.seed, opts.seed + max(1, opts.seeds)))
@@ -122,7 +137,9 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     summary = summarize(merged, seed=opts.seed, bound=bound)
     failed = sum(a["failed"] for a in summary.values())
     return {
-        "workload": opts.workload, "preset": opts.preset, "simulated": True,
+        "workload": opts.workload, "preset": opts.preset, "simulated": real is None,
+        "engine": real.label if real is not None else f"sim {opts.preset}",
+        "model": real.model_path if real is not None else config.model,
         "engines": config.engines, "time_scale": config.time_scale, "workflows": n,
         "warmup_workflows": warm, "arrival": opts.arrival,
         "rate_per_s": rate if opts.arrival == "poisson" else None,
@@ -161,9 +178,14 @@ def _fmt(value: float | None, width: int) -> str:
 def _print(result: dict[str, Any]) -> None:
     load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
             else "serial closed loop")
+    if result["simulated"]:
+        engine = (f"{result['engines']} x {result['preset']} at time scale "
+                  f"{result['time_scale']} (SIMULATED engine; latency in simulated s, ")
+    else:
+        engine = (f"{result['engines']} x REAL {result['engine']} (random-weight tiny model; "
+                  f"latency in wall s, ")
     print(f"arms: {result['workload']}, {result['workflows']} workflows x seeds "
-          f"{result['seeds']}, {load}, {result['engines']} x {result['preset']} at time scale "
-          f"{result['time_scale']} (SIMULATED engine; latency in simulated s, "
+          f"{result['seeds']}, {load}, {engine}"
           f"{result['latency'].replace('_', ' ')}); oracle bound {result['oracle']['bound_s']} s")
     print(f"  {'arm':<15} {'mean_s':>8} {'ratio':>7} {'ci95':>15} {'oracle':>7} "
           f"{'issued/req':>11} {'consumed/req':>13}  outputs = floor")
@@ -182,4 +204,4 @@ def _print(result: dict[str, Any]) -> None:
         print(f"  RUN FAILED: {result['failed']} failed workflow(s), left out of every mean")
 
 
-__all__ = ["MODES", "RATES", "Options", "run"]
+__all__ = ["MODES", "RATES", "REAL_MODES", "Options", "run"]

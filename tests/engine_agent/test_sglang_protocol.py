@@ -177,3 +177,27 @@ async def test_load_and_facts_from_sglang_metrics_and_server_info() -> None:
     with pytest.raises(Unimplemented):
         await backend.lease_prefix("x", "L", 1.0)
     await backend.close()
+
+
+PRIORITY_PAGE = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m",priority=""} 3.0
+sglang:num_running_reqs{model_name="m",priority="0"} 2.0
+sglang:num_running_reqs{model_name="m",priority="-1"} 1.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m",priority=""} 1.0
+sglang:num_queue_reqs{model_name="m",priority="-1"} 1.0
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="m",priority="0"} 40.0
+sglang:generation_tokens_total{model_name="m",priority="-1"} 2.0
+"""
+
+
+def test_per_priority_series_are_not_counted_twice_beside_their_totals() -> None:
+    from services.engine_agent.backends.sglang import totals_only
+    from services.engine_agent.engine_metrics import SGLANG, parse_metrics
+
+    snap = parse_metrics(totals_only(PRIORITY_PAGE), SGLANG)
+    assert (snap.running, snap.waiting) == (3, 1)  # SGLang 0.5.23 with priority scheduling
+    kept = totals_only(PRIORITY_PAGE)
+    assert kept.count("generation_tokens_total{") == 2  # no total series: every one is kept

@@ -40,6 +40,19 @@ def require_vllm() -> None:
     pytest.skip(reason)
 
 
+def require_sglang() -> None:
+    """Skip (or, under DYNBRANCH_REQUIRE_REAL_ENGINE=1, fail) when the SGLang venv is missing."""
+    from services.engine_agent.backends.servers import sglang_available, sglang_python
+
+    if sglang_available():
+        return
+    reason = (f"SGLang is not installed at {sglang_python().parent.parent}: run "
+              f"scripts/install_sglang.sh (sglang 0.5.23)")
+    if REQUIRE:
+        pytest.fail(reason + " (DYNBRANCH_REQUIRE_REAL_ENGINE=1)")
+    pytest.skip(reason)
+
+
 def require_plugin() -> None:
     """The dynbranch vLLM plugin must be registered (an installed entry point)."""
     from importlib.metadata import entry_points

@@ -13,22 +13,31 @@
 * ``GET /metrics``: ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
   ``sglang:token_usage``, ``sglang:cache_hit_rate``.
 
-SGLang cannot run on the CPU machines this project is tested on: the client is tested against the
-schema above (tests/engine_agent/test_sglang_protocol.py) and is unverified against a live SGLang.
-Prefix leases (which would map onto ``RadixCache.inc_lock_ref``/``dec_lock_ref``) need the
-engine in-process and are not available remotely.
+Verified live against SGLang 0.5.23 on the CPU (tests/real_engine/test_sglang_server.py; the
+server from ``scripts/install_sglang.sh``, started by ``backends/servers.py``) as well as against
+the schema (tests/engine_agent/test_sglang_protocol.py). As observed there: short outputs may
+arrive in fewer chunks than tokens; a running request aborted by rid ends with
+``{"type": "abort"}`` and its partial text, a queued one with none; the load gauges refresh at
+prefill and every ``--decode-log-interval`` decode steps; with priority scheduling each gauge is
+exported per priority beside its ``priority=""`` total (``totals_only``). Prefix leases (which
+would map onto ``RadixCache.inc_lock_ref``/``dec_lock_ref``) need the engine in-process and are
+not available remotely.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from services.common.errors import InvalidArgument
+import httpx
+
+from services.common.errors import InvalidArgument, Unavailable
 from services.common.generation import (
     FinishReason,
     GenerationRequest,
+    LoadReport,
     Priority,
     Sampling,
     Usage,
@@ -42,6 +51,7 @@ from services.engine_agent.backend import (
 )
 from services.engine_agent.backends.http import estimate_tokens
 from services.engine_agent.backends.remote import RemoteBackend, RemoteSettings, RemoteStream
+from services.engine_agent.engine_metrics import parse_metrics
 
 
 def sampling_params(s: Sampling) -> dict[str, Any]:
@@ -89,7 +99,7 @@ class SglangBackend(RemoteBackend):
             kv_blocks_total=settings.kv_blocks, fill_priority=settings.fill_priority))
 
     async def _discover(self) -> None:
-        resp = await self._client.get("/get_server_info")
+        resp = await self._client.get("/get_server_info", timeout=self.settings.connect_timeout_s)
         if resp.status_code != 200:
             return  # optional: facts then come from the settings and /metrics
         info = resp.json()
@@ -102,6 +112,25 @@ class SglangBackend(RemoteBackend):
         if "kv_tokens" in self._facts:
             self._facts["num_blocks"] = self._facts.pop("kv_tokens") // max(
                 self._facts.get("block_size", 1), 1)
+
+    async def refresh_load(self) -> LoadReport:
+        """Scrape ``/metrics`` now, reading SGLang's totals only.
+
+        With ``--enable-priority-scheduling`` SGLang 0.5.23 exports each gauge once per priority
+        (``priority="0"``, ``"-1"``) beside the total (``priority=""``); summing every series
+        would count each request twice, so the per-priority series are dropped first.
+        """
+        try:
+            resp = await self._client.get("/metrics", timeout=self.settings.connect_timeout_s)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"metrics of {self.settings.base_url} unreachable: {exc}") from exc
+        if resp.status_code == 200:
+            self._snapshot = parse_metrics(totals_only(resp.text), self._names)
+            for key, value in (("block_size", self._snapshot.block_size),
+                               ("num_blocks", self._snapshot.num_blocks)):
+                if value:
+                    self._facts[key] = value
+        return self.load()
 
     async def _abort_remote(self, request_id: str) -> None:
         with contextlib.suppress(Exception):
@@ -147,6 +176,21 @@ class SglangBackend(RemoteBackend):
         yield Finished(reason or FinishReason.ERROR, text, usage, self._timings(stream))
 
 
+_PER_PRIORITY = re.compile(r'[{,]priority="[^"]+"')
+_TOTAL = re.compile(r'[{,]priority=""')
+
+
+def totals_only(page: str) -> str:
+    """The metrics page without SGLang's per-priority series (``priority="<value>"``) of every
+    metric that also has a total series (``priority=""``); counters exported per priority only
+    (``sglang:generation_tokens_total``) are kept whole."""
+    lines = page.splitlines()
+    totalled = {line.split("{", 1)[0] for line in lines
+                if not line.startswith("#") and _TOTAL.search(line)}
+    return "\n".join(line for line in lines if line.startswith("#")
+                     or line.split("{", 1)[0] not in totalled or not _PER_PRIORITY.search(line))
+
+
 def _text_delta(previous: str, received: str) -> tuple[str, str]:
     """(new text, cumulative text) for a cumulative or an incremental stream."""
     if received.startswith(previous):
@@ -158,4 +202,4 @@ def _fields(settings: RemoteSettings) -> dict[str, Any]:
     return {name: getattr(settings, name) for name in settings.__dataclass_fields__}
 
 
-__all__ = ["SglangBackend", "finish_reason", "sampling_params"]
+__all__ = ["SglangBackend", "finish_reason", "sampling_params", "totals_only"]
