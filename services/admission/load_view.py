@@ -123,7 +123,11 @@ class LoadTracker:
 
     def release(self, model: str, token: str) -> None:
         """Drop a reservation (the fill finished, was aborted or now shows in reports)."""
-        self._reserved.get(model, {}).pop(token, None)
+        held = self._reserved.get(model)
+        if held is not None:
+            held.pop(token, None)
+            if not held:  # a model named only in requests must not leave a key behind
+                del self._reserved[model]
 
     # -- the view ---------------------------------------------------------------------------------
 

@@ -40,6 +40,9 @@ class ServiceSettings(BaseModel):
                                  description="NOT_SERVING is visible this long before stop")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
+    max_concurrent_rpcs: int = Field(16_384, ge=1, le=1_000_000, description=(
+        "RPCs (streams included) the server runs at once; one more is refused by gRPC with "
+        "RESOURCE_EXHAUSTED, never queued"))
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
                                    description="largest gRPC message accepted")
     otlp_endpoint: str = Field("", description="OTLP gRPC endpoint; empty exports no spans")

@@ -76,7 +76,8 @@ class ServiceRuntime:
         if self.tls.calls:
             tls.configure_client(self.tls)  # this process's channels present this identity
         self.server = grpc.aio.server(interceptors=[ErrorInterceptor()],
-                                      options=server_options(settings))
+                                      options=server_options(settings),
+                                      maximum_concurrent_rpcs=settings.max_concurrent_rpcs)
         self.health = health.aio.HealthServicer()
         self.port: int | None = None
         #: The plaintext health-only server and its port (``health_port`` >= 0).

@@ -54,6 +54,9 @@ class DeliverySettings(ServiceSettings):
         "deadline of the engine's ReceiveResult (receipt until the continuation's end)"))
     max_observation_bytes: int = Field(4 * 1024 * 1024, ge=1, le=256 * 1024 * 1024,
                                        description="largest observation payload accepted")
+    max_pending_results: int = Field(4096, ge=1, le=1_000_000, description=(
+        "results held at once, from Deliver to their continuation's end; one more is refused "
+        "with RESOURCE_EXHAUSTED"))
 
     @field_validator("engines")
     @classmethod

@@ -25,6 +25,8 @@ DEFAULT_THETA = 0.75
 DEFAULT_EXPECTED_OUTPUT = 64.0
 #: Weight of the expected output in Tail-aware Release's work estimate.
 OUTPUT_WEIGHT = 4.0
+#: Tools whose own output mean tail_aware keeps (a map per tool name from requests: bounded).
+MAX_TOOLS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +252,8 @@ class TailAwarePolicy(_Base):
         """Retire ``key`` from the ledger and fold its output into the running means."""
         tool = self._ledger.pop(key, None)
         for name in {"", tool or ""}:
+            if name not in self._sums and len(self._sums) > MAX_TOOLS:
+                continue  # past MAX_TOOLS names a new tool only feeds the all-tools mean
             total, count = self._sums.get(name, (0.0, 0))
             self._sums[name] = (total + output_tokens, count + 1)
 

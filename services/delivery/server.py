@@ -42,7 +42,8 @@ async def build_runtime(settings: DeliverySettings, *,
         Sender, settings.policy, link_bytes_per_s=settings.link_bytes_per_s,
         framing_bytes=settings.framing_bytes, window=settings.window,
         max_record_age_s=settings.max_record_age_s, clock=time.time)
-    core = runtime.core = DeliveryCore(links, make_sender)
+    core = runtime.core = DeliveryCore(links, make_sender,
+                                       max_pending=settings.max_pending_results)
     # Close hooks run last-registered first: the core (sender, then pending deliveries), then
     # the engine links its receipts were calling.
     for link in links.values():

@@ -24,6 +24,7 @@ from services.common.errors import (
     DynbranchError,
     FailedPrecondition,
     InvalidArgument,
+    ResourceExhausted,
     Unavailable,
 )
 from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: Finished deliveries remembered for resubmissions (the engine remembers as many receipts).
 MAX_REMEMBERED = 4096
+#: Results pending at once by default (``DeliverySettings.max_pending_results``).
+MAX_PENDING = 4096
 
 Observe = Callable[[LeaseRecord | BudgetRecord], bool]
 SenderFactory = Callable[..., Sender]  # called with receive= and inventory_listener=
@@ -133,15 +136,23 @@ class DeliveryCore:
     """Idempotent tool-result delivery over a ``Sender`` and one ``EnginePort`` per engine."""
 
     def __init__(self, engines: Mapping[str, EnginePort], make_sender: SenderFactory, *,
-                 remember: int = MAX_REMEMBERED) -> None:
+                 remember: int = MAX_REMEMBERED, max_pending: int = MAX_PENDING) -> None:
         self.engines = dict(engines)
         receive: Receive = self._receive
         listener: InventoryListener = self._inventory_changed
         self.sender = make_sender(receive=receive, inventory_listener=listener)
         self._remember = remember
+        #: Results held at once (readiness, inventory, link, running continuation); one more
+        #: is refused with ``ResourceExhausted``, never queued.
+        self.max_pending = max_pending
         self._pending: dict[ResultKey, _Entry] = {}
         self._done: OrderedDict[ResultKey, tuple[str, str, Delivered]] = OrderedDict()
         self._closed = False
+
+    @property
+    def pending(self) -> int:
+        """Results held now (bounded by ``max_pending``)."""
+        return len(self._pending)
 
     async def start(self) -> None:
         """Start the sender's loop and every engine's record stream."""
@@ -221,6 +232,9 @@ class DeliveryCore:
     def _begin(self, result: ToolResult, port: EnginePort, payload_digest: str) -> _Entry:
         if self._closed:
             raise Unavailable("delivery is shutting down")
+        if len(self._pending) >= self.max_pending:
+            raise ResourceExhausted(f"delivery overloaded: {self.max_pending} results pending "
+                                    "(max_pending_results); retry later")
         future: asyncio.Future[Delivered] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_retrieve)
         entry = _Entry(payload_digest, port.engine_id, future)
@@ -309,5 +323,5 @@ async def _quietly(withdrawal: Awaitable[bool]) -> None:
         log.info("engine withdrawal failed: %s", exc)
 
 
-__all__ = ["MAX_REMEMBERED", "Delivered", "DeliveryCore", "EnginePort", "Readiness", "Received",
-           "ToolResult"]
+__all__ = ["MAX_PENDING", "MAX_REMEMBERED", "Delivered", "DeliveryCore", "EnginePort",
+           "Readiness", "Received", "ToolResult"]
