@@ -15,27 +15,57 @@ SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_age
             "delivery": "services.delivery.server"}
 
 
+SIM_PRESET = "qwen3-32b-h200"
+
+
 def _mesh_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engines", type=int, default=2, help="engine agents (default 2)")
     parser.add_argument("--model", default="qwen3-32b", help="model name (default qwen3-32b)")
-    parser.add_argument("--preset", default="qwen3-32b-h200",
-                        help="sim cost-model preset (default qwen3-32b-h200)")
+    parser.add_argument("--preset", default=SIM_PRESET,
+                        help="sim cost-model preset (default qwen3-32b-h200), or a real "
+                        "backend's engine preset (tiny-cpu, its default)")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="wall seconds per simulated second (default 1.0; 0 = no waiting)")
     parser.add_argument("--engine-set", action="append", default=[], metavar="KEY=VALUE",
                         help="extra engine agent setting (repeatable)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--backend", default="sim", choices=["sim", "vllm", "openai", "sglang"],
+                        help="engine of every agent: sim (default), vllm (embedded), openai (a "
+                        "vLLM OpenAI server beside each agent), sglang (an SGLang server beside "
+                        "each agent); servers are launched unless --engine-url is given")
+    parser.add_argument("--engine-url", action="append", default=[], metavar="URL",
+                        help="openai/sglang: a running server (one, or one per engine)")
+    parser.add_argument("--model-path", default="", metavar="DIR",
+                        help="real backends: model folder (default: the preset's tiny model)")
+    parser.add_argument("--csl-shards", type=int, default=1, metavar="N",
+                        help="csl shards, each its own process and LMDB environment; gateways "
+                        "pick one by rendezvous hashing of the reuse name (default 1)")
+    parser.add_argument("--gateways", type=int, default=1, metavar="N",
+                        help="gateway replicas behind the same csl and admission (default 1)")
 
 
 def _spec(args: argparse.Namespace) -> Any:
+    from services.engine_presets import resolve_preset
     from services.launcher import MeshSpec
 
     if args.engines < 1:
         raise SystemExit("--engines: must be at least 1")
-    return MeshSpec(engines=args.engines, model=args.model, preset=args.preset,
+    for flag in ("csl_shards", "gateways"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(f"--{flag.replace('_', '-')}: must be at least 1")
+    try:
+        preset = resolve_preset(args.backend, args.preset, SIM_PRESET)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    if args.engine_url and args.backend not in ("openai", "sglang"):
+        raise SystemExit("--engine-url: only --backend openai or sglang speaks to a server")
+    return MeshSpec(engines=args.engines, model=args.model, preset=preset,
+                    backend=args.backend, engine_urls=tuple(args.engine_url),
+                    model_path=args.model_path,
                     time_scale=args.time_scale, engine_settings=args.engine_set,
-                    log_level=args.log_level)
+                    log_level=args.log_level, csl_shards=args.csl_shards,
+                    gateways=args.gateways)
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -96,7 +126,8 @@ async def _call(args: argparse.Namespace) -> int:
 #: ``bench`` flags only ``bench arms`` takes: flag → ``loadgen.bench.arms.run`` keyword.
 ARMS_FLAGS = {"workload": "workload", "seed": "seed", "seeds": "seeds", "arrival": "arrival",
               "rate": "rate", "workflows": "workflows", "preset": "preset",
-              "engines": "engines", "arms": "arms", "replay_rate": "replay_rate"}
+              "engines": "engines", "arms": "arms", "replay_rate": "replay_rate",
+              "engine": "engine"}
 
 
 def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -122,6 +153,12 @@ def _bench(args: argparse.Namespace) -> int:
     from services.gateway.tools.loaders import DataUnavailable
 
     options = _arms_options(args)
+    if args.minutes is not None:
+        if args.name != "soak":
+            raise SystemExit("--minutes: only `bench soak` takes it")
+        if not args.minutes > 0:
+            raise SystemExit("--minutes: must be > 0")
+        options["minutes"] = args.minutes
     run = load(args.name)
     try:
         result = run(args.quick, **options)
@@ -172,6 +209,10 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--replay-rate", type=float, metavar="P",
                       help="exact-replay rate of the schedule, in [0, 1] (dynbranch Fig. 10; "
                       "default: the workload's recurrence)")
+    arms.add_argument("--engine", choices=["sim", "vllm", "sglang"],
+                      help="engine under the mesh: the simulated one (default), or a real vLLM "
+                      "(embedded) or SGLang (a server per agent) on the tiny random-weight model, "
+                      "latency in wall time (quick: 6 workflows, floor and full)")
     arms.add_argument("--arms", metavar="A,B,...",
                       help="arms to run (floor always included; default quick: floor,c1,c2,"
                       "full,whole_request; full mode adds fixed,always,threshold,load_threshold)")
@@ -184,8 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynbranch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start every service on loopback until Ctrl-C",
-                        description="Start gateway, csl, admission, delivery and N sim engine "
-                        "agents as processes on loopback; print addresses; stop on Ctrl-C/SIGTERM.")
+                        description="Start gateway, csl, admission, delivery and N engine agents "
+                        "(sim, or a real engine with --backend) as processes on loopback; print "
+                        "addresses; stop on Ctrl-C/SIGTERM.")
     _mesh_args(up)
     up.set_defaults(run=lambda a: asyncio.run(_up(a)))
     call = sub.add_parser("call", help="send one stage through the gateway",
@@ -216,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark")
     bench.add_argument("--quick", action="store_true", help="finish in under a minute")
     bench.add_argument("--json", action="store_true", help="print one JSON object last")
+    bench.add_argument("--minutes", type=float,
+                       help="bench soak: minutes to run (default 2; 0.5 with --quick)")
     _arms_args(bench)
     bench.set_defaults(run=_bench)
     report = sub.add_parser("report", help="run the experiment matrix and write the report",

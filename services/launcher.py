@@ -5,6 +5,7 @@ one file per service under the run folder."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -16,9 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.clients import wait_serving
+from services.engine_presets import EngineSetup, engine_setup
 
 log = logging.getLogger(__name__)
 ANNOUNCE_TIMEOUT_S = 60.0
+#: An agent embedding vLLM announces once its engine started (35-70 s on a busy 2-core CPU).
+REAL_ENGINE_ANNOUNCE_TIMEOUT_S = 300.0
 
 
 @dataclass(slots=True)
@@ -32,6 +36,11 @@ class Child:
     log_path: Path
     #: ``host:port`` of the OpenAI-compatible HTTP front (the gateway only; empty otherwise).
     http_address: str = ""
+    #: How it was started (``restart`` starts it again the same way, on the same port).
+    module: str = ""
+    args: list[str] = field(default_factory=list)
+    #: Killed on purpose (``Mesh.kill``): its exit status does not make the stop unclean.
+    killed: bool = False
 
 
 @dataclass(slots=True)
@@ -47,6 +56,19 @@ class MeshSpec:
     #: Services started besides engines and the gateway.
     others: tuple[str, ...] = ("csl", "admission", "delivery")
     log_level: str = "INFO"
+    #: csl processes: 1 is one library named ``csl``; N > 1 are shards ``csl-0`` … ``csl-{N-1}``,
+    #: each with its own LMDB environment, that gateways pick by rendezvous hashing of names.
+    csl_shards: int = 1
+    #: Gateway replicas behind the same csl and admission: ``gateway``, ``gateway-1``, ….
+    gateways: int = 1
+    #: Engine backend of every agent (``services.engine_presets``): sim, vllm, openai, sglang;
+    #: for a real one ``preset`` names an engine preset (``tiny-cpu``).
+    backend: str = "sim"
+    #: Running servers the openai/sglang agents speak to (one, or one per engine); none:
+    #: launch one per agent.
+    engine_urls: tuple[str, ...] = ()
+    #: Model folder of a real engine (default: the preset's).
+    model_path: str = ""
 
 
 class Mesh:
@@ -56,43 +78,74 @@ class Mesh:
         self._own_run_dir = run_dir is None and not keep_run_dir
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="dynbranch-run-"))
         self.children: list[Child] = []
+        self.engine_setup: EngineSetup | None = None
+        self._drains: list[asyncio.Task[None]] = []
 
     def address(self, name: str) -> str:
         """Address of the first child named ``name``."""
         return next(c.address for c in self.children if c.name == name)
 
-    async def spawn(self, name: str, module: str, args: list[str]) -> Child:
+    def child(self, name: str) -> Child:
+        """The child named ``name``."""
+        return next(c for c in self.children if c.name == name)
+
+    async def spawn(self, name: str, module: str, args: list[str], port: int = 0,
+                    timeout_s: float = ANNOUNCE_TIMEOUT_S) -> Child:
         """Start ``python -m module`` and wait for its announcement."""
         log_path = self.run_dir / f"{name}.log"
         with open(log_path, "ab") as log_file:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", module, "--port", "0", "--metrics-port", "0", *args,
+                sys.executable, "-m", module, "--port", str(port), "--metrics-port", "0", *args,
                 stdout=asyncio.subprocess.PIPE, stderr=log_file, env={**os.environ})
         try:
-            line = await asyncio.wait_for(process.stdout.readline(), ANNOUNCE_TIMEOUT_S)
-            info = json.loads(line)
-        except (asyncio.TimeoutError, json.JSONDecodeError):
+            info = await asyncio.wait_for(_announcement(process, log_path), timeout_s)
+        except (asyncio.TimeoutError, EOFError):
             process.kill()
             await process.wait()
             tail = log_path.read_text()[-2000:]
             raise RuntimeError(f"{name} did not start; its log {log_path} ends:\n{tail}") from None
         child = Child(name, process, info["address"], info.get("metrics_port"), log_path,
-                      info.get("http_address", ""))
+                      info.get("http_address", ""), module, args)
+        # An engine library may log to stdout (embedded vLLM does): keep the pipe drained into
+        # the log, or the child blocks once the pipe is full.
+        self._drains.append(asyncio.create_task(_copy(process.stdout, log_path)))
         self.children.append(child)
+        return child
+
+    async def kill(self, name: str) -> None:
+        """SIGKILL one child (a fault test: no drain, no clean close) and wait for it."""
+        child = self.child(name)
+        child.killed = True
+        child.process.kill()
+        await child.process.wait()
+
+    async def restart(self, name: str) -> Child:
+        """Start a stopped child again with the same flags, on the same port."""
+        old = self.child(name)
+        if old.process.returncode is None:
+            raise RuntimeError(f"{name} is still running; stop or kill it first")
+        self.children.remove(old)
+        port = int(old.address.rsplit(":", 1)[1])
+        child = await self.spawn(name, old.module, old.args, port=port)
+        await wait_serving(child.address)
         return child
 
     async def start(self, spec: MeshSpec) -> None:
         """Engines and the other services in parallel, then the gateway; wait for SERVING."""
         common = ["--log-level", spec.log_level]
-        engine_args = [["--engine-id", f"engine-{i}", "--model", spec.model, "--preset",
-                        spec.preset, "--time-scale", str(spec.time_scale), *common,
-                        *sum((["--set", s] for s in spec.engine_settings), [])]
+        self.engine_setup = setup = await engine_setup(
+            spec.backend, spec.preset, spec.engines, spec.model, self.run_dir,
+            spec.engine_urls, spec.model_path)
+        engine_args = [["--engine-id", f"engine-{i}", "--model", spec.model, *self._sim(spec),
+                        *common, *sum((["--set", s] for s in [*setup.settings[i],
+                                                              *spec.engine_settings]), [])]
                        for i in range(spec.engines)]
         await asyncio.gather(
-            *(self.spawn(f"engine-{i}", "services.engine_agent", a)
+            *(self.spawn(f"engine-{i}", "services.engine_agent", a, timeout_s=(
+                ANNOUNCE_TIMEOUT_S if spec.backend == "sim" else REAL_ENGINE_ANNOUNCE_TIMEOUT_S))
               for i, a in enumerate(engine_args)),
-            *(self.spawn(name, f"services.{name}", [*common, *self._extra(name)])
-              for name in spec.others if name not in ("admission", "delivery")))
+            *(self.spawn(name, f"services.{module}", [*common, *self._extra(name)])
+              for name, module in self._libraries(spec)))
         engines = [c for c in self.children if c.name.startswith("engine-")]
         targets = sum((["--engine", c.address] for c in engines), [])
         if "admission" in spec.others:  # it follows the engines' load streams
@@ -101,17 +154,39 @@ class Mesh:
             await self.spawn("delivery", "services.delivery", [*common, *sum(
                 (["--engine", f"{c.name}={c.address}"] for c in engines), [])])
         for name in ("csl", "admission", "delivery"):
-            if name in spec.others:
+            if name in spec.others and (name != "csl" or spec.csl_shards == 1):
                 targets += [f"--{name}", self.address(name)]
-        await self.spawn("gateway", "services.gateway", [
-            *targets, *common, "--set", "auth=false", "--set", "http_port=0",
-            *sum((["--set", s] for s in spec.gateway_settings), [])])
+        if "csl" in spec.others and spec.csl_shards > 1:
+            targets += sum((["--csl-shard", self.address(n)] for n, _ in self._libraries(spec)),
+                           [])
+        gateway_args = [*targets, *common, "--set", "auth=false", "--set", "http_port=0",
+                        *sum((["--set", s] for s in spec.gateway_settings), [])]
+        await asyncio.gather(*(self.spawn("gateway" if i == 0 else f"gateway-{i}",
+                                          "services.gateway", gateway_args)
+                               for i in range(spec.gateways)))
         await asyncio.gather(*(wait_serving(c.address) for c in self.children))
 
+    @staticmethod
+    def _libraries(spec: MeshSpec) -> list[tuple[str, str]]:
+        """``(name, module)`` of the services started beside the engines, before admission:
+        the csl, or its shards."""
+        out = [(n, n) for n in spec.others if n not in ("admission", "delivery", "csl")]
+        if "csl" in spec.others:
+            out += ([("csl", "csl")] if spec.csl_shards == 1 else
+                    [(f"csl-{i}", "csl") for i in range(spec.csl_shards)])
+        return out
+
+    @staticmethod
+    def _sim(spec: MeshSpec) -> list[str]:
+        """The sim's own flags (a real backend's preset is not a cost model)."""
+        if spec.backend != "sim":
+            return []
+        return ["--preset", spec.preset, "--time-scale", str(spec.time_scale)]
+
     def _extra(self, name: str) -> list[str]:
-        """Per-service flags: the csl keeps its LMDB environment in the run folder."""
-        if name == "csl":
-            return ["--data-dir", str(self.run_dir / "csl")]
+        """Per-service flags: a csl (or shard) keeps its LMDB environment in the run folder."""
+        if name == "csl" or name.startswith("csl-"):
+            return ["--data-dir", str(self.run_dir / name)]
         return []
 
     async def stop(self, timeout_s: float = 10.0) -> None:
@@ -128,12 +203,40 @@ class Mesh:
                 log.warning("%s did not stop in %.0f s; killing it", child.name, timeout_s)
                 child.process.kill()
                 await child.process.wait()
-            clean = clean and child.process.returncode == 0
+            clean = clean and (child.process.returncode == 0 or child.killed)
         self.children = []
+        for task in self._drains:  # they end at the children's EOF
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(task, 5.0)
+        self._drains = []
+        if self.engine_setup is not None:  # the engine servers after the agents over them
+            await self.engine_setup.stop()
+            self.engine_setup = None
         if clean and self._own_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         elif not clean:
             log.warning("a service did not stop cleanly; its logs are in %s", self.run_dir)
+
+
+async def _announcement(process: asyncio.subprocess.Process, log_path: Path) -> dict:
+    """The child's JSON announcement line; other stdout lines before it go to its log."""
+    while True:
+        line = await process.stdout.readline()
+        if not line:
+            raise EOFError
+        with contextlib.suppress(json.JSONDecodeError):
+            info = json.loads(line)
+            if isinstance(info, dict) and "address" in info:
+                return info
+        with open(log_path, "ab") as out:
+            out.write(line)
+
+
+async def _copy(stream: asyncio.StreamReader, log_path: Path) -> None:
+    """Append ``stream`` to the log until EOF."""
+    while line := await stream.readline():
+        with open(log_path, "ab") as out:
+            out.write(line)
 
 
 __all__ = ["Child", "Mesh", "MeshSpec"]

@@ -19,6 +19,9 @@ BENCHMARKS = {
     "interference": "loadgen.bench.interference",
     "admission": "loadgen.bench.admission",
     "lads": "loadgen.bench.lads",
+    "load": "loadgen.bench.load",
+    "soak": "loadgen.bench.soak",
+    "scaleout": "loadgen.bench.scaleout",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from services.common.config import ServiceSettings
 
@@ -17,6 +17,13 @@ class GatewaySettings(ServiceSettings):
     engines: list[str] = Field(default_factory=list,
                                description="engine agent targets host:port (JSON list in env)")
     csl: str = Field("", description="csl target host:port; empty: no library (C1 and C2 off)")
+    csl_shards: list[str] = Field(default_factory=list, description=(
+        "csl shard targets host:port (a JSON list or a comma list in env), instead of csl: "
+        "each reuse name lives on the shard rendezvous hashing picks; record writes reach every "
+        "shard"))
+    csl_audit_interval_s: float = Field(1.0, gt=0, le=600, description=(
+        "sharded csl: how often shards' write sequences are compared (a shard behind its peers "
+        "serves nothing until it caught up)"))
     admission: str = Field("", description="admission target; empty: in-process fixed policy")
     delivery: str = Field("", description=(
         "delivery target host:port for DeliverResult (LADS); empty: the gateway does not "
@@ -57,12 +64,40 @@ class GatewaySettings(ServiceSettings):
                                             description="wait this long for engines at start")
     max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
     max_request_id: int = Field(128, ge=8, le=1024, description="longest request id accepted")
+    max_in_flight: int = Field(4096, ge=1, le=1_000_000, description=(
+        "stage demands answered at once (gRPC and HTTP together); one more is refused at once "
+        "with RESOURCE_EXHAUSTED / HTTP 429, never queued"))
+    max_pending_stores: int = Field(4096, ge=1, le=1_000_000, description=(
+        "background library stores in flight; past it a result is answered but not stored "
+        "(a missed reuse, counted), never queued"))
+    max_branches: int = Field(10_000, ge=1, le=1_000_000, description=(
+        "open branch records kept; opening one more retires the oldest (its fills aborted, its "
+        "outcome reported)"))
+    max_templates: int = Field(1024, ge=8, le=100_000, description=(
+        "template versions registered (built-ins included); one more is refused with "
+        "RESOURCE_EXHAUSTED"))
 
     @model_validator(mode="after")
     def _engines_given(self) -> GatewaySettings:
         if not self.engines:
             raise ValueError("engines: at least one engine agent target is required")
         return self
+
+    @model_validator(mode="after")
+    def _one_library(self) -> GatewaySettings:
+        if self.csl and self.csl_shards:
+            raise ValueError("csl and csl_shards: set one (a single library or its shards)")
+        if len(set(self.csl_shards)) != len(self.csl_shards):
+            raise ValueError("csl_shards: each shard target listed once")
+        return self
+
+    @field_validator("csl_shards", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        """A ConfigMap carries the shard list as ``a:1,b:2``; JSON lists pass through."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _draft_model_when_drafting(self) -> GatewaySettings:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from services.common.errors import InvalidArgument, PayloadTooLarge
+from services.common.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
 from services.gateway.adapters.router import unknown_model
 from services.gateway.ports import EnginePort, LibraryPort
 from services.gateway.speculation.branches import BranchManager
@@ -37,6 +37,8 @@ class Limits:
     max_prompt_bytes: int = 1024 * 1024
     max_request_id: int = 128
     max_map_entries: int = 256
+    #: Demands answered at once; one more is refused with ``ResourceExhausted`` (never queued).
+    max_in_flight: int = 4096
 
 
 class GatewayCore:
@@ -57,6 +59,9 @@ class GatewayCore:
         #: Corpus records moved to new versions by reconciles since start.
         self.reconciled_records = 0
         self._reconcile_task: asyncio.Task[None] | None = None
+        #: Demands being answered now, and demands refused because ``max_in_flight`` were.
+        self.in_flight = 0
+        self.refused_overload = 0
 
     def check(self, d: Demand) -> None:
         """Refuse a malformed demand, naming the field."""
@@ -96,9 +101,20 @@ class GatewayCore:
 
     async def call(self, d: Demand, timeout_s: float,
                    on_delta: Callable[[str], None] | None = None) -> Answer:
-        """Validate and answer one demand (``on_delta``: streamed text of an engine execution)."""
+        """Validate and answer one demand (``on_delta``: streamed text of an engine execution).
+
+        At ``limits.max_in_flight`` demands in flight, one more is refused at once with
+        ``ResourceExhausted`` (gRPC RESOURCE_EXHAUSTED, HTTP 429): overload never queues."""
         self.check(d)
-        return await self.stages.run(d, timeout_s, on_delta)
+        if self.in_flight >= self.limits.max_in_flight:
+            self.refused_overload += 1
+            raise ResourceExhausted(f"gateway overloaded: {self.limits.max_in_flight} demands "
+                                    "in flight (max_in_flight); retry later")
+        self.in_flight += 1
+        try:
+            return await self.stages.run(d, timeout_s, on_delta)
+        finally:
+            self.in_flight -= 1
 
     def register_template(self, text: str) -> Template:
         """Parse and register a YAML template; errors name the template and the path."""

@@ -16,6 +16,7 @@ from services.common.server import ServiceRuntime
 from services.delivery.client import DeliveryClient
 from services.gateway.adapters.engines import EnginePool
 from services.gateway.adapters.library import RemoteLibrary
+from services.gateway.adapters.sharded_library import ShardedLibrary
 from services.gateway.auth import Authenticator, KeyFileError, KeyFileWatcher, read_key_file
 from services.gateway.config import GatewaySettings
 from services.gateway.core import GatewayCore, Limits
@@ -38,7 +39,7 @@ SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 
 def build_registry(settings: GatewaySettings) -> TemplateRegistry:
     """Built-in templates plus the configured template files."""
-    registry = TemplateRegistry()
+    registry = TemplateRegistry(max_templates=settings.max_templates)
     for name in builtin_names():
         registry.register(load_builtin(name))
     for path in settings.templates:
@@ -135,7 +136,7 @@ async def build_runtime(settings: GatewaySettings, *,
 async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                      engines: EnginePool) -> GatewayCore:
     """Wire the protocol-free core; every owned resource is closed by the runtime."""
-    library = RemoteLibrary(settings.csl) if settings.csl else None
+    library = open_library(settings)
     if library is not None:
         library.start()
         runtime.on_close(library.close)
@@ -173,19 +174,29 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
         branches = BranchManager(executor, library, admission, predictor,
                                  BranchSettings(fill_wait_s=settings.fill_wait_s,
                                                 shadow_ttl_s=settings.shadow_ttl_s,
-                                                branch_ttl_s=settings.branch_ttl_s),
+                                                branch_ttl_s=settings.branch_ttl_s,
+                                                max_branches=settings.max_branches),
                                  runtime.tracer)
     stages = StageService(executor=executor, library=library, branches=branches,
-                          tracer=runtime.tracer)
+                          tracer=runtime.tracer, max_pending_stores=settings.max_pending_stores)
     core = GatewayCore(registry=registry, stages=stages, branches=branches, library=library,
                        engines=engines, corpus=corpus,
-                       limits=Limits(settings.max_prompt_bytes, settings.max_request_id))
+                       limits=Limits(settings.max_prompt_bytes, settings.max_request_id,
+                                     max_in_flight=settings.max_in_flight))
     runtime.on_close(core.close)
-    if corpus is not None and isinstance(library, RemoteLibrary):
+    if corpus is not None and library is not None:
         library.on_resync = core.schedule_reconcile
         stages.on_stale = core.schedule_reconcile
         await core.reconcile_at_start()
     return core
+
+
+def open_library(settings: GatewaySettings) -> RemoteLibrary | ShardedLibrary | None:
+    """The library port: one csl, its shards (two or more), or none."""
+    targets = settings.csl_shards or ([settings.csl] if settings.csl else [])
+    if len(targets) > 1:
+        return ShardedLibrary(targets, audit_interval_s=settings.csl_audit_interval_s)
+    return RemoteLibrary(targets[0]) if targets else None
 
 
 def _title_resolver(titles: CorpusTitles):  # noqa: ANN202 - a draft line to corpus titles
@@ -208,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                             Flag("--engine", "engines", "engine agent target (repeatable)",
                                  {"action": "append", "metavar": "HOST:PORT"}),
                             Flag("--csl", "csl", "csl service target", {"metavar": "HOST:PORT"}),
+                            Flag("--csl-shard", "csl_shards", "csl shard target (repeatable; "
+                                 "instead of --csl)", {"action": "append",
+                                                       "metavar": "HOST:PORT"}),
                             Flag("--admission", "admission", "admission service target",
                                  {"metavar": "HOST:PORT"}),
                             Flag("--delivery", "delivery", "delivery service target "

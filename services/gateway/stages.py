@@ -36,13 +36,18 @@ class StageService:
     """Runs stage demands for the gateway: speculation, library, execution, store."""
 
     def __init__(self, *, executor: Executor, library: LibraryPort,
-                 branches: BranchManager | None, tracer: Tracer) -> None:
+                 branches: BranchManager | None, tracer: Tracer,
+                 max_pending_stores: int = 4096) -> None:
         self.executor = executor
         self.library = library
         self.branches = branches
         self.features = executor.features
         self.tracer = tracer
         self._stores: dict[ReuseName, asyncio.Task[bool]] = {}
+        #: Stores in flight at most; past it a result is answered but not stored (counted in
+        #: ``stores_dropped``): a store only saves later work, so it is the thing to shed.
+        self.max_pending_stores = max_pending_stores
+        self.stores_dropped = 0
         #: Served results refused because a corpus record they read moved on since.
         self.refused_stale = 0
         #: Called on such a refusal (the gateway reconciles the csl with the corpus).
@@ -82,14 +87,28 @@ class StageService:
 
     async def _reuse(self, d: Demand, stage: Stage | None, name: ReuseName | None,
                      timeout_s: float) -> tuple[Served | None, Source]:
+        claimable = False
         if self.branches is not None and self.features.c2 and stage is not None:
             served = await self.branches.handle(d, stage, name, timeout_s)
             if served is not None:
                 return served, Source.PROMOTED_FILL
+            claimable = self.branches.claimable(d, stage, name)
         if name is None:
             return None, Source.ENGINE
-        if not self.features.c1:
-            return None, Source.ENGINE
+        if self.features.c1:
+            served = await self._lookup(name)
+            if served is not None:
+                return served, Source.LIBRARY
+        if claimable and self.branches is not None and stage is not None:  # another replica's
+            with maybe_span(self.tracer, "csl.claim", attributes={
+                    "dynbranch.reuse_name": str(name)}) as span:
+                served = await self.branches.claim_elsewhere(d, stage, name, timeout_s)
+                span.set_attribute("dynbranch.promoted", served is not None)
+            if served is not None:
+                return served, Source.PROMOTED_FILL
+        return None, Source.ENGINE
+
+    async def _lookup(self, name: ReuseName) -> Served | None:
         pending = self._stores.get(name)
         if pending is not None:
             await asyncio.shield(pending)
@@ -97,12 +116,17 @@ class StageService:
                 "dynbranch.reuse_name": str(name)}) as span:
             served = await self.library.lookup(name)
             span.set_attribute("dynbranch.hit", served is not None)
-        return served, Source.LIBRARY
+        return served
 
     # -- storage ------------------------------------------------------------------------------
 
     def _store(self, name: ReuseName, run: StageRun) -> None:
         if name in self._stores:
+            return
+        if len(self._stores) >= self.max_pending_stores:
+            self.stores_dropped += 1
+            log.warning("library store dropped: %d stores in flight (max_pending_stores)",
+                        len(self._stores), extra={"reuse_name": str(name)})
             return
         task = asyncio.create_task(self._put(name, run), name=f"csl-put:{name.digest[:12]}")
         self._stores[name] = task
@@ -135,13 +159,15 @@ class StageService:
     def _answer_served(self, d: Demand, stored: StoredResult, source: Source,
                        name: ReuseName | None, start: float) -> Answer:
         return Answer(d.request_id, stored.text, stored.finish_reason, stored.usage, ZERO_TIMINGS,
-                      source, "", time.perf_counter() - start, str(name or ""))
+                      source, "", time.perf_counter() - start, str(name or ""),
+                      tool_calls=stored.tool_calls)
 
     def _answer_run(self, d: Demand, run: StageRun, name: ReuseName | None,
                     start: float) -> Answer:
         s = run.stored
         return Answer(d.request_id, s.text, s.finish_reason, s.usage, run.timings, Source.ENGINE,
-                      run.engine_id, time.perf_counter() - start, str(name or ""))
+                      run.engine_id, time.perf_counter() - start, str(name or ""),
+                      tool_calls=s.tool_calls)
 
 
 __all__ = ["StageService"]

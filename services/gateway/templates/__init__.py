@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
 from services.gateway.templates.model import (
     PLACEHOLDER,
     Binding,
@@ -74,13 +74,21 @@ def load_builtin(name: str) -> Template:
 class TemplateRegistry:
     """Registered templates by id and version; a changed body needs a higher version."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_templates: int = 1024) -> None:
         self._by_id: dict[str, dict[int, Template]] = {}
+        #: Template versions kept at most; one more is refused (``ResourceExhausted``).
+        self.max_templates = max_templates
+        self._count = 0
 
     def register(self, template: Template) -> Template:
-        """Register ``template``: a no-op for an identical body, refused for a conflicting one."""
-        versions = self._by_id.setdefault(template.id, {})
+        """Register ``template``: a no-op for an identical body, refused for a conflicting one
+        and, past ``max_templates`` versions, refused as overload."""
+        versions = self._by_id.get(template.id, {})
         known = versions.get(template.version)
+        if known is None and self._count >= self.max_templates:
+            raise ResourceExhausted(f"template {template.id}: {self.max_templates} template "
+                                    "versions are registered (max_templates)")
+        versions = self._by_id.setdefault(template.id, versions)
         if known is not None and known != template:
             raise AlreadyExists(f"template {template.id} version {template.version} is "
                                 "registered with a different body; register a higher version")
@@ -88,6 +96,8 @@ class TemplateRegistry:
         if known is None and template.version < latest:
             raise FailedPrecondition(f"template {template.id}: version {template.version} is "
                                      f"older than the registered version {latest}")
+        if known is None:
+            self._count += 1
         return versions.setdefault(template.version, template)
 
     def get(self, template_id: str, version: int | None = None) -> Template:
