@@ -65,22 +65,8 @@ pip_q() {
   "$PY" -m pip --quiet "$@" 2> >(grep -vE "$NOISE" >&2)
 }
 
-installed_version() {  # the installed version of a distribution, or nothing
-  "$PY" -c '
-import importlib.metadata as md, sys
-try:
-    print(md.version(sys.argv[1]))
-except md.PackageNotFoundError:
-    pass' "$1"
-}
-
-breaking_present() {
-  local name
-  for name in "${BREAKING[@]}"; do
-    [[ -n "$(installed_version "$name")" ]] && return 0
-  done
-  return 1
-}
+# installed_version, breaking_present
+source "$ROOT/scripts/venv_helpers.sh"
 
 constraints() {  # torch held at the CPU wheel, and the lock's pins unless re-locking
   local file="$VENV/dynbranch-constraints.txt"

@@ -33,22 +33,8 @@ pip_q() {  # pip without the local mirrors' "Location ... is ignored" noise
   "$PY" -m pip --quiet "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
 
-installed_version() {  # prints the installed version of a distribution, or nothing
-  "$PY" -c '
-import importlib.metadata as md, sys
-try:
-    print(md.version(sys.argv[1]))
-except md.PackageNotFoundError:
-    pass' "$1"
-}
-
-breaking_present() {
-  local name
-  for name in "${BREAKING[@]}"; do
-    [[ -n "$(installed_version "$name")" ]] && return 0
-  done
-  return 1
-}
+# installed_version, breaking_present
+source "$ROOT/scripts/venv_helpers.sh"
 
 plugin_root() (  # the checkout the installed `dynbranch` vLLM plugin entry point comes from
   # (from /, so that a dynbranch.egg-info in the current folder does not answer instead)
