@@ -73,10 +73,10 @@ def messages(desc: d.Descriptor, cls: type[Message] | None = None,
         if _is_map(field):
             key_f, value_f = field.message_type.fields_by_name["key"], \
                 field.message_type.fields_by_name["value"]
+            if depth <= 0 and value_f.type == FD.TYPE_MESSAGE:
+                continue  # like message fields: nothing nested below the depth
             value = (messages(value_f.message_type, depth=depth - 1)
                      if value_f.type == FD.TYPE_MESSAGE else _scalar(value_f))
-            if depth <= 0 and value_f.type == FD.TYPE_MESSAGE:
-                continue
             parts[field.name] = st.dictionaries(_scalar(key_f), value, max_size=3)
             continue
         if field.type == FD.TYPE_MESSAGE:
