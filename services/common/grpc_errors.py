@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -64,8 +65,13 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str, parse: Par
     return wrapper
 
 
-def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str, parse: Parse,
+def _wrap_stream(behavior: Callable[..., Any], method: str, parse: Parse,
                  streaming_request: bool = False) -> Callable[..., Any]:
+    if not inspect.isasyncgenfunction(behavior):
+        # A streaming handler may be a coroutine that writes with ``context.write`` (gRPC
+        # health's Watch is): it is wrapped like a unary one.
+        return _wrap_unary(behavior, method, parse, streaming_request)
+
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             request = _parsed(request, parse) if streaming_request else parse(request)

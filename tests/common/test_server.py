@@ -70,6 +70,23 @@ async def test_health_reports_serving_for_server_and_service() -> None:
     await runtime.shutdown()
 
 
+async def test_health_watch_streams_the_status_and_its_change_at_shutdown() -> None:
+    """Watch is a server-streaming RPC whose servicer writes with ``context.write`` instead of
+    yielding: the error interceptor must pass it through (Kubernetes' grpc probes and mesh
+    clients use it)."""
+    runtime, _ = await _start(grace_s=0.2)
+    async with open_channel(runtime.address) as ch:
+        call = health_pb2_grpc.HealthStub(ch).Watch(
+            health_pb2.HealthCheckRequest(service=""), timeout=5)
+        first = await call.read()
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        stopping = asyncio.create_task(runtime.shutdown())
+        second = await call.read()
+        assert second.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        call.cancel()
+        await stopping
+
+
 async def test_reflection_lists_the_service() -> None:
     runtime, _ = await _start()
     async with open_channel(runtime.address) as ch:
