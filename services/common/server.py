@@ -52,6 +52,12 @@ def server_options(settings: ServiceSettings) -> list[tuple[str, Any]]:
         ("grpc.so_reuseport", 0),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        # Calls that arrive before the aio server asks for them wait in gRPC core's pending
+        # queue, 1,000 by default (3,000 hard), and past it core CANCELS them before any
+        # handler or bound sees them (a burst of 2,000 workflows lost a fifth of its calls).
+        # The queue follows the RPC bound, which then answers overload with RESOURCE_EXHAUSTED.
+        ("grpc.server.max_pending_requests", settings.max_concurrent_rpcs),
+        ("grpc.server.max_pending_requests_hard_limit", 2 * settings.max_concurrent_rpcs),
     ]
 
 

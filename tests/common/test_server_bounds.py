@@ -48,3 +48,25 @@ def test_the_default_bound_is_large_and_out_of_range_values_fail() -> None:
     assert ServiceSettings().max_concurrent_rpcs == 16_384
     with pytest.raises(ValueError, match="max_concurrent_rpcs"):
         ServiceSettings(max_concurrent_rpcs=0)
+
+
+async def test_a_burst_far_past_grpc_cores_pending_queue_is_answered_in_full() -> None:
+    """gRPC core keeps calls that arrived before the server asked for them in a pending queue of
+    1,000 by default (3,000 hard) and CANCELS the rest, before any handler or bound sees them:
+    2,000 workflows at once lost a fifth of their calls that way. The queue follows
+    ``max_concurrent_rpcs``, so a burst below the bound is served in full."""
+    runtime = ServiceRuntime("burst", ServiceSettings(metrics_port=-1, grace_s=0))
+    release = asyncio.Event()
+    runtime.server.add_generic_rpc_handlers((_held_method(release),))
+    await runtime.start()
+    try:
+        async with grpc.aio.insecure_channel(runtime.address) as channel:
+            wait = channel.unary_unary("/test.Held/Wait")
+            calls = [wait(b"x", timeout=60) for _ in range(3_500)]
+            await asyncio.sleep(0.5)
+            release.set()
+            replies = await asyncio.gather(*calls, return_exceptions=True)
+        failures = [r for r in replies if isinstance(r, BaseException)]
+        assert not failures, f"{len(failures)} calls failed, e.g. {failures[0]!r}"
+    finally:
+        await runtime.shutdown()
