@@ -9,10 +9,16 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from grpc._cython import cygrpc
 
 from services.common.errors import DynbranchError, InvalidArgument
 
 log = logging.getLogger(__name__)
+
+#: Raised into a handler still reading its request stream when the server stops; gRPC itself
+#: handles it quietly, so it passes through (it is not a servicer error to log).
+_SERVER_STOPPED = getattr(cygrpc, "_ServerStoppedError", grpc.aio.AbortError)
+_PASS_THROUGH = (grpc.aio.AbortError, KeyboardInterrupt, SystemExit, _SERVER_STOPPED)
 
 
 def status_of(exc: DynbranchError) -> grpc.StatusCode:
@@ -58,7 +64,7 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str, parse: Par
         try:
             request = _parsed(request, parse) if streaming_request else parse(request)
             return await behavior(request, context)
-        except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
+        except _PASS_THROUGH:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a status, never leaked
             await _abort(context, exc, method)
@@ -77,7 +83,7 @@ def _wrap_stream(behavior: Callable[..., Any], method: str, parse: Parse,
             request = _parsed(request, parse) if streaming_request else parse(request)
             async for item in behavior(request, context):
                 yield item
-        except (grpc.aio.AbortError, KeyboardInterrupt, SystemExit):
+        except _PASS_THROUGH:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a status, never leaked
             await _abort(context, exc, method)
