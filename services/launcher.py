@@ -13,6 +13,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,9 @@ class MeshSpec:
     engine_urls: tuple[str, ...] = ()
     #: Model folder of a real engine (default: the preset's).
     model_path: str = ""
+    #: ``(service name, address) -> address`` the gateways dial instead (a fault proxy in
+    #: between, ``loadgen.faultproxy``); None: each service's own address.
+    gateway_route: Callable[[str, str], str] | None = None
 
 
 class Mesh:
@@ -147,18 +151,20 @@ class Mesh:
             *(self.spawn(name, f"services.{module}", [*common, *self._extra(name)])
               for name, module in self._libraries(spec)))
         engines = [c for c in self.children if c.name.startswith("engine-")]
-        targets = sum((["--engine", c.address] for c in engines), [])
         if "admission" in spec.others:  # it follows the engines' load streams
-            await self.spawn("admission", "services.admission", [*common, *targets])
+            await self.spawn("admission", "services.admission", [*common, *sum(
+                (["--engine", c.address] for c in engines), [])])
         if "delivery" in spec.others:  # it returns tool results to the engine by id
             await self.spawn("delivery", "services.delivery", [*common, *sum(
                 (["--engine", f"{c.name}={c.address}"] for c in engines), [])])
+        route = spec.gateway_route or (lambda _name, address: address)
+        targets = sum((["--engine", route(c.name, c.address)] for c in engines), [])
         for name in ("csl", "admission", "delivery"):
             if name in spec.others and (name != "csl" or spec.csl_shards == 1):
-                targets += [f"--{name}", self.address(name)]
+                targets += [f"--{name}", route(name, self.address(name))]
         if "csl" in spec.others and spec.csl_shards > 1:
-            targets += sum((["--csl-shard", self.address(n)] for n, _ in self._libraries(spec)),
-                           [])
+            targets += sum((["--csl-shard", route(n, self.address(n))]
+                            for n, _ in self._libraries(spec)), [])
         gateway_args = [*targets, *common, "--set", "auth=false", "--set", "http_port=0",
                         *sum((["--set", s] for s in spec.gateway_settings), [])]
         await asyncio.gather(*(self.spawn("gateway" if i == 0 else f"gateway-{i}",

@@ -22,6 +22,7 @@ BENCHMARKS = {
     "load": "loadgen.bench.load",
     "soak": "loadgen.bench.soak",
     "scaleout": "loadgen.bench.scaleout",
+    "faults": "loadgen.bench.faults",
 }
 
 
