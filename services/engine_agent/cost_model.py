@@ -1,189 +1,28 @@
-"""Step-time cost model of a continuous-batching engine, with named presets.
+"""Named cost presets of the sim's step-time model: built-in GPU presets and shipped files.
 
-A step runs every scheduled token (prefill chunks and decodes alike) through the model once::
+The model itself (``CostPreset.step_time``: a roofline for the GPU presets, measured per-unit
+costs for presets fitted on the machine at hand) lives in ``step_cost``; this module holds the
+catalogue of models, GPUs and presets, the registry, and the preset file format. Builtin KV
+pools are what vLLM would get: (memory × gpu_memory_utilization − weights − reserved) / KV
+bytes per token.
 
-    step_s = overhead + per_seq_overhead × seqs + max(compute_s, memory_s)        (roofline)
-    compute_s = (2·P_ne × tokens + 4·L·H_q·d × attention_pairs + 2·V·h × sampled)
-                / (peak_flops × compute_efficiency)
-    memory_s  = weight_read_bytes / (hbm_bandwidth × memory_efficiency)
-                + kv_bytes_per_token × (kv_read_tokens + tokens) / (hbm_bandwidth × kv_efficiency)
-
-``attention_pairs`` counts (query token, context position) pairs, causal within a chunk, so
-attention over a long context costs compute; ``kv_read_tokens`` is every scheduled sequence's
-prior context, so decoding many long sequences costs bandwidth. Paged-attention reads of
-scattered 16-token blocks reach a smaller share of peak bandwidth than streaming weights, hence
-a separate ``kv_efficiency``. The KV pool is what vLLM
-would get: (memory × gpu_memory_utilization − weights − reserved) / KV bytes per token.
-
-The numbers are a model, not a measurement: architecture from the model cards, peak rates from
-the GPU datasheets, efficiency factors and overheads are our assumptions (marked below).
+The GPU numbers are a model, not a measurement: architecture from the model cards, peak rates
+from the GPU datasheets, efficiency factors and overheads are our assumptions (marked below).
+Shipped files (``presets/*.yaml``, written by ``dynbranch calibrate``) hold measured costs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from services.engine_agent.step_cost import CostPreset, GpuSpec, MeasuredCost, ModelSpec, StepWork
+
 GiB = 1 << 30
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """Architecture of a dense decoder-only model (from its model card / config.json)."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_q_heads: int
-    num_kv_heads: int
-    head_dim: int
-    num_params: float
-    non_embedding_params: float
-    vocab_size: int
-    max_model_len: int
-    weight_bytes_per_param: float = 2.0  # BF16 weights
-    kv_bytes_per_elem: float = 2.0  # BF16 KV cache
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        """K and V of every layer for one token."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_bytes_per_elem
-
-    @property
-    def weight_bytes(self) -> float:
-        """Resident weights (the pool gets what they leave)."""
-        return self.num_params * self.weight_bytes_per_param
-
-    @property
-    def weight_read_bytes(self) -> float:
-        """Weights streamed per step: every matmul plus the LM head (not the embedding table)."""
-        lm_head = self.vocab_size * self.hidden_size
-        return (self.non_embedding_params + lm_head) * self.weight_bytes_per_param
-
-    @property
-    def flops_per_token(self) -> float:
-        """Matmul FLOPs of one token through the layers (2 × non-embedding params)."""
-        return 2 * self.non_embedding_params
-
-    @property
-    def attn_flops_per_pair(self) -> float:
-        """QKᵀ and AV FLOPs for one (query, context position) pair over all layers."""
-        return 4 * self.num_layers * self.num_q_heads * self.head_dim
-
-    @property
-    def lm_head_flops(self) -> float:
-        """LM-head FLOPs per sampled token (logits only where a token is sampled)."""
-        return 2 * self.vocab_size * self.hidden_size
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSpec:
-    """Peak rates of one accelerator (datasheet numbers)."""
-
-    name: str
-    memory_bytes: float
-    hbm_bytes_per_s: float
-    peak_flops: float
-
-
-@dataclass(slots=True)
-class StepWork:
-    """What one engine step computes, summed over its scheduled sequences."""
-
-    tokens: int = 0
-    attn_pairs: int = 0
-    kv_read_tokens: int = 0
-    sampled: int = 0
-    seqs: int = 0
-
-    def add(self, start: int, n: int, sampled: bool) -> None:
-        """Add ``n`` tokens of one sequence whose first ``start`` tokens are already in KV."""
-        self.tokens += n
-        self.attn_pairs += n * start + n * (n + 1) // 2
-        self.kv_read_tokens += start
-        self.sampled += sampled
-        self.seqs += 1
-
-
-@dataclass(frozen=True, slots=True)
-class CostPreset:
-    """A model on a GPU plus the engine limits vLLM would run it with."""
-
-    name: str
-    model: ModelSpec
-    gpu: GpuSpec
-    compute_efficiency: float
-    memory_efficiency: float
-    kv_efficiency: float
-    step_overhead_s: float
-    per_seq_overhead_s: float
-    reserved_bytes: float
-    max_running: int
-    max_batched_tokens: int
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    max_model_len: int | None = None  # None: the model's
-    num_kv_blocks: int | None = None  # None: derived from memory
-    zero_cost: bool = False
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        for key in ("compute_efficiency", "memory_efficiency", "kv_efficiency",
-                    "gpu_memory_utilization"):
-            if not 0.0 < getattr(self, key) <= 1.0:
-                raise ValueError(f"preset {self.name!r}: {key} must be in (0, 1]")
-        for key in ("max_running", "max_batched_tokens", "block_size"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"preset {self.name!r}: {key} must be >= 1")
-        if self.kv_blocks < 1:
-            raise ValueError(f"preset {self.name!r}: no memory left for the KV cache")
-        if self.context_len > self.kv_tokens:  # vLLM refuses to start in this case too
-            raise ValueError(
-                f"preset {self.name!r}: max_model_len {self.context_len} exceeds the KV pool "
-                f"({self.kv_blocks} blocks x {self.block_size} = {self.kv_tokens} tokens)")
-
-    @property
-    def context_len(self) -> int:
-        """Longest sequence (prompt + output) the engine accepts."""
-        return self.max_model_len or self.model.max_model_len
-
-    @property
-    def kv_blocks(self) -> int:
-        """Blocks in the KV pool."""
-        if self.num_kv_blocks is not None:
-            return self.num_kv_blocks
-        usable = self.gpu.memory_bytes * self.gpu_memory_utilization
-        kv_bytes = usable - self.model.weight_bytes - self.reserved_bytes
-        return int(kv_bytes // (self.model.kv_bytes_per_token * self.block_size))
-
-    @property
-    def kv_tokens(self) -> int:
-        """Tokens the KV pool holds."""
-        return self.kv_blocks * self.block_size
-
-    def step_time(self, work: StepWork) -> float:
-        """Simulated seconds of one engine step (0 for an empty step or the ``zero`` preset)."""
-        if self.zero_cost or work.tokens == 0:
-            return 0.0
-        m = self.model
-        flops = (m.flops_per_token * work.tokens + m.attn_flops_per_pair * work.attn_pairs
-                 + m.lm_head_flops * work.sampled)
-        kv_bytes = m.kv_bytes_per_token * (work.kv_read_tokens + work.tokens)
-        bandwidth = self.gpu.hbm_bytes_per_s
-        compute_s = flops / (self.gpu.peak_flops * self.compute_efficiency)
-        memory_s = (m.weight_read_bytes / (bandwidth * self.memory_efficiency)
-                    + kv_bytes / (bandwidth * self.kv_efficiency))
-        overhead = self.step_overhead_s + self.per_seq_overhead_s * work.seqs
-        return overhead + max(compute_s, memory_s)
-
-    def with_overrides(self, **changes: Any) -> CostPreset:
-        """A copy with some fields replaced (e.g. a small pool for tests)."""
-        return dataclasses.replace(self, **changes)
 
 
 # --- Models -------------------------------------------------------------------------------
@@ -360,6 +199,9 @@ def preset_from_dict(data: dict[str, Any]) -> CostPreset:
     base = get_preset(data.pop("base")) if "base" in data else None
     data["model"] = _build(ModelSpec, data.get("model"), base and base.model, "model")
     data["gpu"] = _build(GpuSpec, data.get("gpu"), base and base.gpu, "gpu")
+    if data.get("measured") is not None:
+        data["measured"] = _build(MeasuredCost, data["measured"], base and base.measured,
+                                  "measured")
     if "name" not in data:
         raise ValueError("missing key 'name'")
     preset: CostPreset = _build(CostPreset, data, base, "preset")
@@ -367,8 +209,13 @@ def preset_from_dict(data: dict[str, Any]) -> CostPreset:
 
 
 def preset_to_dict(preset: CostPreset) -> dict[str, Any]:
-    """The mapping ``preset_from_dict`` reads back (for storing a fitted preset)."""
-    return dataclasses.asdict(preset)
+    """The mapping ``preset_from_dict`` reads back (for storing a fitted preset); keys left at
+    None (the roofline's keys of a measured preset, a derived pool size) are left out."""
+    def drop_none(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items()
+                if v is not None}
+
+    return drop_none(dataclasses.asdict(preset))
 
 
 def load_preset_file(path: str | Path, *, register: bool = True) -> list[CostPreset]:
@@ -386,7 +233,8 @@ def load_preset_file(path: str | Path, *, register: bool = True) -> list[CostPre
 
 
 __all__ = [
-    "CostPreset", "GpuSpec", "H200", "ModelSpec", "QWEN3_32B", "QWEN3_8B", "RTX_4090",
-    "StepWork", "get_preset", "load_preset_file", "preset_from_dict", "preset_names",
+    "CostPreset", "GiB", "GpuSpec", "H200", "MeasuredCost", "ModelSpec", "QWEN3_32B",
+    "QWEN3_8B", "RTX_4090", "StepWork", "get_preset", "load_preset_file", "preset_from_dict",
+    "preset_names",
     "preset_to_dict", "register_preset",
 ]

@@ -1,7 +1,8 @@
-"""Fitting the sim's cost model to step-time measurements, and the committed ``tiny-cpu`` preset."""
+"""Fitting the sim's measured step model to step times, and the committed ``tiny-cpu`` preset."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -14,65 +15,99 @@ from services.engine_agent.calibrate import (
     fit,
     predicted,
     preset_from_fit,
+    steady_decode_step_s,
     tiny_model_spec,
     write_preset,
 )
 from services.engine_agent.cost_model import load_preset_file
+from services.engine_agent.step_cost import MeasuredCost
+from services.engine_agent.tiny_model import TinyModelConfig
 
 MODEL = tiny_model_spec(2048)
+TRUTH = Fit(step_overhead_s=3e-3, per_seq_overhead_s=2e-4,
+            measured=MeasuredCost(s_per_token=3e-5, s_per_attention_pair=1.5e-8,
+                                  s_per_kv_read_token=1.2e-7))
+
+
+def grid_samples() -> list[StepSample]:
+    """The calibration grid's shapes (step times left at 0)."""
+    out = [StepSample("prefill", 1, n, n, n * (n + 1) // 2, 0, 1, 0.0)
+           for n in (64, 128, 256, 512, 1024, 1536)]
+    out += [StepSample("decode", b, c, b, b * (c + 1), b * c, b, 0.0)
+            for b in (1, 2, 4, 8) for c in (150, 550, 1050)]
+    return out
 
 
 def samples_from(truth: Fit, noise: float = 0.0, seed: int = 1) -> list[StepSample]:
+    """Grid samples timed by ``truth`` itself, optionally with relative noise."""
     rng = random.Random(seed)
-    out = []
-    for n in (64, 128, 256, 512, 1024, 1536):
-        s = StepSample("prefill", 1, n, n, n * (n + 1) // 2, 0, 1, 0.0)
-        out.append(s)
-    for b in (1, 2, 4, 8):
-        for c in (150, 550, 1050):
-            out.append(StepSample("decode", b, c, b, b * (c + 1), b * c, b, 0.0))
-    return [StepSample(s.kind, s.batch, s.context, s.tokens, s.attn_pairs, s.kv_read_tokens,
-                       s.sampled, truth.predict(MODEL, s) * (1 + rng.uniform(-noise, noise)))
-            for s in out]
+    return [dataclasses.replace(s, step_s=truth.predict(s) * (1 + rng.uniform(-noise, noise)))
+            for s in grid_samples()]
 
 
-TRUTH = Fit(step_overhead_s=3e-3, per_seq_overhead_s=2e-4, s_per_flop=2e-11,
-            attention_factor=0.5, weight_read_s=0.0, s_per_kv_byte=4e-10, rel_residuals=())
-
-
-def test_fit_recovers_the_roofline_it_was_made_from() -> None:
-    got = fit(MODEL, samples_from(TRUTH))
-    assert got.max_rel_error < 1e-6
+def test_fit_recovers_every_parameter_it_was_made_from() -> None:
+    got = fit(samples_from(TRUTH))
+    assert got.max_rel_error < 1e-6 and got.mean_rel_error < 1e-6
     assert got.step_overhead_s == pytest.approx(TRUTH.step_overhead_s, rel=1e-4)
-    assert got.s_per_flop == pytest.approx(TRUTH.s_per_flop, rel=1e-4)
-    assert got.s_per_kv_byte == pytest.approx(TRUTH.s_per_kv_byte, rel=1e-4)
+    assert got.per_seq_overhead_s == pytest.approx(TRUTH.per_seq_overhead_s, rel=1e-4)
+    for name in ("s_per_token", "s_per_attention_pair", "s_per_kv_read_token"):
+        assert getattr(got.measured, name) == pytest.approx(getattr(TRUTH.measured, name),
+                                                            rel=1e-4), name
 
 
 def test_fit_is_robust_to_noise_and_keeps_coefficients_non_negative() -> None:
-    got = fit(MODEL, samples_from(TRUTH, noise=0.1))
+    got = fit(samples_from(TRUTH, noise=0.1))
     assert got.max_rel_error < 0.25
-    assert min(got.step_overhead_s, got.per_seq_overhead_s, got.s_per_flop,
-               got.s_per_kv_byte, got.weight_read_s) >= 0
+    assert got.measured.s_per_token == pytest.approx(TRUTH.measured.s_per_token, rel=0.2)
+    no_kv = dataclasses.replace(TRUTH, measured=dataclasses.replace(
+        TRUTH.measured, s_per_kv_read_token=0.0))
+    clamped = fit(samples_from(no_kv, noise=0.1, seed=3))
+    assert min(clamped.step_overhead_s, clamped.per_seq_overhead_s,
+               *dataclasses.astuple(clamped.measured)) >= 0
 
 
-def test_preset_reproduces_the_fit_and_round_trips_through_a_file(tmp_path) -> None:
+def test_fit_refuses_an_empty_sample_set() -> None:
+    with pytest.raises(ValueError, match="no step samples"):
+        fit([])
+
+
+def test_preset_keeps_the_real_model_shape_and_names_the_fitted_rates(tmp_path) -> None:
     samples = samples_from(TRUTH, noise=0.05)
-    f = fit(MODEL, samples)
+    f = fit(samples)
     preset = preset_from_fit("fit-test", MODEL, f, block_size=128, kv_blocks=256,
                              max_running=16, max_batched_tokens=2048, device="test cpu")
+    assert preset.model == MODEL and preset.measured == f.measured
+    assert preset.compute_efficiency is None and preset.gpu.peak_flops is None
     for s in samples:
-        assert predicted(preset, s) == pytest.approx(f.predict(MODEL, s), rel=1e-6)
+        assert predicted(preset, s) == pytest.approx(f.predict(s), rel=1e-9)
     path = tmp_path / "fit-test.yaml"
     write_preset(preset, samples, path)
+    assert "num_q_heads: 4\n" in path.read_text() and "s_per_attention_pair" in path.read_text()
     [loaded] = load_preset_file(path, register=False)
     assert loaded == preset
 
 
-def test_committed_tiny_cpu_preset_loads_and_matches_the_engine_layout() -> None:
+def test_committed_tiny_cpu_preset_is_measured_on_the_true_tiny_model() -> None:
     [preset] = load_preset_file(PRESET_DIR / "tiny-cpu.yaml", register=False)
-    assert preset.name == "tiny-cpu" and preset.block_size == 128
-    assert preset.context_len == 2048 and preset.kv_blocks == 256 and preset.max_running == 16
+    config = TinyModelConfig()
+    assert preset.name == "tiny-cpu" and preset.model == tiny_model_spec(2048)
+    assert preset.model.num_q_heads == config.num_attention_heads
+    assert preset.model.num_layers == config.num_hidden_layers
+    assert preset.measured is not None and preset.kv_efficiency is None
+    assert preset.block_size == 128 and preset.kv_blocks == 256 and preset.max_running == 16
     assert 1e-3 < preset.step_overhead_s < 20e-3  # a CPU step costs milliseconds
+    assert 1e-6 < preset.measured.s_per_token < 1e-3
+
+
+def test_steady_decode_step_counts_only_the_window_where_every_sequence_decodes() -> None:
+    # Sequence a starts at 0 and outputs every 10 ms until b's prefill lands at 0.1 s (a 60 ms
+    # step); from then on both decode together at 5 ms a step, b finishing first.
+    a = [(0.01 * i, 1) for i in range(5)] + [(0.1 + 0.005 * i, 1) for i in range(21)]
+    b = [(0.1 + 0.005 * i, 1) for i in range(11)]
+    assert steady_decode_step_s([a, b]) == pytest.approx(0.005)
+    coalesced = [(0.1, 1), (0.11, 2), (0.12, 2)]  # two tokens per output: 5 ms a token
+    assert steady_decode_step_s([coalesced]) == pytest.approx(0.005)
+    assert steady_decode_step_s([[(0.0, 1)], [(1.0, 1)]]) is None  # no common window
 
 
 def test_token_text_counts_and_shares_prefixes() -> None:

@@ -266,6 +266,7 @@ async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, t
     from services.engine_agent.calibrate import (
         Grid,
         calibrate_backend,
+        engine_limits,
         fit,
         preset_from_fit,
         tiny_model_spec,
@@ -278,10 +279,12 @@ async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, t
     samples = await calibrate_backend(backend, backend.tokenize, grid, tag="smoke")
     assert [s.kind for s in samples] == ["prefill", "prefill", "decode", "decode"]
     assert samples[1].step_s > samples[0].step_s > 0  # a longer prompt takes longer to prefill
+    assert all(0 < s.step_s < 1.0 for s in samples[2:])  # steady decode steps, not prefills
     model = tiny_model_spec(backend.info.max_model_len)
-    f = fit(model, samples)
-    preset = preset_from_fit("smoke-cpu", model, f, block_size=BLOCK, kv_blocks=NUM_BLOCKS - 1,
-                             max_running=16, max_batched_tokens=2048, device="this machine")
+    limits = engine_limits(backend.info)
+    assert limits["kv_blocks"] == NUM_BLOCKS - 1 and limits["block_size"] == BLOCK
+    preset = preset_from_fit("smoke-cpu", model, fit(samples), device="this machine", **limits)
+    assert preset.model == model and preset.measured is not None
     write_preset(preset, samples, tmp_path / "smoke.yaml")
     [loaded] = load_preset_file(tmp_path / "smoke.yaml", register=False)
     sim = SimBackend(loaded, model=MODEL_NAME)
