@@ -7,6 +7,8 @@ Measured side by side in one run, on this machine:
   same noise; per-call p50/p99 and calls/s, and their ratio (target: within 3x);
 * ``Lookup`` over gRPC on loopback against a csl server process started on port 0 over the same
   store (p50/p99 of sequential calls);
+* stores per second with fsync on: one transaction per store (``put``) against the batches a
+  busy ``PutStream`` commits together (``put_many`` of 64), alternating on one store;
 * invalidation time of one ``write_records`` whose record is read by a root entry with 1,000
   and 100,000 dependents (a producer tree of fan-out 10 beside unaffected entries), on a store
   opened with the service's default fsync-on-commit (target: 100,000 under 200 ms).
@@ -179,6 +181,26 @@ def _cascade_ms(base: Path, sizes: dict[str, int], reps: int) -> dict[str, float
 
 # -- driver ----------------------------------------------------------------------------------
 
+def _store_rates(path: Path, n: int, batch: int = 64, rounds: int = 3) -> dict[str, Any]:
+    """Stores/s, fsync on: ``put`` one by one against ``put_many`` in batches, alternating."""
+    singles, batches = [], []
+    with _open(path, sync=True) as lib:
+        for r in range(rounds):
+            one = _names(f"single-{r}", n)
+            start = time.perf_counter()
+            for name in one:
+                lib.put(name, RESULT, ReadSet.pure(), 1.0)
+            singles.append(n / (time.perf_counter() - start))
+            many = [(name, RESULT, ReadSet.pure(), 1.0) for name in _names(f"batch-{r}", n)]
+            start = time.perf_counter()
+            for i in range(0, n, batch):
+                lib.put_many(many[i:i + batch])
+            batches.append(n / (time.perf_counter() - start))
+    single, batched = statistics.median(singles), statistics.median(batches)
+    return {"stores_per_s_single": round(single), "stores_per_s_batched": round(batched),
+            "store_batch": batch, "store_batch_speedup": round(batched / single, 2)}
+
+
 def run(quick: bool) -> dict[str, Any]:
     """Run the benchmark, print readable lines as it goes, return the JSON figures."""
     entries, rounds, grpc_calls, reps = (20_000, 6, 3000, 2) if quick else (200_000, 20, 20_000, 5)
@@ -204,6 +226,10 @@ def run(quick: bool) -> dict[str, Any]:
         print(f"  gRPC Lookup        p50 {result['grpc_lookup_p50_us']:.0f} us  "
               f"p99 {result['grpc_lookup_p99_us']:.0f} us  ({grpc_calls} sequential calls, "
               "loopback, server in its own process)", flush=True)
+        result.update(_store_rates(base / "stores", 640 if quick else 6400))
+        print(f"  stores, fsync on   {result['stores_per_s_single']:,} /s one transaction each, "
+              f"{result['stores_per_s_batched']:,} /s in batches of {result['store_batch']} "
+              f"(PutStream under load): {result['store_batch_speedup']:.1f}x", flush=True)
         cascade = _cascade_ms(base, {"1k": 1000, "100k": 100_000}, reps)
         result["cascade_1k_ms"], result["cascade_100k_ms"] = cascade["1k"], cascade["100k"]
         print(f"  write cascade      1,000 dependents {cascade['1k']:.2f} ms, 100,000 dependents "

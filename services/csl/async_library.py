@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from services.common.errors import Unavailable
+from services.common.errors import DynbranchError, Unavailable
 from services.common.reads import Claimed, ReadSet, Served, Shadow
 from services.common.reuse_name import ReuseName, name_key
 from services.csl.entries import LibraryStats, RecordKey, WriteOutcome
@@ -52,6 +52,11 @@ class AsyncSubgraphLibrary:
                   cost_s: float = 0.0) -> bool:
         """See ``SubgraphLibrary.put``."""
         return await self._run(self.library.put, name, result, read_set, cost_s)
+
+    async def put_many(self, items: Sequence[tuple[ReuseName, bytes, ReadSet, float]]
+                       ) -> list[bool | DynbranchError]:
+        """See ``SubgraphLibrary.put_many`` (one thread hop, one transaction)."""
+        return await self._run(self.library.put_many, list(items))
 
     async def put_shadow(self, shadow: Shadow, ttl_s: float = 0.0) -> bool:
         """See ``SubgraphLibrary.put_shadow``; a stored shadow wakes demands waiting on its

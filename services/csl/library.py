@@ -31,7 +31,12 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Self
 
-from services.common.errors import InvalidArgument, ResourceExhausted, Unavailable
+from services.common.errors import (
+    DynbranchError,
+    InvalidArgument,
+    ResourceExhausted,
+    Unavailable,
+)
 from services.common.reads import Claimed, ReadSet, RecordRead, Served, Shadow, check_cost
 from services.common.reuse_name import ReuseName, name_key, validate_tenant
 from services.csl import codec
@@ -122,6 +127,51 @@ class SubgraphLibrary(NameWatch):
                 return False
             return self._store_confirmed(key, name.tenant, self._new_eid(), result, read_set,
                                          producers, cost_s, self._versions.seq)
+
+    def put_many(self, items: Sequence[tuple[ReuseName, bytes, ReadSet, float]]
+                 ) -> list[bool | DynbranchError]:
+        """``put`` for several results in one LMDB transaction (one fsync instead of one per
+        result: what a burst of stores on one stream costs). Each result is judged in order as
+        ``put`` alone would judge it, its refusal error in its place. Entries join the memory
+        index before the commit, where a lookup meanwhile misses (its LMDB read finds nothing);
+        a failed commit takes them out again, every one refused."""
+        out: list[bool | DynbranchError] = []
+        puts: list[tuple[bytes, bytes]] = []
+        deletes: list[bytes] = []
+        installed: list[tuple[int, int]] = []  # (index in ``out``, incarnation id)
+        with self._mutex:
+            self._check_open()
+            for name, result, read_set, cost_s in items:
+                try:
+                    check_cost(cost_s, "cost_s")
+                    key = name_key(name)
+                    if key in self._names:
+                        out.append(True)
+                        continue
+                    producers = self._resolve(name.tenant, read_set, branch_id=None)
+                except DynbranchError as exc:
+                    out.append(exc)
+                    continue
+                stored = producers is not None and self._prepare_confirmed(
+                    key, name.tenant, self._new_eid(), result, read_set, producers, cost_s,
+                    self._versions.seq, puts, deletes)
+                if stored:
+                    installed.append((len(out), self._names[key].eid))
+                out.append(stored)
+            if not puts and not deletes:
+                return out
+            if deletes:  # an entry of this batch evicted by a later one is never written
+                gone = set(deletes)
+                puts = [(k, v) for k, v in puts if k not in gone]
+            try:
+                self._store.commit(puts=puts, deletes=sorted(deletes))
+            except ResourceExhausted as exc:
+                self._store.commit(deletes=sorted(deletes))  # evictions happened in memory
+                self._drop_many(self._index.closure([e for _, e in installed
+                                                     if e in self._entries]))
+                for i, _ in installed:
+                    out[i] = exc
+        return out
 
     def write_records(self, tenant: str, record_ids: Sequence[str],
                       floors: Sequence[int] = ()) -> WriteOutcome:
@@ -353,22 +403,47 @@ class SubgraphLibrary(NameWatch):
     def _store_confirmed(self, key: bytes, tenant: str, eid: int, result: bytes,
                          read_set: ReadSet, producers: tuple[int, ...], cost_s: float,
                          stored_seq: int) -> bool:
+        puts: list[tuple[bytes, bytes]] = []
+        deletes: list[bytes] = []
+        install = self._prepare_confirmed(key, tenant, eid, result, read_set, producers, cost_s,
+                                          stored_seq, puts, deletes, install=False)
+        if not puts:
+            if deletes:
+                self._store.commit(deletes=deletes)
+            return False
+        try:
+            self._store.commit(puts=puts, deletes=deletes)
+        except ResourceExhausted:
+            self._store.commit(deletes=deletes)  # the evictions already happened in memory
+            raise
+        assert callable(install)
+        install()
+        return True
+
+    def _prepare_confirmed(self, key: bytes, tenant: str, eid: int, result: bytes,
+                           read_set: ReadSet, producers: tuple[int, ...], cost_s: float,
+                           stored_seq: int, puts: list[tuple[bytes, bytes]],
+                           deletes: list[bytes], install: bool = True
+                           ) -> bool | Callable[[], None]:
+        """Make room for an entry and add its LMDB put to ``puts`` (evictions to ``deletes``);
+        installs it in memory now, or returns the installer (``install=False``). False when it
+        cannot be stored (larger than the budget, a producer evicted to make room)."""
         value, offset = codec.encode_entry(key, cost_s, stored_seq, read_set.complete,
                                            read_set.reads, producers, result)
         size = 8 + len(value)
         if size > self.options.budget_bytes:
             return False
-        deletes = self._make_room(size)
+        deletes += self._make_room(size)
         if not all(p in self._entries for p in producers):  # evicted just now to make room
-            self._store.commit(deletes=deletes)
             return False
-        try:
-            self._store.commit(puts=[(codec.eid_key(eid), value)], deletes=deletes)
-        except ResourceExhausted:
-            self._store.commit(deletes=deletes)  # the evictions already happened in memory
-            raise
-        self._install(key, eid, _rkeys(tenant, read_set.reads), producers,
-                      not read_set.complete, size, cost_s, offset)
+        puts.append((codec.eid_key(eid), value))
+
+        def installer() -> None:
+            self._install(key, eid, _rkeys(tenant, read_set.reads), producers,
+                          not read_set.complete, size, cost_s, offset)
+        if not install:
+            return installer
+        installer()
         return True
 
     def _install(self, key: bytes, eid: int, rkeys: tuple[RecordKey, ...],

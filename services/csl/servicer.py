@@ -8,6 +8,7 @@ reader in place, while applying it twice only invalidates again (the safe direct
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator
@@ -45,6 +46,8 @@ _MISS = csl_pb2.LookupResponse(hit=False)
 MAX_CLAIM_WAIT_S = 60.0
 #: Records per Versions page at most.
 MAX_VERSIONS_PAGE = 4096
+#: Stores of one PutStream committed together at most (and read ahead at most).
+PUT_BATCH_MAX = 256
 _HOLD_KINDS = {HoldEvent.PROMOTED: csl_pb2.HOLD_EVENT_KIND_PROMOTED,
                HoldEvent.SETTLED: csl_pb2.HOLD_EVENT_KIND_SETTLED}
 
@@ -107,12 +110,53 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
 
     async def PutStream(self, request_iterator: AsyncIterator[csl_pb2.PutRequest],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[csl_pb2.PutAck]:
-        async for request in request_iterator:
+        # Stores that arrive while a batch is being committed wait and go together in the next
+        # one: one transaction (one fsync) per batch, not per store. Acks keep arrival order.
+        pending: asyncio.Queue[csl_pb2.PutRequest | BaseException | None] = asyncio.Queue(
+            maxsize=PUT_BATCH_MAX)
+        reader = asyncio.create_task(_read_into(request_iterator, pending), name="csl-put-read")
+        try:
+            while (first := await pending.get()) is not None:
+                batch = [first]
+                while len(batch) < PUT_BATCH_MAX and not pending.empty():
+                    batch.append(pending.get_nowait())
+                ends = next((i for i, r in enumerate(batch) if not isinstance(
+                    r, csl_pb2.PutRequest)), None)
+                requests = batch if ends is None else batch[:ends]
+                for ack in await self._put_batch(requests):  # type: ignore[arg-type]
+                    yield ack
+                if ends is not None:
+                    if isinstance(batch[ends], BaseException):
+                        raise batch[ends]  # type: ignore[misc]
+                    return
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _put_batch(self, requests: list[csl_pb2.PutRequest]) -> list[csl_pb2.PutAck]:
+        """Validate each store (a bad one is refused alone), then store the rest together."""
+        errors: dict[int, str] = {}
+        items = []
+        for i, request in enumerate(requests):
             try:
-                stored, error = (await self.Put(request, context)).stored, ""
+                result = result_from_proto(request.result, "result", self.max_result_bytes)
+                check_cost(request.cost_s, "cost_s")
+                items.append((name_from_proto(request.name), result,
+                              read_set_from_proto(request.read_set), request.cost_s))
             except DynbranchError as exc:  # one bad store must not end the stream
-                stored, error = False, exc.client_message()
-            yield csl_pb2.PutAck(sequence=request.header.sequence, stored=stored, error=error)
+                errors[i] = exc.client_message()
+        outcomes = iter(await self.library.put_many(items) if items else [])
+        acks = []
+        for i, request in enumerate(requests):
+            error = errors.get(i)
+            if error is None:
+                outcome = next(outcomes)
+                if isinstance(outcome, DynbranchError):
+                    error = outcome.client_message()
+            stored = error is None and outcome is True
+            acks.append(csl_pb2.PutAck(sequence=request.header.sequence, stored=stored,
+                                       error=error or ""))
+        return acks
 
     async def PutShadow(self, request: csl_pb2.PutShadowRequest,
                         context: grpc.aio.ServicerContext) -> csl_pb2.PutShadowResponse:
@@ -244,6 +288,24 @@ async def _enumerate(items: AsyncIterator[NameBatch]) -> AsyncIterator[tuple[int
     async for item in items:
         yield seq, item
         seq += 1
+
+
+async def _read_into(requests: AsyncIterator[csl_pb2.PutRequest],
+                     queue: asyncio.Queue[csl_pb2.PutRequest | BaseException | None]) -> None:
+    """Read a request stream into ``queue``: None at its end, the exception if reading fails."""
+    try:
+        async for request in requests:
+            await queue.put(request)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the handler is done with this stream
+        await queue.put(exc)  # gRPC ended the call under the read: the handler must end too
+        return
+    except BaseException as exc:  # noqa: BLE001 - handed to the stream's handler to raise
+        await queue.put(exc)
+        return
+    await queue.put(None)
 
 
 __all__ = ["LibraryCollector", "SubgraphLibraryServicer"]
