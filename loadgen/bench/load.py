@@ -66,6 +66,13 @@ def proc_figures(pid: int) -> tuple[float, int]:
     return rss_kb / 1024, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` used so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Sampler:
     """Samples processes' RSS and descriptors every ``SAMPLE_S`` in an owned task."""
 
@@ -261,4 +268,4 @@ def run(quick: bool) -> dict[str, Any]:
     return result
 
 
-__all__ = ["FULL", "QUICK", "Plan", "knee", "load_run", "proc_figures", "run"]
+__all__ = ["FULL", "QUICK", "Plan", "cpu_seconds", "knee", "load_run", "proc_figures", "run"]

@@ -11,12 +11,14 @@ interleaved so that they share the machine's noise.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loadgen.bench.echo_server import METHOD as ECHO_METHOD
+from loadgen.bench.load import cpu_seconds
 from services.common.clients import open_channel
 from services.common.pb import common_pb2, engine_pb2, gateway_pb2
 from services.engine_agent.client import EngineAgentClient
@@ -26,6 +28,8 @@ from services.launcher import Mesh, MeshSpec
 PROMPT = "Route this request to billing, shipping, returns or technical: my card was charged twice."
 MAX_TOKENS = 16
 MODEL = "bench-model"
+#: Closed-loop workers of the throughput rounds (one client process).
+CONCURRENCY = 8
 
 
 def _sampling() -> common_pb2.SamplingParams:
@@ -73,16 +77,35 @@ async def _interleaved(calls: dict[str, Callable[[int], Awaitable[Any]]], n: int
     return samples
 
 
-async def _throughput(gateway: GatewayClient, total: int, concurrency: int) -> float:
-    counter = iter(range(total))
+async def _throughput(call: Callable[[int], Awaitable[Any]], total: int, concurrency: int,
+                      offset: int = 0) -> float:
+    """Calls/s of ``total`` calls made by ``concurrency`` workers (a closed loop)."""
+    counter = iter(range(offset, offset + total))
 
     async def worker() -> None:
         for i in counter:
-            await _gateway(gateway, 10_000_000 + i)
+            await call(i)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return total / (time.perf_counter() - start)
+
+
+async def _throughputs(calls: dict[str, Callable[[int], Awaitable[Any]]], total: int,
+                       rounds: int, pids: dict[str, int]
+                       ) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
+    """Calls/s of each kind, in alternating rounds so that they share the machine's noise, and
+    the CPU milliseconds each process spent per call of each kind (summed over the rounds)."""
+    rates: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, dict[str, float]] = {name: dict.fromkeys(pids, 0.0) for name in calls}
+    for r in range(rounds):
+        for name, call in calls.items():
+            before = {k: cpu_seconds(p) for k, p in pids.items()}
+            rates[name].append(await _throughput(call, total, CONCURRENCY,
+                                                 offset=20_000_000 + r * total))
+            for k, p in pids.items():
+                cpu[name][k] += 1000 * (cpu_seconds(p) - before[k]) / (total * rounds)
+    return rates, {n: {k: round(v, 3) for k, v in per.items()} for n, per in cpu.items()}
 
 
 async def _run(quick: bool) -> dict[str, Any]:
@@ -105,7 +128,9 @@ async def _run(quick: bool) -> dict[str, Any]:
                  "echo": lambda i: echo_call(b"x" * 64, timeout=5)}
         await _interleaved(calls, warmup, offset=1_000_000)
         samples = await _interleaved(calls, n)
-        calls_per_s = await _throughput(gateway, total=n, concurrency=8)
+        pids = {c.name: c.process.pid for c in mesh.children} | {"client": os.getpid()}
+        rates, cpu_ms = await _throughputs({"gateway": calls["gateway"], "echo": calls["echo"]},
+                                           total=n, rounds=3, pids=pids)
         await asyncio.gather(engine.close(), gateway.close(), echo_channel.close())
     finally:
         await mesh.stop()
@@ -121,7 +146,15 @@ async def _run(quick: bool) -> dict[str, Any]:
         "echo_p50_ms": round(statistics.median(ms["echo"]), 3),
         "library_hit_p50_ms": round(statistics.median(ms["hit"]), 3),
         "gateway_to_direct_ratio": round(gateway_p50 / direct_p50, 3),
-        "calls_per_s": round(calls_per_s, 1),
+        "concurrency": CONCURRENCY,
+        "calls_per_s": round(statistics.median(rates["gateway"]), 1),
+        "echo_calls_per_s": round(statistics.median(rates["echo"]), 1),
+        "gateway_to_echo_throughput": round(
+            statistics.median(g / e for g, e in zip(rates["gateway"], rates["echo"],
+                                                    strict=True)), 3),
+        "throughput_rounds": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
+        "cpu_ms_per_call": cpu_ms,
+        "cores": os.cpu_count(),
     }
 
 
@@ -138,7 +171,14 @@ def run(quick: bool) -> dict[str, Any]:
     print(f"  gateway adds            p50 {result['added_p50_ms']:.3f} ms (target <= 1 ms)")
     print(f"  library hit (no engine) p50 {result['library_hit_p50_ms']:.3f} ms")
     print(f"  bare gRPC echo          p50 {result['echo_p50_ms']:.3f} ms")
-    print(f"  gateway throughput      {result['calls_per_s']:.0f} calls/s at concurrency 8")
+    print(f"  throughput at concurrency {result['concurrency']} (one client process, median of "
+          f"3 alternating rounds): gateway {result['calls_per_s']:.0f} calls/s, bare echo "
+          f"{result['echo_calls_per_s']:.0f} calls/s; gateway/echo "
+          f"{result['gateway_to_echo_throughput']:.2f} (target >= 0.5)")
+    for kind, per in result["cpu_ms_per_call"].items():
+        spent = ", ".join(f"{k} {v:.3f}" for k, v in per.items() if v >= 0.005)
+        print(f"  CPU ms per {kind} call: {spent} (total {sum(per.values()):.3f}; "
+              f"{result['cores']} cores)")
     return result
 
 
