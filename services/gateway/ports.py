@@ -33,6 +33,11 @@ class Execution:
 class LibraryPort(Protocol):
     """The Completed-Subgraph Library (C1) as the gateway uses it."""
 
+    def available(self) -> bool:
+        """False while the library is known to be unreachable (a call just failed on the
+        transport): lookups and stores miss at once, and fills, which it alone can promote, are
+        not worth running; True again after a short back-off, when the next call probes it."""
+
     async def lookup(self, name: ReuseName) -> Served | None:
         """A fresh confirmed entry, or None (a miss, also when the library is unreachable)."""
 

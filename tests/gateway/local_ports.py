@@ -66,6 +66,9 @@ class LocalLibrary:
     def __init__(self, library: AsyncSubgraphLibrary) -> None:
         self.library = library
 
+    def available(self) -> bool:
+        return True
+
     async def lookup(self, name: ReuseName) -> Served | None:
         return self.library.lookup(name)
 

@@ -120,6 +120,32 @@ async def test_lost_library_degrades_to_engine_execution() -> None:
         assert answer.text == again.text
 
 
+async def test_a_library_known_down_is_skipped_no_fill_runs_and_it_is_probed_again() -> None:
+    """Fault matrix finding: with the csl down, fills still ran, their shadows could not be
+    stored, and each demand waited ``fill_wait_s`` for them before running canonically (1.2-1.5x
+    the floor's latency). A library known down now costs nothing: no fills, no lookups."""
+    async with mesh() as m:
+        m.client.use_builtin("routing")
+        library = m.gateway.core.library
+        await m.csl.shutdown()
+        await m.client.call_stage("routing", "router", workflow_id="w", inputs=_inputs(0),
+                                  offered=FUNCTIONS)
+        deadline = asyncio.get_running_loop().time() + 5
+        while library.available() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)  # the name feed's reconnect sees it down
+        assert not library.available()
+        opened = m.branches.counters["skipped_library_down"]
+        await m.client.call_stage("routing", "router", workflow_id="w2", inputs=_inputs(1),
+                                  offered=FUNCTIONS)
+        handler = await m.client.call_stage("routing", "handler", workflow_id="w2",
+                                            inputs=_inputs(1), candidate="get_weather")
+        assert handler.source == gateway_pb2.RESULT_SOURCE_ENGINE and handler.text
+        assert m.branches.counters["skipped_library_down"] == opened + 1
+        assert m.branches.counters["fills_issued"] == 0  # nothing was run to wait for
+        library._down_until = 0.0  # the back-off ends: the next call probes the library
+        assert library.available()
+
+
 async def test_lost_admission_service_means_no_fills_but_every_answer() -> None:
     async with mesh(admission="127.0.0.1:1") as m:
         m.client.use_builtin("routing")

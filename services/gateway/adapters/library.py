@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 
 import grpc
@@ -21,6 +22,12 @@ from services.csl.client import CslClient, PutPipe
 from services.gateway.adapters.name_mirror import NameMirror
 
 log = logging.getLogger(__name__)
+#: After a transport failure the library counts as down this long: calls skip it (a miss, a
+#: dropped store, no fills) instead of each waiting out its own deadline; then one probes it.
+DOWN_BACKOFF_S = 2.0
+#: Consecutive deadline failures that count as down (a black-holed library answers nothing;
+#: one slow answer from a busy library does not).
+DOWN_AFTER_TIMEOUTS = 3
 _HOLD_EVENTS = {csl_pb2.HOLD_EVENT_KIND_HELD: HoldEvent.HELD,
                 csl_pb2.HOLD_EVENT_KIND_PROMOTED: HoldEvent.PROMOTED,
                 csl_pb2.HOLD_EVENT_KIND_SETTLED: HoldEvent.SETTLED}
@@ -36,6 +43,10 @@ class RemoteLibrary:
         self.lookup_deadline_s = lookup_deadline_s
         self.deadline_s = deadline_s
         self.errors = 0
+        #: Skipped calls while the library was down (``available``).
+        self.skipped = 0
+        self._down_until = 0.0
+        self._timeouts = 0
         self.mirror = NameMirror()
         self._watch: asyncio.Task[None] | None = None
         #: Called when the name feed is lost and resubscribed (what a csl restart looks like):
@@ -52,10 +63,13 @@ class RemoteLibrary:
             try:
                 async for batch in self.client.stub.WatchNames(csl_pb2.WatchNamesRequest(),
                                                                timeout=3600):
+                    self.answered()  # back without waiting out the back-off
                     if not self.mirror.apply(batch.header.sequence, batch.added, batch.removed,
                                              batch.synced):
                         break  # a gap: resubscribe for a fresh snapshot
             except grpc.aio.AioRpcError as err:
+                if err.code() is grpc.StatusCode.UNAVAILABLE:
+                    self._down_until = time.monotonic() + DOWN_BACKOFF_S
                 if self.mirror.synced:
                     log.warning("csl name feed lost (%s): probing every name until it is back",
                                 err.code().name)
@@ -64,23 +78,43 @@ class RemoteLibrary:
                 self.on_resync()
             await asyncio.sleep(0.5)
 
+    def available(self) -> bool:
+        """See ``LibraryPort.available``."""
+        if time.monotonic() < self._down_until:
+            self.skipped += 1
+            return False
+        return True
+
+    def answered(self) -> None:
+        """The library just answered a call made around this port (an audit): it is up."""
+        self._down_until = 0.0
+        self._timeouts = 0
+
     def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
         self.errors += 1
+        code = err.code()
+        self._timeouts = self._timeouts + 1 if code is grpc.StatusCode.DEADLINE_EXCEEDED else 0
+        if code is grpc.StatusCode.UNAVAILABLE or self._timeouts >= DOWN_AFTER_TIMEOUTS:
+            self._down_until = time.monotonic() + DOWN_BACKOFF_S
         log.warning("csl %s failed (%s): degrading", op, err.code().name,
                     extra={"op": op, "code": err.code().name})
 
     async def lookup(self, name: ReuseName) -> Served | None:
         """A fresh confirmed entry, or None (also on any failure)."""
-        if not self.mirror.may_hold(name):
+        if not self.mirror.may_hold(name) or not self.available():
             return None
         try:
-            return await self.client.lookup(name, timeout_s=self.lookup_deadline_s)
+            served = await self.client.lookup(name, timeout_s=self.lookup_deadline_s)
         except grpc.aio.AioRpcError as err:
             self._failed("lookup", err)
             return None
+        self._timeouts = 0
+        return served
 
     async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float) -> bool:
         """Store a canonical result; False when refused or unreachable."""
+        if not self.available():
+            return False
         try:
             request = self.client.put_request(name, result, read_set, cost_s)
             stored = await self.pipe.put(request, self.deadline_s)
@@ -94,10 +128,12 @@ class RemoteLibrary:
     async def put_shadow(self, shadow: Shadow, ttl_s: float) -> bool:
         """Store a shadow; False when refused or unreachable."""
         try:
-            return await self.client.put_shadow(shadow, ttl_s, self.deadline_s)
+            stored = await self.client.put_shadow(shadow, ttl_s, self.deadline_s)
         except grpc.aio.AioRpcError as err:
             self._failed("put_shadow", err)
             return False
+        self._timeouts = 0
+        return stored
 
     async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
         """Promote a shadow; None when it cannot (or the library is unreachable)."""
@@ -106,6 +142,7 @@ class RemoteLibrary:
         except grpc.aio.AioRpcError as err:
             self._failed("promote", err)
             return None
+        self._timeouts = 0
         if served is not None:
             self.mirror.add(name)
         return served

@@ -85,6 +85,10 @@ class ShardedLibrary:
         self.counters = {"suspect_misses": 0, "repairs": 0, "repair_invalidated": 0,
                          "folded": 0, "write_quorum_failures": 0}
 
+    def available(self) -> bool:
+        """See ``LibraryPort.available``: every shard (a fill's steps may land on any)."""
+        return all([shard.remote.available() for shard in self.shards])
+
     def owner(self, name: ReuseName) -> Shard:
         """The shard that holds ``name``."""
         return self.shards[self.ring.owner(name_key(name))]
@@ -294,6 +298,7 @@ class ShardedLibrary:
             return
         self.counters["repairs"] += 1
         self.counters["repair_invalidated"] += invalidated
+        shard.remote.answered()
         if shard.suspicion == suspicion:
             shard.trusted = True
             log.info("csl shard %s caught up from %d peers (%d entries invalidated): serving",

@@ -64,7 +64,8 @@ class BranchManager:
         self.fills = FillRunner(executor, library, settings, tracer, hold=self._hold)
         self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
                          "fills_discarded": 0, "fills_aborted": 0, "ambiguous": 0,
-                         "promoted_elsewhere": 0, "claimed_elsewhere": 0}
+                         "promoted_elsewhere": 0, "claimed_elsewhere": 0,
+                         "skipped_library_down": 0}
 
     # -- entry from the canonical path -------------------------------------------------------
 
@@ -253,6 +254,10 @@ class BranchManager:
             except TimeoutError:
                 branch.ready.set()
                 return
+        if not self.library.available():  # nothing it ran could be promoted: run none
+            self.counters["skipped_library_down"] += 1
+            branch.ready.set()
+            return
         start = time.monotonic()
         attrs = {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate}
         try:
