@@ -2,7 +2,10 @@
 
 Items are numbered; item ``k`` is a Routing workflow (router → handler → executor, the choice
 taken from the script as in ``loadgen.demo``, every query distinct so exact reuse cannot stand in
-for a generation) or, every fourth, a plain canonical call (an untagged prompt). The harness acts
+for a generation), every fourth a plain canonical call (an untagged prompt), and every eighth
+(``k % 8 == 5``) a tool round: a history call in a workflow, then its tool result returned
+through the gateway's ``DeliverResult`` to the delivery service (LADS), which gets the
+continuation from the engine holding the history. The harness acts
 as an agent behind a load balancer would: it spreads items over the gateway replicas, retries a
 failed stage call a bounded number of times with backoff, each retry on the next replica, and
 counts the retries and every failed attempt's status. An item is *lost* when a stage still fails
@@ -17,21 +20,25 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
 from loadgen.demo import FUNCTIONS, REQUESTS
-from services.common.pb import gateway_pb2
+from services.common.pb import common_pb2, delivery_pb2, gateway_pb2
 from services.gateway.sdk import DynbranchClient
 
 MODEL = "qwen3-32b"
 PLAIN_EVERY = 4
+TOOL_EVERY, TOOL_AT = 8, 5
+TOOL_HISTORY = "You are a shopping agent. Inspect the product and its reviews carefully. " * 4
 PLAIN_MAX_TOKENS = 160
 #: Statuses a harness retries (transient: the service may answer the next attempt).
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                        grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED,
                        grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
 Call = Callable[[DynbranchClient], Awaitable[gateway_pb2.CallResponse]]
+Deliver = Callable[[DynbranchClient], Awaitable[delivery_pb2.DeliverResponse]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +82,10 @@ class Outcome:
 
 
 def kind_of(key: int) -> str:
-    """``plain`` for every fourth item, ``routing`` otherwise."""
-    return "plain" if key % PLAIN_EVERY == PLAIN_EVERY - 1 else "routing"
+    """``plain`` for every fourth item, ``tool`` for every eighth, ``routing`` otherwise."""
+    if key % PLAIN_EVERY == PLAIN_EVERY - 1:
+        return "plain"
+    return "tool" if key % TOOL_EVERY == TOOL_AT else "routing"
 
 
 class Harness:
@@ -94,6 +103,8 @@ class Harness:
         try:
             if out.kind == "plain":
                 out.texts = (await self._call(out, self._plain(key)),)
+            elif out.kind == "tool":
+                out.texts = await self._tool(out)
             else:
                 out.texts = await self._routing(out)
         except grpc.aio.AioRpcError as err:
@@ -122,12 +133,30 @@ class Harness:
                 outputs["handler"] = text
         return tuple(texts)
 
-    async def _call(self, out: Outcome, call: Call) -> str:
-        """One stage call with bounded retries, each attempt on the next replica."""
+    async def _tool(self, out: Outcome) -> tuple[str, ...]:
+        wf, history = f"fault-tool-{out.key}", f"{TOOL_HISTORY} Session {out.key}."
+        sampling = common_pb2.SamplingParams(max_tokens=16, ignore_eos=True)
+        demand = common_pb2.StageDemand(model=MODEL, prompt=history, sampling=sampling,
+                                        workflow_id=wf)
+        first = await self._call(out, lambda c: c.stub.Call(
+            gateway_pb2.CallRequest(demand=demand), timeout=self.policy.call_timeout_s))
+        history += first
+        observation = f"Product {out.key}: Fusion Backpack, $59. Reviews: 4.6/5."
+        request = delivery_pb2.DeliverRequest(
+            key=common_pb2.ResultKey(workflow_id=wf, turn=1), history=history,
+            observation=observation.encode(), tool="open", model=MODEL,
+            prompt=f"{history}\nObservation: {observation}\n", sampling=sampling)
+        delivered = await self._call(out, lambda c: c.stub.DeliverResult(
+            request, timeout=self.policy.call_timeout_s), text=lambda r: r.finished.text)
+        return first, delivered
+
+    async def _call(self, out: Outcome, call: Call | Deliver,
+                    text: Callable[[Any], str] = lambda r: r.text) -> str:
+        """One call with bounded retries, each attempt on the next replica."""
         for attempt in range(self.policy.attempts):
             client = self.clients[(out.key + attempt) % len(self.clients)]
             try:
-                return (await call(client)).text
+                return text(await call(client))
             except grpc.aio.AioRpcError as err:
                 out.errors[err.code().name] += 1
                 if err.code() not in RETRYABLE or attempt + 1 == self.policy.attempts:

@@ -36,7 +36,7 @@ def _errors(outcomes: Iterable[Outcome]) -> dict[str, int]:
 def floor_summary(floor: list[Outcome]) -> dict[str, Any]:
     """The floor's own figures: p50 latency per kind, and whether it lost anything."""
     p50 = {kind: _p([o.latency_s for o in floor if o.ok and o.kind == kind], 0.5)
-           for kind in ("routing", "plain")}
+           for kind in ("routing", "plain", "tool")}
     return {"items": len(floor), "lost": sum(not o.ok for o in floor),
             "retries": sum(o.retries for o in floor), "errors": _errors(floor),
             "p50_s": p50, "p99_routing_s": _p([o.latency_s for o in floor
@@ -70,6 +70,7 @@ def summarize(run: CellRun, floor: dict[int, Outcome], base: dict[str, Any]) -> 
     return {
         "cell": run.cell.name, "target": run.cell.target, "fault": run.cell.fault,
         "items": len(outs), "routing": sum(o.kind == "routing" for o in outs),
+        "tool": sum(o.kind == "tool" for o in outs),
         "lost": sum(not o.ok for o in outs), "wrong": len(wrong), "wrong_keys": wrong[:5],
         "unverified": sum(o.ok for o in outs) - len(verified),
         "retries": sum(o.retries for o in outs), "items_retried": sum(o.retries > 0 for o in outs),

@@ -233,11 +233,12 @@ async def run_cell(fm: FaultMesh, cell: Cell, index: int) -> CellRun:
 
 
 async def run_floor(params: Params, keys: list[int]) -> tuple[list[Outcome], list[str]]:
-    """Every key once on the no-reuse floor: its own mesh, no library, no fill, no faults.
+    """Every key once on the no-reuse floor: its own mesh, no library, no fill, no faults
+    (delivery only: tool rounds return their results through it).
     Also the services found exited at its end (none, unless one crashed or was killed from
     outside)."""
     mesh = Mesh()
-    spec = MeshSpec(engines=2, gateways=1, time_scale=params.time_scale, others=(),
+    spec = MeshSpec(engines=2, gateways=1, time_scale=params.time_scale, others=("delivery",),
                     gateway_settings=["c1=false", "c2=false"], log_level="WARNING")
     try:
         await mesh.start(spec)
