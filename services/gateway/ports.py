@@ -95,8 +95,11 @@ class EnginePort(Protocol):
     def max_model_len(self, model: str) -> int:
         """Context limit of ``model`` (the smallest over its engines)."""
 
-    def holder(self, affinity_key: str) -> str | None:
-        """The engine that ran the workflow's last canonical call (it holds its history)."""
+    async def locate_history(self, affinity_key: str, model: str, history: str,
+                             timeout_s: float = 0.5) -> str:
+        """The engine id holding a workflow's history (where a returning tool result should
+        continue): the one that ran its last canonical call, else the one whose prefix cache
+        holds most of ``history``."""
 
 
 class AdmissionPort(Protocol):

@@ -187,7 +187,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         forwarded.CopyFrom(request)
         forwarded.key.workflow_id = scoped
         if not forwarded.engine_id:
-            forwarded.engine_id = self.core.engines.holder(scoped) or ""
+            forwarded.engine_id = await self.core.engines.locate_history(
+                scoped, request.model, request.history, deadline(context, 0.5, cap_s=0.5))
         try:
             return await self.delivery.deliver(forwarded, timeout_s=deadline(context, 600.0))
         except grpc.aio.AioRpcError as err:  # the delivery's own status and field-naming message

@@ -126,9 +126,38 @@ class EnginePool:
         """The engine for one generation (see ``Router``)."""
         return self.router.pick(self.states.values(), model, fill=fill, affinity_key=affinity_key)
 
-    def holder(self, affinity_key: str) -> str | None:
-        """The engine holding a workflow's history (its last canonical call ran there)."""
-        return self.router.affine(affinity_key)
+    async def locate_history(self, affinity_key: str, model: str, history: str,
+                             timeout_s: float = 0.5) -> str:
+        """The engine holding a workflow's history: the one that ran its last canonical call
+        here, else (another replica ran it, or this one restarted) the healthy engine whose
+        prefix cache holds the longest part of ``history``, asked of every engine serving
+        ``model``; ties and failures go to the least loaded. Never a wrong answer: a worse
+        guess only costs the continuation a prefill."""
+        held = self.router.affine(affinity_key)
+        if held is not None and any(s.engine_id == held and s.healthy
+                                    for s in self.states.values()):
+            return held
+        serving = [s for s in self.states.values() if s.model == model]
+        if not serving:
+            return ""  # delivery names the unknown model
+        healthy = [s for s in serving if s.healthy]
+        if not healthy:
+            raise Unavailable(f"no healthy engine agent serves model {model!r}")
+        if len(healthy) == 1:
+            return healthy[0].engine_id
+
+        async def resident(state: EngineState) -> int:
+            try:
+                reply = await self.clients[state.target].lookup_prefix(history, timeout_s)
+            except grpc.aio.AioRpcError:
+                return -1
+            return int(reply.resident_tokens)
+
+        found = await asyncio.gather(*(resident(s) for s in healthy)) if history else \
+            [0] * len(healthy)
+        best = max(zip(found, healthy, strict=True),
+                   key=lambda fs: (fs[0], -fs[1].canonical_score()))[1]
+        return best.engine_id
 
     async def generate(self, request: GenerationRequest, timeout_s: float,
                        prefix_key: str = "", on_delta: DeltaSink | None = None) -> Execution:
