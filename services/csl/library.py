@@ -152,12 +152,13 @@ class SubgraphLibrary(NameWatch):
                 except DynbranchError as exc:
                     out.append(exc)
                     continue
-                stored = producers is not None and self._prepare_confirmed(
+                install = producers is not None and self._prepare_confirmed(
                     key, name.tenant, self._new_eid(), result, read_set, producers, cost_s,
                     self._versions.seq, puts, deletes)
-                if stored:
+                if install:
+                    install()
                     installed.append((len(out), self._names[key].eid))
-                out.append(stored)
+                out.append(bool(install))
             if not puts and not deletes:
                 return out
             if deletes:  # an entry of this batch evicted by a later one is never written
@@ -406,8 +407,8 @@ class SubgraphLibrary(NameWatch):
         puts: list[tuple[bytes, bytes]] = []
         deletes: list[bytes] = []
         install = self._prepare_confirmed(key, tenant, eid, result, read_set, producers, cost_s,
-                                          stored_seq, puts, deletes, install=False)
-        if not puts:
+                                          stored_seq, puts, deletes)
+        if install is None:
             if deletes:
                 self._store.commit(deletes=deletes)
             return False
@@ -416,35 +417,27 @@ class SubgraphLibrary(NameWatch):
         except ResourceExhausted:
             self._store.commit(deletes=deletes)  # the evictions already happened in memory
             raise
-        assert callable(install)
         install()
         return True
 
     def _prepare_confirmed(self, key: bytes, tenant: str, eid: int, result: bytes,
                            read_set: ReadSet, producers: tuple[int, ...], cost_s: float,
                            stored_seq: int, puts: list[tuple[bytes, bytes]],
-                           deletes: list[bytes], install: bool = True
-                           ) -> bool | Callable[[], None]:
+                           deletes: list[bytes]) -> Callable[[], None] | None:
         """Make room for an entry and add its LMDB put to ``puts`` (evictions to ``deletes``);
-        installs it in memory now, or returns the installer (``install=False``). False when it
-        cannot be stored (larger than the budget, a producer evicted to make room)."""
+        returns what installs it in memory, or None when it cannot be stored (larger than the
+        budget, a producer evicted to make room)."""
         value, offset = codec.encode_entry(key, cost_s, stored_seq, read_set.complete,
                                            read_set.reads, producers, result)
         size = 8 + len(value)
         if size > self.options.budget_bytes:
-            return False
+            return None
         deletes += self._make_room(size)
         if not all(p in self._entries for p in producers):  # evicted just now to make room
-            return False
+            return None
         puts.append((codec.eid_key(eid), value))
-
-        def installer() -> None:
-            self._install(key, eid, _rkeys(tenant, read_set.reads), producers,
-                          not read_set.complete, size, cost_s, offset)
-        if not install:
-            return installer
-        installer()
-        return True
+        return lambda: self._install(key, eid, _rkeys(tenant, read_set.reads), producers,
+                                     not read_set.complete, size, cost_s, offset)
 
     def _install(self, key: bytes, eid: int, rkeys: tuple[RecordKey, ...],
                  producers: tuple[int, ...],

@@ -21,9 +21,9 @@ from prometheus_client.registry import Collector
 from services.common.convert import require
 from services.common.errors import DynbranchError, InvalidArgument, ResourceExhausted
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
-from services.common.reads import HoldEvent, check_cost
+from services.common.reads import HoldEvent, ReadSet, check_cost
 from services.common.records import make_header
-from services.common.reuse_name import name_key
+from services.common.reuse_name import ReuseName, name_key
 from services.common.tracing import incoming_context, maybe_span
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (
@@ -99,13 +99,17 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
             return _MISS
         return csl_pb2.LookupResponse(hit=True, result=served.result, cost_s=served.cost_s)
 
-    async def Put(self, request: csl_pb2.PutRequest,
-                  context: grpc.aio.ServicerContext) -> csl_pb2.PutResponse:
+    def _put_item(self, request: csl_pb2.PutRequest
+                  ) -> tuple[ReuseName, bytes, ReadSet, float]:
+        """A store request, validated: name, result, read-set and cost."""
         name = name_from_proto(request.name)
         result = result_from_proto(request.result, "result", self.max_result_bytes)
         check_cost(request.cost_s, "cost_s")
-        read_set = read_set_from_proto(request.read_set)
-        stored = await self.library.put(name, result, read_set, request.cost_s)
+        return name, result, read_set_from_proto(request.read_set), request.cost_s
+
+    async def Put(self, request: csl_pb2.PutRequest,
+                  context: grpc.aio.ServicerContext) -> csl_pb2.PutResponse:
+        stored = await self.library.put(*self._put_item(request))
         return csl_pb2.PutResponse(stored=stored)
 
     async def PutStream(self, request_iterator: AsyncIterator[csl_pb2.PutRequest],
@@ -117,7 +121,7 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         reader = asyncio.create_task(_read_into(request_iterator, pending), name="csl-put-read")
         try:
             while (first := await pending.get()) is not None:
-                batch = [first]
+                batch: list[csl_pb2.PutRequest | BaseException | None] = [first]
                 while len(batch) < PUT_BATCH_MAX and not pending.empty():
                     batch.append(pending.get_nowait())
                 ends = next((i for i, r in enumerate(batch) if not isinstance(
@@ -139,23 +143,17 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         items = []
         for i, request in enumerate(requests):
             try:
-                result = result_from_proto(request.result, "result", self.max_result_bytes)
-                check_cost(request.cost_s, "cost_s")
-                items.append((name_from_proto(request.name), result,
-                              read_set_from_proto(request.read_set), request.cost_s))
+                items.append(self._put_item(request))
             except DynbranchError as exc:  # one bad store must not end the stream
                 errors[i] = exc.client_message()
         outcomes = iter(await self.library.put_many(items) if items else [])
         acks = []
         for i, request in enumerate(requests):
-            error = errors.get(i)
-            if error is None:
-                outcome = next(outcomes)
-                if isinstance(outcome, DynbranchError):
-                    error = outcome.client_message()
-            stored = error is None and outcome is True
-            acks.append(csl_pb2.PutAck(sequence=request.header.sequence, stored=stored,
-                                       error=error or ""))
+            outcome = errors[i] if i in errors else next(outcomes)
+            if isinstance(outcome, DynbranchError):
+                outcome = outcome.client_message()
+            acks.append(csl_pb2.PutAck(sequence=request.header.sequence, stored=outcome is True,
+                                       error=outcome if isinstance(outcome, str) else ""))
         return acks
 
     async def PutShadow(self, request: csl_pb2.PutShadowRequest,
