@@ -43,8 +43,6 @@ class RemoteLibrary:
         self.lookup_deadline_s = lookup_deadline_s
         self.deadline_s = deadline_s
         self.errors = 0
-        #: Skipped calls while the library was down (``available``).
-        self.skipped = 0
         self._down_until = 0.0
         self._timeouts = 0
         self.mirror = NameMirror()
@@ -68,8 +66,7 @@ class RemoteLibrary:
                                              batch.synced):
                         break  # a gap: resubscribe for a fresh snapshot
             except grpc.aio.AioRpcError as err:
-                if err.code() is grpc.StatusCode.UNAVAILABLE:
-                    self._down_until = time.monotonic() + DOWN_BACKOFF_S
+                self._transport_failed(err.code())
                 if self.mirror.synced:
                     log.warning("csl name feed lost (%s): probing every name until it is back",
                                 err.code().name)
@@ -80,22 +77,24 @@ class RemoteLibrary:
 
     def available(self) -> bool:
         """See ``LibraryPort.available``."""
-        if time.monotonic() < self._down_until:
-            self.skipped += 1
-            return False
-        return True
+        return time.monotonic() >= self._down_until
 
     def answered(self) -> None:
-        """The library just answered a call made around this port (an audit): it is up."""
+        """The library just answered its name feed, or an audit made around this port: it is
+        up."""
         self._down_until = 0.0
         self._timeouts = 0
 
-    def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
-        self.errors += 1
-        code = err.code()
+    def _transport_failed(self, code: grpc.StatusCode) -> None:
+        """Count a failed call toward ``available``: down at once when unreachable, after
+        ``DOWN_AFTER_TIMEOUTS`` deadlines in a row when it answers nothing."""
         self._timeouts = self._timeouts + 1 if code is grpc.StatusCode.DEADLINE_EXCEEDED else 0
         if code is grpc.StatusCode.UNAVAILABLE or self._timeouts >= DOWN_AFTER_TIMEOUTS:
             self._down_until = time.monotonic() + DOWN_BACKOFF_S
+
+    def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
+        self.errors += 1
+        self._transport_failed(err.code())
         log.warning("csl %s failed (%s): degrading", op, err.code().name,
                     extra={"op": op, "code": err.code().name})
 

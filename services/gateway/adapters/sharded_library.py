@@ -87,7 +87,7 @@ class ShardedLibrary:
 
     def available(self) -> bool:
         """See ``LibraryPort.available``: every shard (a fill's steps may land on any)."""
-        return all([shard.remote.available() for shard in self.shards])
+        return all(shard.remote.available() for shard in self.shards)
 
     def owner(self, name: ReuseName) -> Shard:
         """The shard that holds ``name``."""
