@@ -116,6 +116,10 @@ class Mesh:
         self.children.append(child)
         return child
 
+    def exited(self) -> list[str]:
+        """Names of the children whose process is no longer running."""
+        return [c.name for c in self.children if c.process.returncode is not None]
+
     async def kill(self, name: str) -> None:
         """SIGKILL one child (a fault test: no drain, no clean close) and wait for it."""
         child = self.child(name)

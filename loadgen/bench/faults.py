@@ -154,16 +154,12 @@ class FaultMesh:
         else:
             self.proxies[cell.target].heal()
 
-    def exited(self) -> list[str]:
-        """Services whose process is no longer running."""
-        return [c.name for c in self.mesh.children if c.process.returncode is not None]
-
     async def settle(self) -> None:
         """Between cells: every service running (a crashed one restarted) and SERVING, every
         proxy passing, engines' load streams back."""
         for proxy in self.proxies.values():
             proxy.heal()
-        for name in self.exited():
+        for name in self.mesh.exited():
             await self.mesh.restart(name)
         await asyncio.gather(*(wait_serving(c.address) for c in self.mesh.children))
         await asyncio.sleep(self.params.settle_s)  # gateways renew lost load streams in 0.2 s
@@ -225,7 +221,7 @@ async def run_cell(fm: FaultMesh, cell: Cell, index: int) -> CellRun:
     await asyncio.sleep(p.post_s)
     stop.set()
     outcomes = await load
-    crashed = fm.exited()
+    crashed = fm.mesh.exited()
     counters = {} if proxy is None or before is None else {
         "accepted": proxy.counters.accepted - before.accepted,
         "resets": proxy.counters.resets - before.resets}
@@ -246,7 +242,7 @@ async def run_floor(params: Params, keys: list[int]) -> tuple[list[Outcome], lis
         try:
             outcomes = await drive(harness, iter(keys),
                                    params.floor_concurrency or params.concurrency)
-            return outcomes, [c.name for c in mesh.children if c.process.returncode is not None]
+            return outcomes, mesh.exited()
         finally:
             await harness.close()
     finally:
