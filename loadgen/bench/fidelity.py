@@ -308,11 +308,9 @@ def step_table(preset: CostPreset, samples: Sequence[Any]) -> list[dict[str, Any
 def fitted_parameters(preset: CostPreset) -> dict[str, float]:
     """The fitted physical parameters of a measured preset, by name (seconds)."""
     assert preset.measured is not None
-    m = preset.measured
     return {"step_overhead_s": preset.step_overhead_s,
-            "per_seq_overhead_s": preset.per_seq_overhead_s, "s_per_token": m.s_per_token,
-            "s_per_attention_pair": m.s_per_attention_pair,
-            "s_per_kv_read_token": m.s_per_kv_read_token}
+            "per_seq_overhead_s": preset.per_seq_overhead_s,
+            **dataclasses.asdict(preset.measured)}
 
 
 def _print_validation(label: str, v: dict[str, Any]) -> None:
@@ -363,15 +361,16 @@ async def _run(quick: bool) -> dict[str, Any]:
     committed_validation = compare(real.results, await run_sim(specs, real.rendered, committed))
     wall = real.wall_s | {"sim_s": round(time.monotonic() - sim_started, 1),
                           "total_s": round(time.monotonic() - started, 1)}
+    moved = drift(real.before, real.after)
     return {"fit": step_errors(fitted, real.samples) | {
-                "parameters": fitted_parameters(fitted), "drift": drift(real.before, real.after),
+                "parameters": fitted_parameters(fitted), "drift": moved,
                 "samples": step_table(fitted, real.samples)},
             "validation": validation,
             "committed": {"fit_set": step_errors(committed, real.samples),
                           "validation": committed_validation},
             "mean_rel_err": validation["mean_rel_err"], "p90_rel_err": validation["p90_rel_err"],
             "goal": GOAL, "goal_met": validation["mean_rel_err"] <= GOAL,
-            "noisy": drift(real.before, real.after)["median_rel"] > GOAL, "preset": PRESET,
+            "noisy": moved["median_rel"] > GOAL, "preset": PRESET,
             "quick": quick, "sim_time_scale": SIM_TIME_SCALE, "wall_s": wall}
 
 
