@@ -103,7 +103,10 @@ async def test_abort_by_closing_the_stream_frees_the_slot(backend: OpenAIBackend
         seen += isinstance(ev, TokenDelta)
         if seen == 3:
             break
-    assert (await backend.refresh_load()).running == 1
+
+    async def running() -> bool:  # the server's gauges follow its steps, not our reads
+        return (await backend.refresh_load()).running == 1
+    await wait_until(running, timeout=10.0)
     assert await backend.abort("oa-abort") is True
     tail = [ev async for ev in gen]
     assert isinstance(tail[-1], Finished) and tail[-1].reason == FinishReason.ABORT
