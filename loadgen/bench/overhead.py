@@ -41,14 +41,13 @@ def _prompt(i: int) -> str:
 
 
 async def _direct(engine: EngineAgentClient, i: int) -> None:
-    # The same request the gateway sends: the answer only, no per-step deltas.
+    # The same request the gateway sends: the answer only, on a shared GenerateMux stream.
     request = engine_pb2.GenerateRequest(request_id=f"direct-{i}", model=MODEL,
                                          prompt=_prompt(i), sampling=_sampling(),
                                          final_only=True)
-    async for event in engine.generate(request, timeout_s=10):
-        if event.HasField("finished"):
-            return
-    raise RuntimeError("direct stream ended without finishing")
+    finished = await engine.answer(request, timeout_s=10)
+    if finished.usage.completion_tokens != MAX_TOKENS:
+        raise RuntimeError(f"direct call {i}: {finished.usage.completion_tokens} tokens")
 
 
 async def _gateway(gateway: GatewayClient, i: int, prompt: str | None = None,

@@ -26,13 +26,19 @@ def status_of(exc: DynbranchError) -> grpc.StatusCode:
     return grpc.StatusCode[exc.status]
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+def status_for(exc: BaseException, method: str) -> tuple[grpc.StatusCode, str]:
+    """The status and message a client sees for ``exc`` raised in ``method``; an internal or
+    unexpected error is logged here and its detail hidden."""
     if isinstance(exc, DynbranchError):
         if exc.status == "INTERNAL":
             log.error("internal error in %s", method, exc_info=exc, extra={"method": method})
-        await context.abort(status_of(exc), exc.client_message())
+        return status_of(exc), exc.client_message()
     log.error("unhandled error in %s", method, exc_info=exc, extra={"method": method})
-    await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+    return grpc.StatusCode.INTERNAL, "internal error"
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    await context.abort(*status_for(exc, method))
 
 
 Parse = Callable[[bytes], Any]
@@ -129,4 +135,4 @@ def _wrap(handler: Any, method: str) -> Any:
         _wrap_stream(handler.stream_stream, method, parse, streaming_request=True), **kwargs)
 
 
-__all__ = ["ErrorInterceptor", "status_of"]
+__all__ = ["ErrorInterceptor", "status_for", "status_of"]

@@ -8,6 +8,7 @@ import grpc
 
 from services.common.clients import DEFAULT_DEADLINE_S, open_channel
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
+from services.engine_agent.mux_client import GenerationMux
 
 
 class EngineAgentClient:
@@ -17,12 +18,20 @@ class EngineAgentClient:
         self.target = target
         self.channel = channel or open_channel(target)
         self.stub = engine_pb2_grpc.EngineAgentStub(self.channel)
+        self.mux = GenerationMux(self.stub)
 
     def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float = DEFAULT_DEADLINE_S,
                  metadata: tuple[tuple[str, str], ...] = ()
                  ) -> AsyncIterator[engine_pb2.GenerateEvent]:
         """Stream a generation's events; cancelling the returned call aborts it."""
         return self.stub.Generate(request, timeout=timeout_s, metadata=metadata)
+
+    async def answer(self, request: engine_pb2.GenerateRequest,
+                     timeout_s: float = DEFAULT_DEADLINE_S, trace: dict[str, str] | None = None
+                     ) -> engine_pb2.Finished:
+        """Run a generation for its answer only (on a shared GenerateMux stream); cancelling
+        the caller aborts it. Raises ``grpc.aio.AioRpcError`` as a Generate call would."""
+        return await self.mux.answer(request, timeout_s, trace)
 
     async def abort(self, request_id: str, timeout_s: float = 2.0) -> bool:
         """Abort by request id (retried on UNAVAILABLE: idempotent)."""
@@ -80,7 +89,8 @@ class EngineAgentClient:
         return self.stub.WatchLeases(engine_pb2.WatchLeasesRequest(), timeout=timeout_s)
 
     async def close(self) -> None:
-        """Close the channel; idempotent."""
+        """Close the answer streams and the channel; idempotent."""
+        await self.mux.close()
         await self.channel.close()
 
 

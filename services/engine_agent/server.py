@@ -34,7 +34,8 @@ async def build_runtime(settings: EngineAgentSettings, *, backend: EngineBackend
         runtime.on_close(provider.close)
     servicer = EngineAgentServicer(settings.engine_id, backend, EngineMetrics(runtime.registry),
                                    runtime.tracer, max_prompt_bytes=settings.max_prompt_bytes,
-                                   load_interval_s=settings.load_interval_s, provider=provider)
+                                   load_interval_s=settings.load_interval_s, provider=provider,
+                                   max_mux_running=settings.max_concurrent_rpcs)
     runtime.on_close(servicer.close_leases)
     runtime.add_service(engine_pb2_grpc.add_EngineAgentServicer_to_server, servicer, SERVICE_NAME)
     return runtime

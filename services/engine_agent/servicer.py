@@ -7,7 +7,8 @@ import itertools
 from collections.abc import AsyncIterator
 
 import grpc
-from opentelemetry.trace import Tracer
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Span, Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.common.convert import (
@@ -19,7 +20,7 @@ from services.common.convert import (
     tool_calls_to_proto,
     usage_to_proto,
 )
-from services.common.errors import InvalidArgument, PayloadTooLarge
+from services.common.errors import InvalidArgument, PayloadTooLarge, Unavailable
 from services.common.generation import GenerationRequest, LoadReport
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
 from services.common.records import make_header
@@ -34,6 +35,7 @@ from services.engine_agent.backend import (
 )
 from services.engine_agent.lease_provider import LeaseProvider
 from services.engine_agent.lease_servicer import LeaseRpcs
+from services.engine_agent.mux import MuxSession
 
 MAX_REQUEST_ID = 128
 
@@ -107,8 +109,10 @@ class EngineAgentServicer(LeaseRpcs, engine_pb2_grpc.EngineAgentServicer):
 
     def __init__(self, engine_id: str, backend: EngineBackend, metrics: EngineMetrics,
                  tracer: Tracer, *, max_prompt_bytes: int, load_interval_s: float,
-                 provider: LeaseProvider | None = None) -> None:
+                 provider: LeaseProvider | None = None, max_mux_running: int = 16_384) -> None:
         self.engine_id = engine_id
+        #: Generations one GenerateMux stream may run at once (one more is RESOURCE_EXHAUSTED).
+        self.max_mux_running = max_mux_running
         self.tracer = tracer
         self.backend = backend
         self.metrics = metrics
@@ -134,28 +138,58 @@ class EngineAgentServicer(LeaseRpcs, engine_pb2_grpc.EngineAgentServicer):
                                  prompt=request.prompt, sampling=sampling,
                                  priority=priority_from_proto(request.priority), chat=chat)
 
+    def _span(self, req: GenerationRequest, trace: otel_context.Context) -> Span:
+        # A span, not a current-span context: a generator may be closed from another task (an
+        # aborted fill), and a context attached here could not be detached there.
+        return self.tracer.start_span(
+            "engine.generate", context=trace,
+            attributes={"dynbranch.request_id": req.request_id,
+                        "dynbranch.engine_id": self.engine_id,
+                        "dynbranch.priority": req.priority.name.lower()})
+
+    def _finished(self, req: GenerationRequest, event: Finished, span: Span) -> None:
+        self.metrics.observe_finish(req.priority.name.lower(), event)
+        span.set_attribute("dynbranch.finish_reason", event.reason.name.lower())
+
     async def Generate(self, request: engine_pb2.GenerateRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[engine_pb2.GenerateEvent]:
         req = self._to_request(request)
         sequence = 0
-        # A span, not a current-span context: this generator may be closed from another task
-        # (an aborted fill), and a context attached here could not be detached there.
-        span = self.tracer.start_span(
-            "engine.generate", context=incoming_context(context.invocation_metadata()),
-            attributes={"dynbranch.request_id": req.request_id,
-                        "dynbranch.engine_id": self.engine_id,
-                        "dynbranch.priority": req.priority.name.lower()})
+        span = self._span(req, incoming_context(context.invocation_metadata()))
         try:
             async for event in self.backend.generate(req):
                 if request.final_only and not isinstance(event, Finished):
                     continue
                 if isinstance(event, Finished):
-                    self.metrics.observe_finish(req.priority.name.lower(), event)
-                    span.set_attribute("dynbranch.finish_reason", event.reason.name.lower())
+                    self._finished(req, event, span)
                 yield event_to_proto(req.request_id, sequence, event)
                 sequence += 1
         finally:
             span.end()
+
+    async def answer(self, req: GenerationRequest, trace: otel_context.Context
+                     ) -> engine_pb2.Finished:
+        """Run one generation to its end and return its Finished message (GenerateMux)."""
+        span = self._span(req, trace)
+        finished: Finished | None = None
+        try:
+            async for event in self.backend.generate(req):
+                if isinstance(event, Finished):
+                    self._finished(req, event, span)
+                    finished = event
+        finally:
+            span.end()
+        if finished is None:
+            raise Unavailable(f"engine {self.engine_id} ended {req.request_id!r} without "
+                              "finishing")
+        return event_to_proto(req.request_id, 0, finished).finished
+
+    async def GenerateMux(self, requests: AsyncIterator[engine_pb2.GenerateMuxRequest],
+                          context: grpc.aio.ServicerContext
+                          ) -> AsyncIterator[engine_pb2.GenerateMuxResult]:
+        session = MuxSession(self._to_request, self.answer, self.max_mux_running)
+        async for result in session.stream(requests):
+            yield result
 
     async def Abort(self, request: engine_pb2.AbortRequest,
                     context: grpc.aio.ServicerContext) -> engine_pb2.AbortResponse:

@@ -171,6 +171,55 @@ class GenerateEvent(_message.Message):
     finished: Finished
     def __init__(self, request_id: _Optional[str] = ..., sequence: _Optional[int] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., allocated: _Optional[_Union[Allocated, _Mapping]] = ..., delta: _Optional[_Union[TokenDelta, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ...) -> None: ...
 
+class GenerateMuxRequest(_message.Message):
+    __slots__ = ("starts", "cancels")
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    CANCELS_FIELD_NUMBER: _ClassVar[int]
+    starts: _containers.RepeatedCompositeFieldContainer[MuxStart]
+    cancels: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, starts: _Optional[_Iterable[_Union[MuxStart, _Mapping]]] = ..., cancels: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MuxStart(_message.Message):
+    __slots__ = ("request", "timeout_s", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    request: GenerateRequest
+    timeout_s: float
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, request: _Optional[_Union[GenerateRequest, _Mapping]] = ..., timeout_s: _Optional[float] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GenerateMuxResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[GenerateMuxResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[GenerateMuxResult, _Mapping]]] = ...) -> None: ...
+
+class GenerateMuxResult(_message.Message):
+    __slots__ = ("request_id", "finished", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    finished: Finished
+    error: MuxError
+    def __init__(self, request_id: _Optional[str] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., error: _Optional[_Union[MuxError, _Mapping]] = ...) -> None: ...
+
+class MuxError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class AbortRequest(_message.Message):
     __slots__ = ("request_id",)
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

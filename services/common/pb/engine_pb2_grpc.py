@@ -41,6 +41,11 @@ class EngineAgentStub:
                 request_serializer=dynbranch_dot_v1_dot_engine__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_engine__pb2.GenerateEvent.FromString,
                 _registered_method=True)
+        self.GenerateMux = channel.stream_stream(
+                '/dynbranch.v1.EngineAgent/GenerateMux',
+                request_serializer=dynbranch_dot_v1_dot_engine__pb2.GenerateMuxRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.GenerateMuxResponse.FromString,
+                _registered_method=True)
         self.Abort = channel.unary_unary(
                 '/dynbranch.v1.EngineAgent/Abort',
                 request_serializer=dynbranch_dot_v1_dot_engine__pb2.AbortRequest.SerializeToString,
@@ -100,6 +105,17 @@ class EngineAgentServicer:
     def Generate(self, request, context):
         """Submit a generation and stream its lifecycle: queued, first allocation, token deltas, finished.
         Cancelling the stream aborts the generation. Not idempotent (never retried).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateMux(self, request_iterator, context):
+        """Many answer-only generations on one long-lived stream (the gateway's unary calls, which
+        would otherwise pay a call each): every start is one generation, answered by one result
+        carrying its Finished event or its own error status; a cancel aborts one. A generation's
+        error never ends the stream. Half-closing waits for the running generations;
+        cancelling or losing the stream aborts them all. Not idempotent (never retried).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,6 +204,11 @@ def add_EngineAgentServicer_to_server(servicer, server):
                     request_deserializer=dynbranch_dot_v1_dot_engine__pb2.GenerateRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_engine__pb2.GenerateEvent.SerializeToString,
             ),
+            'GenerateMux': grpc.stream_stream_rpc_method_handler(
+                    servicer.GenerateMux,
+                    request_deserializer=dynbranch_dot_v1_dot_engine__pb2.GenerateMuxRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.GenerateMuxResponse.SerializeToString,
+            ),
             'Abort': grpc.unary_unary_rpc_method_handler(
                     servicer.Abort,
                     request_deserializer=dynbranch_dot_v1_dot_engine__pb2.AbortRequest.FromString,
@@ -267,6 +288,33 @@ class EngineAgent:
             '/dynbranch.v1.EngineAgent/Generate',
             dynbranch_dot_v1_dot_engine__pb2.GenerateRequest.SerializeToString,
             dynbranch_dot_v1_dot_engine__pb2.GenerateEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateMux(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dynbranch.v1.EngineAgent/GenerateMux',
+            dynbranch_dot_v1_dot_engine__pb2.GenerateMuxRequest.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.GenerateMuxResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -183,12 +183,16 @@ class EnginePool:
             final_only=on_delta is None)
         if request.chat is not None:
             proto.chat.CopyFrom(chat_to_proto(request.chat))
+        client = self.clients[state.target]
         try:
-            async for event in self.clients[state.target].generate(
-                    proto, timeout_s=timeout_s, metadata=outgoing_metadata()):
+            if on_delta is None:  # the answer only: one message each way on a shared stream
+                finished = await client.answer(proto, timeout_s, dict(outgoing_metadata()))
+                return _execution(state.engine_id, finished)
+            async for event in client.generate(proto, timeout_s=timeout_s,
+                                               metadata=outgoing_metadata()):
                 if event.HasField("finished"):
                     return _execution(state.engine_id, event.finished)
-                if on_delta is not None and event.HasField("delta"):
+                if event.HasField("delta"):
                     on_delta(event.delta.text)
         except grpc.aio.AioRpcError as err:
             raise _map_rpc_error(err, state.engine_id) from None
