@@ -1,5 +1,5 @@
 """The client side of GenerateMux: answer-only generations of one engine agent on a long-lived
-stream, a message each way instead of a call each (see ``services.engine_agent.mux``).
+stream, a message each way instead of a call each (see ``services.engine_agent.mux_servicer``).
 
 Every generation keeps its own deadline and cancellation: a caller that stops waiting (its
 deadline passed or its task was cancelled) sends a cancel message, and the engine aborts the

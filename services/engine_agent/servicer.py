@@ -35,7 +35,7 @@ from services.engine_agent.backend import (
 )
 from services.engine_agent.lease_provider import LeaseProvider
 from services.engine_agent.lease_servicer import LeaseRpcs
-from services.engine_agent.mux import MuxSession
+from services.engine_agent.mux_servicer import MuxSession
 
 MAX_REQUEST_ID = 128
 
