@@ -1,6 +1,7 @@
 """The lease provider's values: settings, the sender's descriptor, pending results, counters.
 
-Plain Python (``lease_provider.py`` holds the behaviour; STYLE.md §1).
+Plain Python (``lease_provider.py`` holds the policy and ``lease_book.py`` the bookkeeping;
+STYLE.md §1).
 """
 
 from __future__ import annotations

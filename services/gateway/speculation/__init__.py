@@ -1,6 +1,6 @@
-"""Early fill (C2, dynbranch §3.3): branch lifecycle (``branches``), running one fill
-(``fills``), branch and fill state (``state``) and the candidate predictors (``predictors``,
-``titles``).
+"""Early fill (C2, dynbranch §3.3): branch lifecycle (``branches``), settling a branch across
+gateway replicas (``replicas``), running one fill (``fills``), branch and fill state (``state``)
+and the candidate predictors (``predictors``, ``titles``).
 
 May import: ``services.common``, the gateway's ``execution`` (the narrow interface fills run
 through), ``ports``, ``values``, ``templates`` and ``tools``. Never ``stages``, ``core`` or an edge:

@@ -9,13 +9,13 @@ loser's fill at once and discards its shadows; an independent one keeps them unt
 A demand whose name matches a fill step promotes that step's shadow (exact name and fresh
 read-set, checked atomically by the library), waiting a bounded interval when the step is still
 running; chained steps are promoted one demand at a time. Anything that goes wrong leaves the
-demand to run normally (DESIGN.md §5.6).
+demand to run normally (DESIGN.md §5.6). Across gateway replicas, ``ReplicaLink``
+(``replicas.py``) claims other replicas' shadows and follows this gateway's held fills.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -25,19 +25,19 @@ from opentelemetry.trace import Tracer
 
 from services.common.candidates import RankedCandidate
 from services.common.errors import InvalidArgument
-from services.common.reads import HoldEvent, HoldNotice, Served
+from services.common.reads import Served
 from services.common.reuse_name import ReuseName
 from services.common.tracing import maybe_span
 from services.gateway.execution import Executor
 from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
+from services.gateway.speculation.replicas import ReplicaLink
 from services.gateway.speculation.state import (
     Branch,
     BranchSettings,
     Fill,
     FillStep,
-    scope_of,
     span_attrs,
 )
 from services.gateway.templates import DecisionPoint, Stage, StageKind, Template, Window
@@ -61,11 +61,13 @@ class BranchManager:
         self._by_workflow: dict[tuple[str, str], list[Branch]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._by_request: dict[str, Branch] = {}
-        self.fills = FillRunner(executor, library, settings, tracer, hold=self._hold)
         self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
                          "fills_discarded": 0, "fills_aborted": 0, "ambiguous": 0,
                          "promoted_elsewhere": 0, "claimed_elsewhere": 0,
                          "skipped_library_down": 0}
+        self.replicas = ReplicaLink(executor, library, settings, self._by_workflow, self.counters,
+                                    resolve=self._resolve, abort=self._abort, spawn=self._spawn)
+        self.fills = FillRunner(executor, library, settings, tracer, hold=self.replicas.hold)
 
     # -- entry from the canonical path -------------------------------------------------------
 
@@ -138,89 +140,16 @@ class BranchManager:
                 self.counters["fills_consumed"] += 1
         return served
 
-    # -- across gateway replicas (issue 12, item 4) -------------------------------------------
+    # -- across gateway replicas (issue 12, item 4): ``ReplicaLink`` --------------------------
 
     def claimable(self, d: Demand, stage: Stage, name: ReuseName | None) -> bool:
-        """Whether another replica may hold the branch this demand belongs to: a stage that a
-        decision point of its template fills, in a workflow with no branch here at such a
-        point (a branch here is this workflow's: its fills were matched locally)."""
-        if name is None or not d.workflow_id:
-            return False
-        points = [p for p in self.executor.registry.get(d.template_id).decisions
-                  if _fills(p, stage.id)]
-        if not points:
-            return False
-        return not any(b.template.id == d.template_id and _fills(b.point, stage.id)
-                       for b in self._by_workflow.get((d.tenant, d.workflow_id), ()))
+        """Whether another replica may hold the branch this demand belongs to."""
+        return self.replicas.claimable(d, stage, name)
 
     async def claim_elsewhere(self, d: Demand, stage: Stage, name: ReuseName,
                               timeout_s: float) -> Served | None:
-        """Promote another replica's shadow under ``name`` for this demand's workflow, waiting
-        a bounded interval while its fill still runs (its placeholder is held in the library);
-        None on a miss. A first stage of a branch's subgraph also settles the workflow's held
-        fills, so the replica that opened the branch resolves it and aborts its losers."""
-        claimed = await self.library.claim(name, scope_of(d.tenant, d.workflow_id),
-                                           min(self.settings.fill_wait_s, timeout_s))
-        if claimed is not None:
-            self.counters["claimed_elsewhere"] += 1
-        template = self.executor.registry.get(d.template_id)
-        if any(_starts(p, stage.id) for p in template.decisions):
-            keep = (claimed.branch_id, claimed.candidate) if claimed is not None else ("", "")
-            self._spawn(self._settle_scope(d, stage, *keep), f"settle:{d.workflow_id}")
-        return Served(claimed.result, claimed.cost_s) if claimed is not None else None
-
-    async def _settle_scope(self, d: Demand, stage: Stage, keep_branch: str,
-                            keep_candidate: str) -> None:
-        await self.library.settle_scope(scope_of(d.tenant, d.workflow_id), d.template_id,
-                                        stage.id, keep_branch, keep_candidate)
-
-    def _hold(self, branch: Branch, fill: Fill, step: FillStep) -> None:
-        if branch.retired:
-            return
-        step.hold = self._spawn(self._follow_hold(branch, fill, step), f"hold:{branch.id}")
-
-    async def _follow_hold(self, branch: Branch, fill: Fill, step: FillStep) -> None:
-        """Hold the step's placeholder; learn what other replicas did with its shadow."""
-        assert step.name is not None
-        events = self.library.hold(step.name, branch.id, fill.candidate,
-                                   scope_of(branch.tenant, branch.workflow_id),
-                                   self.settings.branch_ttl_s)
-        async with contextlib.aclosing(events):
-            async for notice in events:
-                if notice.kind is HoldEvent.PROMOTED:
-                    self._promoted_elsewhere(branch, fill, step)
-                    return
-                if notice.kind is HoldEvent.SETTLED and self._settled(branch, fill, notice):
-                    return
-
-    def _settled(self, branch: Branch, fill: Fill, notice: HoldNotice) -> bool:
-        """Apply a settlement heard through the library; True when ``fill`` lost (its hold
-        ends; an independent branch's loser keeps its shadow, and its hold, until expiry)."""
-        if notice.stage_id:  # a replica demanded a first stage of this workflow
-            if (branch.resolved or notice.template_id != branch.template.id
-                    or notice.stage_id not in branch.first_stages()):
-                return False
-            keep = notice.keep_candidate if notice.keep_branch == branch.id else ""
-            self._resolve(branch, keep)
-            return branch.exclusive and keep != fill.candidate
-        if not branch.resolved:  # the branch itself was settled against this candidate
-            self._abort(fill, "settled by another gateway")
-        return True
-
-    def _promoted_elsewhere(self, branch: Branch, fill: Fill, step: FillStep) -> None:
-        """Another replica's demand promoted the step: credit the fill, resolve the branch."""
-        if step.claimed or step.claiming:
-            return  # promoted by a demand on this gateway: counted there
-        step.claimed = True
-        fill.promoted.append(step.producer)
-        branch.saved_s += step.cost_s
-        self.counters["stages_promoted"] += 1
-        self.counters["promoted_elsewhere"] += 1
-        if not fill.consumed:
-            fill.consumed = True
-            self.counters["fills_consumed"] += 1
-        if not branch.resolved and fill.steps and fill.steps[0] is step:
-            self._resolve(branch, fill.candidate)
+        """Promote another replica's shadow under ``name`` for this demand's workflow."""
+        return await self.replicas.claim_elsewhere(d, stage, name, timeout_s)
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -420,18 +349,6 @@ class BranchManager:
             self._retire(branch)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-def _fills(point: DecisionPoint, stage_id: str) -> bool:
-    """Whether a candidate chain of ``point`` runs ``stage_id``."""
-    chains = (point.subgraph, *(c for _, c in point.per_candidate))
-    return any(step.stage == stage_id for chain in chains for step in chain)
-
-
-def _starts(point: DecisionPoint, stage_id: str) -> bool:
-    """Whether ``stage_id`` starts a candidate chain of ``point`` (its demand resolves it)."""
-    chains = (point.subgraph, *(c for _, c in point.per_candidate))
-    return any(chain and chain[0].stage == stage_id for chain in chains)
 
 
 __all__ = ["Branch", "BranchManager", "BranchSettings", "Fill", "FillStep"]
