@@ -16,6 +16,10 @@ the incarnation id the index holds; ids are never reused, so it never returns th
 another incarnation stored under the same name. In the service, ``AsyncSubgraphLibrary`` runs
 mutations on one worker thread and lookups on the event loop.
 
+Layout. This module holds the lock, the epoch, the shadows and the versions; the confirmed
+entries themselves (indexes, eviction within the byte budget, their LMDB rows) are a
+``ConfirmedSet`` (``confirmed_set.py``), which the library drives under its lock.
+
 Durability. Confirmed entries and record versions are committed to LMDB before a call returns;
 shadows live in memory only. On start-up every stored entry is re-checked against the stored
 versions, its producers and the write sequence, so whatever a crash left behind, a stale entry
@@ -27,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -39,19 +43,10 @@ from services.common.errors import (
 )
 from services.common.reads import Claimed, ReadSet, RecordRead, Served, Shadow, check_cost
 from services.common.reuse_name import ReuseName, name_key, validate_tenant
-from services.csl import codec
-from services.csl.entries import (
-    EntryMeta,
-    LibraryStats,
-    RecordKey,
-    WriteOutcome,
-    record_keys,
-    tenant_of_key,
-)
-from services.csl.eviction import EvictionPolicy
+from services.csl.confirmed_set import ConfirmedSet, read_keys
+from services.csl.entries import EntryMeta, LibraryStats, RecordKey, WriteOutcome
 from services.csl.name_watch import NameListener, NameWatch
 from services.csl.options import LibraryOptions, MiB
-from services.csl.reverse_index import ReverseIndex
 from services.csl.shadows import HeldShadow, ShadowStore
 from services.csl.store import Store
 from services.csl.versions import VersionTable
@@ -74,16 +69,16 @@ class SubgraphLibrary(NameWatch):
         self._store = Store(path, options.store_options())
         self._begin = self._store.env.begin
         self._db = self._store.entries_db
-        self._names: dict[bytes, EntryMeta] = {}
         self._listeners: list[NameListener] = []
-        self._entries: dict[int, EntryMeta] = {}
-        self._index = ReverseIndex()
-        self._policy = EvictionPolicy()
+        self._confirmed = ConfirmedSet(self._store, options.budget_bytes, self._listeners)
+        # Aliases of the confirmed set's structures, for the lock-free lookup path, ``NameWatch``
+        # and introspection; ``close`` empties ``_names`` so that lookups miss from then on.
+        self._names: dict[bytes, EntryMeta] = self._confirmed.names
+        self._entries = self._confirmed.entries
+        self._index = self._confirmed.index
+        self._policy = self._confirmed.policy
         self._shadows = ShadowStore(options.shadow_budget_bytes)
-        self._bytes = 0
-        self._next_eid = 1
-        self._hits = self._misses = self._promotions = 0
-        self._invalidations = self._evictions = self._discarded = self._expired = 0
+        self._hits = self._misses = self._promotions = self._discarded = self._expired = 0
         try:
             self._load()
         except BaseException:
@@ -125,8 +120,9 @@ class SubgraphLibrary(NameWatch):
             producers = self._resolve(name.tenant, read_set, branch_id=None)
             if producers is None:
                 return False
-            return self._store_confirmed(key, name.tenant, self._new_eid(), result, read_set,
-                                         producers, cost_s, self._versions.seq)
+            return self._confirmed.store_entry(key, name.tenant, self._confirmed.new_eid(),
+                                               result, read_set, producers, cost_s,
+                                               self._versions.seq)
 
     def put_many(self, items: Sequence[tuple[ReuseName, bytes, ReadSet, float]]
                  ) -> list[bool | DynbranchError]:
@@ -152,26 +148,19 @@ class SubgraphLibrary(NameWatch):
                 except DynbranchError as exc:
                     out.append(exc)
                     continue
-                install = producers is not None and self._prepare_confirmed(
-                    key, name.tenant, self._new_eid(), result, read_set, producers, cost_s,
-                    self._versions.seq, puts, deletes)
+                install = producers is not None and self._confirmed.prepare(
+                    key, name.tenant, self._confirmed.new_eid(), result, read_set, producers,
+                    cost_s, self._versions.seq, puts, deletes)
                 if install:
                     install()
                     installed.append((len(out), self._names[key].eid))
                 out.append(bool(install))
             if not puts and not deletes:
                 return out
-            if deletes:  # an entry of this batch evicted by a later one is never written
-                gone = set(deletes)
-                puts = [(k, v) for k, v in puts if k not in gone]
-            try:
-                self._store.commit(puts=puts, deletes=sorted(deletes))
-            except ResourceExhausted as exc:
-                self._store.commit(deletes=sorted(deletes))  # evictions happened in memory
-                self._drop_many(self._index.closure([e for _, e in installed
-                                                     if e in self._entries]))
+            full = self._confirmed.commit_batch(puts, deletes, [e for _, e in installed])
+            if full is not None:  # the store is full: every entry of this batch is refused
                 for i, _ in installed:
-                    out[i] = exc
+                    out[i] = full
         return out
 
     def write_records(self, tenant: str, record_ids: Sequence[str],
@@ -216,19 +205,11 @@ class SubgraphLibrary(NameWatch):
         self._epoch += 1  # odd: lookups miss until the cascade is complete
         try:
             bumps = change()
-            victims: list[int] = []
-            for tenant in dict.fromkeys(k[0] for k, _ in bumps):
-                keys = [k for k, _ in bumps if k[0] == tenant]
-                victims += self._index.cascade(keys, writer=tenant)
-            victims = list(dict.fromkeys(victims))  # incomplete readers of two namespaces
-            lkeys = self._drop_many(victims)
-            self._invalidations += len(victims)
-            lkeys.sort()
-            self._store.commit(deletes=lkeys, versions=bumps, seq=self._versions.seq)
+            invalidated = self._confirmed.invalidate(bumps, self._versions.seq)
         finally:
             self._epoch += 1
-        self._policy.compact(self._entries)
-        return bumps, len(victims)
+        self._confirmed.compact()
+        return bumps, invalidated
 
     def record_version(self, tenant: str, record_id: str) -> int:
         """The version a stage of ``tenant`` observes for ``record_id`` now."""
@@ -308,10 +289,10 @@ class SubgraphLibrary(NameWatch):
     def stats(self) -> LibraryStats:
         """Sizes and cumulative counters."""
         return LibraryStats(
-            entries=len(self._entries), shadows=len(self._shadows), bytes=self._bytes,
+            entries=len(self._entries), shadows=len(self._shadows), bytes=self._confirmed.bytes,
             budget_bytes=self.options.budget_bytes, shadow_bytes=self._shadows.bytes,
             hits=self._hits, misses=self._misses, promotions=self._promotions,
-            invalidations=self._invalidations, evictions=self._evictions,
+            invalidations=self._confirmed.invalidations, evictions=self._confirmed.evictions,
             shadows_discarded=self._discarded, shadows_expired=self._expired,
             write_seq=self._versions.seq,
         )
@@ -341,10 +322,6 @@ class SubgraphLibrary(NameWatch):
         if self._closed:
             raise Unavailable("csl library is closed")
 
-    def _new_eid(self) -> int:
-        eid, self._next_eid = self._next_eid, self._next_eid + 1
-        return eid
-
     def _resolve(self, tenant: str, read_set: ReadSet,
                  branch_id: str | None) -> tuple[int, ...] | None:
         """Producer incarnations of a fresh read-set, or None when it cannot be stored now."""
@@ -367,10 +344,10 @@ class SubgraphLibrary(NameWatch):
     def _hold(self, key: bytes, shadow: Shadow, producers: tuple[int, ...],
               ttl_s: float) -> HeldShadow:
         ttl = ttl_s or self.options.shadow_ttl_s
-        rkeys = _rkeys(shadow.name.tenant, shadow.read_set.reads)
+        rkeys = read_keys(shadow.name.tenant, shadow.read_set.reads)
         size = len(key) + len(shadow.result) + 64 * (len(rkeys) + len(producers) + 4)
-        return HeldShadow(self._new_eid(), key, shadow, rkeys, producers, self._versions.seq,
-                          self._clock() + ttl, size)
+        return HeldShadow(self._confirmed.new_eid(), key, shadow, rkeys, producers,
+                          self._versions.seq, self._clock() + ttl, size)
 
     def _promotable(self, held: HeldShadow) -> bool:
         rs = held.shadow.read_set
@@ -395,113 +372,18 @@ class SubgraphLibrary(NameWatch):
             return  # a canonical put got there first; it holds the same result
         sh = held.shadow
         try:
-            self._store_confirmed(held.key, sh.name.tenant, held.sid, sh.result, sh.read_set,
-                                  held.producers, sh.cost_s, held.stored_seq)
+            self._confirmed.store_entry(held.key, sh.name.tenant, held.sid, sh.result,
+                                        sh.read_set, held.producers, sh.cost_s, held.stored_seq)
         except ResourceExhausted:
             log.warning("promoted shadow not stored: csl store full",
                         extra={"reuse_name": str(sh.name)})
 
-    def _store_confirmed(self, key: bytes, tenant: str, eid: int, result: bytes,
-                         read_set: ReadSet, producers: tuple[int, ...], cost_s: float,
-                         stored_seq: int) -> bool:
-        puts: list[tuple[bytes, bytes]] = []
-        deletes: list[bytes] = []
-        install = self._prepare_confirmed(key, tenant, eid, result, read_set, producers, cost_s,
-                                          stored_seq, puts, deletes)
-        if install is None:
-            if deletes:
-                self._store.commit(deletes=deletes)
-            return False
-        try:
-            self._store.commit(puts=puts, deletes=deletes)
-        except ResourceExhausted:
-            self._store.commit(deletes=deletes)  # the evictions already happened in memory
-            raise
-        install()
-        return True
-
-    def _prepare_confirmed(self, key: bytes, tenant: str, eid: int, result: bytes,
-                           read_set: ReadSet, producers: tuple[int, ...], cost_s: float,
-                           stored_seq: int, puts: list[tuple[bytes, bytes]],
-                           deletes: list[bytes]) -> Callable[[], None] | None:
-        """Make room for an entry and add its LMDB put to ``puts`` (evictions to ``deletes``);
-        returns what installs it in memory, or None when it cannot be stored (larger than the
-        budget, a producer evicted to make room)."""
-        value, offset = codec.encode_entry(key, cost_s, stored_seq, read_set.complete,
-                                           read_set.reads, producers, result)
-        size = 8 + len(value)
-        if size > self.options.budget_bytes:
-            return None
-        deletes += self._make_room(size)
-        if not all(p in self._entries for p in producers):  # evicted just now to make room
-            return None
-        puts.append((codec.eid_key(eid), value))
-        return lambda: self._install(key, eid, _rkeys(tenant, read_set.reads), producers,
-                                     not read_set.complete, size, cost_s, offset)
-
-    def _install(self, key: bytes, eid: int, rkeys: tuple[RecordKey, ...],
-                 producers: tuple[int, ...],
-                 incomplete: bool, size: int, cost_s: float, offset: int) -> None:
-        meta = EntryMeta(eid, key, codec.eid_key(eid), offset, rkeys, producers, incomplete,
-                         size, cost_s)
-        self._index.add(eid, rkeys, producers, tenant_of_key(key) if incomplete else None)
-        self._policy.admit(meta)
-        self._entries[eid] = meta
-        self._names[key] = meta
-        self._bytes += size
-        if self._listeners:
-            self._notify([key], [])
-
-    def _drop_many(self, closure: list[int]) -> list[bytes]:
-        """Forget entries found by a cascade or closure; return their LMDB keys."""
-        entries_pop, names = self._entries.pop, self._names
-        metas = [entries_pop(eid) for eid in closure]
-        for meta in metas:
-            del names[meta.key]
-        self._index.retire(metas)
-        self._bytes -= sum([m.size for m in metas])
-        if self._listeners:
-            self._notify([], [m.key for m in metas])
-        return [m.lkey for m in metas]
-
-    def _make_room(self, size: int) -> list[bytes]:
-        """Evict until ``size`` more bytes fit; an evicted producer takes its dependents along,
-        since their freshness can no longer be checked through it."""
-        deletes: list[bytes] = []
-        while self._bytes + size > self.options.budget_bytes:
-            victim = self._policy.pop_victim(self._entries)
-            if victim is None:
-                break
-            closure = self._index.closure([victim.eid])
-            deletes += self._drop_many(closure)
-            self._evictions += len(closure)
-        if deletes:
-            self._policy.compact(self._entries)
-            deletes.sort()
-        return deletes
-
     def _load(self) -> None:
         loaded = self._store.load()
         self._versions = VersionTable(loaded.versions, loaded.seq)
-        stale: list[bytes] = []
-        for se in loaded.entries:  # in id order, so producers come before their dependents
-            self._next_eid = max(self._next_eid, se.eid + 1)
-            tenant = tenant_of_key(se.key)
-            if not (self._versions.is_valid(tenant, se.reads, se.complete, se.stored_seq)
-                    and all(p in self._entries for p in se.producers)):
-                stale.append(codec.eid_key(se.eid))
-                continue
-            self._install(se.key, se.eid, _rkeys(tenant, se.reads), se.producers,
-                          not se.complete, se.size, se.cost_s, se.result_offset)
-        stale += self._make_room(0)
-        if stale:
-            self._store.commit(deletes=sorted(stale))
+        dropped = self._confirmed.load(loaded.entries, self._versions)
         log.info("csl store loaded", extra={"path": str(self.path), "entries": len(self._entries),
-                                            "dropped": len(stale)})
-
-
-def _rkeys(tenant: str, reads: Iterable[RecordRead]) -> tuple[RecordKey, ...]:
-    return tuple(dict.fromkeys(k for r in reads for k in record_keys(tenant, r.record_id)))
+                                            "dropped": dropped})
 
 
 __all__ = ["LibraryOptions", "MiB", "SubgraphLibrary"]

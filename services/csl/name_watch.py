@@ -12,8 +12,8 @@ NameListener = Callable[[list[bytes], list[bytes]], None]
 
 
 class NameWatch:
-    """Watching the confirmed name set; a base of ``SubgraphLibrary``, which owns the lock, the
-    names and the listener list, and calls ``_notify`` on every change."""
+    """Watching the confirmed name set; a base of ``SubgraphLibrary``, which provides the lock,
+    the names and the listener list (its ``ConfirmedSet`` calls the listeners on every change)."""
 
     _mutex: threading.RLock
     _names: dict[bytes, EntryMeta]
@@ -31,10 +31,6 @@ class NameWatch:
         with self._mutex:
             if listener in self._listeners:
                 self._listeners.remove(listener)
-
-    def _notify(self, added: list[bytes], removed: list[bytes]) -> None:
-        for listener in self._listeners:
-            listener(added, removed)
 
 
 __all__ = ["NameListener", "NameWatch"]
