@@ -122,8 +122,14 @@ class MuxSession:
         return request
 
     def _forget(self, request_id: str, task: asyncio.Task[None]) -> None:
+        # Answers a cancel message here, not in ``_run``: a task cancelled before it first ran
+        # never enters its coroutine. A task cancelled by the stream closing is not answered.
         if self._running.get(request_id) is task:
             del self._running[request_id]
+        if task.cancelled() and request_id in self._cancelled:
+            self.results.put_nowait(engine_pb2.GenerateMuxResult(
+                request_id=request_id, error=engine_pb2.MuxError(
+                    code=grpc.StatusCode.CANCELLED.value[0], message="cancelled by the caller")))
         self._cancelled.discard(request_id)
 
     async def _run(self, request: GenerationRequest, timeout_s: float,
@@ -136,11 +142,6 @@ class MuxSession:
             self._error(request.request_id, DeadlineExceeded(
                 f"the generation did not finish within timeout_s ({timeout_s:g} s)"))
             return
-        except asyncio.CancelledError:
-            if request.request_id not in self._cancelled:
-                raise  # the stream is closing: nobody waits for an answer
-            result.error.code = grpc.StatusCode.CANCELLED.value[0]
-            result.error.message = "cancelled by the caller"
         except Exception as exc:  # noqa: BLE001 - this generation's status, not the stream's
             self._error(request.request_id, exc)
             return
