@@ -104,10 +104,13 @@ class Mesh:
         try:
             info = await asyncio.wait_for(_announcement(process, log_path), timeout_s)
         except (asyncio.TimeoutError, EOFError):
-            process.kill()
-            await process.wait()
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):  # it may exit meanwhile
+                    process.kill()
+            status = await process.wait()
             tail = log_path.read_text()[-2000:]
-            raise RuntimeError(f"{name} did not start; its log {log_path} ends:\n{tail}") from None
+            raise RuntimeError(f"{name} did not start ({_exit_status(status)}); its log "
+                               f"{log_path} ends:\n{tail}") from None
         child = Child(name, process, info["address"], info.get("metrics_port"), log_path,
                       info.get("http_address", ""), module, args)
         # An engine library may log to stdout (embedded vLLM does): keep the pipe drained into
@@ -226,6 +229,15 @@ class Mesh:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         elif not clean:
             log.warning("a service did not stop cleanly; its logs are in %s", self.run_dir)
+
+
+def _exit_status(code: int) -> str:
+    """A child's exit status in words (a negative code is the signal that ended it)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit status {code}"
 
 
 async def _announcement(process: asyncio.subprocess.Process, log_path: Path) -> dict:
