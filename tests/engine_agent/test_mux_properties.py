@@ -157,5 +157,6 @@ async def _client_scenario(calls: list[tuple], kill_at_ms: int | None) -> None:
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CLIENT_PLANS)
-def test_callers_cancel_time_out_and_lose_the_stream_without_hangs_or_leaks(plan: tuple) -> None:
-    asyncio.run(_client_scenario(*plan))
+async def test_callers_cancel_time_out_and_lose_the_stream_without_hangs_or_leaks(
+        plan: tuple) -> None:
+    await _client_scenario(*plan)  # on the test's own event loop, as gRPC's other tests run
