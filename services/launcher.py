@@ -22,6 +22,9 @@ from services.engine_presets import EngineSetup, engine_setup
 
 log = logging.getLogger(__name__)
 ANNOUNCE_TIMEOUT_S = 60.0
+#: Starts ``Mesh.restart`` makes of a child that dies before announcing, and the pause before
+#: the next one (times the attempt).
+RESTART_ATTEMPTS, RESTART_BACKOFF_S = 3, 0.2
 #: An agent embedding vLLM announces once its engine started (35-70 s on a busy 2-core CPU).
 REAL_ENGINE_ANNOUNCE_TIMEOUT_S = 300.0
 
@@ -84,6 +87,8 @@ class Mesh:
         self.children: list[Child] = []
         self.engine_setup: EngineSetup | None = None
         self._drains: list[asyncio.Task[None]] = []
+        #: One line per start of a restarted child that died before announcing (then retried).
+        self.failed_starts: list[str] = []
 
     def address(self, name: str) -> str:
         """Address of the first child named ``name``."""
@@ -130,14 +135,25 @@ class Mesh:
         child.process.kill()
         await child.process.wait()
 
-    async def restart(self, name: str) -> Child:
-        """Start a stopped child again with the same flags, on the same port."""
+    async def restart(self, name: str, attempts: int = RESTART_ATTEMPTS) -> Child:
+        """Start a stopped child again with the same flags, on the same port; like a supervisor,
+        try again (up to ``attempts`` starts) when it dies before announcing."""
         old = self.child(name)
         if old.process.returncode is None:
             raise RuntimeError(f"{name} is still running; stop or kill it first")
         self.children.remove(old)
         port = int(old.address.rsplit(":", 1)[1])
-        child = await self.spawn(name, old.module, old.args, port=port)
+        for attempt in range(1, attempts + 1):
+            try:
+                child = await self.spawn(name, old.module, old.args, port=port)
+                break
+            except RuntimeError as err:
+                if attempt == attempts:
+                    raise
+                self.failed_starts.append(f"{name}: {str(err).splitlines()[0]}")
+                log.warning("restart of %s failed (attempt %d of %d): %s", name, attempt,
+                            attempts, str(err).splitlines()[0])
+                await asyncio.sleep(RESTART_BACKOFF_S * attempt)
         await wait_serving(child.address)
         return child
 

@@ -273,6 +273,8 @@ async def _run(quick: bool, cells: tuple[Cell, ...] = CELLS) -> dict[str, Any]:
     ok = base["lost"] == 0 and not exited and all(
         r["lost"] == 0 and r["wrong"] == 0 and not r["crashed"] for r in rows)
     print_table(rows, base, params.time_scale)
+    for line in fm.mesh.failed_starts:  # a restart that needed another start: reported, not hidden
+        print(f"  a restart needed another start: {line}")
     if ok:
         shutil.rmtree(fm.mesh.run_dir, ignore_errors=True)
     else:
@@ -282,7 +284,7 @@ async def _run(quick: bool, cells: tuple[Cell, ...] = CELLS) -> dict[str, Any]:
             "concurrency": params.concurrency, "down_s": params.down_s,
             "floor_concurrency": params.floor_concurrency or params.concurrency,
             "retry_attempts": params.policy.attempts, "floor": base, "cells": rows,
-            "run_dir": "" if ok else str(fm.mesh.run_dir)}
+            "failed_starts": fm.mesh.failed_starts, "run_dir": "" if ok else str(fm.mesh.run_dir)}
 
 
 def run(quick: bool = False, **_: Any) -> dict[str, Any]:
