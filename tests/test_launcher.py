@@ -13,10 +13,11 @@ from services.launcher import Mesh
 async def test_a_child_killed_before_it_announces_is_named_with_its_signal() -> None:
     mesh = Mesh()
     try:
-        ended = r"\((killed by SIGKILL|exit status \d+)\)"  # uvloop may report 255 for a signal
+        # asyncio reports 255 for a child that exits before its watcher sees it
+        ended = r"\((killed by SIGKILL|exit status \d+)\)"
         with pytest.raises(RuntimeError, match=r"selfkill did not start " + ended):
             await mesh.spawn("selfkill", "tests.launcher_selfkill", [])
-        with pytest.raises(RuntimeError, match=r"exiter did not start \(exit status 3\)"):
+        with pytest.raises(RuntimeError, match=r"exiter did not start \(exit status (3|255)\)"):
             await mesh.spawn("exiter", "tests.launcher_exit3", [])
     finally:
         await mesh.stop()
