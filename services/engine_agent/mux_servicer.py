@@ -127,9 +127,7 @@ class MuxSession:
         if self._running.get(request_id) is task:
             del self._running[request_id]
         if task.cancelled() and request_id in self._cancelled:
-            self.results.put_nowait(engine_pb2.GenerateMuxResult(
-                request_id=request_id, error=engine_pb2.MuxError(
-                    code=grpc.StatusCode.CANCELLED.value[0], message="cancelled by the caller")))
+            self._refuse(request_id, grpc.StatusCode.CANCELLED, "cancelled by the caller")
         self._cancelled.discard(request_id)
 
     async def _run(self, request: GenerationRequest, timeout_s: float,
@@ -148,7 +146,9 @@ class MuxSession:
         self.results.put_nowait(result)
 
     def _error(self, request_id: str, exc: Exception) -> None:
-        code, message = status_for(exc, METHOD)
+        self._refuse(request_id, *status_for(exc, METHOD))
+
+    def _refuse(self, request_id: str, code: grpc.StatusCode, message: str) -> None:
         self.results.put_nowait(engine_pb2.GenerateMuxResult(
             request_id=request_id, error=engine_pb2.MuxError(code=code.value[0],
                                                              message=message)))
