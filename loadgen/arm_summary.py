@@ -10,6 +10,7 @@ from loadgen.arms import ArmResult
 from loadgen.equivalence import compare_outputs
 from loadgen.oracle import OracleBound, oracle_share
 from loadgen.stats import paired_bootstrap_ci, ratio_of_means, supported_quantiles
+from services.gateway.speculation.state import REFUSALS
 
 FILL_KEYS = ("fills_issued", "fills_consumed", "stages_promoted", "fills_discarded")
 
@@ -42,6 +43,23 @@ def _engine_seconds(arm: ArmResult, floor: ArmResult, n: int) -> dict[str, Any]:
             "engine_s_vs_floor": round((canonical + fill) / base, 3) if base > 0 else None}
 
 
+def _promotions(arm: ArmResult) -> dict[str, Any]:
+    """What became of the branches whose winner was admitted and filled: promoted, or not and
+    why (``REFUSALS``; "unseen": its first stage was answered where this gateway could not
+    see; "unaccounted": resolved but no first-stage demand reached a promotion decision yet)."""
+    c = arm.counters
+    admitted, promoted = c.get("winners_admitted", 0), c.get("winners_promoted", 0)
+    lost = {why: c.get(f"winners_lost_{why}", 0) for why in (*REFUSALS, "unseen")}
+    lost["unaccounted"] = admitted - promoted - sum(lost.values())
+    return {"winners_admitted": admitted, "winners_promoted": promoted,
+            "winners_not_promoted": admitted - promoted,
+            "not_promoted_why": {k: v for k, v in lost.items() if v},
+            "ambiguous": c.get("ambiguous", 0),
+            "promotion_refused": {why: c[f"promotion_refused_{why}"] for why in REFUSALS
+                                  if c.get(f"promotion_refused_{why}", 0)},
+            "joined": c.get("joined", 0)}
+
+
 def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
          bound: OracleBound | None) -> dict[str, Any]:
     by_id = {r.workflow_id: r.measured_s for r in arm.results}
@@ -61,6 +79,7 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         "oracle_share": oracle_share(sum(base) - sum(values), bound) if bound else None,
         **{k: round(arm.counters.get(k, 0) / n, 3) for k in FILL_KEYS},
         "branches_opened": arm.counters.get("opened", 0),
+        "promotions": _promotions(arm),
         **_engine_seconds(arm, floor, n),
         "sources": _sources(arm), "cache_hits": arm.cache_hits,
         "failed": sum(1 for r in arm.results if r.error),

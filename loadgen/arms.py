@@ -40,6 +40,7 @@ from services.engine_agent.server import build_runtime as build_engine
 from services.gateway.config import GatewaySettings
 from services.gateway.sdk import DynbranchClient
 from services.gateway.server import build_runtime as build_gateway
+from services.gateway.speculation.state import REFUSALS
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,10 @@ ARMS: dict[str, tuple[bool, bool]] = {
     "floor": (False, False), "c1": (True, False), "c2": (False, True), "full": (True, True),
 }
 COUNTERS = ("opened", "fills_issued", "fills_consumed", "stages_promoted", "fills_discarded",
-            "fills_aborted", "canonical_engine_ms", "fill_engine_ms")
+            "fills_aborted", "canonical_engine_ms", "fill_engine_ms", "ambiguous",
+            "winners_admitted", "winners_promoted", "joined",
+            *(f"winners_lost_{why}" for why in (*REFUSALS, "unseen")),
+            *(f"promotion_refused_{why}" for why in REFUSALS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,7 @@ class InProcessMesh:
         spent = self.gateway.core.stages.executor.engine_s  # engine seconds per priority
         found["canonical_engine_ms"] = round(1000 * spent.get(Priority.CANONICAL, 0.0))
         found["fill_engine_ms"] = round(1000 * spent.get(Priority.FILL, 0.0))
+        found["joined"] = self.gateway.core.stages.joined
         return {name: int(found.get(name, 0)) for name in COUNTERS}
 
 

@@ -40,7 +40,7 @@ TRAIN_FRACTION = 0.3
 SPLITS = ("train", "test")
 
 #: ``ResultSource`` values as short names.
-SOURCE_NAMES = {0: "unspecified", 1: "engine", 2: "library", 3: "promoted_fill"}
+SOURCE_NAMES = {0: "unspecified", 1: "engine", 2: "library", 3: "promoted_fill", 4: "joined"}
 
 
 class SimClock:

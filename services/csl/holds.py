@@ -34,8 +34,11 @@ class Hold:
     events: asyncio.Queue[HoldNotice] = field(default_factory=asyncio.Queue)
     #: The step's shadow is stored (waiters may claim it now).
     landed: bool = False
-    #: Set when the shadow lands or the hold ends: wakes waiters.
+    #: Set when the shadow lands, the hold loses its branch or ends: wakes waiters.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Its branch was settled against its candidate: it answers no demand from then on, even
+    #: before its holder closes the stream (it takes no part in the ambiguity rule).
+    lost: bool = False
 
 
 class HoldRegistry:
@@ -86,13 +89,15 @@ class HoldRegistry:
         hold.changed.set()
 
     def branches(self, key: bytes, scope: str) -> set[str]:
-        """Branches holding a placeholder under ``key`` in ``scope``."""
-        return {b for b, h in self._by_key.get(key, {}).items() if h.scope == scope}
+        """Branches holding a placeholder under ``key`` in ``scope`` (settled losers excluded)."""
+        return {b for b, h in self._by_key.get(key, {}).items()
+                if h.scope == scope and not h.lost}
 
     def running(self, key: bytes, scope: str) -> Hold | None:
         """The one placeholder under ``key`` in ``scope`` whose shadow has not landed; None when
         there is none, or when several branches hold the name there (ambiguous: a miss)."""
-        holds = [h for h in self._by_key.get(key, {}).values() if h.scope == scope]
+        holds = [h for h in self._by_key.get(key, {}).values()
+                 if h.scope == scope and not h.lost]
         if len(holds) != 1 or holds[0].landed:
             return None
         return holds[0]
@@ -117,6 +122,8 @@ class HoldRegistry:
         for key in list(self._by_branch.get(branch_id, ())):
             hold = self._by_key[key][branch_id]
             if not keep_candidate or hold.candidate != keep_candidate:
+                hold.lost = True
+                hold.changed.set()
                 hold.events.put_nowait(HoldNotice(HoldEvent.SETTLED, keep_branch=branch_id,
                                                   keep_candidate=keep_candidate))
                 told += 1

@@ -6,6 +6,16 @@
 result with its read-set. Stores run in owned background tasks so an answer never waits for
 them; a demand for a name whose store is still in flight awaits that store first.
 
+Single-flight (with C1 on): a demand whose exact reuse name is executing canonically on this
+gateway right now, for the same tenant, waits for that execution's answer instead of running
+again, within its own deadline; when that execution fails, is cancelled or cannot be stored,
+the demand runs itself (or joins one that started meanwhile). The key is the tenant and the
+name, so a shared stage's name never carries a result across tenants here, and a stage without
+a name (non-deterministic sampling) never joins. Across gateway replicas nothing is joined: a
+repeat that reaches another replica runs again (the fill placeholders of ``HoldFill`` are
+scoped to one workflow's branches, and holding one per canonical execution would add a stream
+message to every miss).
+
 May import: ``services.common``, the gateway's ``values``, ``ports``, ``templates``,
 ``execution`` and ``speculation``; nothing above it (``core``, the edges).
 """
@@ -19,6 +29,7 @@ from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
+from services.common.errors import DeadlineExceeded
 from services.common.generation import Priority
 from services.common.reads import Served
 from services.common.reuse_name import ReuseName
@@ -52,6 +63,11 @@ class StageService:
         self.refused_stale = 0
         #: Called on such a refusal (the gateway reconciles the csl with the corpus).
         self.on_stale: Callable[[], None] | None = None
+        #: Canonical executions running now, by tenant and reuse name; each resolves to its
+        #: run when storable, else None (single-flight, module docstring).
+        self._executing: dict[tuple[str, ReuseName], asyncio.Future[StageRun | None]] = {}
+        #: Demands answered by an identical demand's execution instead of their own.
+        self.joined = 0
 
     def stage_of(self, d: Demand) -> Stage | None:
         """The template stage a tagged demand names (None for untagged demands)."""
@@ -76,11 +92,13 @@ class StageService:
         if stored is not None:
             answer = self._answer_served(d, stored, source, name, start)
         else:
-            run = await self.executor.execute(d, stage, Priority.CANONICAL, d.request_id,
-                                              timeout_s, on_delta)
-            if name is not None and self.features.c1 and run.storable:
-                self._store(name, run)
-            answer = self._answer_run(d, run, name, start)
+            run, joined = await self._execute(d, stage, name, timeout_s, on_delta)
+            if joined:
+                answer = self._answer_served(d, run.stored, Source.JOINED, name, start)
+            else:
+                if name is not None and self.features.c1 and run.storable:
+                    self._store(name, run)
+                answer = self._answer_run(d, run, name, start)
         if self.branches is not None and self.features.c2:
             self.branches.on_output(d, answer.text)
         return answer
@@ -107,6 +125,44 @@ class StageService:
             if served is not None:
                 return served, Source.PROMOTED_FILL
         return None, Source.ENGINE
+
+    async def _execute(self, d: Demand, stage: Stage | None, name: ReuseName | None,
+                       timeout_s: float, on_delta: Callable[[str], None] | None
+                       ) -> tuple[StageRun, bool]:
+        """Execute ``d`` canonically, or wait for the identical execution running now; the run
+        and whether it was another demand's (single-flight, module docstring)."""
+        key = (d.tenant, name) if name is not None and self.features.c1 else None
+        if key is None:
+            return await self.executor.execute(d, stage, Priority.CANONICAL, d.request_id,
+                                               timeout_s, on_delta), False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (running := self._executing.get(key)) is not None:
+            try:
+                run = await asyncio.wait_for(asyncio.shield(running), deadline - loop.time())
+            except TimeoutError:
+                raise DeadlineExceeded("the deadline passed while waiting for an identical "
+                                       "demand's execution") from None
+            if run is not None and self.executor.reads_current(run.stored.reads):
+                self.joined += 1
+                return run, True
+            # that execution failed, was cancelled or read a record written since: run this
+            # demand (or join an identical one that started meanwhile)
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise DeadlineExceeded("the deadline passed while waiting for an identical "
+                                   "demand's execution")
+        done: asyncio.Future[StageRun | None] = loop.create_future()
+        self._executing[key] = done
+        run = None
+        try:
+            run = await self.executor.execute(d, stage, Priority.CANONICAL, d.request_id,
+                                              remaining, on_delta)
+            return run, False
+        finally:
+            if self._executing.get(key) is done:
+                del self._executing[key]
+            done.set_result(run if run is not None and run.storable else None)
 
     async def _lookup(self, name: ReuseName) -> Served | None:
         pending = self._stores.get(name)

@@ -20,6 +20,8 @@ class Source(enum.IntEnum):
     ENGINE = 1
     LIBRARY = 2
     PROMOTED_FILL = 3
+    #: The execution of an identical demand running when this one arrived (single-flight).
+    JOINED = 4
 
 
 @dataclass(frozen=True, slots=True)

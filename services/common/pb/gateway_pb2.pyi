@@ -15,10 +15,12 @@ class ResultSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESULT_SOURCE_ENGINE: _ClassVar[ResultSource]
     RESULT_SOURCE_LIBRARY: _ClassVar[ResultSource]
     RESULT_SOURCE_PROMOTED_FILL: _ClassVar[ResultSource]
+    RESULT_SOURCE_JOINED: _ClassVar[ResultSource]
 RESULT_SOURCE_UNSPECIFIED: ResultSource
 RESULT_SOURCE_ENGINE: ResultSource
 RESULT_SOURCE_LIBRARY: ResultSource
 RESULT_SOURCE_PROMOTED_FILL: ResultSource
+RESULT_SOURCE_JOINED: ResultSource
 
 class RegisterTemplateRequest(_message.Message):
     __slots__ = ("yaml",)

@@ -12,10 +12,9 @@ completion prompt or the rendered chat messages (``http.schema``, ``http.chat``)
 with tools or a JSON response format also carries its chat spec to the engine. ``n`` choices are
 one demand each (greedy choices share one). A tagged request offers its tools as candidates, and
 one whose conversation ends in a function's results settles the workflow's branches with that
-function. Answers carry
-``x-dynbranch-source`` (engine, library, promoted_fill) and ``x-dynbranch-reuse-name``. Errors
-use OpenAI's error object and status codes. A client that goes away cancels its call, and the
-cancellation aborts the engine work.
+function. Answers carry ``x-dynbranch-source`` (engine, library, promoted_fill, joined) and
+``x-dynbranch-reuse-name``. Errors use OpenAI's error object and status codes. A client that goes
+away cancels its call, and the cancellation aborts the engine work.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ that runs the candidate's downstream chain with fill priority, storing each step
 The branch resolves when a demand for a first downstream stage of the same workflow arrives: the
 candidate whose rendered name equals the demand's is the winner. An exclusive branch aborts every
 loser's fill at once and discards its shadows; an independent one keeps them until their TTL.
-A demand whose name matches a fill step promotes that step's shadow (exact name and fresh
-read-set, checked atomically by the library), waiting a bounded interval when the step is still
-running; chained steps are promoted one demand at a time. Anything that goes wrong leaves the
-demand to run normally (DESIGN.md §5.6). Across gateway replicas, ``ReplicaLink``
+A demand whose name matches exactly one promotable fill step promotes that step's shadow (exact
+name and fresh read-set, checked atomically by the library; ``promotion.py`` says which steps
+count: never a settled exclusive branch's loser), waiting a bounded interval when the step is
+still running; chained steps are promoted one demand at a time. Anything that goes wrong leaves
+the demand to run normally (DESIGN.md §5.6). Across gateway replicas, ``ReplicaLink``
 (``replicas.py``) claims other replicas' shadows and follows this gateway's held fills.
 """
 
@@ -32,13 +33,13 @@ from services.gateway.execution import Executor
 from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
+from services.gateway.speculation.promotion import PROMOTION_COUNTERS, Promotions
 from services.gateway.speculation.replicas import ReplicaLink
 from services.gateway.speculation.state import (
     Branch,
     BranchSettings,
     Fill,
     FillStep,
-    span_attrs,
 )
 from services.gateway.templates import DecisionPoint, Stage, StageKind, Template, Window
 from services.gateway.values import Demand
@@ -64,9 +65,11 @@ class BranchManager:
         self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
                          "fills_discarded": 0, "fills_aborted": 0, "ambiguous": 0,
                          "promoted_elsewhere": 0, "claimed_elsewhere": 0,
-                         "skipped_library_down": 0}
+                         "skipped_library_down": 0, **PROMOTION_COUNTERS}
+        self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort)
         self.replicas = ReplicaLink(executor, library, settings, self._by_workflow, self.counters,
-                                    resolve=self._resolve, abort=self._abort, spawn=self._spawn)
+                                    resolve=self._resolve, abort=self._abort, spawn=self._spawn,
+                                    outcome=self.promotions.outcome)
         self.fills = FillRunner(executor, library, settings, tracer, hold=self.replicas.hold)
 
     # -- entry from the canonical path -------------------------------------------------------
@@ -80,15 +83,9 @@ class BranchManager:
             branches = list(self._by_workflow.get((d.tenant, d.workflow_id), ()))
             for branch in branches:
                 await self._settle_on(branch, d, name, timeout_s)
-            # A demand that matches shadows of more than one branch promotes none (a miss).
-            found = [(b, m) for b in branches if name is not None
-                     and b.template.id == d.template_id and (m := b.match(name)) is not None
-                     and not m[1].claimed]
-            if len(found) == 1 and name is not None:
-                (branch, (fill, step)), = found
-                served = await self._claim(branch, fill, step, name, timeout_s)
-            elif len(found) > 1:
-                self.counters["ambiguous"] += 1
+            if name is not None:
+                served = await self.promotions.serve(
+                    [b for b in branches if b.template.id == d.template_id], name, timeout_s)
         template = self.executor.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
         if point is not None and d.workflow_id:
@@ -110,35 +107,6 @@ class BranchManager:
             await asyncio.wait_for(branch.ready.wait(), min(self.settings.fill_wait_s, timeout_s))
         except TimeoutError:
             pass
-
-    async def _claim(self, branch: Branch, fill: Fill, step: FillStep, name: ReuseName,
-                     timeout_s: float) -> Served | None:
-        if not step.done.is_set():
-            try:
-                await asyncio.wait_for(asyncio.shield(step.done.wait()),
-                                       min(self.settings.fill_wait_s, timeout_s))
-            except TimeoutError:
-                self._abort(fill, "demand stopped waiting")
-                return None
-        if not step.ok or step.confirmed:
-            return None  # the canonical path probes the library itself
-        step.claiming = True
-        try:
-            with maybe_span(self.tracer, "branch.promote", attributes=span_attrs(
-                    branch, fill, name)) as span:
-                served = await self.library.promote(name, branch.id)
-                span.set_attribute("dynbranch.promoted", served is not None)
-        finally:
-            step.claiming = False
-        if served is not None:
-            step.claimed = True
-            fill.promoted.append(step.producer)
-            branch.saved_s += served.cost_s
-            self.counters["stages_promoted"] += 1
-            if not fill.consumed:
-                fill.consumed = True
-                self.counters["fills_consumed"] += 1
-        return served
 
     # -- across gateway replicas (issue 12, item 4): ``ReplicaLink`` --------------------------
 
@@ -255,6 +223,8 @@ class BranchManager:
 
     def _resolve(self, branch: Branch, winner: str) -> None:
         branch.resolved, branch.winner = True, winner
+        if winner in branch.fills:
+            self.counters["winners_admitted"] += 1
         with maybe_span(self.tracer, "branch.settle", attributes={
                 "dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
                 "dynbranch.candidate": winner, "dynbranch.exclusive": branch.exclusive}):
@@ -287,6 +257,7 @@ class BranchManager:
         await self.library.discard(branch_id, keep)
 
     def _abort(self, fill: Fill, why: str) -> None:
+        fill.aborted = True
         if fill.task is not None and not fill.task.done():
             fill.task.cancel()
             self.counters["fills_aborted"] += 1
@@ -305,6 +276,9 @@ class BranchManager:
 
     def _retire(self, branch: Branch) -> None:
         branch.retired = True
+        if branch.resolved and branch.winner in branch.fills and not branch.outcome:
+            branch.outcome = "unseen"  # its first stage was served where this gateway can't see
+            self.counters["winners_lost_unseen"] += 1
         self.branches.pop(branch.id, None)
         self._by_request.pop(branch.request_id, None)
         siblings = self._by_workflow.get((branch.tenant, branch.workflow_id), [])

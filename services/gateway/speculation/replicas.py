@@ -31,19 +31,22 @@ class ReplicaLink:
     """One gateway's branches as the other replicas see them (module docstring).
 
     The manager's branch table (``workflows``) and ``counters`` are shared with it; ``resolve``,
-    ``abort`` and ``spawn`` are the manager's own settlement and task ownership.
+    ``abort`` and ``spawn`` are the manager's own settlement and task ownership, ``outcome``
+    records what became of an admitted winner's first step.
     """
 
     def __init__(self, executor: Executor, library: LibraryPort, settings: BranchSettings,
                  workflows: Mapping[tuple[str, str], list[Branch]], counters: dict[str, int], *,
                  resolve: Callable[[Branch, str], None], abort: Callable[[Fill, str], None],
-                 spawn: _Spawn) -> None:
+                 spawn: _Spawn,
+                 outcome: Callable[[Branch, Fill, FillStep, str], None] | None = None) -> None:
         self.executor = executor
         self.library = library
         self.settings = settings
         self._by_workflow = workflows
         self.counters = counters
         self._resolve, self._abort, self._spawn = resolve, abort, spawn
+        self._outcome = outcome
 
     def claimable(self, d: Demand, stage: Stage, name: ReuseName | None) -> bool:
         """Whether another replica may hold the branch this demand belongs to: a stage that a
@@ -127,6 +130,8 @@ class ReplicaLink:
             self.counters["fills_consumed"] += 1
         if not branch.resolved and fill.steps and fill.steps[0] is step:
             self._resolve(branch, fill.candidate)
+        if self._outcome is not None:
+            self._outcome(branch, fill, step, "promoted")
 
 
 def _fills(point: DecisionPoint, stage_id: str) -> bool:

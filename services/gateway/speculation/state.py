@@ -47,6 +47,16 @@ class FillStep:
     #: The task holding the step's placeholder in the library (other replicas wait on it).
     hold: asyncio.Task[None] | None = None
 
+    def open(self, fill: Fill) -> bool:
+        """Whether a demand could still be served from this step of ``fill``: not promoted,
+        not ended without a shadow, and not in a fill aborted before it stored one. A step
+        that found a confirmed entry is not: the library serves that name itself."""
+        if self.claimed or self.confirmed:
+            return False
+        if self.ok:
+            return True
+        return not self.done.is_set() and not fill.aborted
+
 
 @dataclass(slots=True)
 class Fill:
@@ -61,6 +71,8 @@ class Fill:
     consumed: bool = False
     #: Producer identities of the promoted steps' shadows (what admission credits).
     promoted: list[str] = field(default_factory=list)
+    #: Aborted (a loser, not picked, or retired): a step it had not finished never will.
+    aborted: bool = False
 
 
 @dataclass(slots=True)
@@ -90,6 +102,10 @@ class Branch:
     #: Retired: no fill starts and no placeholder is held for it any more.
     retired: bool = False
 
+    #: What became of the winner's first step when the branch resolved with an admitted
+    #: winner: "promoted", or why it was not (a ``REFUSALS`` key); "" until known.
+    outcome: str = ""
+
     @property
     def exclusive(self) -> bool:
         """Whether one winner excludes the other candidates."""
@@ -100,16 +116,42 @@ class Branch:
         chains = [self.point.subgraph, *(c for _, c in self.point.per_candidate)]
         return {chain[0].stage for chain in chains if chain}
 
+    def live_fills(self) -> list[Fill]:
+        """The fills whose steps may still answer a demand: every fill until the branch
+        resolves; then an exclusive branch keeps only its winner's (its losers are aborted and
+        their shadows discarded: from the pick on they match nothing), an independent branch
+        keeps all of them (a fill stopped unfinished keeps only the steps it stored)."""
+        if self.resolved and self.exclusive:
+            winner = self.fills.get(self.winner) if self.winner else None
+            return [winner] if winner is not None else []
+        return list(self.fills.values())
+
     def matches(self, name: ReuseName) -> list[tuple[Fill, FillStep]]:
-        """Every fill step whose name equals ``name``."""
-        return [(fill, step) for fill in self.fills.values() for step in fill.steps
+        """Every step of a live fill whose name equals ``name`` (``live_fills``)."""
+        return [(fill, step) for fill in self.live_fills() for step in fill.steps
                 if step.name == name]
 
     def match(self, name: ReuseName) -> tuple[Fill, FillStep] | None:
-        """The one fill step whose name equals ``name``; None when none does, and when several
-        do: an ambiguous match is a miss (dynbranch §3.3), never a guess."""
+        """The one live fill step whose name equals ``name``; None when none does, and when
+        several do: an ambiguous match is a miss (dynbranch §3.3), never a guess."""
         found = self.matches(name)
         return found[0] if len(found) == 1 else None
+
+    def promotable(self, name: ReuseName) -> list[tuple[Fill, FillStep]]:
+        """The live fill steps under ``name`` that a demand could still be served from: not
+        promoted already, not failed (ended without a shadow), and not cut short by an abort.
+        These, and only these, take part in the ambiguity rule."""
+        return [(fill, step) for fill, step in self.matches(name) if step.open(fill)]
+
+
+#: Why an admitted winner's first step was not promoted (the ``promotion_refused_*`` counters).
+REFUSALS = {
+    "ambiguous": "the demand matched promotable steps of more than one fill or branch",
+    "wait_timeout": "the fill step was still running when the demand stopped waiting",
+    "fill_failed": "the fill step ended without a shadow (aborted, failed or not storable)",
+    "library_refused": "the library refused the promotion (stale read-set, expired or evicted)",
+    "confirmed": "a confirmed library entry already held the name (served from the library)",
+}
 
 
 def scope_of(tenant: str, workflow_id: str) -> str:
@@ -130,5 +172,5 @@ def span_attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | i
             "dynbranch.reuse_name": str(name)}
 
 
-__all__ = ["Branch", "BranchSettings", "Fill", "FillStep", "producer_id", "scope_of",
-           "span_attrs"]
+__all__ = ["REFUSALS", "Branch", "BranchSettings", "Fill", "FillStep", "producer_id",
+           "scope_of", "span_attrs"]

@@ -1,0 +1,137 @@
+"""Promotion of fill shadows to answer demands (dynbranch §3.3, DESIGN.md §4), and the account
+of every promotion refused.
+
+A demand's exact reuse name is matched against the steps of its workflow's branches that could
+still answer it (``Branch.promotable``): steps of live fills (every fill of an open branch; only
+the winner's once an exclusive branch is settled: its losers are aborted and their shadows
+discarded, so from the pick on they match nothing; every fill of an independent branch) that
+are neither promoted already, nor ended without a shadow, nor cut short by an abort. Exactly
+one such step is promoted, waiting a bounded interval while it still runs; a demand matching
+more than one (of one fill or several branches) promotes none: ambiguity is a miss, never a
+guess. Each refusal is counted under its reason (``promotion_refused_*``), and what became of
+each admitted winner's first step under ``winners_promoted`` / ``winners_lost_*``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from opentelemetry.trace import Tracer
+
+from services.common.reads import Served
+from services.common.reuse_name import ReuseName
+from services.common.tracing import maybe_span
+from services.gateway.ports import LibraryPort
+from services.gateway.speculation.state import (
+    REFUSALS,
+    Branch,
+    BranchSettings,
+    Fill,
+    FillStep,
+    span_attrs,
+)
+
+#: The counters this module keeps in the branch manager's table, all starting at 0.
+PROMOTION_COUNTERS: dict[str, int] = {
+    "winners_admitted": 0, "winners_promoted": 0,
+    **{f"promotion_refused_{why}": 0 for why in REFUSALS},
+    **{f"winners_lost_{why}": 0 for why in (*REFUSALS, "unseen")},
+}
+
+
+class Promotions:
+    """Matches demands to promotable fill steps and promotes them for the branch manager
+    (``counters`` is the manager's table; ``abort`` its way of stopping a fill)."""
+
+    def __init__(self, library: LibraryPort, settings: BranchSettings, tracer: Tracer,
+                 counters: dict[str, int], *, abort: Callable[[Fill, str], None]) -> None:
+        self.library = library
+        self.settings = settings
+        self.tracer = tracer
+        self.counters = counters
+        self._abort = abort
+
+    async def serve(self, branches: list[Branch], name: ReuseName,
+                     timeout_s: float) -> Served | None:
+        """Promote the one promotable fill step under ``name`` among this workflow's branches.
+
+        Only steps that could still answer count (``Branch.promotable``): a settled exclusive
+        branch's losers never do, from the pick on. A demand matching promotable steps of more
+        than one fill or branch promotes none (a miss, dynbranch §3.3)."""
+        found = [(b, f, s) for b in branches for f, s in b.promotable(name)]
+        if len(found) == 1:
+            branch, fill, step = found[0]
+            served, why = await self._claim(branch, fill, step, name, timeout_s)
+            self.outcome(branch, fill, step, why)
+            return served
+        if found:
+            self.counters["ambiguous"] += 1
+            for branch, fill, step in found:
+                self.outcome(branch, fill, step, "ambiguous")
+            self._refused("ambiguous")
+            return None
+        reasons = set()  # no promotable step: say why a matching one was not (once)
+        for branch in branches:
+            for fill, step in branch.matches(name):
+                if not step.claimed:
+                    why = "confirmed" if step.confirmed else "fill_failed"
+                    self.outcome(branch, fill, step, why)
+                    reasons.add(why)
+        if reasons:
+            self._refused("fill_failed" if "fill_failed" in reasons else "confirmed")
+        return None
+
+    def _refused(self, why: str) -> None:
+        key = f"promotion_refused_{why}"
+        self.counters[key] = self.counters.get(key, 0) + 1
+
+    def outcome(self, branch: Branch, fill: Fill, step: FillStep, what: str) -> None:
+        """Record what became of an admitted winner's first step ("promoted" or a refusal),
+        once per branch: the bench reports admitted winners that were not promoted, and why."""
+        if (branch.outcome or not branch.resolved or branch.winner != fill.candidate
+                or not fill.steps or fill.steps[0] is not step):
+            return
+        branch.outcome = what
+        key = "winners_promoted" if what == "promoted" else f"winners_lost_{what}"
+        self.counters[key] = self.counters.get(key, 0) + 1
+
+    async def _claim(self, branch: Branch, fill: Fill, step: FillStep, name: ReuseName,
+                     timeout_s: float) -> tuple[Served | None, str]:
+        """Promote ``step``'s shadow; the served result and "promoted", or None and why not
+        (a ``REFUSALS`` key, counted in ``promotion_refused_*``)."""
+        if not step.done.is_set():
+            try:
+                await asyncio.wait_for(asyncio.shield(step.done.wait()),
+                                       min(self.settings.fill_wait_s, timeout_s))
+            except TimeoutError:
+                self._abort(fill, "demand stopped waiting")
+                self._refused("wait_timeout")
+                return None, "wait_timeout"
+        if not step.ok or step.confirmed:  # a confirmed entry: the canonical path probes it
+            why = "confirmed" if step.confirmed else "fill_failed"
+            self._refused(why)
+            return None, why
+        step.claiming = True
+        try:
+            with maybe_span(self.tracer, "branch.promote", attributes=span_attrs(
+                    branch, fill, name)) as span:
+                served = await self.library.promote(name, branch.id)
+                span.set_attribute("dynbranch.promoted", served is not None)
+        finally:
+            step.claiming = False
+        if served is None:
+            self._refused("library_refused")
+            return None, "library_refused"
+        step.claimed = True
+        fill.promoted.append(step.producer)
+        branch.saved_s += served.cost_s
+        self.counters["stages_promoted"] += 1
+        if not fill.consumed:
+            fill.consumed = True
+            self.counters["fills_consumed"] += 1
+        return served, "promoted"
+
+
+
+__all__ = ["PROMOTION_COUNTERS", "Promotions"]
