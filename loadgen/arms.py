@@ -3,11 +3,19 @@
 Arms are combinations of the gateway's mechanisms: ``floor`` (no reuse, no fill: the no-reuse
 floor of dynbranch §5.1), ``c1`` (exact subgraph reuse only), ``c2`` (early fill only) and ``full``.
 Every arm replays the *same* schedule (instances, workflow ids, arrival times) against its own
-mesh: a fresh csl store, fresh engine agents (empty KV caches) and a fresh gateway, so arms share
-no cache. The mesh runs in this process: the csl, each engine agent and the gateway are separate
-``grpc.aio`` servers on loopback ports, spoken to over real gRPC; in-process keeps start-up short
-and gives direct access to the gateway's fill counters (``BranchManager.counters``), which the
-gateway does not export. Admission is the gateway's in-process fixed policy (top-K fills).
+mesh: a fresh csl store, fresh engines (empty KV caches) and a fresh gateway, so arms share no
+cache. Two meshes, one code path (``MeshConfig.clock``):
+
+- ``virtual`` (the default): ``loadgen.virtual_mesh``, every service's core in one process on a
+  virtual clock; latency counts simulated engine time, waits and ``hop_s`` per cross-service
+  call, never the mesh's own CPU. Deterministic: the same command gives the same ratios.
+- ``live``: the csl, each engine agent, admission and the gateway are separate ``grpc.aio``
+  servers on loopback ports in this process, spoken to over real gRPC, paced in wall time at
+  ``time_scale`` (the cross-check; every duration the services use is scaled into it).
+
+In-process keeps start-up short and gives direct access to the gateway's fill counters
+(``BranchManager.counters``). Admission is the arm's policy (``ArmSpec.admission``) or the
+gateway's in-process fixed policy (top-K fills).
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ from loadgen.equivalence import compare_outputs
 from loadgen.real_engines import RealEngine, engine_state, real_backend
 from loadgen.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
 from loadgen.stats import quantile
-from loadgen.workloads.base import SimClock, WorkflowResult, Workload
+from loadgen.virtual_mesh import DEFAULT_HOP_S, run_virtual, virtual_mesh
+from loadgen.workloads.base import STALL_S, SimClock, WorkflowResult, Workload
 from loadgen.workloads.schedule import Arrival, Schedule
 from services.admission.config import AdmissionSettings
 from services.admission.server import build_runtime as build_admission
@@ -48,6 +57,11 @@ log = logging.getLogger(__name__)
 ARMS: dict[str, tuple[bool, bool]] = {
     "floor": (False, False), "c1": (True, False), "c2": (False, True), "full": (True, True),
 }
+#: The meshes an arm can run on (module docstring).
+CLOCKS = ("virtual", "live")
+#: Smallest time scale of the live mesh: below it the mesh's own CPU time, multiplied by
+#: ``1 / time_scale``, moves the ratios more than the effects they measure (issue 24).
+LIVE_MIN_TIME_SCALE = 0.5
 COUNTERS = ("opened", "fills_issued", "fills_consumed", "stages_promoted", "fills_discarded",
             "fills_aborted", "canonical_engine_ms", "fill_engine_ms", "ambiguous",
             "winners_admitted", "winners_promoted", "joined",
@@ -62,8 +76,13 @@ class MeshConfig:
     engines: int = 2
     model: str = "qwen3-32b"
     preset: str = "qwen3-32b-h200"
-    #: Wall seconds per simulated second of the engines (latency is reported in simulated s).
+    #: Wall seconds per simulated second of the live mesh's engines (latency is reported in
+    #: simulated s); the virtual mesh ignores it (its clock is simulated seconds).
     time_scale: float = 0.05
+    #: "virtual" (one process on a virtual clock) or "live" (gRPC servers in wall time).
+    clock: str = "virtual"
+    #: The virtual mesh's modelled cost of one cross-service call, simulated seconds.
+    hop_s: float = DEFAULT_HOP_S
     #: Fills per branch under the gateway's fixed admission policy.
     top_k: int = 2
     #: Longest a demand waits for a matching running fill, in simulated seconds.
@@ -118,13 +137,18 @@ class InProcessMesh:
 
     def counters(self) -> dict[str, int]:
         """The gateway's branch counters (zeros when early fill is off)."""
-        branches = getattr(self.gateway.core, "branches", None)
-        found = dict(branches.counters) if branches is not None else {}
-        spent = self.gateway.core.stages.executor.engine_s  # engine seconds per priority
-        found["canonical_engine_ms"] = round(1000 * spent.get(Priority.CANONICAL, 0.0))
-        found["fill_engine_ms"] = round(1000 * spent.get(Priority.FILL, 0.0))
-        found["joined"] = self.gateway.core.stages.joined
-        return {name: int(found.get(name, 0)) for name in COUNTERS}
+        return _counters(self.gateway.core)
+
+
+def _counters(core: Any) -> dict[str, int]:
+    """A gateway core's branch counters, engine milliseconds per priority and joined demands."""
+    branches = getattr(core, "branches", None)
+    found = dict(branches.counters) if branches is not None else {}
+    spent = core.stages.executor.engine_s  # engine seconds per priority
+    found["canonical_engine_ms"] = round(1000 * spent.get(Priority.CANONICAL, 0.0))
+    found["fill_engine_ms"] = round(1000 * spent.get(Priority.FILL, 0.0))
+    found["joined"] = core.stages.joined
+    return {name: int(found.get(name, 0)) for name in COUNTERS}
 
 
 def _engine_settings(config: MeshConfig, i: int) -> EngineAgentSettings:
@@ -133,16 +157,35 @@ def _engine_settings(config: MeshConfig, i: int) -> EngineAgentSettings:
                                log_level="WARNING")
 
 
+def _scale(config: MeshConfig) -> float:
+    """Clock seconds per simulated second: the live mesh's time scale, 1 on the virtual one."""
+    return config.time_scale if config.clock == "live" else 1.0
+
+
+def _admission_settings(config: MeshConfig, engines: list[str]) -> AdmissionSettings:
+    """The arm's admission service; its durations (H, the record age limit) are simulated
+    seconds scaled into the run's clock, unless the config sets them itself."""
+    given = dict(config.admission_settings)
+    scale = _scale(config)
+    for key in ("window_s", "max_age_s", "load_interval_s"):
+        if key not in given:
+            given[key] = AdmissionSettings.model_fields[key].default * scale
+    return AdmissionSettings(policy=config.admission, engines=engines, metrics_port=-1,
+                             grace_s=0.2, log_level="WARNING", **given)
+
+
 def _gateway_settings(config: MeshConfig, arm: ArmSpec, engines: list[str], csl: str,
                       corpus_source: str, folder: Path, admission: str = "") -> GatewaySettings:
     c1, c2 = arm.c1, arm.c2
+    scale = _scale(config)
     corpus = {"corpus_path": str(folder / "corpus"), "corpus_source": corpus_source,
               "data_dir": config.data_dir or ""} if corpus_source else {}
     draft = {"predictor": "draft", "draft_model": config.draft_model} \
         if config.draft_model else {}
     return GatewaySettings(engines=engines, csl=csl, c1=c1, c2=c2, top_k=config.top_k,
-                           fill_wait_s=min(60.0, config.fill_wait_sim_s * config.time_scale),
-                           branch_ttl_s=max(0.5, config.branch_ttl_sim_s * config.time_scale),
+                           fill_wait_s=min(60.0, config.fill_wait_sim_s * scale),
+                           branch_ttl_s=max(0.5, config.branch_ttl_sim_s * scale),
+                           shadow_ttl_s=max(0.5, 60.0 * scale),
                            metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING",
                            admission=admission, overlap_weight=config.overlap_weight,
                            **corpus, **draft)
@@ -179,10 +222,8 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
                 targets.append(drafter.address)
             admission = None
             if config.admission:
-                admission = await build_admission(AdmissionSettings(
-                    policy=config.admission, engines=[e.address for e in engines],
-                    metrics_port=-1, grace_s=0.2, log_level="WARNING",
-                    **dict(config.admission_settings)))
+                admission = await build_admission(_admission_settings(
+                    config, [e.address for e in engines]))
                 await _started(stack, admission)
             gateway = await build_gateway(_gateway_settings(
                 config, arm, targets, csl.address, corpus_source, folder,
@@ -219,7 +260,8 @@ async def _started(stack: contextlib.AsyncExitStack, runtime: Any) -> None:
 # -- running a schedule -----------------------------------------------------------------------
 
 async def _run_workflow(client: Any, workload: Workload, arrival: Arrival, clock: SimClock,
-                        started: float) -> tuple[WorkflowResult, tuple[CallRecord, ...]]:
+                        started: float, fail_stalls: bool
+                        ) -> tuple[WorkflowResult, tuple[CallRecord, ...]]:
     trace = RecordingTrace(client, workload.template, arrival.workflow_id, clock)
     error = ""
     try:
@@ -229,38 +271,53 @@ async def _run_workflow(client: Any, workload: Workload, arrival: Arrival, clock
         log.warning("workflow %s failed: %s", arrival.workflow_id, error)
     latency = clock.sim_since(started)
     stages = tuple(trace.stages)
+    stalled = [st for st in stages if st.stalled]
+    if stalled and fail_stalls and not error:  # a stall fails its workflow: never averaged in
+        worst = max(stalled, key=lambda st: st.outside_s)
+        error = (f"stall: {len(stalled)} call(s) over {STALL_S} s outside the engine "
+                 f"(worst {worst.stage}: {worst.outside_s:.3f} s)")
+        log.warning("workflow %s: %s", arrival.workflow_id, error)
     result = WorkflowResult(arrival.workflow_id, getattr(arrival.instance, "key", ""), stages,
                             latency, workload.measured(stages, latency), error)
     return result, tuple(trace.calls)
 
 
-async def _run_all(client: Any, workload: Workload, schedule: Schedule, clock: SimClock
-                   ) -> list[tuple[WorkflowResult, tuple[CallRecord, ...]]]:
+async def _run_all(client: Any, workload: Workload, schedule: Schedule, clock: SimClock,
+                   fail_stalls: bool) -> list[tuple[WorkflowResult, tuple[CallRecord, ...]]]:
     if schedule.serial:
-        return [await _run_workflow(client, workload, a, clock, clock.wall())
+        return [await _run_workflow(client, workload, a, clock, clock.wall(), fail_stalls)
                 for a in schedule.arrivals]
     start, tasks = clock.wall(), []
     for a in schedule.arrivals:
         due = start + clock.to_wall(a.at_s)
         await asyncio.sleep(max(0.0, due - clock.wall()))
-        tasks.append(asyncio.create_task(_run_workflow(client, workload, a, clock, due)))
+        tasks.append(asyncio.create_task(_run_workflow(client, workload, a, clock, due,
+                                                       fail_stalls)))
     return list(await asyncio.gather(*tasks))
 
 
-async def run_schedule(target: str, workload: Workload, schedule: Schedule, clock: SimClock, *,
-                       whole_request_cache: bool = False,
+async def run_schedule(target: str | DynbranchClient, workload: Workload, schedule: Schedule,
+                       clock: SimClock, *, whole_request_cache: bool = False,
                        calls: dict[str, tuple[CallRecord, ...]] | None = None,
-                       cache_hits: list[int] | None = None) -> list[WorkflowResult]:
-    """Run every arrival of ``schedule`` against the gateway at ``target``; results in order.
+                       cache_hits: list[int] | None = None,
+                       fail_stalls: bool = False) -> list[WorkflowResult]:
+    """Run every arrival of ``schedule`` against the gateway at ``target`` (an address, or a
+    client such as the virtual mesh's); results in order.
 
     Open loop: each workflow starts at its arrival time and its latency counts from then.
     Serial: one after another. ``calls`` (when given) receives each workflow's call records;
-    ``whole_request_cache`` puts an exact whole-request cache in front of the gateway.
+    ``whole_request_cache`` puts an exact whole-request cache in front of the gateway;
+    ``fail_stalls`` fails every workflow with a stalled call (each result counts its stalls).
     """
-    async with DynbranchClient(target) as sdk:
+    owned = isinstance(target, str)
+    sdk = DynbranchClient(target) if isinstance(target, str) else target
+    try:
         sdk.use_builtin(workload.template)
         client: Any = WholeRequestCacheClient(sdk) if whole_request_cache else sdk
-        done = await _run_all(client, workload, schedule, clock)
+        done = await _run_all(client, workload, schedule, clock, fail_stalls)
+    finally:
+        if owned:
+            await sdk.close()
     if calls is not None:
         calls.update((r.workflow_id, c) for r, c in done)
     if cache_hits is not None and whole_request_cache:
@@ -270,8 +327,50 @@ async def run_schedule(target: str, workload: Workload, schedule: Schedule, cloc
 
 async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
                   config: MeshConfig, warmup: Schedule | None = None) -> ArmResult:
-    """Run ``schedule`` under ``arm`` on a fresh in-process mesh, after ``warmup`` (run on the
-    same mesh, serially, not measured)."""
+    """Run ``schedule`` under ``arm`` on a fresh mesh of ``config.clock``, after ``warmup`` (run
+    on the same mesh, serially, not measured)."""
+    if config.clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}, got {config.clock!r}")
+    if config.clock == "virtual":
+        if config.real is not None or config.draft_model:
+            raise ValueError("the virtual mesh runs simulated engines only: use clock='live' "
+                             "for a real engine or a draft model")
+        # its own stdlib loop under a virtual clock, on a worker thread (this loop runs on)
+        return await asyncio.to_thread(run_virtual, lambda: _virtual_arm(
+            arm, workload, schedule, config, warmup))
+    return await _live_arm(arm, workload, schedule, config, warmup)
+
+
+async def _virtual_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
+                       config: MeshConfig, warmup: Schedule | None) -> ArmResult:
+    spec = _spec(arm)
+    if spec.admission:
+        config = dataclasses.replace(config, admission=spec.admission)
+    clock = SimClock(1.0, now=asyncio.get_running_loop().time)
+    calls: dict[str, tuple[CallRecord, ...]] = {}
+    hits: list[int] = []
+    with tempfile.TemporaryDirectory(prefix=f"dynbranch-varm-{spec.name}-") as tmp:
+        folder = Path(tmp)
+        settings = _gateway_settings(config, spec, ["in-process"], "in-process",
+                                     workload.corpus_source, folder)
+        admission = _admission_settings(config, []) if config.admission else None
+        async with virtual_mesh(settings, folder, engines=config.engines, model=config.model,
+                                preset=config.preset, admission=admission,
+                                hop_s=config.hop_s) as mesh:
+            if warmup is not None and warmup.arrivals:
+                await run_schedule(mesh.client, workload, warmup, clock)
+                before = _counters(mesh.core)
+            else:
+                before = {}
+            results = await run_schedule(mesh.client, workload, schedule, clock, calls=calls,
+                                         whole_request_cache=spec.whole_request_cache,
+                                         cache_hits=hits, fail_stalls=True)
+            counters = {k: v - before.get(k, 0) for k, v in _counters(mesh.core).items()}
+    return ArmResult(spec.name, schedule.digest(), results, counters, calls, sum(hits))
+
+
+async def _live_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
+                    config: MeshConfig, warmup: Schedule | None) -> ArmResult:
     spec = _spec(arm)
     clock = SimClock(config.time_scale)
     calls: dict[str, tuple[CallRecord, ...]] = {}
@@ -284,7 +383,7 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
             before = {}
         results = await run_schedule(mesh.address, workload, schedule, clock, calls=calls,
                                      whole_request_cache=spec.whole_request_cache,
-                                     cache_hits=hits)
+                                     cache_hits=hits, fail_stalls=True)
         counters = {k: v - before.get(k, 0) for k, v in mesh.counters().items()}
     return ArmResult(spec.name, schedule.digest(), results, counters, calls, sum(hits))
 
@@ -308,6 +407,7 @@ def mismatches(arm: ArmResult, floor: ArmResult) -> list[str]:
 
 
 __all__ = [
-    "ARMS", "COUNTERS", "ArmResult", "InProcessMesh", "MeshConfig", "in_process_mesh",
-    "mismatches", "quantile", "run_arm", "run_arms", "run_schedule",
+    "ARMS", "CLOCKS", "COUNTERS", "LIVE_MIN_TIME_SCALE", "ArmResult", "InProcessMesh",
+    "MeshConfig", "in_process_mesh", "mismatches", "quantile", "run_arm", "run_arms",
+    "run_schedule",
 ]

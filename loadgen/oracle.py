@@ -7,10 +7,13 @@ name (stage, version, model, full prompt, sampling) already occurred earlier in 
 have served it, saving its stage time ``T_sub``. A branch is a call without a candidate (the
 decider) followed by calls that carry one (the selected subgraph). ``P_cov`` is 1 when the
 selection is in the decider's offered list; an open-vocabulary decider (no list, e.g. ReAct's
-entity) counts as covered, the oracle predictor's case. ``T_gen`` is the decider's time plus the
-user's wait before the subgraph (HCI think time); ``T_exec`` the subgraph's time less the calls C1
-already counts, so no saving is counted twice. With post-click latency (HCI) only post-click calls
-count. An arm's ``oracle_share`` is its saving against the floor divided by this bound.
+entity) counts as covered, the oracle predictor's case. ``T_gen`` is the resolution window of the
+decision's kind: for a model-decided branch the decider's own time (its decode: fills start when
+it is demanded), for a user-wait branch (``window: user``, HCI) only the user's think time after
+the offer (fills render the offer's text, so they cannot start before it is out). ``T_exec`` is
+the subgraph's time less the calls C1 already counts, so no saving is counted twice. With
+post-click latency (HCI) only post-click calls count. An arm's ``oracle_share`` is its saving
+against the floor divided by this bound.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def _branches(calls: Sequence[CallRecord], hit: Sequence[bool], post_click_only:
             continue
         selection = calls[i + 1].candidate
         covered = selection in decider.offered if decider.offered else True
-        window = decider.latency_s + calls[i + 1].wait_s
+        window = calls[i + 1].wait_s if decider.user_window else decider.latency_s
         j, work = i + 1, 0.0
         while j < len(calls) and calls[j].candidate == selection:
             if not hit[j] and (calls[j].post_click or not post_click_only):

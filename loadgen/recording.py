@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.workloads.base import Trace
+from services.gateway.templates import Window
 
 #: ``StageRecord.source`` of a call answered by the whole-request cache.
 CACHE_SOURCE = "whole_request_cache"
@@ -33,6 +34,9 @@ class CallRecord:
     #: Simulated seconds the user waited just before this call (HCI think time).
     wait_s: float = 0.0
     post_click: bool = False
+    #: This call decides a branch whose fills wait for its text (``window: user``, HCI): the
+    #: resolution window is the user's think time after it, not its own decode.
+    user_window: bool = False
 
 
 def request_name(client: Any, template: str, stage: str, *, inputs: Mapping[str, str],
@@ -63,9 +67,17 @@ class RecordingTrace(Trace):
                                 offered=offered, observation=observation, post_click=post_click)
         record = self.stages[-1]
         self.calls.append(CallRecord(stage, candidate or "", tuple(offered), name,
-                                     record.latency_s, self._waited_s, post_click))
+                                     record.latency_s, self._waited_s, post_click,
+                                     self._user_window(stage)))
         self._waited_s = 0.0
         return text
+
+    def _user_window(self, stage: str) -> bool:
+        templates = getattr(self.client, "templates", None)
+        if templates is None:
+            return False
+        return any(p.stage == stage and p.window is Window.USER
+                   for p in templates.get(self.template).decisions)
 
     async def user_wait(self, sim_s: float) -> None:
         """Wait as ``Trace.user_wait`` does and remember it for the next call."""

@@ -127,7 +127,8 @@ async def _call(args: argparse.Namespace) -> int:
 ARMS_FLAGS = {"workload": "workload", "seed": "seed", "seeds": "seeds", "arrival": "arrival",
               "rate": "rate", "workflows": "workflows", "preset": "preset",
               "engines": "engines", "arms": "arms", "replay_rate": "replay_rate",
-              "engine": "engine"}
+              "engine": "engine", "clock": "clock", "time_scale": "time_scale",
+              "profile": "profile", "hop_ms": "hop_ms"}
 
 
 def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -145,6 +146,10 @@ def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--rate: must be > 0")
     if "replay_rate" in given and not 0 <= given["replay_rate"] <= 1:
         raise SystemExit("--replay-rate: must be in [0, 1]")
+    if "time_scale" in given and not given["time_scale"] > 0:
+        raise SystemExit("--time-scale: must be > 0")
+    if "hop_ms" in given and given["hop_ms"] < 0:
+        raise SystemExit("--hop-ms: must be >= 0")
     return given
 
 
@@ -203,7 +208,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--rate", type=float,
                       help="Poisson rate λ per simulated s (default: the workload's low load)")
     arms.add_argument("--workflows", type=int, metavar="N",
-                      help="measured workflows per seed (default 12 quick, 48 full)")
+                      help="measured workflows per seed (default 24 quick, 48 full)")
     arms.add_argument("--preset", help="sim cost-model preset (default qwen3-32b-h200)")
     arms.add_argument("--engines", type=int, help="engine agents per mesh (default 2 quick, 4)")
     arms.add_argument("--replay-rate", type=float, metavar="P",
@@ -216,6 +221,19 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--arms", metavar="A,B,...",
                       help="arms to run (floor always included; default quick: floor,c1,c2,"
                       "full,whole_request; full mode adds fixed,always,threshold,load_threshold)")
+    arms.add_argument("--clock", choices=["virtual", "live"],
+                      help="virtual (default for the sim): every service in one process on a "
+                      "virtual clock, latency = simulated engine time + waits + a modelled cost "
+                      "per hop; live: gRPC servers in wall time at --time-scale (the cross-check; "
+                      "real engines always run live)")
+    arms.add_argument("--time-scale", type=float, metavar="S",
+                      help="live mesh: wall seconds per simulated second (default 0.5; at least "
+                      "0.5)")
+    arms.add_argument("--profile", choices=["data", "paper"],
+                      help="recurrence profile: data (as the data sets give it; default) or paper "
+                      "(Routing replays 45%%, ReAct repeats half its questions)")
+    arms.add_argument("--hop-ms", type=float, metavar="MS",
+                      help="virtual mesh: modelled cost of one cross-service call (default 0.5)")
 
 
 def build_parser() -> argparse.ArgumentParser:

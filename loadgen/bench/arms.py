@@ -2,8 +2,13 @@
 
 Side by side in one run (DESIGN.md §6): per seed, the same workflow instances with the same
 arrivals (open-loop Poisson at the paper's low-load rate, dynbranch Fig. 8, or a serial closed
-loop) run under each arm on a fresh in-process mesh of simulated engines, after a short unmeasured
-warm-up on that mesh, in an arm order rotated per seed. Workflows pair by id across arms. Per arm
+loop) run under each arm on a fresh mesh of simulated engines, after a short unmeasured warm-up
+on that mesh, in an arm order rotated per seed. The mesh is the virtual one by default (one
+process on a virtual clock: latency is simulated engine time, waits and a modelled cost per hop,
+never the mesh's own CPU; ``loadgen.virtual_mesh``), or with ``--clock live`` gRPC servers in wall
+time at ``--time-scale`` ≥ 0.5 (the cross-check; real engines always run live). A call that
+spends more than ``STALL_S`` outside the engine is a stall: its workflow fails, and stalls are
+counted per arm. Workflows pair by id across arms. Per arm
 it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio
 to the floor with a paired-bootstrap 95% CI, quantiles the sample supports, the gateway's fill
 counters per request, whether every workflow's outputs equal the floor's (from the floor's own
@@ -20,20 +25,22 @@ from typing import Any
 
 from loadgen.arm_set import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
 from loadgen.arm_summary import completed_everywhere, summarize
-from loadgen.arms import ArmResult, MeshConfig, run_arm
+from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
 from loadgen.leak_guard import check
 from loadgen.oracle import OracleBound, oracle_bound
 from loadgen.real_engines import ENGINES, RealEngine, tiny_model
+from loadgen.virtual_mesh import DEFAULT_HOP_S
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import Workload
+from loadgen.workloads.profiles import knobs, profile_options
 from loadgen.workloads.schedule import Schedule
 
 PRESET = "qwen3-32b-h200"
 #: Low-load arrival rates per simulated second (dynbranch Fig. 8: 0.12 req/s, HCI 0.3).
 RATES = {"routing": 0.12, "react": 0.12, "subagent": 0.12, "hci": 0.3}
-#: (workflows, engines, time scale, warm-up workflows, arms) per mode; quick finishes in under
-#: a minute on 2 cores.
-MODES = {True: (12, 2, 0.05, 1, QUICK_ARMS), False: (48, 4, 0.1, 3, ALL_ARMS)}
+#: (workflows, engines, live time scale, warm-up workflows, arms) per mode; quick finishes in
+#: under a minute on 2 cores on the virtual mesh.
+MODES = {True: (24, 2, 0.5, 1, QUICK_ARMS), False: (48, 4, 0.5, 3, ALL_ARMS)}
 #: The same on a real engine (``--engine vllm|sglang``, tiny model, wall time: time scale 1):
 #: one engine on 2 cores, fewer workflows, and the floor beside the full arm by default.
 REAL_MODES = {True: (6, 1, 1.0, 1, ("floor", "full")), False: (12, 1, 1.0, 1, QUICK_ARMS)}
@@ -57,6 +64,14 @@ class Options:
     replay_rate: float | None = None
     #: "sim", or a real engine on the tiny model: "vllm" (embedded) or "sglang" (a server).
     engine: str = "sim"
+    #: "virtual" (default for the sim) or "live" (real engines always run live).
+    clock: str | None = None
+    #: The live mesh's wall seconds per simulated second (>= LIVE_MIN_TIME_SCALE).
+    time_scale: float | None = None
+    #: Recurrence profile of the schedules (``loadgen.workloads.profiles``).
+    profile: str = "data"
+    #: The virtual mesh's cost of one cross-service call, in milliseconds.
+    hop_ms: float | None = None
 
 
 def _warmup(workload: Workload, schedule: Schedule, count: int, seed: int) -> Schedule:
@@ -118,15 +133,36 @@ def _real(opts: Options) -> RealEngine | None:
     return RealEngine(opts.engine, tiny_model(opts.engine))
 
 
+def _clock(opts: Options, real: RealEngine | None, default_scale: float) -> tuple[str, float]:
+    """The mesh's clock and live time scale, refusing a live scale that would let the mesh's own
+    CPU time move the ratios (and a virtual clock under a real engine)."""
+    clock = opts.clock or ("live" if real is not None else "virtual")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    if real is not None:
+        if clock != "live":
+            raise ValueError("a real engine runs in wall time: --clock live")
+        return clock, 1.0
+    scale = opts.time_scale if opts.time_scale is not None else default_scale
+    if clock == "live" and scale < LIVE_MIN_TIME_SCALE:
+        raise ValueError(f"--time-scale {scale}: the live mesh needs >= {LIVE_MIN_TIME_SCALE} "
+                         "(below it the mesh's own CPU is inflated into the latencies)")
+    return clock, scale
+
+
 async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     real = _real(opts)
-    n, engines, time_scale, warm, default_arms = (MODES if real is None else REAL_MODES)[quick]
+    n, engines, default_scale, warm, default_arms = (MODES if real is None
+                                                     else REAL_MODES)[quick]
+    clock, time_scale = _clock(opts, real, default_scale)
     n = opts.workflows or n
-    workload = get_workload(opts.workload)
+    workload = get_workload(opts.workload, **profile_options(opts.profile, opts.workload))
     guard = _leak_guard(workload)  # fits on the train split; the gateway runs what it fitted
     weight = guard.get("fitted", {}).get("overlap_weight", MeshConfig().overlap_weight)
+    hop_s = opts.hop_ms / 1000 if opts.hop_ms is not None else DEFAULT_HOP_S
     config = MeshConfig(engines=opts.engines or engines, preset=opts.preset,
-                        time_scale=time_scale, overlap_weight=weight, real=real)
+                        time_scale=time_scale, overlap_weight=weight, real=real, clock=clock,
+                        hop_s=hop_s)
     rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
     arms = resolve(opts.arms or default_arms)
     seeds = list(range(opts.seed, opts.seed + max(1, opts.seeds)))
@@ -136,11 +172,15 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     bound = _bound(merged["floor"], ids, workload.post_click_latency)
     summary = summarize(merged, seed=opts.seed, bound=bound)
     failed = sum(a["failed"] for a in summary.values())
+    floor_s = sum(r.measured_s for r in merged["floor"].results if r.workflow_id in ids)
     return {
         "workload": opts.workload, "preset": opts.preset, "simulated": real is None,
         "engine": real.label if real is not None else f"sim {opts.preset}",
         "model": real.model_path if real is not None else config.model,
-        "engines": config.engines, "time_scale": config.time_scale, "workflows": n,
+        "clock": clock, "hop_s": config.hop_s if clock == "virtual" else None,
+        "profile": opts.profile, "recurrence": knobs(workload),
+        "engines": config.engines,
+        "time_scale": config.time_scale if clock == "live" else None, "workflows": n,
         "warmup_workflows": warm, "arrival": opts.arrival,
         "rate_per_s": rate if opts.arrival == "poisson" else None,
         "seed": opts.seed, "seeds": seeds,
@@ -149,7 +189,10 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
         "latency": "post_click" if workload.post_click_latency else "end_to_end",
         "split": getattr(workload, "split", "all"), "leak_guard": guard,
         "overlap_weight": config.overlap_weight,
-        "oracle": bound.as_json(), "arms": summary, "failed": failed, "ok": failed == 0,
+        "oracle": {**bound.as_json(), "full_over_floor": round(
+            (floor_s - bound.total_s) / floor_s, 3) if floor_s > 0 else None},
+        "stalls": {name: a["stalls"] for name, a in summary.items()},
+        "arms": summary, "failed": failed, "ok": failed == 0,
         "outputs_equal_floor": all(a["outputs_equal_floor"] is not False
                                    for a in summary.values()),
     }
@@ -178,24 +221,30 @@ def _fmt(value: float | None, width: int) -> str:
 def _print(result: dict[str, Any]) -> None:
     load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
             else "serial closed loop")
-    if result["simulated"]:
-        engine = (f"{result['engines']} x {result['preset']} at time scale "
+    if result["simulated"] and result["clock"] == "virtual":
+        engine = (f"{result['engines']} x {result['preset']} on the VIRTUAL clock, "
+                  f"{result['hop_s'] * 1000:g} ms per hop (SIMULATED engine; latency in "
+                  f"simulated s, ")
+    elif result["simulated"]:
+        engine = (f"{result['engines']} x {result['preset']} LIVE at time scale "
                   f"{result['time_scale']} (SIMULATED engine; latency in simulated s, ")
     else:
         engine = (f"{result['engines']} x REAL {result['engine']} (random-weight tiny model; "
                   f"latency in wall s, ")
     print(f"arms: {result['workload']}, {result['workflows']} workflows x seeds "
           f"{result['seeds']}, {load}, {engine}"
-          f"{result['latency'].replace('_', ' ')}); oracle bound {result['oracle']['bound_s']} s")
+          f"{result['latency'].replace('_', ' ')}); profile {result['profile']}; oracle bound "
+          f"{result['oracle']['bound_s']} s (oracle full/floor "
+          f"{result['oracle']['full_over_floor']})")
     print(f"  {'arm':<15} {'mean_s':>8} {'ratio':>7} {'ci95':>15} {'oracle':>7} "
-          f"{'issued/req':>11} {'consumed/req':>13}  outputs = floor")
+          f"{'issued/req':>11} {'consumed/req':>13} {'stalls':>6}  outputs = floor")
     for name, arm in result["arms"].items():
         ci = arm["ratio_ci95"]
         ci_text = f"[{ci[0]:.3f},{ci[1]:.3f}]" if ci else "-"
         same = {None: "(ref)", True: "yes", False: "NO"}[arm["outputs_equal_floor"]]
         print(f"  {name:<15} {_fmt(arm['mean_s'], 8)} {_fmt(arm['ratio_to_floor'], 7)} "
               f"{ci_text:>15} {_fmt(arm['oracle_share'], 7)} {arm['fills_issued']:>11.3f} "
-              f"{arm['fills_consumed']:>13.3f}  {same}"
+              f"{arm['fills_consumed']:>13.3f} {arm['stalls']:>6}  {same}"
               + (f"  ({arm['failed']} FAILED)" if arm["failed"] else ""))
     note = next((a["quantile_note"] for a in result["arms"].values() if a["quantile_note"]), "")
     if note:

@@ -15,9 +15,13 @@ data set's ground truth supplies the *decision* (the function BFCL's reference a
 entities HotpotQA's supporting facts name, MuSiQue's decomposition order, the option the SGD
 user picked). Every arm of an experiment therefore takes the same path through each workflow.
 
-Latency is measured in simulated seconds: wall seconds divided by the engines' ``time_scale``.
-Whatever the gateway, gRPC and this harness add in wall time is thereby inflated by
-``1 / time_scale`` (x20 at 0.05): a conservative bias against every mechanism that adds calls.
+Latency is measured in simulated seconds, on the run's clock (``SimClock``): on the virtual mesh
+(``loadgen.virtual_mesh``) the event loop's virtual time, where only the engines' simulated work,
+waits and a modelled cost per hop pass; on the live mesh wall seconds divided by the engines'
+``time_scale``, where whatever the gateway, gRPC and this harness add in wall time is inflated by
+``1 / time_scale``. Each call also records its time outside the engine (its latency less the
+engine time that answered it and the time it waited on another request's engine work); a call
+whose time outside exceeds ``STALL_S`` is a stall, and a workflow with one fails.
 """
 
 from __future__ import annotations
@@ -43,27 +47,37 @@ SPLITS = ("train", "test")
 SOURCE_NAMES = {0: "unspecified", 1: "engine", 2: "library", 3: "promoted_fill", 4: "joined"}
 
 
-class SimClock:
-    """Converts between wall seconds and the engines' simulated seconds."""
+#: Simulated seconds a call may spend outside the engine (gateway, hops, the harness) before it
+#: counts as a stall (issue 24: stalls of 2-10 s were seen on the live mesh).
+STALL_S = 0.25
 
-    def __init__(self, time_scale: float) -> None:
+
+class SimClock:
+    """Converts between the loop's seconds (``now``: wall time, or a virtual clock) and the
+    engines' simulated seconds."""
+
+    def __init__(self, time_scale: float, now: Callable[[], float] = time.perf_counter) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0 to measure simulated seconds, "
                              f"got {time_scale}")
         self.time_scale = time_scale
+        self._now = now
 
-    @staticmethod
-    def wall() -> float:
-        """Monotonic wall seconds."""
-        return time.perf_counter()
+    def wall(self) -> float:
+        """The clock's seconds now (monotonic)."""
+        return self._now()
 
     def sim_since(self, wall_start: float) -> float:
         """Simulated seconds elapsed since ``wall_start``."""
-        return (time.perf_counter() - wall_start) / self.time_scale
+        return (self._now() - wall_start) / self.time_scale
 
     def to_wall(self, sim_s: float) -> float:
-        """Wall seconds of ``sim_s`` simulated seconds."""
+        """Clock seconds of ``sim_s`` simulated seconds."""
         return sim_s * self.time_scale
+
+    def to_sim(self, wall_s: float) -> float:
+        """Simulated seconds of ``wall_s`` clock seconds."""
+        return wall_s / self.time_scale
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +91,14 @@ class StageRecord:
     latency_s: float
     #: Counted in the user-turn latency (HCI: the stage after the user's click).
     post_click: bool = False
+    #: Simulated seconds outside the engine: latency less the engine time that answered it and
+    #: the time it waited on another request's engine work (a fill, a joined execution).
+    outside_s: float = 0.0
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the call spent longer than ``STALL_S`` outside the engine."""
+        return self.outside_s > STALL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +116,10 @@ class WorkflowResult:
     def outputs(self) -> tuple[tuple[str, str, str], ...]:
         """``(stage, candidate, text)`` per call, in call order: what value equivalence compares."""
         return tuple((s.stage, s.candidate, s.text) for s in self.stages)
+
+    def stalls(self) -> int:
+        """Calls that stalled (``StageRecord.stalled``)."""
+        return sum(1 for s in self.stages if s.stalled)
 
     def sources(self) -> dict[str, int]:
         """Calls per result source."""
@@ -122,9 +148,13 @@ class Trace:
         reply = await self.client.call_stage(
             self.template, stage, workflow_id=self.workflow_id, inputs=inputs, outputs=outputs,
             candidate=candidate, offered=offered, observation=observation)
+        latency = self.clock.sim_since(start)
+        engine_s = reply.timings.total_s if hasattr(reply, "timings") else latency
+        waited = self.clock.to_sim(getattr(reply, "waited_s", 0.0))
         self.stages.append(StageRecord(stage, candidate or "", reply.text,
                                        SOURCE_NAMES.get(reply.source, str(reply.source)),
-                                       self.clock.sim_since(start), post_click))
+                                       latency, post_click,
+                                       max(0.0, latency - engine_s - waited)))
         return reply.text
 
     async def user_wait(self, sim_s: float) -> None:
@@ -271,6 +301,7 @@ def sample(pool: Sequence[Any], n: int, rng: random.Random, what: str) -> list[A
 __all__ = [
     "SOURCE_NAMES",
     "SPLITS",
+    "STALL_S",
     "TRAIN_FRACTION",
     "DataUnavailable",
     "SimClock",

@@ -29,6 +29,9 @@ class AdmissionSettings(ServiceSettings):
                                 description="load_threshold policy: speculate below this ρ")
     # priced
     window_s: float = Field(8.0, gt=0, description="H: co-residency window of the envelope (s)")
+    max_age_s: float = Field(5.0, gt=0, description=(
+        "oldest engine load report still priced (s); older ones, and an engine silent as long, "
+        "count as unknown"))
     n0: int = Field(4, ge=0, description="cold trials per branch class before Action 0 prices")
     audit_rate: float = Field(0.05, ge=0.0, le=1.0, description="seeded audit probability")
     seed: int = Field(0, description="seed of audits")

@@ -63,7 +63,8 @@ async def build_runtime(settings: AdmissionSettings, *,
                         span_exporter: SpanExporter | None = None) -> AdmissionRuntime:
     """A runtime serving the Admission service, following the engines' load streams."""
     runtime = AdmissionRuntime("admission", settings, span_exporter=span_exporter)
-    tracker = LoadTracker(window_s=settings.window_s, fill_share=settings.fill_share,
+    tracker = LoadTracker(window_s=settings.window_s, max_age_s=settings.max_age_s,
+                          fill_share=settings.fill_share,
                           kv_budget_share=settings.kv_budget_share)
     if settings.engines:
         watcher = LoadWatcher(tracker, list(settings.engines), settings.load_interval_s)

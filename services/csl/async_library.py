@@ -37,11 +37,15 @@ T = TypeVar("T")
 class AsyncSubgraphLibrary:
     """The library for one event loop: inline lookups, mutations on one worker thread."""
 
-    def __init__(self, library: SubgraphLibrary, holds: HoldRegistry | None = None) -> None:
+    def __init__(self, library: SubgraphLibrary, holds: HoldRegistry | None = None,
+                 executor: ThreadPoolExecutor | None = None) -> None:
         self.library = library
         #: Placeholders of running fills (they live on the loop, beside the streams holding them).
         self.holds = holds or HoldRegistry()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="csl-writer")
+        #: Where mutations run: one writer thread (``executor`` replaces it, e.g. the inline
+        #: executor of a virtual-clock replay, where no thread may run beside the loop).
+        self._worker = executor or ThreadPoolExecutor(max_workers=1,
+                                                      thread_name_prefix="csl-writer")
         self._closed = False
 
     def lookup(self, name: ReuseName) -> Served | None:

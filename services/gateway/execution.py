@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from services.common import clock
 from services.common.errors import DynbranchError, InvalidArgument, NotFound
 from services.common.generation import (
     FinishReason,
@@ -181,10 +182,10 @@ class Executor:
         request = GenerationRequest(request_id=request_id, model=d.model, prompt=d.prompt,
                                     sampling=d.sampling, priority=priority, chat=d.chat)
         key = f"{d.tenant}/{d.workflow_id}" if d.workflow_id else ""
-        started = time.perf_counter()
+        started = clock.now()
         ex: Execution = await self.engines.generate(request, timeout_s, prefix_key=key,
                                                     on_delta=on_delta)
-        self.pace.observe(d.model, time.perf_counter() - started, ex.timings.total_s,
+        self.pace.observe(d.model, clock.now() - started, ex.timings.total_s,
                           ex.usage.completion_tokens)
         self.engine_s[priority] = (self.engine_s.get(priority, 0.0) + ex.timings.prefill_s
                                    + ex.timings.decode_s)

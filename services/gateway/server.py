@@ -22,6 +22,7 @@ from services.gateway.config import GatewaySettings
 from services.gateway.core import GatewayCore, Limits
 from services.gateway.execution import Executor, Features
 from services.gateway.http.front import HttpFront
+from services.gateway.ports import AdmissionPort, EnginePort, LibraryPort
 from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
 from services.gateway.speculation.branches import BranchManager, BranchSettings
 from services.gateway.speculation.draft import DraftPredictor
@@ -134,13 +135,18 @@ async def build_runtime(settings: GatewaySettings, *,
 
 
 async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
-                     engines: EnginePool) -> GatewayCore:
-    """Wire the protocol-free core; every owned resource is closed by the runtime."""
-    library = open_library(settings)
-    if library is not None:
-        library.start()
-        runtime.on_close(library.close)
-    else:
+                     engines: EnginePort, *, library: LibraryPort | None = None,
+                     admission: AdmissionPort | None = None) -> GatewayCore:
+    """Wire the protocol-free core; every owned resource is closed by the runtime.
+
+    ``library`` and ``admission`` replace the ports the settings name (an in-process mesh on a
+    virtual clock passes its own); the caller then owns them."""
+    if library is None:
+        library = open_library(settings)
+        if library is not None:
+            library.start()
+            runtime.on_close(library.close)
+    if library is None:
         log.warning("no csl configured: exact reuse (C1) and early fill (C2) are off")
     corpus = open_corpus(settings)
     tools = {"retrieve": RetrieveTool(corpus)} if corpus is not None else {}
@@ -152,10 +158,11 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
     executor = Executor(registry=registry, engines=engines, tools=tools, features=features)
     branches = None
     if features.c2:
-        admission = (RemoteAdmission(settings.admission) if settings.admission
-                     else StaticAdmission(top_k=settings.top_k))
-        if isinstance(admission, RemoteAdmission):
-            runtime.on_close(admission.close)
+        if admission is None:
+            admission = (RemoteAdmission(settings.admission) if settings.admission
+                         else StaticAdmission(top_k=settings.top_k))
+            if isinstance(admission, RemoteAdmission):
+                runtime.on_close(admission.close)
         extra: list[tuple[CorpusTitles, float]] = []
         if corpus is not None:  # open-vocabulary hops name corpus titles (ReAct); index at start
             titles = CorpusTitles(corpus)

@@ -112,7 +112,7 @@ def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
         request_id=a.request_id, text=a.text, finish_reason=int(a.finish_reason),
         usage=usage_to_proto(a.usage), timings=timings_to_proto(a.timings),
         engine_id=a.engine_id, source=int(a.source), gateway_s=a.gateway_s,
-        reuse_name=a.reuse_name)
+        reuse_name=a.reuse_name, waited_s=a.waited_s)
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):

@@ -23,12 +23,13 @@ May import: ``services.common``, the gateway's ``values``, ``ports``, ``template
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import time
 from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
+from services.common import clock
 from services.common.errors import DeadlineExceeded
 from services.common.generation import Priority
 from services.common.reads import Served
@@ -38,7 +39,16 @@ from services.gateway.execution import Executor, StageRun
 from services.gateway.ports import LibraryPort
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.templates import Stage
-from services.gateway.values import ZERO_TIMINGS, Answer, Demand, Source, StoredResult
+from services.gateway.values import (
+    ZERO_TIMINGS,
+    Answer,
+    Demand,
+    Source,
+    StoredResult,
+    charge_wait,
+    end_wait_account,
+    start_wait_account,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,24 +94,31 @@ class StageService:
         ``on_delta`` receives the text as an engine streams it; an answer served without engine
         work arrives whole in the returned ``Answer`` only.
         """
-        start = time.perf_counter()
+        start = clock.now()
+        waited, token = start_wait_account()
+        try:
+            answer = await self._run(d, timeout_s, on_delta, start)
+        finally:
+            end_wait_account(token)
+        answer = dataclasses.replace(answer, waited_s=waited[0])
+        if self.branches is not None and self.features.c2:
+            self.branches.on_output(d, answer.text)
+        return answer
+
+    async def _run(self, d: Demand, timeout_s: float, on_delta: Callable[[str], None] | None,
+                   start: float) -> Answer:
         stage = self.stage_of(d)
         name = self.demand_name(d, stage)
         served, source = await self._reuse(d, stage, name, timeout_s)
         stored = self._current(served, name) if served is not None else None
         if stored is not None:
-            answer = self._answer_served(d, stored, source, name, start)
-        else:
-            run, joined = await self._execute(d, stage, name, timeout_s, on_delta)
-            if joined:
-                answer = self._answer_served(d, run.stored, Source.JOINED, name, start)
-            else:
-                if name is not None and self.features.c1 and run.storable:
-                    self._store(name, run)
-                answer = self._answer_run(d, run, name, start)
-        if self.branches is not None and self.features.c2:
-            self.branches.on_output(d, answer.text)
-        return answer
+            return self._answer_served(d, stored, source, name, start)
+        run, joined = await self._execute(d, stage, name, timeout_s, on_delta)
+        if joined:
+            return self._answer_served(d, run.stored, Source.JOINED, name, start)
+        if name is not None and self.features.c1 and run.storable:
+            self._store(name, run)
+        return self._answer_run(d, run, name, start)
 
     async def _reuse(self, d: Demand, stage: Stage | None, name: ReuseName | None,
                      timeout_s: float) -> tuple[Served | None, Source]:
@@ -138,11 +155,14 @@ class StageService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while (running := self._executing.get(key)) is not None:
+            waiting = loop.time()
             try:
                 run = await asyncio.wait_for(asyncio.shield(running), deadline - loop.time())
             except TimeoutError:
                 raise DeadlineExceeded("the deadline passed while waiting for an identical "
                                        "demand's execution") from None
+            finally:
+                charge_wait(loop.time() - waiting)
             if run is not None and self.executor.reads_current(run.stored.reads):
                 self.joined += 1
                 return run, True
@@ -215,14 +235,14 @@ class StageService:
     def _answer_served(self, d: Demand, stored: StoredResult, source: Source,
                        name: ReuseName | None, start: float) -> Answer:
         return Answer(d.request_id, stored.text, stored.finish_reason, stored.usage, ZERO_TIMINGS,
-                      source, "", time.perf_counter() - start, str(name or ""),
+                      source, "", clock.now() - start, str(name or ""),
                       tool_calls=stored.tool_calls)
 
     def _answer_run(self, d: Demand, run: StageRun, name: ReuseName | None,
                     start: float) -> Answer:
         s = run.stored
         return Answer(d.request_id, s.text, s.finish_reason, s.usage, run.timings, Source.ENGINE,
-                      run.engine_id, time.perf_counter() - start, str(name or ""),
+                      run.engine_id, clock.now() - start, str(name or ""),
                       tool_calls=s.tool_calls)
 
 

@@ -4,6 +4,7 @@ every gateway module may import this one, and it imports only ``services.common`
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import itertools
 import json
@@ -71,6 +72,32 @@ class Answer:
     reuse_name: str = ""
     extra: dict[str, str] = field(default_factory=dict)
     tool_calls: tuple[ToolCall, ...] = ()
+    #: Seconds spent waiting for engine work of another request (a fill step, a joined
+    #: execution): engine time elsewhere, not the mesh's own.
+    waited_s: float = 0.0
+
+
+#: The current demand's wait accumulator (``StageService.run`` sets it; ``charge_wait`` adds).
+_WAITED: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "dynbranch_waited", default=None)
+
+
+def start_wait_account() -> tuple[list[float], contextvars.Token[list[float] | None]]:
+    """Start counting the current demand's waits on other requests' engine work."""
+    account = [0.0]
+    return account, _WAITED.set(account)
+
+
+def charge_wait(seconds: float) -> None:
+    """Add ``seconds`` waited on another request's engine work to the current demand."""
+    account = _WAITED.get()
+    if account is not None and seconds > 0:
+        account[0] += seconds
+
+
+def end_wait_account(token: contextvars.Token[list[float] | None]) -> None:
+    """Stop counting (the demand is answered)."""
+    _WAITED.reset(token)
 
 
 _ID_PREFIX = secrets.token_hex(6)
@@ -132,4 +159,4 @@ class StoredResult:
 
 
 __all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "Source", "StoredResult",
-           "new_request_id"]
+           "charge_wait", "end_wait_account", "new_request_id", "start_wait_account"]

@@ -65,8 +65,10 @@ def test_comparison_counts_failed_and_missing_workflows() -> None:
 
 
 def _call(stage: str, cand: str = "", offered: tuple[str, ...] = (), name: str = "",
-          latency: float = 1.0, wait: float = 0.0, post_click: bool = False) -> CallRecord:
-    return CallRecord(stage, cand, offered, name or f"{stage}-{cand}", latency, wait, post_click)
+          latency: float = 1.0, wait: float = 0.0, post_click: bool = False,
+          user_window: bool = False) -> CallRecord:
+    return CallRecord(stage, cand, offered, name or f"{stage}-{cand}", latency, wait, post_click,
+                      user_window)
 
 
 def test_oracle_bound_sums_reuse_and_overlap() -> None:
@@ -87,10 +89,25 @@ def test_oracle_bound_sums_reuse_and_overlap() -> None:
 
 
 def test_oracle_bound_uses_think_time_and_post_click_calls() -> None:
-    turn = [_call("offer", offered=("x", "y"), latency=1.0),
+    turn = [_call("offer", offered=("x", "y"), latency=1.0, user_window=True),
             _call("fulfil", "x", wait=5.0, latency=3.0, post_click=True)]
     bound = oracle_bound([turn], post_click_only=True)
     assert bound.overlap_s == 3.0 and bound.reuse_s == 0.0
+
+
+def test_a_user_wait_branch_window_is_the_think_time_after_the_offer_only() -> None:
+    # The offer decodes for 4 s, the user thinks 1 s: fills read the offer's text, so only the
+    # 1 s of think time can hide the 3 s fulfil (the offer's decode cannot).
+    turn = [_call("offer", offered=("x", "y"), latency=4.0, user_window=True),
+            _call("fulfil", "x", wait=1.0, latency=3.0, post_click=True)]
+    assert oracle_bound([turn], post_click_only=True).overlap_s == 1.0
+
+
+def test_a_model_decided_branch_window_is_the_decision_decode() -> None:
+    # The router decodes for 1.5 s; the handler (2 s) and executor (3 s) can hide 1.5 s of it.
+    flow = [_call("router", offered=("a", "b"), latency=1.5),
+            _call("handler", "a", latency=2.0), _call("executor", "a", latency=3.0)]
+    assert oracle_bound([flow]).overlap_s == 1.5
 
 
 def test_oracle_bound_counts_open_vocabulary_branches_as_covered() -> None:

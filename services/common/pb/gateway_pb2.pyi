@@ -87,7 +87,7 @@ class CallRequest(_message.Message):
     def __init__(self, demand: _Optional[_Union[_common_pb2.StageDemand, _Mapping]] = ...) -> None: ...
 
 class CallResponse(_message.Message):
-    __slots__ = ("request_id", "text", "finish_reason", "usage", "timings", "engine_id", "source", "gateway_s", "reuse_name")
+    __slots__ = ("request_id", "text", "finish_reason", "usage", "timings", "engine_id", "source", "gateway_s", "reuse_name", "waited_s")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +97,7 @@ class CallResponse(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_S_FIELD_NUMBER: _ClassVar[int]
     REUSE_NAME_FIELD_NUMBER: _ClassVar[int]
+    WAITED_S_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     finish_reason: _common_pb2.FinishReason
@@ -106,4 +107,5 @@ class CallResponse(_message.Message):
     source: ResultSource
     gateway_s: float
     reuse_name: str
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., engine_id: _Optional[str] = ..., source: _Optional[_Union[ResultSource, str]] = ..., gateway_s: _Optional[float] = ..., reuse_name: _Optional[str] = ...) -> None: ...
+    waited_s: float
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., engine_id: _Optional[str] = ..., source: _Optional[_Union[ResultSource, str]] = ..., gateway_s: _Optional[float] = ..., reuse_name: _Optional[str] = ..., waited_s: _Optional[float] = ...) -> None: ...

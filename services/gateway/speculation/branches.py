@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 import uuid
 
 from opentelemetry.trace import Tracer
 
+from services.common import clock
 from services.common.candidates import RankedCandidate
 from services.common.errors import InvalidArgument
 from services.common.reads import Served
@@ -155,12 +155,12 @@ class BranchManager:
             self.counters["skipped_library_down"] += 1
             branch.ready.set()
             return
-        start = time.monotonic()
+        start = clock.now()
         attrs = {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate}
         try:
             with maybe_span(self.tracer, "branch.open", attributes=attrs):
                 admitted = await self._gates(branch, d)
-            branch.setup_s = time.monotonic() - start
+            branch.setup_s = clock.now() - start
             if not branch.resolved and not branch.retired:
                 for rank, candidate in admitted:
                     fill = Fill(candidate, rank)
@@ -194,7 +194,7 @@ class BranchManager:
             window = 0.0  # a user's think time is not known in advance
             if branch.point.window is not Window.USER and d.sampling is not None:
                 window = self.executor.pace.window_s(d.model, d.sampling.max_tokens,
-                                                     time.monotonic() - branch.opened_at)
+                                                     clock.now() - branch.opened_at)
             admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
                                                   window, self._exec_estimates(branch, ranked))
             span.set_attribute("dynbranch.admitted", ",".join(admitted))
@@ -268,7 +268,7 @@ class BranchManager:
     def _retire_expired(self) -> None:
         # ``branches`` is in opening order, so the expired ones are a prefix: this runs on every
         # demand and must not scan the live branches.
-        horizon = time.monotonic() - self.settings.branch_ttl_s
+        horizon = clock.now() - self.settings.branch_ttl_s
         expired = list(itertools.takewhile(lambda b: b.opened_at < horizon,
                                            self.branches.values()))
         for branch in expired:

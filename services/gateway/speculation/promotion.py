@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
+from services.common import clock
 from services.common.reads import Served
 from services.common.reuse_name import ReuseName
 from services.common.tracing import maybe_span
@@ -31,6 +32,7 @@ from services.gateway.speculation.state import (
     FillStep,
     span_attrs,
 )
+from services.gateway.values import charge_wait
 
 #: The counters this module keeps in the branch manager's table, all starting at 0.
 PROMOTION_COUNTERS: dict[str, int] = {
@@ -101,13 +103,16 @@ class Promotions:
         """Promote ``step``'s shadow; the served result and "promoted", or None and why not
         (a ``REFUSALS`` key, counted in ``promotion_refused_*``)."""
         if not step.done.is_set():
+            waiting = clock.now()
             try:
                 await asyncio.wait_for(asyncio.shield(step.done.wait()),
                                        min(self.settings.fill_wait_s, timeout_s))
             except TimeoutError:
+                charge_wait(clock.now() - waiting)
                 self._abort(fill, "demand stopped waiting")
                 self._refused("wait_timeout")
                 return None, "wait_timeout"
+            charge_wait(clock.now() - waiting)
         if not step.ok or step.confirmed:  # a confirmed entry: the canonical path probes it
             why = "confirmed" if step.confirmed else "fill_failed"
             self._refused(why)

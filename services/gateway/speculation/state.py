@@ -4,9 +4,9 @@ and the fill runner share."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
+from services.common import clock
 from services.common.reuse_name import ReuseName
 from services.gateway.templates import DecisionPoint, Semantics, Template
 
@@ -89,7 +89,7 @@ class Branch:
     model: str
     #: Request id of the demand that opened the branch (its answer feeds ``window: user``).
     request_id: str = ""
-    opened_at: float = field(default_factory=time.monotonic)
+    opened_at: float = field(default_factory=clock.now)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set when the deciding stage's output is known (fills of a user window read it).
     decided: asyncio.Event = field(default_factory=asyncio.Event)

@@ -1,0 +1,410 @@
+"""The experiment mesh on a virtual clock: simulated time that does not count the mesh's own CPU.
+
+The live mesh (``loadgen.arms.in_process_mesh``) runs every service as a ``grpc.aio`` server and
+converts wall seconds to simulated seconds by the engines' time scale, so every millisecond of
+Python, gRPC and machine noise is multiplied by ``1 / time_scale``. Here the same production
+code runs in one process on a stdlib event loop whose clock is virtual (``aiotools.VirtualClock``,
+as the LADS replay): the gateway core exactly as ``services.gateway.server.build_core`` wires it
+(templates, C1, C2, the predictors, the retrieve tool over the LMDB corpus), the subgraph library
+(``SubgraphLibrary`` behind ``AsyncSubgraphLibrary``), the admission policy
+(``services.admission.server.build_policy`` over a ``LoadTracker`` fed with the engines' load)
+and the simulated engines (``SimBackend`` at time scale 1: one virtual second is one simulated
+second). The client is the SDK itself, its stub swapped for an in-process one that converts
+requests with the servicer's own functions.
+
+Time passes only where the system would spend it: the engines' simulated steps, the harness's
+arrivals and user waits, timers the services set (deadlines, fill waits, TTLs), and one modelled
+cost per cross-service call, ``hop_s`` (a ``grpc.aio`` round trip on loopback as ``dynbranch
+bench overhead`` measures it; ``DEFAULT_HOP_S``). Nothing may run on a thread: a thread's time
+would be nobody's, and the loop's clock would jump past it to the next timer. So every thread
+pool is replaced by ``InlineExecutor`` (the loop's default executor, the library's writer).
+
+What this leaves out, and the live mesh keeps: transport failures and the engine pool's
+``GenerateMux`` framing, CPU contention between services, and each service's own CPU time. Routing
+is the same ``Router`` over the engines' load reports, read when a generation is routed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.trace import NoOpTracer
+
+from services.admission.client import _estimates
+from services.admission.config import AdmissionSettings
+from services.admission.controller import Outcome, Policy, Proposal
+from services.admission.load_view import EngineLoad, LoadTracker
+from services.admission.server import build_policy
+from services.common.candidates import RankedCandidate
+from services.common.errors import DeadlineExceeded, Unavailable
+from services.common.generation import GenerationRequest, LoadReport, Priority
+from services.common.pb import gateway_pb2
+from services.common.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
+from services.common.reuse_name import ReuseName, name_key
+from services.csl.async_library import AsyncSubgraphLibrary
+from services.csl.library import LibraryOptions, SubgraphLibrary
+from services.engine_agent.backend import Finished, TokenDelta
+from services.engine_agent.backends.sim import SimBackend
+from services.gateway.adapters.router import EngineState, Router
+from services.gateway.auth import LOCAL_TENANT
+from services.gateway.config import GatewaySettings
+from services.gateway.core import GatewayCore
+from services.gateway.ports import Execution
+from services.gateway.sdk import DynbranchClient
+from services.gateway.server import build_core
+from services.gateway.servicer import answer_to_proto, demand_from_proto
+
+log = logging.getLogger(__name__)
+
+#: Modelled cost of one cross-service call, in simulated seconds: the p50 of a bare ``grpc.aio``
+#: unary echo round trip on loopback that ``dynbranch bench overhead --quick`` measured on this
+#: project's 2-core machine (README "Hardening"; DESIGN.md §6 budgets "about 0.5 ms").
+DEFAULT_HOP_S = 0.0005
+#: Seconds between the engines' load reports to admission (the agents' default stream interval).
+LOAD_INTERVAL_S = 0.1
+
+
+class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
+    """An executor that runs each submission at once on the caller's thread (no thread starts).
+
+    On a virtual clock, work handed to a thread would take no virtual time yet let the clock
+    jump to the next timer while it runs; run inline it takes none and lets nothing jump."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+               ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting caller
+            future.set_exception(exc)
+        return future
+
+
+async def hop(hop_s: float) -> None:
+    """One cross-service round trip's modelled cost."""
+    if hop_s > 0:
+        await asyncio.sleep(hop_s)
+
+
+# -- engines ------------------------------------------------------------------------------------
+
+class VirtualEngines:
+    """``EnginePort`` over in-process sim backends, routed by the gateway's ``Router``."""
+
+    def __init__(self, backends: Sequence[SimBackend], hop_s: float) -> None:
+        self.backends = {b.engine_id: b for b in backends}
+        self.hop_s = hop_s
+        self.router = Router()
+        self.states = {eid: EngineState(eid, eid, b.info.model, b.info.max_model_len, b.load())
+                       for eid, b in self.backends.items()}
+
+    async def generate(self, request: GenerationRequest, timeout_s: float, prefix_key: str = "",
+                       on_delta: Callable[[str], None] | None = None) -> Execution:
+        for eid, state in self.states.items():  # the load reports as of now
+            state.load = self.backends[eid].load()
+        fill = request.priority is Priority.FILL
+        state = self.router.pick(self.states.values(), request.model, fill=fill,
+                                 affinity_key=prefix_key)
+        state.outstanding += 1
+        state.outstanding_fills += fill
+        try:
+            async with asyncio.timeout(timeout_s):
+                await hop(self.hop_s)
+                return await self._run(state.engine_id, request, on_delta)
+        except TimeoutError:
+            raise DeadlineExceeded(f"engine {state.engine_id} did not finish before the "
+                                   "deadline") from None
+        finally:
+            state.outstanding -= 1
+            state.outstanding_fills -= fill
+
+    async def _run(self, engine_id: str, request: GenerationRequest,
+                   on_delta: Callable[[str], None] | None) -> Execution:
+        events = self.backends[engine_id].generate(request)
+        async with contextlib.aclosing(events):  # closing the stream aborts the request
+            async for event in events:
+                if isinstance(event, TokenDelta) and on_delta is not None:
+                    on_delta(event.text)
+                elif isinstance(event, Finished):
+                    return Execution(event.text, event.reason, event.usage, event.timings,
+                                     engine_id, event.tool_calls)
+        raise Unavailable(f"engine {engine_id} ended the stream without finishing")
+
+    def models(self) -> set[str]:
+        return {b.info.model for b in self.backends.values()}
+
+    def max_model_len(self, model: str) -> int:
+        return min((b.info.max_model_len for b in self.backends.values()
+                    if b.info.model == model), default=0)
+
+    async def locate_history(self, affinity_key: str, model: str, history: str,
+                             timeout_s: float = 0.5) -> str:
+        raise NotImplementedError("the virtual mesh has no delivery service (DeliverResult)")
+
+
+# -- library ------------------------------------------------------------------------------------
+
+class VirtualLibrary:
+    """``LibraryPort`` over an in-process library; one hop per call, as over the wire."""
+
+    def __init__(self, library: AsyncSubgraphLibrary, hop_s: float) -> None:
+        self.library = library
+        self.hop_s = hop_s
+
+    def available(self) -> bool:
+        return True
+
+    async def lookup(self, name: ReuseName) -> Served | None:
+        await hop(self.hop_s)
+        return self.library.lookup(name)
+
+    async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float) -> bool:
+        await hop(self.hop_s)
+        return await self.library.put(name, result, read_set, cost_s)
+
+    async def put_shadow(self, shadow: Shadow, ttl_s: float) -> bool:
+        await hop(self.hop_s)
+        return await self.library.put_shadow(shadow, ttl_s)
+
+    async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
+        await hop(self.hop_s)
+        return await self.library.promote(name, branch_id)
+
+    async def claim(self, name: ReuseName, scope: str, wait_s: float) -> Claimed | None:
+        await hop(self.hop_s)
+        return await self.library.claim(name, scope, wait_s)
+
+    async def hold(self, name: ReuseName, branch_id: str, candidate: str, scope: str,
+                   timeout_s: float) -> AsyncGenerator[HoldNotice, None]:
+        await hop(self.hop_s)
+        held = self.library.holds.open(name_key(name), branch_id, candidate, scope)
+        try:  # as the servicer's HoldFill stream
+            yield HoldNotice(HoldEvent.HELD)
+            while True:
+                yield await held.events.get()
+        finally:
+            self.library.holds.close(held)
+
+    async def settle_scope(self, scope: str, template_id: str, stage_id: str,
+                           keep_branch: str = "", keep_candidate: str = "") -> int:
+        await hop(self.hop_s)
+        return self.library.holds.settle_scope(scope, template_id, stage_id, keep_branch,
+                                               keep_candidate)
+
+    async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
+        await hop(self.hop_s)
+        return await self.library.discard(branch_id, keep_candidate)
+
+    async def write_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> tuple[int, ...]:
+        await hop(self.hop_s)
+        outcome = await self.library.write_records(tenant, record_ids, floors)
+        return tuple(v.version for v in outcome.versions)
+
+    async def write_seq(self) -> int:
+        await hop(self.hop_s)
+        return self.library.stats().write_seq
+
+
+# -- admission ----------------------------------------------------------------------------------
+
+class VirtualAdmission:
+    """``AdmissionPort`` over an in-process admission policy, timed on the loop's clock."""
+
+    def __init__(self, policy: Policy, hop_s: float) -> None:
+        self.policy = policy
+        self.hop_s = hop_s
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    async def open_branch(self, branch_id: str, coordinate: str, branch_class: str,
+                          model: str) -> bool:
+        await hop(self.hop_s)
+        return self.policy.open_branch(branch_id, coordinate, branch_class, model,
+                                       self._now()).open
+
+    async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
+                    model: str, window_s: float = 0.0,
+                    exec_s: Mapping[str, float] | None = None) -> list[str]:
+        await hop(self.hop_s)
+        proposals = []
+        for c in candidates:
+            est = _estimates(c.candidate, exec_s, window_s)
+            proposals.append(Proposal(c.candidate, c.rank, min(max(c.probability, 0.0), 1.0),
+                                      est.get("est_exec_s", 0.0), est.get("est_gain_s", 0.0)))
+        return list(self.policy.admit(branch_id, coordinate, proposals, model, self._now(),
+                                      window_s=window_s).admitted)
+
+    async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
+                     fill_cost_s: float, setup_s: float, final: bool = True,
+                     consumed: Sequence[str] = ()) -> None:
+        await hop(self.hop_s)
+        self.policy.report(Outcome(branch_id, selected, max(saved_s, 0.0),
+                                   max(fill_cost_s, 0.0), max(setup_s, 0.0), final=final,
+                                   consumed=tuple(consumed)))
+
+
+async def follow_load(tracker: LoadTracker, backends: Sequence[SimBackend],
+                      interval_s: float = LOAD_INTERVAL_S) -> None:
+    """Feed every engine's load report to admission's tracker every ``interval_s`` (as the
+    agents' ``WatchLoad`` streams do), probing the tracker between them; runs until cancelled."""
+    loop = asyncio.get_running_loop()
+    for seq in itertools.count():
+        now = loop.time()
+        for b in backends:
+            r: LoadReport = b.load()
+            tracker.observe(EngineLoad(b.engine_id, b.info.model, seq, now, r.running,
+                                       r.waiting, r.max_running, r.kv_blocks_used,
+                                       r.kv_blocks_total, r.fill_running, r.fill_kv_blocks),
+                            now)
+        tracker.probe(now)
+        await asyncio.sleep(interval_s)
+
+
+# -- the client ---------------------------------------------------------------------------------
+
+class InProcessStub:
+    """The parts of ``GatewayStub`` the SDK calls, answered by the core in-process: requests
+    are converted by the servicer's own functions, one hop each way counted once."""
+
+    def __init__(self, core: GatewayCore, hop_s: float, deadline_s: float) -> None:
+        self.core, self.hop_s, self.deadline_s = core, hop_s, deadline_s
+
+    async def Call(self, request: gateway_pb2.CallRequest, timeout: float | None = None,  # noqa: N802
+                   metadata: Any = None) -> gateway_pb2.CallResponse:
+        await hop(self.hop_s)
+        demand = demand_from_proto(self.core, LOCAL_TENANT, request.demand)
+        answer = await self.core.call(demand, min(timeout or self.deadline_s, self.deadline_s))
+        return answer_to_proto(answer)
+
+    async def SettleBranch(self, request: gateway_pb2.SettleBranchRequest,  # noqa: N802
+                           timeout: float | None = None, metadata: Any = None
+                           ) -> gateway_pb2.SettleBranchResponse:
+        await hop(self.hop_s)
+        settled = self.core.settle(LOCAL_TENANT, request.workflow_id, request.coordinate,
+                                   request.selected)
+        return gateway_pb2.SettleBranchResponse(settled=settled)
+
+
+class InProcessClient(DynbranchClient):
+    """The SDK over ``InProcessStub``: renders exactly as the gRPC client does."""
+
+    def __init__(self, core: GatewayCore, hop_s: float, timeout_s: float = 600.0) -> None:
+        # DynbranchClient.__init__ opens a channel; this client has none.
+        from services.gateway.templates import TemplateRegistry
+        self.stub = InProcessStub(core, hop_s, timeout_s)  # type: ignore[assignment]
+        self.metadata = ()
+        self.timeout_s = timeout_s
+        self.templates = TemplateRegistry()
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
+
+# -- the mesh -----------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Owner:
+    """What ``build_core`` needs of a runtime: close hooks and a tracer."""
+
+    tracer: Any = field(default_factory=NoOpTracer)
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def on_close(self, fn: Callable[[], Any]) -> None:
+        self.closers.append(fn)
+
+    async def close(self) -> None:
+        for fn in reversed(self.closers):
+            try:
+                await fn()
+            except Exception:  # noqa: BLE001 - close the rest; reported
+                log.exception("virtual mesh: a close hook failed")
+
+
+@dataclass(slots=True)
+class VirtualMesh:
+    """A running virtual mesh: the core, its client, the engines and the admission policy."""
+
+    core: GatewayCore
+    client: InProcessClient
+    backends: list[SimBackend]
+    policy: Policy | None
+    hop_s: float
+
+
+@contextlib.asynccontextmanager
+async def virtual_mesh(settings: GatewaySettings, folder: Path, *, engines: int, model: str,
+                       preset: str, admission: AdmissionSettings | None,
+                       hop_s: float = DEFAULT_HOP_S) -> AsyncIterator[VirtualMesh]:
+    """Start the mesh on the running loop, which must be a stdlib loop under ``VirtualClock``
+    with ``InlineExecutor`` as its default executor (``run_virtual``). ``settings``' durations
+    are simulated seconds; ``admission`` None keeps the gateway's in-process fixed policy."""
+    loop = asyncio.get_running_loop()
+    if not hasattr(loop, "_selector"):
+        raise RuntimeError("the virtual mesh needs a stdlib event loop (run_virtual)")
+    owner = _Owner()
+    backends = [SimBackend(preset, time_scale=1.0, engine_id=f"engine-{i}", model=model,
+                           clock=loop.time) for i in range(engines)]
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for b in backends:
+            await b.start()
+            owner.on_close(b.close)
+        lib = AsyncSubgraphLibrary(SubgraphLibrary(str(folder / "csl"), LibraryOptions(
+            sync=False), clock=loop.time), executor=InlineExecutor())
+        owner.on_close(lib.close)
+        policy = None
+        port: Any = None
+        if admission is not None:
+            tracker = LoadTracker(window_s=admission.window_s, fill_share=admission.fill_share,
+                                  kv_budget_share=admission.kv_budget_share,
+                                  max_age_s=admission.max_age_s)
+            policy = build_policy(admission, tracker)
+            port = VirtualAdmission(policy, hop_s)
+            tasks.append(asyncio.create_task(follow_load(tracker, backends), name="load"))
+        pool = VirtualEngines(backends, hop_s)
+        core = await build_core(settings, owner, pool,  # type: ignore[arg-type]
+                                library=VirtualLibrary(lib, hop_s), admission=port)
+        client = InProcessClient(core, hop_s)
+        yield VirtualMesh(core, client, backends, policy, hop_s)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await owner.close()
+
+
+def run_virtual(main: Callable[[], Any]) -> Any:
+    """Run the coroutine ``main()`` on a fresh stdlib event loop under a virtual clock, with
+    every executor inline; returns its result. Safe to call from a worker thread."""
+    from aiotools import VirtualClock
+
+    async def wrapped() -> Any:
+        with VirtualClock().patch_loop():
+            return await main()
+
+    loop = asyncio.SelectorEventLoop()  # the virtual clock patches a stdlib loop, not uvloop
+    loop.set_default_executor(InlineExecutor())
+    try:
+        return loop.run_until_complete(wrapped())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+__all__ = ["DEFAULT_HOP_S", "InProcessClient", "InlineExecutor", "VirtualAdmission",
+           "VirtualEngines", "VirtualLibrary", "VirtualMesh", "follow_load", "run_virtual",
+           "virtual_mesh"]
