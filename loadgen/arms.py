@@ -167,9 +167,11 @@ def _admission_settings(config: MeshConfig, engines: list[str]) -> AdmissionSett
     seconds scaled into the run's clock, unless the config sets them itself."""
     given = dict(config.admission_settings)
     scale = _scale(config)
-    for key in ("window_s", "max_age_s", "load_interval_s"):
-        if key not in given:
-            given[key] = AdmissionSettings.model_fields[key].default * scale
+    defaults = AdmissionSettings.model_fields
+    given.setdefault("window_s", defaults["window_s"].default * scale)
+    # the load streams keep their wall interval; a report is never too old before three of them
+    interval = given.setdefault("load_interval_s", defaults["load_interval_s"].default)
+    given.setdefault("max_age_s", max(defaults["max_age_s"].default * scale, 3 * interval))
     return AdmissionSettings(policy=config.admission, engines=engines, metrics_port=-1,
                              grace_s=0.2, log_level="WARNING", **given)
 
@@ -199,6 +201,7 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
     A name from ``ARMS`` keeps ``config.admission``; an ``ArmSpec`` with an admission policy
     replaces it (the admission baselines are the full arm with another policy)."""
     arm = _spec(arm)
+    config = dataclasses.replace(config, clock="live")  # this mesh runs in wall time
     if arm.admission:
         config = dataclasses.replace(config, admission=arm.admission)
     with tempfile.TemporaryDirectory(prefix=f"dynbranch-arm-{arm.name}-") as tmp:

@@ -1,10 +1,14 @@
-"""``dynbranch report``: run a matrix of workloads × loads × seeds through the arms, write the
-report (JSON, PNG plots, a Markdown summary) and print where it is.
+"""``dynbranch report``: run a matrix of workloads × loads × recurrence profiles through the
+arms, write the report (JSON, PNG plots, a Markdown summary) and print where it is.
 
-The quick matrix (the default) is the four workloads at low load with one seed; ``--full`` is
-three seeds at low and high load (open-loop Poisson) plus one closed serial loop per workload.
-Every cell is one ``dynbranch bench arms`` run (all of its arms on one schedule); a failed
-cell is listed in the report and left out of the plots.
+Every cell is one ``dynbranch bench arms`` run on the virtual mesh (simulated engine time plus a
+modelled cost per hop; the mesh's own CPU is in no latency, so the same command gives the same
+ratios): all of its arms on the same schedules, its seeds merged into one paired sample. The
+quick matrix (the default) is the four workloads at low load, 24 workflows, one seed, on both
+recurrence profiles (``data``: as the data sets give it; ``paper``: the paper's, where it
+differs: Routing and ReAct). ``--full`` is 48 workflows × 5 seeds per cell, every arm, at low and
+high load (open-loop Poisson) plus one serial closed loop per workload, on both profiles, and
+the λ and replay-rate sweeps. A failed cell is listed in the report and left out of the plots.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from loadgen.report_plots import (
     figure14,
 )
 from loadgen.report_summary import PAPER, summary_markdown
+from loadgen.workloads.profiles import PROFILES
 
 WORKLOADS = ("routing", "react", "subagent", "hci")
 #: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s, both
@@ -36,33 +41,40 @@ WORKLOADS = ("routing", "react", "subagent", "hci")
 LOADS: dict[str, tuple[str, float | None]] = {
     "low": ("poisson", None), "high": ("poisson", 0.8), "serial": ("serial", None)}
 MATRICES: dict[str, dict[str, Any]] = {
-    "quick": {"seeds": (0,), "loads": ("low",)},
-    "full": {"seeds": (0, 1, 2), "loads": ("low", "high"),
-             #: the closed loop once per workload (seed 0): Table 2's setting, C2 beside C1
+    "quick": {"seeds": 1, "loads": ("low",), "workflows": 24},
+    "full": {"seeds": 5, "loads": ("low", "high"), "workflows": 48,
+             #: the closed loop once per workload and profile: Table 2's setting, C2 beside C1
              "once": ("serial",)}}
-#: Per-cell options of the full matrix: every arm, on the quick mode's schedule size and time
-#: scale so that the matrix stays near 30 minutes on 2 cores (the bench's own full mode runs 48
-#: workflows on 4 engines at a finer time scale).
-FULL_CELL: dict[str, Any] = {"workflows": 12, "engines": 2}
+#: Per-cell options of the full matrix: every arm, on the full mode's four engines.
+FULL_CELL: dict[str, Any] = {"engines": 4}
 
 
-def cells(matrix: str) -> list[tuple[str, str, int]]:
-    """(workload, load, seed) of every run in a matrix."""
+def profiles_of(workload: str) -> tuple[str, ...]:
+    """The profiles a workload runs under: ``data``, and ``paper`` where it sets a knob."""
+    return tuple(p for p in PROFILES if p == "data" or workload in PROFILES[p])
+
+
+def cells(matrix: str) -> list[tuple[str, str, str]]:
+    """(workload, load, profile) of every run in a matrix."""
     spec = MATRICES[matrix]
-    return ([(w, load, seed) for w in WORKLOADS for load in spec["loads"]
-             for seed in spec["seeds"]]
-            + [(w, load, 0) for w in WORKLOADS for load in spec.get("once", ())])
+    loads = (*spec["loads"], *spec.get("once", ()))
+    return [(w, load, profile) for w in WORKLOADS for load in loads for profile in profiles_of(w)]
 
 
-def run_cell(workload: str, load: str, seed: int, quick: bool) -> dict[str, Any]:
+def run_cell(workload: str, load: str, profile: str, matrix: str) -> dict[str, Any]:
     """One ``bench arms`` run, its own table captured (the report prints the summary)."""
     from loadgen.arm_set import ALL_ARMS
     from loadgen.bench.arms import run
 
-    options = {} if quick else {**FULL_CELL, "arms": ALL_ARMS}
+    spec = MATRICES[matrix]
+    serial = load in spec.get("once", ())
+    options: dict[str, Any] = {"workflows": spec["workflows"], "profile": profile,
+                               "seeds": 1 if serial else spec["seeds"]}
+    if matrix == "full":
+        options.update(FULL_CELL, arms=ALL_ARMS)
     with contextlib.redirect_stdout(io.StringIO()):
         arrival, rate = LOADS[load]
-        return run(True, workload, seed=seed, arrival=arrival, rate=rate, **options)
+        return run(matrix == "quick", workload, seed=0, arrival=arrival, rate=rate, **options)
 
 
 def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
@@ -72,16 +84,21 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
     started = time.monotonic()
     with Progress() as progress:
         task = progress.add_task(f"report ({matrix})", total=len(todo))
-        for workload, load, seed in todo:
-            progress.update(task, description=f"{workload} {load} seed {seed}")
+        for workload, load, profile in todo:
+            progress.update(task, description=f"{workload} {load} ({profile})")
             try:
-                result = run_cell(workload, load, seed, quick=matrix == "quick")
+                result = run_cell(workload, load, profile, matrix)
             except Exception as exc:  # a failed cell is reported, never averaged in
-                failures.append({"workload": workload, "load": load, "seed": seed,
+                failures.append({"workload": workload, "load": load, "profile": profile,
                                  "error": f"{type(exc).__name__}: {exc}"})
             else:
                 result["load"] = load
                 results.append(result)
+                if not result.get("ok", True):  # failed or stalled workflows: listed too
+                    failures.append({"workload": workload, "load": load, "profile": profile,
+                                     "error": f"{result['failed']} failed workflow(s), left "
+                                              f"out of every mean (stalls: "
+                                              f"{sum(result.get('stalls', {}).values())})"})
             progress.advance(task)
         progress.update(task, description="timeline of one Routing workflow")
         extra = _timeline(out, failures)
@@ -109,7 +126,7 @@ def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
     try:
         return [asyncio.run(routing_timeline(out / "timeline_routing.png"))]
     except Exception as exc:
-        failures.append({"workload": "routing", "load": "timeline", "seed": 0,
+        failures.append({"workload": "routing", "load": "timeline", "profile": "data",
                          "error": f"{type(exc).__name__}: {exc}"})
         return []
 
@@ -132,9 +149,9 @@ def run_sweeps(progress: Progress, failures: list[dict[str, Any]]
         with contextlib.redirect_stdout(io.StringIO()):
             try:
                 by_rate.append((lam, run(True, "routing", rate=lam, arms=("floor", "c1", "full"),
-                                         **FULL_CELL)))
+                                         workflows=48, seeds=2, **FULL_CELL)))
             except Exception as exc:
-                failures.append({"workload": "routing", "load": f"λ={lam}", "seed": 0,
+                failures.append({"workload": "routing", "load": f"λ={lam}", "profile": "data",
                                  "error": f"{type(exc).__name__}: {exc}"})
         progress.advance(task)
     for replay in REPLAY_RATES:
@@ -142,10 +159,11 @@ def run_sweeps(progress: Progress, failures: list[dict[str, Any]]
         with contextlib.redirect_stdout(io.StringIO()):
             try:
                 sweep.append((replay, run(True, SWEEP_WORKLOAD, arms=("floor", "full"),
-                                          replay_rate=replay, **FULL_CELL)))
+                                          replay_rate=replay, workflows=48, seeds=2,
+                                          **FULL_CELL)))
             except Exception as exc:
                 failures.append({"workload": SWEEP_WORKLOAD, "load": f"replay={replay}",
-                                 "seed": 0, "error": f"{type(exc).__name__}: {exc}"})
+                                 "profile": "data", "error": f"{type(exc).__name__}: {exc}"})
         progress.advance(task)
     return by_rate, sweep
 
@@ -159,15 +177,17 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
     label = _label(ok)
     plots = []
     if ok:
-        plots.append(figure8(ok, out / "fig8_latency_vs_floor.png",
+        shown = [_plotted(r) for r in ok]  # a paper-profile cell is its own group
+        plots.append(figure8(shown, out / "fig8_latency_vs_floor.png",
                              f"Mean latency / floor, 95% CI ({label})"))
-        plots.append(figure9(ok, out / "fig9_fanout_cost.png",
+        plots.append(figure9(shown, out / "fig9_fanout_cost.png",
                              f"Fan-out and speculative engine-seconds vs latency ({label})"))
     plots += extra or []
     summary = summary_markdown(ok, matrix=matrix, plots=plots) + _coverage_section(ok)
     if failures:
         summary += "\n## Failed cells (left out)\n\n" + "\n".join(
-            f"- {f['workload']} {f['load']} seed {f['seed']}: {f['error']}" for f in failures)
+            f"- {f['workload']} {f['load']} ({f.get('profile', 'data')}): {f['error']}"
+            for f in failures)
     (out / "summary.md").write_text(summary)
     report = {"matrix": matrix, "wall_s": round(wall_s, 1), "results": results,
               "failures": failures, "plots": [p.name for p in plots],
@@ -175,6 +195,13 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
                          for name, points in (sweeps or {}).items()}}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def _plotted(result: dict[str, Any]) -> dict[str, Any]:
+    """The result as the plots group it: ``react·paper`` beside ``react``."""
+    if result.get("profile", "data") == "data":
+        return result
+    return {**result, "workload": f"{result['workload']}·{result['profile']}"}
 
 
 def _coverage_section(results: list[dict[str, Any]]) -> str:
@@ -206,20 +233,27 @@ def _label(results: list[dict[str, Any]]) -> str:
         return "no results"
     r = results[0]
     kind = "SIMULATED" if r.get("simulated", True) else "real"
-    return f"{r.get('engines')} × {r.get('preset')}, {kind} engine"
+    clock = ("virtual clock" if r.get("clock") == "virtual"
+             else f"live, time scale {r.get('time_scale')}")
+    return f"{r.get('engines')} × {r.get('preset')}, {kind} engine, {clock}"
 
 
 def print_summary(report: dict[str, Any], out: Path) -> None:
     """The summary table on stdout, then where the report is."""
-    print(f"{'workload':<9} {'load':<5} {'seed':>4}  " + "  ".join(
-        f"{a:>7}" for a in arm_order(report["results"])))
+    print(f"{'workload':<9} {'load':<6} {'profile':<7} {'seeds':>5}  " + "  ".join(
+        f"{a:>7}" for a in arm_order(report["results"])) + f"  {'oracle':>7}  stalls")
     for r in report["results"]:
         if "arms" not in r:
             continue
         ratios = "  ".join(f"{r['arms'][a]['ratio_to_floor']:>7.3f}" if a in r["arms"]
                            else f"{'-':>7}" for a in arm_order(report["results"]))
-        print(f"{r['workload']:<9} {r['load']:<5} {r.get('seed', 0):>4}  {ratios}")
-    print(f"(mean latency / floor; {_label([r for r in report['results'] if 'arms' in r])}; "
+        oracle = r.get("oracle", {}).get("full_over_floor")
+        print(f"{r['workload']:<9} {r['load']:<6} {r.get('profile', 'data'):<7} "
+              f"{len(r.get('seeds', [0])):>5}  {ratios}  "
+              f"{oracle if oracle is not None else '-':>7}  "
+              f"{sum(r.get('stalls', {}).values())}")
+    print(f"(mean latency / floor; oracle: the oracle bound's full/floor; "
+          f"{_label([r for r in report['results'] if 'arms' in r])}; "
           f"{len(report['failures'])} failed cells; {report['wall_s']} s)")
     print(f"report: {out / 'summary.md'} (plots and report.json beside it)")
 
@@ -230,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         "Run the experiment matrix (workloads × arms × loads × seeds) on the simulated engine "
         "and write the report: JSON, plots and a Markdown summary."))
     parser.add_argument("--full", action="store_true",
-                        help="3 seeds at low and high load, a serial loop, every arm and the λ and "
-                             "replay-rate sweeps (default: the quick matrix)")
+                        help="48 workflows x 5 seeds per cell at low and high load, a serial "
+                             "loop, every arm, both recurrence profiles, and the λ and "
+                             "replay-rate sweeps (default: the quick matrix, 24 workflows)")
     parser.add_argument("--out", default=".dynbranch/report", help="report folder")
     args = parser.parse_args(argv)
     out = Path(args.out)

@@ -28,18 +28,36 @@ def test_the_report_writes_json_plots_and_a_summary_naming_the_engine(tmp_path: 
     assert all((tmp_path / p).stat().st_size > 1000 for p in report["plots"])
     summary = (tmp_path / "summary.md").read_text()
     assert "SIMULATED engine" in summary and "qwen3-32b-h200" in summary
-    assert "| routing | Poisson 0.12/s | 0 | full | 6.00 | 0.600 | [0.550, 0.650] | 1.30 | yes |" \
-        in summary
-    assert "| routing | Poisson 0.12/s | 0 | floor | 10.00 | 1.000 |  | 1.00 | (reference) |" \
-        in summary
-    assert "react low seed 0: boom" in summary  # failed cells are listed, not averaged in
+    assert ("| routing | Poisson 0.12/s | data | 0 |  | full | 6.00 |  | 0.600 | [0.550, 0.650] "
+            "|  | 1.30 | 0 | yes |") in summary
+    assert ("| routing | Poisson 0.12/s | data | 0 |  | floor | 10.00 |  | 1.000 |  |  | 1.00 "
+            "| 0 | (reference) |") in summary
+    assert "react low (data): boom" in summary  # failed cells are listed, not averaged in
+    assert "What is reachable" in summary
 
 
-def test_the_matrices_cover_every_workload() -> None:
-    assert len(cells("quick")) == 4
-    assert len(cells("full")) == 4 * 2 * 3 + 4  # and one serial loop per workload
-    assert {(w, seed) for w, load, seed in cells("full") if load == "serial"} == {
-        (w, 0) for w in ("routing", "react", "subagent", "hci")}
+def test_the_summary_says_which_clock_hop_cost_stalls_and_profile(tmp_path: Path) -> None:
+    cell = {**result("routing", 0, 0.6), "clock": "virtual", "hop_s": 0.0005,
+            "profile": "paper", "stalls": {"floor": 0, "full": 2},
+            "recurrence": {"replay_rate": 0.45},
+            "oracle": {"full_over_floor": 0.41}}
+    write_report("quick", [cell], [], tmp_path, 1.0)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "virtual clock" in summary and "0.5 ms per cross-service call" in summary
+    assert "Stalls (calls over 0.25 simulated s outside the engine" in summary
+    assert "in all: 2" not in summary and ": 2 in all" in summary
+    assert "| routing | Poisson 0.12/s | paper | replay_rate 0.45 | 0.410 | 0.600 |" in summary
+
+
+def test_the_matrices_cover_every_workload_on_both_profiles() -> None:
+    quick = cells("quick")
+    assert {w for w, _, _ in quick} == {"routing", "react", "subagent", "hci"}
+    assert {(w, p) for w, _, p in quick if p == "paper"} == {("routing", "paper"),
+                                                              ("react", "paper")}
+    full = cells("full")
+    assert len(full) == 6 * 3  # (4 data + 2 paper) x (low, high, serial)
+    assert {w for w, load, _ in full if load == "serial"} == {"routing", "react", "subagent",
+                                                              "hci"}
 
 
 def test_the_sweep_and_decomposition_plots_draw(tmp_path: Path) -> None:
