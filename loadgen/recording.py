@@ -37,16 +37,25 @@ class CallRecord:
     #: This call decides a branch whose fills wait for its text (``window: user``, HCI): the
     #: resolution window is the user's think time after it, not its own decode.
     user_window: bool = False
+    #: The rendered prompt (what a real engine's divergence is probed against).
+    prompt: str = ""
 
 
 def request_name(client: Any, template: str, stage: str, *, inputs: Mapping[str, str],
                  outputs: Mapping[str, str] | None, candidate: str | None) -> str:
     """Digest of the rendered request: equal digests, identical requests."""
+    return _rendered(client, template, stage, inputs=inputs, outputs=outputs,
+                     candidate=candidate)[0]
+
+
+def _rendered(client: Any, template: str, stage: str, *, inputs: Mapping[str, str],
+              outputs: Mapping[str, str] | None, candidate: str | None) -> tuple[str, str]:
+    """(digest, prompt) of the rendered request."""
     rendered = client.render(template, stage, inputs=inputs, outputs=outputs,
                              candidate=candidate)
     key = f"{template}|{stage}|{rendered.stage_version}|{rendered.model}|" \
           f"{rendered.sampling!r}|{rendered.text}"
-    return hashlib.sha256(key.encode()).hexdigest()[:24]
+    return hashlib.sha256(key.encode()).hexdigest()[:24], rendered.text
 
 
 @dataclass(slots=True)
@@ -61,14 +70,14 @@ class RecordingTrace(Trace):
                    offered: Sequence[str] = (), observation: str = "",
                    post_click: bool = False) -> str:
         """Record the request's name, then call it as ``Trace.call`` does."""
-        name = request_name(self.client, self.template, stage, inputs=inputs, outputs=outputs,
-                            candidate=candidate)
+        name, prompt = _rendered(self.client, self.template, stage, inputs=inputs,
+                                 outputs=outputs, candidate=candidate)
         text = await Trace.call(self, stage, inputs=inputs, outputs=outputs, candidate=candidate,
                                 offered=offered, observation=observation, post_click=post_click)
         record = self.stages[-1]
         self.calls.append(CallRecord(stage, candidate or "", tuple(offered), name,
                                      record.latency_s, self._waited_s, post_click,
-                                     self._user_window(stage)))
+                                     self._user_window(stage), prompt))
         self._waited_s = 0.0
         return text
 

@@ -964,3 +964,12 @@ def test_dockerfile_installs_the_project_and_runs_as_non_root() -> None:
     assert "python:3.11-slim" in text and "pip install \".${EXTRAS:+[$EXTRAS]}\"" in text
     user = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
     assert user and user[-1].split(":")[0] not in ("0", "root")
+
+
+def test_the_gpu_overlay_runs_vllm_with_batch_invariant_kernels(builds: dict[str, Docs]) -> None:
+    # Value equivalence on a real engine needs a fill decoded beside other requests to equal the
+    # canonical request decoded alone: vLLM's batch-invariant kernels (issue 24, item 7).
+    engine = find(builds["gpu"], "StatefulSet", "dynbranch-engine")
+    vllm = vllm_container(engine)
+    assert vllm is not None
+    assert environ(builds["gpu"], vllm).get("VLLM_BATCH_INVARIANT") == "1"

@@ -1,114 +1,68 @@
 """In-process ports for gateway core tests: engines over SimBackends, the library over LMDB.
 
-They let property tests drive the real StageService and BranchManager through thousands of
-interleavings in seconds, without sockets.
+The virtual mesh's ports (``loadgen.virtual_mesh``) at no hop cost, on the test's own loop and
+clock. They let property tests drive the real StageService and BranchManager through thousands
+of interleavings in seconds, without sockets.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import TracerProvider
 
+from loadgen.virtual_mesh import VirtualEngines, VirtualLibrary
 from services.admission.client import StaticAdmission
-from services.common.generation import GenerationRequest, Priority
-from services.common.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
-from services.common.reuse_name import ReuseName, name_key
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.library import LibraryOptions, SubgraphLibrary
-from services.engine_agent.backend import Finished
 from services.engine_agent.backends.sim import SimBackend
-from services.gateway.adapters.router import EngineState, Router
 from services.gateway.execution import Executor, Features
-from services.gateway.ports import Execution
 from services.gateway.speculation.branches import BranchManager, BranchSettings
 from services.gateway.speculation.predictors import default_predictor
 from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin
+from services.gateway.templates.render import (
+    render_candidate_stage,
+    render_stage,
+    resolve_stage_bindings,
+)
+from services.gateway.values import Demand
 
 MODEL = "qwen3-32b"
+ROUTING_FUNCTIONS = ("get_weather", "book_flight", "convert_currency")
 
 
-class LocalEngines:
-    """``EnginePort`` over in-process sim backends, routed like the real pool."""
-
-    def __init__(self, backends: Sequence[SimBackend]) -> None:
-        self.backends = {b.engine_id: b for b in backends}
-        self.router = Router()
-
-    def _states(self) -> list[EngineState]:
-        return [EngineState(eid, eid, b.info.model, b.info.max_model_len, b.load())
-                for eid, b in self.backends.items()]
-
-    async def generate(self, request: GenerationRequest, timeout_s: float, prefix_key: str = "",
-                       on_delta: Callable[[str], None] | None = None) -> Execution:
-        state = self.router.pick(self._states(), request.model,
-                                 fill=request.priority is Priority.FILL, affinity_key=prefix_key)
-        async for event in self.backends[state.engine_id].generate(request):
-            if isinstance(event, Finished):
-                return Execution(event.text, event.reason, event.usage, event.timings,
-                                 state.engine_id)
-        raise AssertionError("stream ended without Finished")
-
-    def models(self) -> set[str]:
-        return {b.info.model for b in self.backends.values()}
-
-    def max_model_len(self, model: str) -> int:
-        return min(b.info.max_model_len for b in self.backends.values())
+def routing_demand(tenant: str, workflow: str, stage: str, inputs: dict[str, str], *,
+                   choice: str | None = None, outputs: dict[str, str] | None = None) -> Demand:
+    """A demand for a stage of the built-in routing template, rendered as the SDK renders it
+    (``choice``: the candidate of a stage after the router)."""
+    template = load_builtin("routing")
+    outputs = outputs or {}
+    if choice is None:
+        rendered = render_stage(template, stage, resolve_stage_bindings(
+            template, stage, inputs=inputs, outputs=outputs))
+    else:
+        rendered = render_candidate_stage(template, "routing/router", choice, stage,
+                                          inputs=inputs, outputs=outputs)
+    return Demand(tenant=tenant, request_id=uuid.uuid4().hex, model=rendered.model,
+                  prompt=rendered.text, sampling=rendered.sampling, workflow_type="routing",
+                  workflow_id=workflow, template_id="routing", stage_id=stage,
+                  stage_version=rendered.stage_version, inputs=tuple(sorted(inputs.items())),
+                  outputs=tuple(sorted(outputs.items())), offered=ROUTING_FUNCTIONS)
 
 
-class LocalLibrary:
-    """``LibraryPort`` over an in-process library."""
+def LocalEngines(backends: Sequence[SimBackend]) -> VirtualEngines:  # noqa: N802
+    """``EnginePort`` over in-process sim backends, routed like the real pool, no hop cost."""
+    return VirtualEngines(backends, hop_s=0.0)
 
-    def __init__(self, library: AsyncSubgraphLibrary) -> None:
-        self.library = library
 
-    def available(self) -> bool:
-        return True
-
-    async def lookup(self, name: ReuseName) -> Served | None:
-        return self.library.lookup(name)
-
-    async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float) -> bool:
-        return await self.library.put(name, result, read_set, cost_s)
-
-    async def put_shadow(self, shadow: Shadow, ttl_s: float) -> bool:
-        return await self.library.put_shadow(shadow, ttl_s)
-
-    async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
-        return await self.library.promote(name, branch_id)
-
-    async def claim(self, name: ReuseName, scope: str, wait_s: float) -> Claimed | None:
-        return await self.library.claim(name, scope, wait_s)
-
-    async def hold(self, name: ReuseName, branch_id: str, candidate: str, scope: str,
-                   timeout_s: float) -> AsyncGenerator[HoldNotice, None]:
-        hold = self.library.holds.open(name_key(name), branch_id, candidate, scope)
-        try:  # as the servicer's HoldFill stream
-            yield HoldNotice(HoldEvent.HELD)
-            while True:
-                yield await hold.events.get()
-        finally:
-            self.library.holds.close(hold)
-
-    async def settle_scope(self, scope: str, template_id: str, stage_id: str,
-                           keep_branch: str = "", keep_candidate: str = "") -> int:
-        return self.library.holds.settle_scope(scope, template_id, stage_id, keep_branch,
-                                               keep_candidate)
-
-    async def discard(self, branch_id: str, keep_candidate: str = "") -> int:
-        return await self.library.discard(branch_id, keep_candidate)
-
-    async def write_records(self, tenant: str, record_ids: Sequence[str],
-                            floors: Sequence[int] = ()) -> tuple[int, ...]:
-        outcome = await self.library.write_records(tenant, record_ids, floors)
-        return tuple(v.version for v in outcome.versions)
-
-    async def write_seq(self) -> int:
-        return self.library.library.stats().write_seq
+def LocalLibrary(library: AsyncSubgraphLibrary) -> VirtualLibrary:  # noqa: N802
+    """``LibraryPort`` over an in-process library, no hop cost."""
+    return VirtualLibrary(library, hop_s=0.0)
 
 
 @dataclass
@@ -117,7 +71,7 @@ class Core:
 
     stages: StageService
     branches: BranchManager | None
-    engines: LocalEngines
+    engines: VirtualEngines
     admission: StaticAdmission
 
 

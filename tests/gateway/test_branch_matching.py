@@ -27,13 +27,8 @@ from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
 from services.gateway.templates import Semantics, TemplateRegistry, load_builtin
-from services.gateway.templates.render import (
-    render_candidate_stage,
-    render_stage,
-    resolve_stage_bindings,
-)
 from services.gateway.values import Demand, Source
-from tests.gateway.local_ports import local_core
+from tests.gateway.local_ports import local_core, routing_demand
 from tests.gateway.mesh import mesh
 
 ROUTING = load_builtin("routing")
@@ -44,18 +39,7 @@ INPUTS = {"functions": json.dumps([{"name": f} for f in FUNCTIONS]),
 
 def _demand(workflow: str, stage: str, choice: str | None = None,
             outputs: dict[str, str] | None = None) -> Demand:
-    outputs = outputs or {}
-    if choice is None:
-        rendered = render_stage(ROUTING, stage, resolve_stage_bindings(
-            ROUTING, stage, inputs=INPUTS, outputs=outputs))
-    else:
-        rendered = render_candidate_stage(ROUTING, "routing/router", choice, stage,
-                                          inputs=INPUTS, outputs=outputs)
-    return Demand(tenant="acme", request_id=uuid.uuid4().hex, model=rendered.model,
-                  prompt=rendered.text, sampling=rendered.sampling, workflow_type="routing",
-                  workflow_id=workflow, template_id="routing", stage_id=stage,
-                  stage_version=rendered.stage_version, inputs=tuple(sorted(INPUTS.items())),
-                  outputs=tuple(sorted(outputs.items())), offered=tuple(FUNCTIONS))
+    return routing_demand("acme", workflow, stage, INPUTS, choice=choice, outputs=outputs)
 
 
 async def _filled(branches: BranchManager, count: int) -> list[Branch]:

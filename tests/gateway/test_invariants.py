@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 
 import grpc
 from hypothesis import HealthCheck, given, settings
@@ -20,13 +19,8 @@ from hypothesis import strategies as st
 
 from services.common.pb import gateway_pb2
 from services.gateway.templates import load_builtin
-from services.gateway.templates.render import (
-    render_candidate_stage,
-    render_stage,
-    resolve_stage_bindings,
-)
 from services.gateway.values import Demand, Source
-from tests.gateway.local_ports import MODEL, Core, local_core
+from tests.gateway.local_ports import MODEL, Core, local_core, routing_demand
 from tests.gateway.mesh import mesh
 
 ROUTING = load_builtin("routing")
@@ -40,18 +34,7 @@ def _inputs(query: int) -> dict[str, str]:
 
 def _demand(tenant: str, workflow: str, stage: str, inputs: dict[str, str], *,
             choice: str | None = None, outputs: dict[str, str] | None = None) -> Demand:
-    outputs = outputs or {}
-    if choice is None:
-        rendered = render_stage(ROUTING, stage, resolve_stage_bindings(
-            ROUTING, stage, inputs=inputs, outputs=outputs))
-    else:
-        rendered = render_candidate_stage(ROUTING, "routing/router", choice, stage,
-                                          inputs=inputs, outputs=outputs)
-    return Demand(tenant=tenant, request_id=uuid.uuid4().hex, model=rendered.model,
-                  prompt=rendered.text, sampling=rendered.sampling, workflow_type="routing",
-                  workflow_id=workflow, template_id="routing", stage_id=stage,
-                  stage_version=rendered.stage_version, inputs=tuple(sorted(inputs.items())),
-                  outputs=tuple(sorted(outputs.items())), offered=tuple(FUNCTIONS))
+    return routing_demand(tenant, workflow, stage, inputs, choice=choice, outputs=outputs)
 
 
 async def _workflow(core: Core, tenant: str, workflow: str, query: int, choice: str,

