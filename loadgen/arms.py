@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import tempfile
 from collections.abc import AsyncIterator, Iterable
@@ -41,6 +42,7 @@ from loadgen.workloads.schedule import Arrival, Schedule
 from services.admission.config import AdmissionSettings
 from services.admission.server import build_runtime as build_admission
 from services.common.generation import Priority
+from services.common.server import freeze_startup_heap
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime as build_csl
 from services.engine_agent.backends import make_backend
@@ -233,6 +235,8 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
                 admission.address if admission is not None else ""),
                 span_exporter=span_exporter)
             await _started(stack, gateway)
+            freeze_startup_heap()  # as each service process does once it serves
+            stack.callback(gc.unfreeze)
             yield InProcessMesh(gateway, gateway.address, admission, backends)
 
 

@@ -110,7 +110,7 @@ class LogitProbe:
         self._torch = torch
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model_path)
         self.model: Any = AutoModelForCausalLM.from_pretrained(
-            model_path, torch_dtype=torch.float32).eval()
+            model_path, dtype=torch.float32).eval()
 
     def gaps(self, prompt: str, text: str) -> list[tuple[int, float]]:
         """(end character in ``text``, gap) for every token of ``text``: the gap is between the
