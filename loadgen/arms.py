@@ -190,6 +190,7 @@ def _gateway_settings(config: MeshConfig, arm: ArmSpec, engines: list[str], csl:
                            fill_wait_s=min(60.0, config.fill_wait_sim_s * scale),
                            branch_ttl_s=max(0.5, config.branch_ttl_sim_s * scale),
                            shadow_ttl_s=max(0.5, 60.0 * scale),
+                           fill_timeout_s=max(1.0, 120.0 * scale),
                            metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING",
                            admission=admission, overlap_weight=config.overlap_weight,
                            **corpus, **draft)

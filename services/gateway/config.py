@@ -34,6 +34,8 @@ class GatewaySettings(ServiceSettings):
     fill_wait_s: float = Field(1.0, ge=0, le=60,
                                description="longest a demand waits for a matching running fill")
     shadow_ttl_s: float = Field(60.0, gt=0, le=86_400, description="life of unclaimed shadows")
+    fill_timeout_s: float = Field(120.0, gt=0, le=3600,
+                                  description="deadline of one fill step on an engine (s)")
     predictor: Literal["lexical", "draft"] = Field("lexical", description=(
         "candidate predictor: lexical (template, offered and observed names, corpus titles) or "
         "draft (a small model served by an engine agent decodes the names; draft_model)"))

@@ -180,6 +180,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                 resolve=_title_resolver(extra[0][0]) if extra else None)
         branches = BranchManager(executor, library, admission, predictor,
                                  BranchSettings(fill_wait_s=settings.fill_wait_s,
+                                                fill_timeout_s=settings.fill_timeout_s,
                                                 shadow_ttl_s=settings.shadow_ttl_s,
                                                 branch_ttl_s=settings.branch_ttl_s,
                                                 max_branches=settings.max_branches),
