@@ -55,7 +55,7 @@ class Promotions:
         self._abort = abort
 
     async def serve(self, branches: list[Branch], name: ReuseName,
-                     timeout_s: float) -> Served | None:
+                    timeout_s: float) -> Served | None:
         """Promote the one promotable fill step under ``name`` among this workflow's branches.
 
         Only steps that could still answer count (``Branch.promotable``): a settled exclusive
