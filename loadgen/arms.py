@@ -12,6 +12,9 @@ cache. Two meshes, one code path (``MeshConfig.clock``):
 - ``live``: the csl, each engine agent, admission and the gateway are separate ``grpc.aio``
   servers on loopback ports in this process, spoken to over real gRPC, paced in wall time at
   ``time_scale`` (the cross-check; every duration the services use is scaled into it).
+- ``processes``: the same services each as its own process (``loadgen.process_mesh``, as
+  ``dynbranch up`` starts them), in wall time at ``time_scale``; counters from the gateway's
+  Prometheus endpoint (no engine-second figures).
 
 In-process keeps start-up short and gives direct access to the gateway's fill counters
 (``BranchManager.counters``). Admission is the arm's policy (``ArmSpec.admission``) or the
@@ -33,6 +36,7 @@ from typing import Any
 
 from loadgen.arm_set import ARM_SPECS, ArmSpec
 from loadgen.equivalence import compare_outputs
+from loadgen.process_mesh import gateway_counters, process_mesh
 from loadgen.real_engines import RealEngine, engine_state, real_backend
 from loadgen.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
 from loadgen.stats import quantile
@@ -60,7 +64,7 @@ ARMS: dict[str, tuple[bool, bool]] = {
     "floor": (False, False), "c1": (True, False), "c2": (False, True), "full": (True, True),
 }
 #: The meshes an arm can run on (module docstring).
-CLOCKS = ("virtual", "live")
+CLOCKS = ("virtual", "live", "processes")
 #: Smallest time scale of the live mesh: below it the mesh's own CPU time, multiplied by
 #: ``1 / time_scale``, moves the ratios more than the effects they measure (issue 24).
 LIVE_MIN_TIME_SCALE = 0.5
@@ -163,8 +167,8 @@ def _engine_settings(config: MeshConfig, i: int) -> EngineAgentSettings:
 
 
 def _scale(config: MeshConfig) -> float:
-    """Clock seconds per simulated second: the live mesh's time scale, 1 on the virtual one."""
-    return config.time_scale if config.clock == "live" else 1.0
+    """Clock seconds per simulated second: a wall-time mesh's time scale, 1 on the virtual one."""
+    return 1.0 if config.clock == "virtual" else config.time_scale
 
 
 def _admission_settings(config: MeshConfig, engines: list[str]) -> AdmissionSettings:
@@ -349,7 +353,53 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
         # its own stdlib loop under a virtual clock, on a worker thread (this loop runs on)
         return await asyncio.to_thread(run_virtual, lambda: _virtual_arm(
             arm, workload, schedule, config, warmup))
+    if config.clock == "processes":
+        if config.real is not None or config.draft_model:
+            raise ValueError("the process mesh runs simulated engines only: use clock='live' "
+                             "for a real engine or a draft model")
+        return await _process_arm(arm, workload, schedule, config, warmup)
     return await _live_arm(arm, workload, schedule, config, warmup)
+
+
+#: Gateway settings the process mesh passes on (``_gateway_settings`` computes them).
+_PROCESS_GATEWAY_KEYS = ("c1", "c2", "top_k", "fill_wait_s", "branch_ttl_s", "shadow_ttl_s",
+                         "fill_timeout_s", "overlap_weight", "corpus_path", "corpus_source",
+                         "data_dir")
+
+
+async def _process_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
+                       config: MeshConfig, warmup: Schedule | None) -> ArmResult:
+    spec = _spec(arm)
+    if spec.admission:
+        config = dataclasses.replace(config, admission=spec.admission)
+    clock = SimClock(config.time_scale)
+    calls: dict[str, tuple[CallRecord, ...]] = {}
+    hits: list[int] = []
+    with tempfile.TemporaryDirectory(prefix=f"dynbranch-parm-{spec.name}-") as tmp:
+        folder = Path(tmp)
+        settings = _gateway_settings(config, spec, ["process"], "process",
+                                     workload.corpus_source, folder)
+        gateway = {k: v for k in _PROCESS_GATEWAY_KEYS if (v := getattr(settings, k)) != ""}
+        admission = None
+        if config.admission:
+            a = _admission_settings(config, [])
+            admission = {"policy": a.policy, "window_s": a.window_s, "max_age_s": a.max_age_s,
+                         "load_interval_s": a.load_interval_s,
+                         **dict(config.admission_settings)}
+        async with process_mesh(engines=config.engines, model=config.model,
+                                preset=config.preset, time_scale=config.time_scale,
+                                gateway=gateway, admission=admission) as mesh:
+            target = mesh.child("gateway")
+            port = target.metrics_port or 0
+            if warmup is not None and warmup.arrivals:
+                await run_schedule(target.address, workload, warmup, clock)
+            before = await asyncio.to_thread(gateway_counters, port, COUNTERS)
+            results = await run_schedule(target.address, workload, schedule, clock, calls=calls,
+                                         whole_request_cache=spec.whole_request_cache,
+                                         cache_hits=hits, fail_stalls=config.fail_stalls)
+            after = await asyncio.to_thread(gateway_counters, port, COUNTERS)
+    counters = {k: v - before.get(k, 0) for k, v in after.items()}
+    return ArmResult(spec.name, schedule.digest(), results, counters, calls, sum(hits))
 
 
 async def _virtual_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,

@@ -221,14 +221,15 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--arms", metavar="A,B,...",
                       help="arms to run (floor always included; default quick: floor,c1,c2,"
                       "full,whole_request; full mode adds fixed,always,threshold,load_threshold)")
-    arms.add_argument("--clock", choices=["virtual", "live"],
+    arms.add_argument("--clock", choices=["virtual", "live", "processes"],
                       help="virtual (default for the sim): every service in one process on a "
                       "virtual clock, latency = simulated engine time + waits + a modelled cost "
-                      "per hop; live: gRPC servers in wall time at --time-scale (the cross-check; "
-                      "real engines always run live)")
+                      "per hop; live: gRPC servers in one process in wall time at --time-scale; "
+                      "processes: every service its own process, as `dynbranch up` (the "
+                      "cross-checks; real engines always run live)")
     arms.add_argument("--time-scale", type=float, metavar="S",
-                      help="live mesh: wall seconds per simulated second (default 0.5; at least "
-                      "0.5)")
+                      help="live or process mesh: wall seconds per simulated second (default 0.5; "
+                      "at least 0.5)")
     arms.add_argument("--profile", choices=["data", "paper"],
                       help="recurrence profile: data (as the data sets give it; default) or paper "
                       "(Routing replays 45%%, ReAct repeats half its questions)")

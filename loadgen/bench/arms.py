@@ -144,7 +144,7 @@ def _clock(opts: Options, real: RealEngine | None, default_scale: float) -> tupl
             raise ValueError("a real engine runs in wall time: --clock live")
         return clock, 1.0
     scale = opts.time_scale if opts.time_scale is not None else default_scale
-    if clock == "live" and scale < LIVE_MIN_TIME_SCALE:
+    if clock != "virtual" and scale < LIVE_MIN_TIME_SCALE:
         raise ValueError(f"--time-scale {scale}: the live mesh needs >= {LIVE_MIN_TIME_SCALE} "
                          "(below it the mesh's own CPU is inflated into the latencies)")
     return clock, scale
@@ -180,7 +180,7 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
         "clock": clock, "hop_s": config.hop_s if clock == "virtual" else None,
         "profile": opts.profile, "recurrence": knobs(workload),
         "engines": config.engines,
-        "time_scale": config.time_scale if clock == "live" else None, "workflows": n,
+        "time_scale": config.time_scale if clock != "virtual" else None, "workflows": n,
         "warmup_workflows": warm, "arrival": opts.arrival,
         "rate_per_s": rate if opts.arrival == "poisson" else None,
         "seed": opts.seed, "seeds": seeds,
@@ -226,7 +226,8 @@ def _print(result: dict[str, Any]) -> None:
                   f"{result['hop_s'] * 1000:g} ms per hop (SIMULATED engine; latency in "
                   f"simulated s, ")
     elif result["simulated"]:
-        engine = (f"{result['engines']} x {result['preset']} LIVE at time scale "
+        where = "as PROCESSES" if result["clock"] == "processes" else "LIVE in one process"
+        engine = (f"{result['engines']} x {result['preset']} {where} at time scale "
                   f"{result['time_scale']} (SIMULATED engine; latency in simulated s, ")
     else:
         engine = (f"{result['engines']} x REAL {result['engine']} (random-weight tiny model; "

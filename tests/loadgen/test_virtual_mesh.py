@@ -69,11 +69,12 @@ async def test_a_call_long_outside_the_engine_is_a_stall_and_fails_its_workflow(
                                                             for r in quiet.results)
 
 
-async def test_the_virtual_and_the_live_mesh_agree_on_one_serial_workflow() -> None:
+@pytest.mark.parametrize("clock", ["live", "processes"])
+async def test_the_virtual_and_a_wall_time_mesh_agree_on_one_serial_workflow(clock: str) -> None:
     schedule = _schedule(1, arrival="serial")
     virtual = await run_arm("full", ROUTING, schedule, MeshConfig(engines=1, clock="virtual"))
     live = await run_arm("full", ROUTING, schedule,
-                         MeshConfig(engines=1, clock="live", time_scale=0.5))
+                         MeshConfig(engines=1, clock=clock, time_scale=0.5))
     assert not any(r.error for r in (*virtual.results, *live.results))
     assert [r.outputs() for r in virtual.results] == [r.outputs() for r in live.results]
     assert _mean(live) == pytest.approx(_mean(virtual), rel=0.05)
