@@ -64,9 +64,10 @@ from services.gateway.servicer import answer_to_proto, demand_from_proto
 
 log = logging.getLogger(__name__)
 
-#: Modelled cost of one cross-service call, in simulated seconds: the p50 of a bare ``grpc.aio``
-#: unary echo round trip on loopback that ``dynbranch bench overhead --quick`` measured on this
-#: project's 2-core machine (README "Hardening"; DESIGN.md §6 budgets "about 0.5 ms").
+#: Modelled cost of one cross-service call, in simulated seconds: DESIGN.md §6's figure for one
+#: ``grpc.aio`` round trip on loopback. ``dynbranch bench overhead --quick`` measured a bare
+#: echo's p50 at 0.71 and 1.00 ms in two runs on this noisy 2-core machine; between 0.5 and 1.0
+#: ms the matrix's full/floor ratios move by at most 0.001 (``--hop-ms``).
 DEFAULT_HOP_S = 0.0005
 #: Seconds between the engines' load reports to admission (the agents' default stream interval).
 LOAD_INTERVAL_S = 0.1
