@@ -29,7 +29,7 @@ import dataclasses
 import gc
 import logging
 import tempfile
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from services.engine_agent.server import build_runtime as build_engine
 from services.gateway.config import GatewaySettings
 from services.gateway.sdk import DynbranchClient
 from services.gateway.server import build_runtime as build_gateway
-from services.gateway.speculation.state import REFUSALS
+from services.gateway.speculation.promotion import PROMOTION_COUNTERS
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,8 @@ CLOCKS = ("virtual", "live", "processes")
 #: ``1 / time_scale``, moves the ratios more than the effects they measure (issue 24).
 LIVE_MIN_TIME_SCALE = 0.5
 COUNTERS = ("opened", "fills_issued", "fills_consumed", "stages_promoted", "fills_discarded",
-            "fills_aborted", "canonical_engine_ms", "fill_engine_ms", "ambiguous",
-            "winners_admitted", "winners_promoted", "joined",
-            *(f"winners_lost_{why}" for why in (*REFUSALS, "unseen")),
-            *(f"promotion_refused_{why}" for why in REFUSALS))
+            "fills_aborted", "canonical_engine_ms", "fill_engine_ms", "ambiguous", "joined",
+            *PROMOTION_COUNTERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,19 +344,37 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
     on the same mesh, serially, not measured)."""
     if config.clock not in CLOCKS:
         raise ValueError(f"clock must be one of {CLOCKS}, got {config.clock!r}")
+    if config.clock != "live" and (config.real is not None or config.draft_model):
+        raise ValueError(f"the {config.clock} mesh runs simulated engines only: use "
+                         "clock='live' for a real engine or a draft model")
+    spec = _spec(arm)
+    if spec.admission:  # the admission baselines are the full arm with another policy
+        config = dataclasses.replace(config, admission=spec.admission)
     if config.clock == "virtual":
-        if config.real is not None or config.draft_model:
-            raise ValueError("the virtual mesh runs simulated engines only: use clock='live' "
-                             "for a real engine or a draft model")
         # its own stdlib loop under a virtual clock, on a worker thread (this loop runs on)
         return await asyncio.to_thread(run_virtual, lambda: _virtual_arm(
-            arm, workload, schedule, config, warmup))
+            spec, workload, schedule, config, warmup))
     if config.clock == "processes":
-        if config.real is not None or config.draft_model:
-            raise ValueError("the process mesh runs simulated engines only: use clock='live' "
-                             "for a real engine or a draft model")
-        return await _process_arm(arm, workload, schedule, config, warmup)
-    return await _live_arm(arm, workload, schedule, config, warmup)
+        return await _process_arm(spec, workload, schedule, config, warmup)
+    return await _live_arm(spec, workload, schedule, config, warmup)
+
+
+async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config: MeshConfig,
+                   warmup: Schedule | None, clock: SimClock, target: str | DynbranchClient,
+                   counters: Callable[[], Awaitable[dict[str, int]]]) -> ArmResult:
+    """What every mesh does with an arm once it runs: the warm-up, then the schedule, and the
+    gateway's counters over the schedule alone."""
+    if warmup is not None and warmup.arrivals:
+        await run_schedule(target, workload, warmup, clock)
+    before = await counters()
+    calls: dict[str, tuple[CallRecord, ...]] = {}
+    hits: list[int] = []
+    results = await run_schedule(target, workload, schedule, clock, calls=calls,
+                                 whole_request_cache=spec.whole_request_cache,
+                                 cache_hits=hits, fail_stalls=config.fail_stalls)
+    after = await counters()
+    return ArmResult(spec.name, schedule.digest(), results,
+                     {k: v - before.get(k, 0) for k, v in after.items()}, calls, sum(hits))
 
 
 #: Gateway settings the process mesh passes on (``_gateway_settings`` computes them).
@@ -367,49 +383,33 @@ _PROCESS_GATEWAY_KEYS = ("c1", "c2", "top_k", "fill_wait_s", "branch_ttl_s", "sh
                          "data_dir")
 
 
-async def _process_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
+async def _process_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                        config: MeshConfig, warmup: Schedule | None) -> ArmResult:
-    spec = _spec(arm)
-    if spec.admission:
-        config = dataclasses.replace(config, admission=spec.admission)
-    clock = SimClock(config.time_scale)
-    calls: dict[str, tuple[CallRecord, ...]] = {}
-    hits: list[int] = []
     with tempfile.TemporaryDirectory(prefix=f"dynbranch-parm-{spec.name}-") as tmp:
-        folder = Path(tmp)
         settings = _gateway_settings(config, spec, ["process"], "process",
-                                     workload.corpus_source, folder)
+                                     workload.corpus_source, Path(tmp))
         gateway = {k: v for k in _PROCESS_GATEWAY_KEYS if (v := getattr(settings, k)) != ""}
         admission = None
         if config.admission:
             a = _admission_settings(config, [])
-            admission = {"policy": a.policy, "window_s": a.window_s, "max_age_s": a.max_age_s,
-                         "load_interval_s": a.load_interval_s,
-                         **dict(config.admission_settings)}
+            admission = {**dict(config.admission_settings), "policy": a.policy,
+                         "window_s": a.window_s, "max_age_s": a.max_age_s,
+                         "load_interval_s": a.load_interval_s}
         async with process_mesh(engines=config.engines, model=config.model,
                                 preset=config.preset, time_scale=config.time_scale,
                                 gateway=gateway, admission=admission) as mesh:
             target = mesh.child("gateway")
-            port = target.metrics_port or 0
-            if warmup is not None and warmup.arrivals:
-                await run_schedule(target.address, workload, warmup, clock)
-            before = await asyncio.to_thread(gateway_counters, port, COUNTERS)
-            results = await run_schedule(target.address, workload, schedule, clock, calls=calls,
-                                         whole_request_cache=spec.whole_request_cache,
-                                         cache_hits=hits, fail_stalls=config.fail_stalls)
-            after = await asyncio.to_thread(gateway_counters, port, COUNTERS)
-    counters = {k: v - before.get(k, 0) for k, v in after.items()}
-    return ArmResult(spec.name, schedule.digest(), results, counters, calls, sum(hits))
+
+            async def counters() -> dict[str, int]:
+                return await asyncio.to_thread(gateway_counters, target.metrics_port or 0,
+                                               COUNTERS)
+
+            return await _measure(spec, workload, schedule, config, warmup,
+                                  SimClock(config.time_scale), target.address, counters)
 
 
-async def _virtual_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
+async def _virtual_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                        config: MeshConfig, warmup: Schedule | None) -> ArmResult:
-    spec = _spec(arm)
-    if spec.admission:
-        config = dataclasses.replace(config, admission=spec.admission)
-    clock = SimClock(1.0, now=asyncio.get_running_loop().time)
-    calls: dict[str, tuple[CallRecord, ...]] = {}
-    hits: list[int] = []
     with tempfile.TemporaryDirectory(prefix=f"dynbranch-varm-{spec.name}-") as tmp:
         folder = Path(tmp)
         settings = _gateway_settings(config, spec, ["in-process"], "in-process",
@@ -418,35 +418,22 @@ async def _virtual_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedul
         async with virtual_mesh(settings, folder, engines=config.engines, model=config.model,
                                 preset=config.preset, admission=admission,
                                 hop_s=config.hop_s) as mesh:
-            if warmup is not None and warmup.arrivals:
-                await run_schedule(mesh.client, workload, warmup, clock)
-                before = _counters(mesh.core)
-            else:
-                before = {}
-            results = await run_schedule(mesh.client, workload, schedule, clock, calls=calls,
-                                         whole_request_cache=spec.whole_request_cache,
-                                         cache_hits=hits, fail_stalls=config.fail_stalls)
-            counters = {k: v - before.get(k, 0) for k, v in _counters(mesh.core).items()}
-    return ArmResult(spec.name, schedule.digest(), results, counters, calls, sum(hits))
+            async def counters() -> dict[str, int]:
+                return _counters(mesh.core)
+
+            clock = SimClock(1.0, now=asyncio.get_running_loop().time)
+            return await _measure(spec, workload, schedule, config, warmup, clock,
+                                  mesh.client, counters)
 
 
-async def _live_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
+async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                     config: MeshConfig, warmup: Schedule | None) -> ArmResult:
-    spec = _spec(arm)
-    clock = SimClock(config.time_scale)
-    calls: dict[str, tuple[CallRecord, ...]] = {}
-    hits: list[int] = []
     async with in_process_mesh(config, spec, workload.corpus_source) as mesh:
-        if warmup is not None and warmup.arrivals:
-            await run_schedule(mesh.address, workload, warmup, clock)
-            before = mesh.counters()
-        else:
-            before = {}
-        results = await run_schedule(mesh.address, workload, schedule, clock, calls=calls,
-                                     whole_request_cache=spec.whole_request_cache,
-                                     cache_hits=hits, fail_stalls=config.fail_stalls)
-        counters = {k: v - before.get(k, 0) for k, v in mesh.counters().items()}
-    return ArmResult(spec.name, schedule.digest(), results, counters, calls, sum(hits))
+        async def counters() -> dict[str, int]:
+            return mesh.counters()
+
+        return await _measure(spec, workload, schedule, config, warmup,
+                              SimClock(config.time_scale), mesh.address, counters)
 
 
 async def run_arms(workload: Workload, schedule: Schedule, config: MeshConfig,

@@ -61,6 +61,7 @@ from services.gateway.ports import Execution
 from services.gateway.sdk import DynbranchClient
 from services.gateway.server import build_core
 from services.gateway.servicer import answer_to_proto, demand_from_proto
+from services.gateway.templates import TemplateRegistry
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ log = logging.getLogger(__name__)
 #: echo's p50 at 0.71 and 1.00 ms in two runs on this noisy 2-core machine; between 0.5 and 1.0
 #: ms the matrix's full/floor ratios move by at most 0.001 (``--hop-ms``).
 DEFAULT_HOP_S = 0.0005
-#: Seconds between the engines' load reports to admission (the agents' default stream interval).
+#: Seconds between the engines' load reports to admission (``AdmissionSettings.load_interval_s``'s
+#: default, the agents' stream interval).
 LOAD_INTERVAL_S = 0.1
 
 
@@ -305,7 +307,6 @@ class InProcessClient(DynbranchClient):
 
     def __init__(self, core: GatewayCore, hop_s: float, timeout_s: float = 600.0) -> None:
         # DynbranchClient.__init__ opens a channel; this client has none.
-        from services.gateway.templates import TemplateRegistry
         self.stub = InProcessStub(core, hop_s, timeout_s)  # type: ignore[assignment]
         self.metadata = ()
         self.timeout_s = timeout_s
@@ -375,7 +376,9 @@ async def virtual_mesh(settings: GatewaySettings, folder: Path, *, engines: int,
                                   max_age_s=admission.max_age_s)
             policy = build_policy(admission, tracker)
             port = VirtualAdmission(policy, hop_s)
-            tasks.append(asyncio.create_task(follow_load(tracker, backends), name="load"))
+            tasks.append(asyncio.create_task(follow_load(tracker, backends,
+                                                         admission.load_interval_s),
+                                             name="load"))
         pool = VirtualEngines(backends, hop_s)
         core = await build_core(settings, owner, pool,  # type: ignore[arg-type]
                                 library=VirtualLibrary(lib, hop_s), admission=port)

@@ -5,8 +5,9 @@ arrivals (open-loop Poisson at the paper's low-load rate, dynbranch Fig. 8, or a
 loop) run under each arm on a fresh mesh of simulated engines, after a short unmeasured warm-up
 on that mesh, in an arm order rotated per seed. The mesh is the virtual one by default (one
 process on a virtual clock: latency is simulated engine time, waits and a modelled cost per hop,
-never the mesh's own CPU; ``loadgen.virtual_mesh``), or with ``--clock live`` gRPC servers in wall
-time at ``--time-scale`` ≥ 0.5 (the cross-check; real engines always run live). A call that
+never the mesh's own CPU; ``loadgen.virtual_mesh``), or in wall time at ``--time-scale`` ≥ 0.5
+as the cross-check: ``--clock processes`` (a process per service) or ``--clock live`` (gRPC
+servers in one process; real engines always run live). A call that
 spends more than ``STALL_S`` outside the engine is a stall: its workflow fails, and stalls are
 counted per arm. Workflows pair by id across arms. Per arm
 it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio

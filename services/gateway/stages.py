@@ -100,7 +100,8 @@ class StageService:
             answer = await self._run(d, timeout_s, on_delta, start)
         finally:
             end_wait_account(token)
-        answer = dataclasses.replace(answer, waited_s=waited[0])
+        if waited[0]:
+            answer = dataclasses.replace(answer, waited_s=waited[0])
         if self.branches is not None and self.features.c2:
             self.branches.on_output(d, answer.text)
         return answer

@@ -108,11 +108,11 @@ class Promotions:
                 await asyncio.wait_for(asyncio.shield(step.done.wait()),
                                        min(self.settings.fill_wait_s, timeout_s))
             except TimeoutError:
-                charge_wait(clock.now() - waiting)
                 self._abort(fill, "demand stopped waiting")
                 self._refused("wait_timeout")
                 return None, "wait_timeout"
-            charge_wait(clock.now() - waiting)
+            finally:
+                charge_wait(clock.now() - waiting)
         if not step.ok or step.confirmed:  # a confirmed entry: the canonical path probes it
             why = "confirmed" if step.confirmed else "fill_failed"
             self._refused(why)

@@ -38,8 +38,7 @@ class ReplicaLink:
     def __init__(self, executor: Executor, library: LibraryPort, settings: BranchSettings,
                  workflows: Mapping[tuple[str, str], list[Branch]], counters: dict[str, int], *,
                  resolve: Callable[[Branch, str], None], abort: Callable[[Fill, str], None],
-                 spawn: _Spawn,
-                 outcome: Callable[[Branch, Fill, FillStep, str], None] | None = None) -> None:
+                 spawn: _Spawn, outcome: Callable[[Branch, Fill, FillStep, str], None]) -> None:
         self.executor = executor
         self.library = library
         self.settings = settings
@@ -130,8 +129,7 @@ class ReplicaLink:
             self.counters["fills_consumed"] += 1
         if not branch.resolved and fill.steps and fill.steps[0] is step:
             self._resolve(branch, fill.candidate)
-        if self._outcome is not None:
-            self._outcome(branch, fill, step, "promoted")
+        self._outcome(branch, fill, step, "promoted")
 
 
 def _fills(point: DecisionPoint, stage_id: str) -> bool:
