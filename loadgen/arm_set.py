@@ -1,8 +1,10 @@
 """The experiment arms: which mechanisms each turns on, and the order they run in.
 
 ``full`` is DynBranch with priced admission (C3); the admission baselines are the full arm with
-the admission service's policy swapped (``services/admission/config.py``); ``whole_request`` is
-the floor behind an exact whole-request cache (``loadgen.recording``).
+the admission service's policy swapped (``services/admission/config.py``): ``fixed`` (top 2),
+``fixed1`` (top 1), ``always``, ``threshold`` and ``load_threshold`` (the paper's static
+control); ``whole_request`` is the floor behind an exact whole-request cache
+(``loadgen.recording``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ class ArmSpec:
     #: Admission service policy; "" keeps the gateway's in-process fixed policy (top-K).
     admission: str = ""
     whole_request_cache: bool = False
+    #: Admission service settings this arm sets over the run's (``AdmissionSettings`` fields).
+    settings: tuple[tuple[str, object], ...] = ()
 
 
 ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
@@ -29,6 +33,7 @@ ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
     ArmSpec("c2", False, True),
     ArmSpec("full", True, True, "priced"),
     ArmSpec("fixed", True, True, "fixed"),
+    ArmSpec("fixed1", True, True, "fixed", settings=(("top_k", 1),)),
     ArmSpec("always", True, True, "always"),
     ArmSpec("threshold", True, True, "threshold"),
     ArmSpec("load_threshold", True, True, "load_threshold"),
@@ -36,6 +41,8 @@ ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
 )}
 ALL_ARMS = tuple(ARM_SPECS)
 QUICK_ARMS = ("floor", "c1", "c2", "full", "whole_request")
+#: The arms that differ only in their admission policy (what C3 is judged against).
+ADMISSION_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission)
 
 
 def resolve(names: Sequence[str]) -> tuple[ArmSpec, ...]:
@@ -55,4 +62,4 @@ def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
     return tuple(arms[k:]) + tuple(arms[:k])
 
 
-__all__ = ["ALL_ARMS", "ARM_SPECS", "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]
+__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARM_SPECS", "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]

@@ -87,6 +87,7 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         "errors": sum(1 for r in arm.results if r.error),
         "outputs_equal_floor": None if arm is floor else not mismatched,
         "mismatches": [f"{m.workflow_id}: {m.reason}" for m in mismatched][:10],
+        **({"admission": arm.admission} if arm.admission else {}),
     }
 
 

@@ -125,6 +125,8 @@ class ArmResult:
     calls: dict[str, tuple[CallRecord, ...]] = field(default_factory=dict)
     #: Calls the whole-request cache answered (whole_request arm only).
     cache_hits: int = 0
+    #: The admission policy's own account of its decisions (``Policy.account``; {} without one).
+    admission: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -169,6 +171,15 @@ def _scale(config: MeshConfig) -> float:
     return 1.0 if config.clock == "virtual" else config.time_scale
 
 
+def with_admission(config: MeshConfig, spec: ArmSpec) -> MeshConfig:
+    """``config`` with the arm's admission policy and settings (the admission baselines are the
+    full arm with another policy or setting); unchanged for an arm without one."""
+    if not spec.admission:
+        return config
+    return dataclasses.replace(config, admission=spec.admission, admission_settings=tuple(
+        {**dict(config.admission_settings), **dict(spec.settings)}.items()))
+
+
 def _admission_settings(config: MeshConfig, engines: list[str]) -> AdmissionSettings:
     """The arm's admission service; its durations (H, the record age limit) are simulated
     seconds scaled into the run's clock, unless the config sets them itself."""
@@ -209,9 +220,7 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
     A name from ``ARMS`` keeps ``config.admission``; an ``ArmSpec`` with an admission policy
     replaces it (the admission baselines are the full arm with another policy)."""
     arm = _spec(arm)
-    config = dataclasses.replace(config, clock="live")  # this mesh runs in wall time
-    if arm.admission:
-        config = dataclasses.replace(config, admission=arm.admission)
+    config = with_admission(dataclasses.replace(config, clock="live"), arm)  # wall time
     with tempfile.TemporaryDirectory(prefix=f"dynbranch-arm-{arm.name}-") as tmp:
         folder = Path(tmp)
         async with contextlib.AsyncExitStack() as stack:
@@ -348,8 +357,7 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
         raise ValueError(f"the {config.clock} mesh runs simulated engines only: use "
                          "clock='live' for a real engine or a draft model")
     spec = _spec(arm)
-    if spec.admission:  # the admission baselines are the full arm with another policy
-        config = dataclasses.replace(config, admission=spec.admission)
+    config = with_admission(config, spec)
     if config.clock == "virtual":
         # its own stdlib loop under a virtual clock, on a worker thread (this loop runs on)
         return await asyncio.to_thread(run_virtual, lambda: _virtual_arm(
@@ -361,9 +369,10 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
 
 async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config: MeshConfig,
                    warmup: Schedule | None, clock: SimClock, target: str | DynbranchClient,
-                   counters: Callable[[], Awaitable[dict[str, int]]]) -> ArmResult:
-    """What every mesh does with an arm once it runs: the warm-up, then the schedule, and the
-    gateway's counters over the schedule alone."""
+                   counters: Callable[[], Awaitable[dict[str, int]]],
+                   account: Callable[[], dict[str, Any]] = dict) -> ArmResult:
+    """What every mesh does with an arm once it runs: the warm-up, then the schedule, the
+    gateway's counters over the schedule alone, and the admission policy's account."""
     if warmup is not None and warmup.arrivals:
         await run_schedule(target, workload, warmup, clock)
     before = await counters()
@@ -374,7 +383,8 @@ async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config
                                  cache_hits=hits, fail_stalls=config.fail_stalls)
     after = await counters()
     return ArmResult(spec.name, schedule.digest(), results,
-                     {k: v - before.get(k, 0) for k, v in after.items()}, calls, sum(hits))
+                     {k: v - before.get(k, 0) for k, v in after.items()}, calls, sum(hits),
+                     account())
 
 
 #: Gateway settings the process mesh passes on (``_gateway_settings`` computes them).
@@ -422,8 +432,10 @@ async def _virtual_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                 return _counters(mesh.core)
 
             clock = SimClock(1.0, now=asyncio.get_running_loop().time)
+            policy = mesh.policy
             return await _measure(spec, workload, schedule, config, warmup, clock,
-                                  mesh.client, counters)
+                                  mesh.client, counters,
+                                  policy.account if policy is not None else dict)
 
 
 async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
@@ -432,8 +444,10 @@ async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
         async def counters() -> dict[str, int]:
             return mesh.counters()
 
+        policy = mesh.admission.policy if mesh.admission is not None else None
         return await _measure(spec, workload, schedule, config, warmup,
-                              SimClock(config.time_scale), mesh.address, counters)
+                              SimClock(config.time_scale), mesh.address, counters,
+                              policy.account if policy is not None else dict)
 
 
 async def run_arms(workload: Workload, schedule: Schedule, config: MeshConfig,
@@ -457,5 +471,5 @@ def mismatches(arm: ArmResult, floor: ArmResult) -> list[str]:
 __all__ = [
     "ARMS", "CLOCKS", "COUNTERS", "LIVE_MIN_TIME_SCALE", "ArmResult", "InProcessMesh",
     "MeshConfig", "in_process_mesh", "mismatches", "quantile", "run_arm", "run_arms",
-    "run_schedule",
+    "run_schedule", "with_admission",
 ]

@@ -38,12 +38,12 @@ from typing import Any
 
 from opentelemetry.trace import NoOpTracer
 
-from services.admission.client import _estimates
+from services.admission.client import estimate_fields
 from services.admission.config import AdmissionSettings
-from services.admission.controller import Outcome, Policy, Proposal
+from services.admission.controller import Outcome, Policy, proposal
 from services.admission.load_view import EngineLoad, LoadTracker
 from services.admission.server import build_policy
-from services.common.candidates import RankedCandidate
+from services.common.candidates import FillEstimate, RankedCandidate
 from services.common.errors import DeadlineExceeded, Unavailable
 from services.common.generation import GenerationRequest, LoadReport, Priority
 from services.common.pb import gateway_pb2
@@ -241,23 +241,21 @@ class VirtualAdmission:
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    exec_s: Mapping[str, float] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
         await hop(self.hop_s)
-        proposals = []
-        for c in candidates:
-            est = _estimates(c.candidate, exec_s, window_s)
-            proposals.append(Proposal(c.candidate, c.rank, min(max(c.probability, 0.0), 1.0),
-                                      est.get("est_exec_s", 0.0), est.get("est_gain_s", 0.0)))
+        proposals = [proposal(c.candidate, c.rank, c.probability,
+                              estimate_fields(c.candidate, estimates, window_s))
+                     for c in candidates]
         return list(self.policy.admit(branch_id, coordinate, proposals, model, self._now(),
                                       window_s=window_s).admitted)
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True,
-                     consumed: Sequence[str] = ()) -> None:
+                     consumed: Sequence[str] = (), wait_s: float = 0.0) -> None:
         await hop(self.hop_s)
         self.policy.report(Outcome(branch_id, selected, max(saved_s, 0.0),
                                    max(fill_cost_s, 0.0), max(setup_s, 0.0), final=final,
-                                   consumed=tuple(consumed)))
+                                   consumed=tuple(consumed), wait_s=max(wait_s, 0.0)))
 
 
 async def follow_load(tracker: LoadTracker, backends: Sequence[SimBackend],
@@ -271,8 +269,8 @@ async def follow_load(tracker: LoadTracker, backends: Sequence[SimBackend],
             r: LoadReport = b.load()
             tracker.observe(EngineLoad(b.engine_id, b.info.model, seq, now, r.running,
                                        r.waiting, r.max_running, r.kv_blocks_used,
-                                       r.kv_blocks_total, r.fill_running, r.fill_kv_blocks),
-                            now)
+                                       r.kv_blocks_total, r.fill_running, r.fill_kv_blocks,
+                                       r.block_size), now)
         tracker.probe(now)
         await asyncio.sleep(interval_s)
 

@@ -95,8 +95,10 @@ def _merge(parts: list[ArmResult]) -> ArmResult:
         for k, v in part.counters.items():
             counters[k] = counters.get(k, 0) + v
     digest = ",".join(p.schedule_digest for p in parts)
+    accounts = [p.admission for p in parts if p.admission]
+    account = accounts[0] if len(accounts) == 1 else ({"per_seed": accounts} if accounts else {})
     return ArmResult(parts[0].arm, digest, [r for p in parts for r in p.results], counters,
-                     calls, sum(p.cache_hits for p in parts))
+                     calls, sum(p.cache_hits for p in parts), account)
 
 
 def _bound(floor: ArmResult, ids: set[str], post_click: bool) -> OracleBound:

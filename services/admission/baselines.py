@@ -1,16 +1,20 @@
 """The baseline admission policies the priced controller is compared with (issue: selectable
 per run), behind the same ``Policy`` calls:
 
-- ``fixed``: open every branch, admit the top K by rank (``policy.FixedPolicy``);
+- ``fixed``: open every branch, admit the top K by rank (``policy.FixedPolicy``; K = 2, and
+  ``fixed1`` is the same with K = 1);
 - ``always``: open every branch and admit every predicted candidate;
 - ``threshold``: a static p* on the fill gate (the paper's fixed-threshold control, §5.4);
-- ``load_threshold``: speculate only while the engines' load is below a set level, the way
-  SPAgent-style schedulers gate speculation.
+- ``load_threshold``: the paper's static control (§5.5): open a branch only while some engine of
+  the model has at least ``min_free_slots`` (3) free running slots and at most ``max_queue`` (2)
+  waiting requests, and admit the top K. Every answer is counted (``account``), so a run shows
+  whether the control ever acted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from services.admission.controller import Admission, Outcome, Proposal
 from services.admission.generation_gate import GateDecision
@@ -43,6 +47,10 @@ class FixedAdapter:
     def report(self, outcome: Outcome) -> bool:
         return True
 
+    def account(self) -> dict[str, Any]:
+        """Nothing to account for: every branch opens, the top K are admitted."""
+        return {}
+
 
 class AlwaysPolicy:
     """Open every branch and admit every predicted candidate (the always-on baseline)."""
@@ -60,6 +68,10 @@ class AlwaysPolicy:
 
     def report(self, outcome: Outcome) -> bool:
         return True
+
+    def account(self) -> dict[str, Any]:
+        """Nothing to account for: every branch opens."""
+        return {}
 
 
 class ThresholdPolicy(AlwaysPolicy):
@@ -81,26 +93,51 @@ class ThresholdPolicy(AlwaysPolicy):
 
 
 class LoadThresholdPolicy(AlwaysPolicy):
-    """Speculate only while the engines' load is below a set level (SPAgent-style gating):
-    open and admit the top ``top_k`` while ρ_t < ``max_pressure``, nothing otherwise."""
+    """The paper's static control (§5.5): speculate only while some engine has at least
+    ``min_free_slots`` free running slots and at most ``max_queue`` waiting requests; then open
+    and admit the top ``top_k``. ``slots`` > 0 counts free slots against that many per engine
+    instead of the engine's own ``max_running`` (an operator running engines below their
+    limit)."""
 
     name = "load_threshold"
 
-    def __init__(self, tracker: LoadTracker, max_pressure: float = 0.7, top_k: int = 2) -> None:
-        self.tracker, self.max_pressure, self.top_k = tracker, max_pressure, top_k
+    def __init__(self, tracker: LoadTracker, top_k: int = 2, min_free_slots: int = 3,
+                 max_queue: int = 2, slots: int = 0) -> None:
+        if min_free_slots < 0 or max_queue < 0 or slots < 0:
+            raise InvalidArgument("min_free_slots", "min_free_slots, max_queue and slots must "
+                                                    "be >= 0")
+        self.tracker, self.top_k = tracker, top_k
+        self.min_free_slots, self.max_queue, self.slots = min_free_slots, max_queue, slots
+        self.decisions = {True: 0, False: 0}
+
+    def _headroom(self, model: str, now: float) -> tuple[bool, str]:
+        best = ""
+        for r in self.tracker.reports(model, now):
+            free = (self.slots or r.max_running) - r.running
+            if free >= self.min_free_slots and r.waiting <= self.max_queue:
+                return True, f"load_threshold: {r.engine_id} has {free} free, {r.waiting} queued"
+            best = best or f"{free} free, {r.waiting} queued on {r.engine_id}"
+        return False, f"load_threshold: no engine with {self.min_free_slots} free slots and " \
+                      f"<= {self.max_queue} queued ({best or 'no current report'})"
 
     def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
                     now: float) -> GateDecision:
-        rho = self.tracker.snapshot(model, now).pressure
-        return GateDecision(rho < self.max_pressure, f"load_threshold: ρ={rho:.2f}")
+        ok, reason = self._headroom(model, now)
+        self.decisions[ok] += 1
+        return GateDecision(ok, reason)
+
+    def account(self) -> dict[str, Any]:
+        """How often the control opened and refused (a control that never refuses never
+        acted)."""
+        return {"gate": {"opened": self.decisions[True], "refused": self.decisions[False]}}
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
               now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
-        rho = self.tracker.snapshot(model, now).pressure
-        if rho >= self.max_pressure:
-            return Admission((), rho, f"load_threshold: ρ={rho:.2f} >= {self.max_pressure}")
+        ok, reason = self._headroom(model, now)
+        if not ok:
+            return Admission((), 0.0, reason)
         ranked = sorted(proposals, key=lambda p: p.rank)[: self.top_k]
-        return Admission(tuple(p.candidate for p in ranked), rho,
+        return Admission(tuple(p.candidate for p in ranked), 0.0,
                          f"load_threshold: top {self.top_k}")
 
 

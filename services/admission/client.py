@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import grpc
 
 from services.admission.policy import FixedPolicy
-from services.common.candidates import RankedCandidate
+from services.common.candidates import FillEstimate, RankedCandidate
 from services.common.clients import open_channel
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.records import make_header
@@ -43,14 +43,14 @@ class RemoteAdmission:
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    exec_s: Mapping[str, float] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
         """Action 1; [] when admission is unreachable."""
         request = admission_pb2.AdmitFillsRequest(
             header=make_header(branch_id, 1, "gateway"), coordinate=coordinate, model=model,
             window_s=window_s,
             candidates=[admission_pb2.Candidate(candidate=c.candidate, rank=c.rank,
                                                 probability=min(max(c.probability, 0.0), 1.0),
-                                                **_estimates(c.candidate, exec_s, window_s))
+                                                **estimate_fields(c.candidate, estimates, window_s))
                         for c in candidates])
         try:
             return list((await self.stub.AdmitFills(request, timeout=self.deadline_s)).admitted)
@@ -60,13 +60,13 @@ class RemoteAdmission:
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True,
-                     consumed: Sequence[str] = ()) -> None:
-        """Delayed feedback (header sequence 2: provisional at resolution, 3: final); a lost
-        report is logged, never retried by hand."""
+                     consumed: Sequence[str] = (), wait_s: float = 0.0) -> None:
+        """Feedback (header sequence 2: provisional at resolution, 3: final); a lost report is
+        logged, never retried by hand."""
         request = admission_pb2.ReportOutcomeRequest(
             header=make_header(branch_id, 3 if final else 2, "gateway"), coordinate=coordinate,
             selected=selected, saved_s=saved_s, fill_cost_s=fill_cost_s, setup_s=setup_s,
-            consumed_producers=list(consumed))
+            consumed_producers=list(consumed), wait_s=wait_s)
         try:
             await self.stub.ReportOutcome(request, timeout=self.deadline_s * 4)
         except grpc.aio.AioRpcError as err:
@@ -77,15 +77,24 @@ class RemoteAdmission:
         await self.channel.close()
 
 
-def _estimates(candidate: str, exec_s: Mapping[str, float] | None,
-               window_s: float) -> dict[str, float]:
-    """``est_exec_s`` and ``est_gain_s`` of a candidate: its projected subgraph time, and what of
-    it the resolution window can hide (all of it when the window is unknown)."""
-    seconds = (exec_s or {}).get(candidate, 0.0)
-    if seconds <= 0:
+def estimate_fields(candidate: str, estimates: Mapping[str, FillEstimate] | None,
+                    window_s: float) -> dict[str, float | int]:
+    """The ``Candidate`` estimate fields of a candidate: its projected subgraph time and what of
+    it the resolution window can hide (all of it when the window is unknown), its prompt and
+    peak tokens and its stage count (absent when unknown)."""
+    est = (estimates or {}).get(candidate)
+    if est is None:
         return {}
-    gain = min(seconds, window_s) if window_s > 0 else (0.0 if window_s < 0 else seconds)
-    return {"est_exec_s": seconds, "est_gain_s": gain}
+    out: dict[str, float | int] = {"stages": max(est.stages, 1)}
+    if est.prompt_tokens > 0:
+        out["est_prompt_tokens"] = est.prompt_tokens
+    if est.peak_tokens > 0:
+        out["est_peak_tokens"] = est.peak_tokens
+    seconds = est.exec_s
+    if seconds > 0:
+        gain = min(seconds, window_s) if window_s > 0 else (0.0 if window_s < 0 else seconds)
+        out |= {"est_exec_s": seconds, "est_gain_s": gain}
+    return out
 
 
 class StaticAdmission:
@@ -103,15 +112,15 @@ class StaticAdmission:
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    exec_s: Mapping[str, float] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
         """Action 1 under the fixed policy (it ignores the window)."""
         return list(self.policy.admit(list(candidates)).admitted)
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True,
-                     consumed: Sequence[str] = ()) -> None:
+                     consumed: Sequence[str] = (), wait_s: float = 0.0) -> None:
         """Keep the report for inspection."""
         self.reports.append((branch_id, selected, saved_s))
 
 
-__all__ = ["RemoteAdmission", "StaticAdmission"]
+__all__ = ["RemoteAdmission", "StaticAdmission", "estimate_fields"]

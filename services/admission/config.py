@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from services.admission.pricing import KV_STRETCH, PREFILL_S_PER_TOKEN, SLOT_STRETCH
 from services.common.config import ServiceSettings
 
 
@@ -25,23 +26,40 @@ class AdmissionSettings(ServiceSettings):
                        description="fixed / load_threshold: candidates admitted per branch")
     # threshold / load_threshold
     p_star: float = Field(0.5, ge=0.0, le=1.0, description="threshold policy: static p*")
-    max_pressure: float = Field(0.7, ge=0.0,
-                                description="load_threshold policy: speculate below this ρ")
+    min_free_slots: int = Field(3, ge=0, description=(
+        "load_threshold (the paper's static control, §5.5): free running slots an engine needs"))
+    max_queue: int = Field(2, ge=0, description="load_threshold: most waiting requests allowed")
+    static_slots: int = Field(0, ge=0, description=(
+        "load_threshold: running slots per engine the free ones are counted against (0: the "
+        "engine's own max_running)"))
     # priced
     window_s: float = Field(8.0, gt=0, description="H: co-residency window of the envelope (s)")
     max_age_s: float = Field(5.0, gt=0, description=(
         "oldest engine load report still priced (s); older ones, and an engine silent as long, "
         "count as unknown"))
-    n0: int = Field(4, ge=0, description="cold trials per branch class before Action 0 prices")
+    n0: int = Field(4, ge=0, description=(
+        "settled trials per branch class before Action 0 prices (until then every branch opens)"))
+    cold_fanout: int = Field(1, ge=0, description=(
+        "fills a cold branch beyond the n0 trials in flight may admit"))
+    class_prior_ms: float = Field(1000.0, description=(
+        "w_0,c: Action 0's class prior (ms of branch return; > 0 is optimistic)"))
+    state_path: str = Field("", description=(
+        "priced: JSON file the learned state (gate models, posteriors, gains, costs) is loaded "
+        "from at start and saved to every state_interval_s and at shutdown; empty: not kept"))
+    state_interval_s: float = Field(30.0, gt=0, description="priced: seconds between state saves")
     audit_rate: float = Field(0.05, ge=0.0, le=1.0, description="seeded audit probability")
     seed: int = Field(0, description="seed of audits")
-    slot_stretch: float = Field(0.0057, ge=0.0, description=(
+    slot_stretch: float = Field(SLOT_STRETCH, ge=0.0, description=(
         "canonical slowdown per co-resident fill (`dynbranch bench interference`)"))
-    kv_stretch: float = Field(2.52, ge=0.0, description=(
+    kv_stretch: float = Field(KV_STRETCH, ge=0.0, description=(
         "canonical slowdown per unit of KV pool share held by fills (same command)"))
+    prefill_s_per_token: float = Field(PREFILL_S_PER_TOKEN, ge=0.0, description=(
+        "decode stall a fill's prompt prefill causes each co-resident canonical request, per "
+        "prompt token (same command)"))
     default_gain_ms: float = Field(2000.0, ge=0.0, description=(
         "prior of the execution a consumed fill saves, until outcomes are reported (ms)"))
-    fill_kv_blocks: int = Field(64, ge=0, description="KV blocks a fill reserves")
+    fill_kv_blocks: int = Field(64, ge=0, description=(
+        "KV blocks a fill is priced and reserved at when the gateway sends no token estimate"))
     fill_share: float = Field(0.5, gt=0.0, le=1.0, description="share of slots fills may hold")
     kv_budget_share: float = Field(0.25, gt=0.0, le=1.0,
                                    description="share of the KV pool fills may hold")

@@ -6,17 +6,23 @@ baseline policies it is compared with.
 ``pricing``. Its estimates, all learned online from ``report``:
 
 - p̃_s = π̃_sel(rank) x π̄_use: a rank-conditioned Beta upper quantile of "the branch selects the
-  candidate at this rank" (prior: the predictor's probability as ``prior_weight`` pseudo-counts)
-  times the posterior mean of "an admitted, selected fill is used in time" (per class);
-- G_s: the execution a consumed fill saves (class mean of reported savings, prior: the
-  candidate's ``est_gain_s`` or ``default_gain_ms``);
-- the footprint: the candidate's ``est_exec_s`` (or the class mean fill cost) and
-  ``fill_kv_blocks``.
+  candidate at this rank" (prior Beta(w p, w (1 - p)): the predictor's probability as
+  ``prior_weight`` pseudo-counts, no uniform floor) times the posterior mean of "an admitted,
+  selected fill is used in time" (per class);
+- G_s: the execution a consumed fill saves: the gateway's projection (``est_gain_s``, capped by
+  the window) times the class's realised/projected ratio, else the class's realised mean, else
+  ``default_gain_ms`` — per pricing class (single- or multi-stage fills);
+- the footprint: the candidate's ``est_exec_s`` (or the class's mean fill cost), its KV blocks
+  from its rendered prompt + max_tokens (``est_peak_tokens``) and the prompt it prefills.
 
-Selection posteriors update for every predicted candidate of a settled branch; usability only for
-admitted fills of the selected candidate. Every per-branch record is bounded (oldest forgotten).
-The baselines (``baselines``) answer the same three calls (``Policy``), so a run selects one by
-name; ``replay`` scores recorded decisions against the exact oracle.
+The branch class (the gateway sends tenant and coordinate) keys everything learned, so tenants
+learn apart while the price curves, which describe the engines, are shared. Selection
+posteriors update for every predicted candidate of a settled branch; usability only for admitted
+fills of the selected candidate. Every per-branch record is bounded (oldest forgotten);
+``ledger`` keeps the per-branch account a run is judged by, and ``state``/``restore`` carry what
+was learned across restarts (``state_store``). The baselines (``baselines``) answer the same
+three calls (``Policy``), so a run selects one by name; ``replay`` scores recorded decisions
+against the exact oracle.
 """
 
 from __future__ import annotations
@@ -24,14 +30,15 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict, deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
 
 from scipy.special import betaincinv
 
 from services.admission.fill_gate import FillCandidate, FillDecision, admit
 from services.admission.generation_gate import GateDecision, GenerationGate, context
+from services.admission.ledger import Ledger, Priced
 from services.admission.load_view import LoadSnapshot, LoadTracker
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves
 from services.common.errors import InvalidArgument
@@ -46,11 +53,20 @@ class Proposal:
     probability: float
     est_exec_s: float = 0.0
     est_gain_s: float = 0.0
+    #: Prompt tokens its first stage prefills and tokens it holds at its peak (0: unknown).
+    prompt_tokens: int = 0
+    peak_tokens: int = 0
+    stages: int = 1
+
+    @property
+    def pricing_class(self) -> str:
+        """Single- and multi-stage fills learn their costs and gains apart."""
+        return "single" if self.stages <= 1 else "multi"
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """A settled branch (proto ``ReportOutcomeRequest``)."""
+    """A settled branch (proto ``ReportOutcomeRequest``); seconds are engine seconds."""
 
     branch_id: str
     selected: str
@@ -62,6 +78,8 @@ class Outcome:
     final: bool = True
     #: Producer identities of the shadows the branch's demands promoted.
     consumed: tuple[str, ...] = ()
+    #: Waits on this branch's fills that did not pay (W_b of Eq. 4).
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,34 +89,6 @@ class Admission:
     admitted: tuple[str, ...]
     load_price: float
     reason: str
-
-
-@dataclass(slots=True)
-class _Beta:
-    success: float = 0.0
-    failure: float = 0.0
-
-
-@dataclass(slots=True)
-class _ClassStats:
-    selection: dict[int, _Beta] = field(default_factory=dict)
-    usability: _Beta = field(default_factory=_Beta)
-    gain_sum_ms: float = 0.0
-    gain_n: int = 0
-    cost_sum_s: float = 0.0
-    cost_n: int = 0
-    consumption: float = 0.0  # exponentially weighted share of branches that consumed a fill
-
-
-@dataclass(slots=True)
-class _Branch:
-    coordinate: str
-    branch_class: str
-    model: str
-    proposals: list[Proposal] = field(default_factory=list)
-    admitted: dict[str, float] = field(default_factory=dict)  # candidate -> cost_ms at admission
-    producers: dict[str, str] = field(default_factory=dict)  # candidate -> producer prefix
-    tokens: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,16 +109,69 @@ class ControllerSettings:
 
     window_s: float = 8.0
     n0: int = 4
+    #: Fills a cold branch beyond the class's cold trials in flight may admit (the bounded
+    #: fan-out of cold exploration).
+    cold_fanout: int = 1
+    #: w_0,c: the class prior of Action 0's ridge model (ms; > 0 is optimistic).
+    class_prior_ms: float = 1000.0
     audit_rate: float = 0.05
     selection_quantile: float = 0.9
-    prior_weight: float = 2.0
+    #: Pseudo-counts of the predictor's probability in the rank's Beta prior (no uniform floor:
+    #: Beta(w p, w (1 - p))).
+    prior_weight: float = 4.0
+    #: Beta prior of timely use given selection (successes, failures).
+    usability_prior: tuple[float, float] = (2.0, 0.5)
     default_gain_ms: float = 2000.0
     default_exec_s: float = 2.0
+    #: KV blocks a fill is priced and reserved at when its tokens are unknown.
     fill_kv_blocks: int = 64
     max_branches: int = 10_000
     #: Action 1 decisions kept for oracle replay (0: none).
     max_snapshots: int = 0
     seed: int = 0
+
+
+@dataclass(slots=True)
+class _Beta:
+    success: float = 0.0
+    failure: float = 0.0
+
+
+@dataclass(slots=True)
+class _Mean:
+    total: float = 0.0
+    n: int = 0
+
+    def add(self, value: float) -> None:
+        self.total, self.n = self.total + value, self.n + 1
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
+@dataclass(slots=True)
+class _ClassStats:
+    selection: dict[int, _Beta] = field(default_factory=dict)
+    usability: _Beta = field(default_factory=_Beta)
+    #: Per pricing class: realised savings of consumed fills (ms), their ratio to the gateway's
+    #: projection, and the engine seconds a fill costs.
+    gain_ms: dict[str, _Mean] = field(default_factory=dict)
+    gain_ratio: dict[str, _Mean] = field(default_factory=dict)
+    cost_s: dict[str, _Mean] = field(default_factory=dict)
+    consumption: float = 0.0  # exponentially weighted share of branches that consumed a fill
+
+
+@dataclass(slots=True)
+class _Branch:
+    coordinate: str
+    branch_class: str
+    model: str
+    bounded: bool = False
+    proposals: list[Proposal] = field(default_factory=list)
+    admitted: dict[str, float] = field(default_factory=dict)  # candidate -> cost_ms at admission
+    producers: dict[str, str] = field(default_factory=dict)  # candidate -> producer prefix
+    tokens: list[str] = field(default_factory=list)
 
 
 class PricedController:
@@ -141,15 +184,21 @@ class PricedController:
         self.settings = s = settings or ControllerSettings()
         self.tracker = tracker
         self.curves = curves or PriceCurves()
-        self.gate = GenerationGate(n0=s.n0, audit_rate=s.audit_rate, seed=s.seed)
+        self.gate = GenerationGate(n0=s.n0, audit_rate=s.audit_rate, prior=s.class_prior_ms,
+                                   seed=s.seed)
         self.rng = random.Random(s.seed + 1)
         self.stats: OrderedDict[str, _ClassStats] = OrderedDict()
         self.branches: OrderedDict[str, _Branch] = OrderedDict()
         #: Branches with a provisional report, waiting for their final one (bounded).
         self.settled: OrderedDict[str, _Branch] = OrderedDict()
         self.snapshots: deque[Snapshot] = deque(maxlen=s.max_snapshots or None)
-        #: Action 0 answers so far: opened (cold trials, priced, audits) and refused.
-        self.gate_counts = {"opened": 0, "refused": 0}
+        self.ledger = Ledger()
+
+    @property
+    def gate_counts(self) -> dict[str, int]:
+        """Action 0 answers so far: opened (cold trials, priced, audits) and refused."""
+        refused = self.ledger.gate["refused"]
+        return {"opened": sum(self.ledger.gate.values()) - refused, "refused": refused}
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -173,43 +222,49 @@ class PricedController:
         return b
 
     def selection_upper(self, st: _ClassStats, rank: int, probability: float) -> float:
-        """π̃_sel: the upper ``selection_quantile`` of the rank's Beta posterior."""
+        """π̃_sel: the upper ``selection_quantile`` of the rank's Beta posterior, whose prior is
+        the predictor's probability as ``prior_weight`` pseudo-counts (no uniform floor)."""
         beta = st.selection.get(rank, _Beta())
         w = self.settings.prior_weight
-        a = 1.0 + w * probability + beta.success
-        b = 1.0 + w * (1.0 - probability) + beta.failure
+        p = min(max(probability, 1e-3), 1.0 - 1e-3)
+        a = w * p + beta.success
+        b = w * (1.0 - p) + beta.failure
         return float(betaincinv(a, b, self.settings.selection_quantile))
 
-    @staticmethod
-    def usability_mean(st: _ClassStats) -> float:
-        """π̄_use: the posterior mean of timely use given selection (uniform prior)."""
-        return (1.0 + st.usability.success) / (2.0 + st.usability.success + st.usability.failure)
+    def usability_mean(self, st: _ClassStats) -> float:
+        """π̄_use: the posterior mean of timely use given selection."""
+        a0, b0 = self.settings.usability_prior
+        a, b = a0 + st.usability.success, b0 + st.usability.failure
+        return a / (a + b) if a + b > 0 else 0.5
 
     def _gain_ms(self, st: _ClassStats, proposal: Proposal) -> float:
-        if st.gain_n:
-            return st.gain_sum_ms / st.gain_n
+        """Ĝ: the gateway's projection corrected by the class's realised/projected ratio, else
+        the class's realised mean, else the prior."""
+        key = proposal.pricing_class
+        ratio = st.gain_ratio.get(key, _Mean()).mean
         if proposal.est_gain_s > 0:
-            return proposal.est_gain_s * 1000.0
-        return self.settings.default_gain_ms
+            return proposal.est_gain_s * 1000.0 * (ratio if ratio is not None else 1.0)
+        learned = st.gain_ms.get(key, _Mean()).mean
+        return learned if learned is not None else self.settings.default_gain_ms
 
     def _pending_credit_ms(self, st: _ClassStats, b: _Branch, outcome: Outcome) -> float:
         """What a provisional report credits a branch whose selected candidate was admitted
-        but not yet consumed: its expected gain (usability mean × class gain). The fill is
-        usually consumed after the branch resolves, when the downstream demand arrives; a zero
-        credit here would teach Action 0 a loss for every trial until the final report revises
-        it, and close the class meanwhile. The final report replaces this with the measured
-        return."""
+        but not yet consumed: its expected gain (usability mean × gain). The final report
+        replaces this with the measured return."""
         if outcome.final or outcome.selected not in b.admitted:
             return 0.0
         proposal = next((p for p in b.proposals if p.candidate == outcome.selected), None)
-        gain = self._gain_ms(st, proposal) if proposal is not None else (
-            st.gain_sum_ms / st.gain_n if st.gain_n else self.settings.default_gain_ms)
+        gain = self._gain_ms(st, proposal) if proposal is not None \
+            else self.settings.default_gain_ms
         return self.usability_mean(st) * gain
 
-    def _exec_s(self, st: _ClassStats, proposal: Proposal) -> float:
-        if proposal.est_exec_s > 0:
-            return proposal.est_exec_s
-        return st.cost_sum_s / st.cost_n if st.cost_n else self.settings.default_exec_s
+    def _footprint(self, st: _ClassStats, p: Proposal, view: LoadSnapshot) -> Footprint:
+        learned = st.cost_s.get(p.pricing_class, _Mean()).mean
+        slot_s = p.est_exec_s if p.est_exec_s > 0 else (
+            learned if learned is not None else self.settings.default_exec_s)
+        blocks = math.ceil(p.peak_tokens / max(view.block_size, 1)) if p.peak_tokens > 0 \
+            else self.settings.fill_kv_blocks
+        return Footprint(slot_s, blocks, p.prompt_tokens)
 
     def view(self, model: str, now: float) -> LoadSnapshot:
         """V_H for a model now."""
@@ -223,12 +278,15 @@ class PricedController:
         cls = branch_class or coordinate
         v = self.view(model, now)
         st = self._stats(cls)
-        x = context(v.envelope, v.pressure, st.consumption, max(v.pressure - 1.0, 0.0),
-                    min(v.fill_occupancy, 10.0))
+        engines = max(v.engines, 1)
+        fills = v.fill_slots - v.fill_slots_free
+        x = context(v.canonical, v.pressure * v.slots_per_engine, st.consumption,
+                    max(v.pressure - 1.0, 0.0) * v.slots_per_engine, fills / engines)
         decision = self.gate.decide(cls, branch_id, x)
-        self.gate_counts["opened" if decision.open else "refused"] += 1
+        if decision.kind != "known":
+            self.ledger.opened(branch_id, cls, decision.kind)
         if decision.open:
-            self._branch(branch_id, coordinate, cls, model)
+            self._branch(branch_id, coordinate, cls, model).bounded = decision.bounded
         return decision
 
     # -- Action 1 -------------------------------------------------------------------------------
@@ -248,33 +306,40 @@ class PricedController:
         b.proposals = list(proposals)
         st = self._stats(b.branch_class)
         v = self.view(model, now)
-        pool = max(v.kv_budget_blocks, 1)
-        pricing = LoadPricing(self.curves, kv_pool_blocks=max(
-            int(pool / self.tracker.kv_budget_share / max(v.engines, 1)), 1))
+        pricing = LoadPricing(self.curves)
         use = self.usability_mean(st)
         cap = window_s * 1000.0 if window_s > 0 else math.inf
         candidates = [FillCandidate(p.candidate,
                                     min(self.selection_upper(st, p.rank, p.probability) * use, 1),
-                                    min(self._gain_ms(st, p), cap),
-                                    Footprint(self._exec_s(st, p), self.settings.fill_kv_blocks))
+                                    min(self._gain_ms(st, p), cap), self._footprint(st, p, v))
                       for p in proposals if p.candidate not in b.admitted]
         decision: FillDecision[LoadSnapshot] = admit(
             candidates, v, pricing, audit_rate=self.settings.audit_rate, rng=self.rng)
-        if self.settings.max_snapshots and candidates and \
-                not any(a.audit for a in decision.admitted):
-            self.snapshots.append(Snapshot(tuple(candidates), v, pricing, decision.names,
-                                           decision.total_utility_ms))
-        for a in decision.admitted:
+        chosen = decision.admitted
+        if b.bounded:  # a cold branch beyond the trials in flight: bounded fan-out
+            chosen = chosen[: self.settings.cold_fanout]
+        if self.settings.max_snapshots and candidates and not any(a.audit for a in chosen):
+            self.snapshots.append(Snapshot(tuple(candidates), v, pricing,
+                                           tuple(a.name for a in chosen),
+                                           sum(a.utility_ms for a in chosen)))
+        names = tuple(a.name for a in chosen)
+        ranks = {p.candidate: p.rank for p in proposals}
+        for cand in candidates:
+            self.ledger.priced(branch_id, cand.name, Priced(
+                ranks[cand.name], cand.p, cand.gain_ms, pricing.cost_ms(cand, v),
+                cand.name in names))
+        for a in chosen:
             token = f"{branch_id}/{a.name}"
-            self.tracker.reserve(model, token, self.settings.fill_kv_blocks)
-            b.tokens.append(token)
             cand = next(c for c in candidates if c.name == a.name)
+            self.tracker.reserve(model, token, LoadPricing.footprint(cand).kv_blocks)
+            b.tokens.append(token)
             b.admitted[a.name] = pricing.cost_ms(cand, v)
             b.producers[a.name] = f"fill/{branch_id}/{a.name}/"  # recorded at admission
         price = self.curves.slot_price(v)
-        return Admission(decision.names, price,
-                         f"priced: {len(decision.names)} of {len(candidates)} at "
-                         f"ρ̄={v.envelope:.2f}, slot price {price:.0f} ms/s")
+        return Admission(names, price,
+                         f"priced: {len(names)} of {len(candidates)} at "
+                         f"{v.canonical:.1f} co-resident, slot price {price:.0f} ms/s"
+                         + (" (cold, bounded)" if b.bounded else ""))
 
     # -- feedback ---------------------------------------------------------------------------------
 
@@ -306,28 +371,75 @@ class PricedController:
         prefix = b.producers.get(outcome.selected, "")
         consumed = bool(prefix) and outcome.saved_s > 0 \
             and any(p.startswith(prefix) for p in outcome.consumed)
+        self.ledger.settle(outcome.branch_id, outcome.selected, consumed)
         if outcome.final:
             del self.settled[outcome.branch_id]
-            if outcome.selected in b.admitted:
-                if consumed:
-                    st.usability.success += 1
-                else:
-                    st.usability.failure += 1
-            if consumed:
-                st.gain_sum_ms += outcome.saved_s * 1000.0
-                st.gain_n += 1
-            if b.admitted and outcome.fill_cost_s > 0:
-                st.cost_sum_s += outcome.fill_cost_s / len(b.admitted)
-                st.cost_n += 1
-            st.consumption = 0.8 * st.consumption + 0.2 * float(consumed)
+            self._learn(st, b, outcome, consumed)
         # The selected fill is waste only once the final report says it was not consumed.
         selected_unused = outcome.final and not consumed
         wasted = sum(c for name, c in b.admitted.items()
                      if name != outcome.selected or selected_unused)
         target = (outcome.saved_s * 1000.0 if consumed else self._pending_credit_ms(
-            st, b, outcome)) - outcome.setup_s * 1000.0 - wasted
+            st, b, outcome)) - (outcome.setup_s + outcome.wait_s) * 1000.0 - wasted
         self.gate.settle(b.branch_class, outcome.branch_id, target)
         return True
+
+    def _learn(self, st: _ClassStats, b: _Branch, outcome: Outcome, consumed: bool) -> None:
+        """Usability, gain and cost from a final report."""
+        proposal = next((p for p in b.proposals if p.candidate == outcome.selected), None)
+        if outcome.selected in b.admitted:
+            if consumed:
+                st.usability.success += 1
+            else:
+                st.usability.failure += 1
+        if consumed and proposal is not None:
+            key = proposal.pricing_class
+            st.gain_ms.setdefault(key, _Mean()).add(outcome.saved_s * 1000.0)
+            if proposal.est_gain_s > 0:
+                st.gain_ratio.setdefault(key, _Mean()).add(
+                    min(outcome.saved_s / proposal.est_gain_s, 4.0))
+        if b.admitted and outcome.fill_cost_s > 0:
+            per_fill = outcome.fill_cost_s / len(b.admitted)
+            for p in b.proposals:
+                if p.candidate in b.admitted:
+                    st.cost_s.setdefault(p.pricing_class, _Mean()).add(per_fill)
+        st.consumption = 0.8 * st.consumption + 0.2 * float(consumed)
+
+    def account(self) -> dict[str, Any]:
+        """The per-branch figures of ``ledger`` (``Ledger.summary``)."""
+        return self.ledger.summary()
+
+    # -- learned state across restarts -----------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything learned (gate models, posteriors, gains, costs) as plain values."""
+        return {"version": STATE_VERSION, "gate": self.gate.state(),
+                "classes": {name: asdict(st) for name, st in self.stats.items()}}
+
+    def restore(self, state: dict[str, Any]) -> int:
+        """Take what ``state`` produced (a restart keeps what was learned); the classes taken.
+        A file of another version or shape is an ``InvalidArgument`` naming the part."""
+        if state.get("version") != STATE_VERSION:
+            raise InvalidArgument("state.version", f"expected {STATE_VERSION}, "
+                                                   f"got {state.get('version')!r}")
+        self.gate.restore(state.get("gate", {}))
+        for name, raw in state.get("classes", {}).items():
+            try:
+                self.stats[name] = _ClassStats(
+                    selection={int(r): _Beta(**v) for r, v in raw["selection"].items()},
+                    usability=_Beta(**raw["usability"]),
+                    gain_ms={k: _Mean(**v) for k, v in raw["gain_ms"].items()},
+                    gain_ratio={k: _Mean(**v) for k, v in raw["gain_ratio"].items()},
+                    cost_s={k: _Mean(**v) for k, v in raw["cost_s"].items()},
+                    consumption=float(raw["consumption"]))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise InvalidArgument(f"state.classes.{name}",
+                                      f"not a class record: {exc}") from None
+        return len(state.get("classes", {}))
+
+
+#: Version of ``PricedController.state``'s layout.
+STATE_VERSION = 1
 
 
 class Policy(Protocol):
@@ -349,6 +461,20 @@ class Policy(Protocol):
         """Delayed feedback of a settled branch."""
         ...
 
+    def account(self) -> dict[str, Any]:
+        """The policy's own account of its decisions (what a run reports beside latency)."""
+        ...
+
+
+def proposal(candidate: str, rank: int, probability: float,
+             fields: Mapping[str, float | int]) -> Proposal:
+    """A ``Proposal`` from a candidate's estimate fields (proto ``Candidate.est_*``, ``stages``;
+    ``client.estimate_fields``)."""
+    return Proposal(candidate, rank, min(max(probability, 0.0), 1.0),
+                    float(fields.get("est_exec_s", 0.0)), float(fields.get("est_gain_s", 0.0)),
+                    int(fields.get("est_prompt_tokens", 0)), int(fields.get("est_peak_tokens", 0)),
+                    max(int(fields.get("stages", 1)), 1))
+
 
 def finite(value: float, name: str) -> float:
     """Refuse NaN and infinities in a report, naming the field."""
@@ -358,6 +484,6 @@ def finite(value: float, name: str) -> float:
 
 
 __all__ = [
-    "Admission", "ControllerSettings", "Outcome", "Policy", "PricedController", "Proposal",
-    "Snapshot", "finite",
+    "STATE_VERSION", "Admission", "ControllerSettings", "Outcome", "Policy", "PricedController",
+    "Proposal", "Snapshot", "finite", "proposal",
 ]

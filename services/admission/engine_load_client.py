@@ -26,7 +26,8 @@ def engine_load(view: common_pb2.LoadView) -> EngineLoad:
     """A tracker report from the wire."""
     return EngineLoad(view.header.id, view.model, view.header.sequence, published_s(view.header),
                       view.running, view.waiting, view.max_running, view.kv_blocks_used,
-                      view.kv_blocks_total, view.fill_running, view.fill_kv_blocks)
+                      view.kv_blocks_total, view.fill_running, view.fill_kv_blocks,
+                      view.block_size or 16)
 
 
 class LoadWatcher:

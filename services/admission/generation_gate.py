@@ -6,11 +6,17 @@ gains of consumed fills minus setup, enabled fill cost and waits), and opens a b
 
     U_0(c, x) = xᵀ A_c⁻¹ q_c + σ̂_c sqrt(xᵀ A_c⁻¹ x) > 0                                  (5)
 
-with σ̂_c the observed root-mean-square of the class's targets. The first ``n0`` branches of a
-class are cold trials (pending ones count, so a burst cannot overshoot), each registered before
-expansion; a seeded audit opens a closed gate now and then so a class can recover. Delayed
-feedback revises a trial's target without adding a sample: A_c and the count stay, q_c moves by
-x Δy. Protocol-free; the context vector is built by the caller (``context``).
+with σ̂_c the observed root-mean-square of the class's targets. The class prior
+w_0,c = ``prior`` x e_bias is configurable; an optimistic one (the controller's default) acts as
+one pseudo-observation of that return, so a few small negative returns cannot shut a class: it
+closes only once the evidence outweighs the prior (about prior / |loss| of them). Until ``n0``
+trials of a class have *settled* the class is cold and every branch opens: the first ``n0``
+(pending ones count, so a burst cannot overshoot) as full cold trials, the rest with a bounded
+fan-out (``GateDecision.bounded``: the fill gate admits at most its cold fan-out), each
+registered before expansion. A seeded audit opens a closed gate now and then so a class can
+recover. Delayed feedback revises a trial's target without adding a sample: A_c and the count
+stay, q_c moves by x Δy. ``state`` / ``restore`` carry the learned models across restarts.
+Protocol-free; the context vector is built by the caller (``context``).
 """
 
 from __future__ import annotations
@@ -24,16 +30,23 @@ import numpy as np
 
 from services.common.errors import InvalidArgument
 
-#: Context dimension: bias, ρ̄_H, transient (ρ̄_H - ρ_t), recent consumption, backlog, fill load.
+#: Context dimension: bias, horizon load, transient, recent consumption, backlog, fill load.
 DIM = 6
+#: Co-resident requests per engine that make one unit of a load feature (features stay O(1)
+#: where the engines run, whatever their slot count).
+LOAD_UNIT = 32.0
 
 
-def context(envelope: float, pressure: float, consumption: float, backlog: float,
-            fill_occupancy: float) -> np.ndarray:
-    """x: what Action 0 conditions on (horizon pressure, whether a low reading is transient,
-    recent fill consumption, queue backlog, fill occupancy), with a bias term."""
-    return np.array([1.0, envelope, max(envelope - pressure, 0.0), consumption, backlog,
-                     fill_occupancy], dtype=float)
+def context(canonical_h: float, canonical_now: float, consumption: float, waiting: float,
+            fills: float) -> np.ndarray:
+    """x: what Action 0 conditions on, with a bias term: horizon pressure (co-resident canonical
+    requests per engine at ρ̄_H), whether a low reading is transient (ρ̄_H above ρ_t), recent
+    fill consumption, queue backlog and fills running (per engine), in units of ``LOAD_UNIT``
+    requests and capped at 4."""
+    def unit(v: float) -> float:
+        return min(max(v, 0.0) / LOAD_UNIT, 4.0)
+    return np.array([1.0, unit(canonical_h), unit(canonical_h - canonical_now), consumption,
+                     unit(waiting), unit(fills)], dtype=float)
 
 
 @dataclass(slots=True)
@@ -69,6 +82,20 @@ class GateDecision:
     reason: str
     score: float = 0.0
     audit: bool = False
+    #: A cold branch beyond the class's cold trials in flight: opened with a bounded fan-out.
+    bounded: bool = False
+
+    @property
+    def kind(self) -> str:
+        """What decided: "cold", "cold_bounded", "priced", "audit", "refused" or "known"."""
+        if not self.open:
+            return "refused"
+        if self.audit:
+            return "audit"
+        if self.bounded:
+            return "cold_bounded"
+        return "cold" if self.reason.startswith("cold") else (
+            "known" if self.reason == "already open" else "priced")
 
 
 class GenerationGate:
@@ -112,10 +139,12 @@ class GenerationGate:
         c = self._class(name)
         if branch_id in c.trials:
             return GateDecision(True, "already open")
-        if c.n < self.n0:
-            if c.n + c.pending >= self.n0:
-                return GateDecision(False, f"cold trials in flight ({c.pending})")
+        if c.n < self.n0:  # cold until n0 trials have settled: explore, bound the fan-out
+            bounded = c.n + c.pending >= self.n0
             self._begin(c, branch_id, x)
+            if bounded:
+                return GateDecision(True, f"cold, fan-out bounded ({c.pending - 1} trials in "
+                                          f"flight)", bounded=True)
             return GateDecision(True, f"cold trial {c.n + c.pending}/{self.n0}")
         u0 = self.score(name, x)
         if u0 > 0:
@@ -152,6 +181,30 @@ class GenerationGate:
             c.sum_sq += target * target - trial.target * trial.target
         trial.target = target
         return True
+
+
+    # -- learned state across restarts -----------------------------------------------------
+
+    def state(self) -> dict[str, dict[str, object]]:
+        """The learned models (A_c, q_c, counts, target sums) as plain values; open trials are
+        not kept (their branches end with the process)."""
+        return {name: {"a": c.a.tolist(), "q": c.q.tolist(), "n": c.n, "sum_sq": c.sum_sq}
+                for name, c in self.classes.items()}
+
+    def restore(self, state: dict[str, dict[str, object]]) -> int:
+        """Take models ``state`` produced; returns how many classes (a malformed one is an
+        ``InvalidArgument`` naming it)."""
+        for name, raw in state.items():
+            try:
+                a = np.asarray(raw["a"], dtype=float)
+                q = np.asarray(raw["q"], dtype=float)
+                if a.shape != (DIM, DIM) or q.shape != (DIM,):
+                    raise ValueError("wrong shape")
+                self.classes[name] = BranchClass(a, q, int(raw["n"]),  # type: ignore[call-overload]
+                                                 sum_sq=float(raw["sum_sq"]))  # type: ignore[arg-type]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InvalidArgument(f"state.gate.{name}", f"not a gate model: {exc}") from None
+        return len(state)
 
 
 __all__ = ["DIM", "BranchClass", "GateDecision", "GenerationGate", "Trial", "context"]

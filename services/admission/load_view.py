@@ -40,6 +40,8 @@ class EngineLoad:
     kv_blocks_total: int
     fill_running: int
     fill_kv_blocks: int
+    #: Tokens per KV block (what turns a fill's tokens into its footprint).
+    block_size: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,20 @@ class LoadSnapshot:
     kv_budget_blocks: int
     #: Engines whose reports are current.
     engines: int
+    #: Mean running slots per engine (``max_running``): turns ρ̄_H into co-resident canonical
+    #: requests, from the engines' real capacity.
+    slots_per_engine: float = 0.0
+    #: KV blocks in use over the pool, across the engines, reservations included: the real
+    #: occupancy the price curves steepen with.
+    occupancy: float = 0.0
+    #: KV blocks in one engine's pool (mean) and tokens per block.
+    kv_pool_blocks: int = 0
+    block_size: int = 16
+
+    @property
+    def canonical(self) -> float:
+        """Canonical requests co-resident per engine at ρ̄_H (envelope x running slots)."""
+        return max(self.envelope, 0.0) * self.slots_per_engine
 
 
 class LoadTracker:
@@ -103,6 +119,10 @@ class LoadTracker:
     def _current(self, model: str, now: float) -> list[EngineLoad]:
         return [r for r in self._latest.values()
                 if r.model == model and now - r.published_at <= self.max_age_s]
+
+    def reports(self, model: str, now: float) -> list[EngineLoad]:
+        """The current (not too old) report of every engine serving ``model``."""
+        return self._current(model, now)
 
     def _pressure(self, reports: list[EngineLoad]) -> float:
         slots = sum(r.max_running for r in reports)
@@ -155,13 +175,20 @@ class LoadTracker:
         fill_slots = sum(max(1, math.floor(r.max_running * self.fill_share)) for r in reports)
         budget = sum(math.floor(r.kv_blocks_total * self.kv_budget_share) for r in reports)
         fills = sum(r.fill_running for r in reports) + sum(n for n, _ in reserved)
-        kv = sum(r.fill_kv_blocks for r in reports) + sum(b for _, b in reserved)
+        held = sum(b for _, b in reserved)
+        kv = sum(r.fill_kv_blocks for r in reports) + held
+        pool = sum(r.kv_blocks_total for r in reports)
+        n = len(reports)
         return LoadSnapshot(
             fill_occupancy=fills / fill_slots if fill_slots else math.inf,
             kv_occupancy=kv / budget if budget else math.inf,
             pressure=self._pressure(reports), envelope=self.envelope(model, now),
             fill_slots_free=max(fill_slots - fills, 0), kv_blocks_free=max(budget - kv, 0),
-            fill_slots=fill_slots, kv_budget_blocks=budget, engines=len(reports))
+            fill_slots=fill_slots, kv_budget_blocks=budget, engines=n,
+            slots_per_engine=sum(r.max_running for r in reports) / n if n else 0.0,
+            occupancy=(sum(r.kv_blocks_used for r in reports) + held) / pool if pool else 1.0,
+            kv_pool_blocks=pool // n if n else 0,
+            block_size=max(min(r.block_size for r in reports), 1) if n else 16)
 
 
 __all__ = ["EngineLoad", "LoadSnapshot", "LoadTracker"]

@@ -1,30 +1,32 @@
 """Load prices of speculative work (dynbranch §3.4): footprints, monotone price curves, and the
 ``Pricing`` the fill gate uses.
 
-A fill's footprint is R = (R_slot, R_KV): decode slot-seconds, and KV residency weighted by its
-share of the fill KV budget (budget share x residency seconds). The price curves
-β(V_H) = (β_slot, β_KV) are milliseconds of canonical delay per unit of each and rise with load:
+A fill's footprint is R = (R_slot, R_KV, R_prefill): its decode engine-seconds, its KV residency
+weighted by its share of one engine's pool (blocks of its rendered prompt + max_tokens over the
+pool, x its seconds), and the prompt tokens it prefills. The price curves are milliseconds of
+canonical delay per unit of each; they scale with the canonical requests co-resident on an
+engine, n_canon = ρ̄_H x the engine's real running slots (``LoadSnapshot.canonical``), and
+steepen with the engines' real KV occupancy o (reservations included):
 
-    β_slot(V) = 1000 * slot_stretch * n_canon(ρ̄_H) * steep(o_fill)
-    β_KV(V)   = 1000 * kv_stretch   * n_canon(ρ̄_H) * steep(o_KV)
-    C_s(V)    = β_slot(V) R_slot + β_KV(V) R_KV
+    β_slot(V)    = 1000 * slot_stretch        * n_canon * steep(o)
+    β_KV(V)      = 1000 * kv_stretch          * n_canon * steep(o)
+    β_prefill(V) = 1000 * prefill_s_per_token * n_canon
+    C_s(V)       = β_slot R_slot + β_KV R_KV + β_prefill R_prefill
 
-with n_canon the canonical requests co-resident per engine (ρ̄_H x running slots, capped at the
-slots) and steep(o) = 1 / (1 - min(o, o_max)) steepening near capacity. ``slot_stretch`` is the
-fractional slowdown one co-resident fill causes a canonical request, ``kv_stretch`` the slowdown
-per unit of KV pool share the fills hold: the slopes of an interference curve (canonical stretch
-against the number and the context of co-resident fills, the method of the paper's Figure 5b).
+with steep(o) = 1 / (1 - min(o, o_max)). ``slot_stretch`` is the fractional slowdown one
+co-resident fill causes a canonical request's decode, ``kv_stretch`` the slowdown per unit of
+pool share the fills hold, ``prefill_s_per_token`` the decode stall a fill's prompt prefill
+causes each co-resident canonical request, per prompt token: the interference curve's slopes,
+measured by ``dynbranch bench interference`` (the method of the paper's Figure 5b) at the
+workloads' prompt lengths. All three terms are engine seconds of canonical delay, the unit of
+the gain G a consumed fill saves.
 
 Defaults: fitted by ``dynbranch bench interference`` on the default engine backend (the sim,
-preset ``qwen3-32b-h200``; SIMULATED): a canonical request of 256 prompt + 128 output tokens
-beside n fills of 64 tokens was stretched 0.6% (1 fill), 1.7% (3), 6.9% (12), 13.7% (24) and
-27.4% (48): ``slot_stretch`` = 0.0057 per fill; beside 24 fills of 64 / 1024 / 2048 / 4096
-tokens (0.8% / 9.9% / 19.6% / 39.0% of the KV pool) it was stretched 14% / 37% / 61% / 110%:
-``kv_stretch`` = 2.52 per unit of pool share. The paper's Figure 5b on a real Qwen3-32B/H200 is
-steeper (about 1.1% per fill, 6.4 per unit of share): rerun the command against the backend you
-deploy and set the admission service's ``slot_stretch`` and ``kv_stretch`` to what it prints.
-Fill-slot count and the KV reservation budget stay hard constraints (``feasible``), whatever the
-price.
+preset ``qwen3-32b-h200``; SIMULATED; see that command's docstring for the table). The paper's
+Figure 5b on a real Qwen3-32B/H200 is steeper (about 1.1% per fill, 6.4 per unit of share):
+rerun the command against the backend you deploy and set the admission service's
+``slot_stretch``, ``kv_stretch`` and ``prefill_s_per_token`` to what it prints. Fill-slot count
+and the KV reservation budget stay hard constraints (``feasible``), whatever the price.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ from services.admission.fill_gate import FillCandidate
 from services.admission.load_view import LoadSnapshot
 from services.common.errors import InvalidArgument
 
+#: The interference slopes fitted by ``dynbranch bench interference`` on the sim (preset
+#: qwen3-32b-h200, SIMULATED), the defaults of ``PriceCurves`` and the admission settings: a
+#: canonical request (256 prompt + 128 output tokens) was stretched 0.6% / 6.9% / 27.4% beside
+#: 1 / 12 / 48 fills of 64 tokens, 32.5% / 110% beside 24 fills of 850 / 4096 tokens (8.2% /
+#: 39% of the pool), and delayed 92 ms / 419 ms while 1 / 4 fills of 850 prompt tokens were
+#: prefilled; the fit predicts 16.2% for 12 fills of 850 tokens, where 16.2% was measured.
+SLOT_STRETCH = 0.00571
+KV_STRETCH = 2.52
+PREFILL_S_PER_TOKEN = 1.22e-4
+
 
 @dataclass(frozen=True, slots=True)
 class Footprint:
@@ -42,55 +54,55 @@ class Footprint:
 
     #: Decode slot-seconds (engine seconds of the fill's downstream chain).
     slot_s: float
-    #: KV blocks it holds at its peak (reserved atomically at admission).
+    #: KV blocks it holds at its peak: its rendered prompt + max_tokens (reserved atomically at
+    #: admission).
     kv_blocks: int
+    #: Prompt tokens its first stage prefills (the stall it causes co-resident decodes).
+    prefill_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if not self.slot_s >= 0 or self.kv_blocks < 0:
-            raise InvalidArgument("footprint", "slot_s and kv_blocks must be >= 0")
+        if not self.slot_s >= 0 or self.kv_blocks < 0 or self.prefill_tokens < 0:
+            raise InvalidArgument("footprint", "slot_s, kv_blocks and prefill_tokens must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
 class PriceCurves:
     """Interference slopes and the shape of the curves (see the module docstring)."""
 
-    slot_stretch: float = 0.0057
-    kv_stretch: float = 2.52
-    #: Running slots per engine (scales ρ̄_H to co-resident canonical requests).
-    slots_per_engine: int = 48
+    slot_stretch: float = SLOT_STRETCH
+    kv_stretch: float = KV_STRETCH
+    prefill_s_per_token: float = PREFILL_S_PER_TOKEN
     #: Occupancy at which the steepening stops growing (the hard constraints take over).
     occupancy_cap: float = 0.95
 
     def __post_init__(self) -> None:
-        if self.slot_stretch < 0 or self.kv_stretch < 0 or self.slots_per_engine < 1:
-            raise InvalidArgument("prices", "stretches must be >= 0 and slots >= 1")
+        if min(self.slot_stretch, self.kv_stretch, self.prefill_s_per_token) < 0:
+            raise InvalidArgument("prices", "slot_stretch, kv_stretch and prefill_s_per_token "
+                                            "must be >= 0")
         if not 0 < self.occupancy_cap < 1:
             raise InvalidArgument("prices.occupancy_cap", "must be in (0, 1)")
 
     def _steep(self, occupancy: float) -> float:
         return 1.0 / (1.0 - min(max(occupancy, 0.0), self.occupancy_cap))
 
-    def canonical(self, envelope: float) -> float:
-        """Co-resident canonical requests per engine at pressure ρ̄_H."""
-        return min(max(envelope, 0.0), 1.0) * self.slots_per_engine
-
     def slot_price(self, view: LoadSnapshot) -> float:
         """β_slot: ms of canonical delay per slot-second."""
-        return 1000.0 * self.slot_stretch * self.canonical(view.envelope) \
-            * self._steep(view.fill_occupancy)
+        return 1000.0 * self.slot_stretch * view.canonical * self._steep(view.occupancy)
 
     def kv_price(self, view: LoadSnapshot) -> float:
-        """β_KV: ms of canonical delay per (budget share x second)."""
-        return 1000.0 * self.kv_stretch * self.canonical(view.envelope) \
-            * self._steep(view.kv_occupancy)
+        """β_KV: ms of canonical delay per (pool share x second)."""
+        return 1000.0 * self.kv_stretch * view.canonical * self._steep(view.occupancy)
+
+    def prefill_price(self, view: LoadSnapshot) -> float:
+        """β_prefill: ms of canonical delay per prompt token a fill prefills."""
+        return 1000.0 * self.prefill_s_per_token * view.canonical
 
 
 class LoadPricing:
     """``fill_gate.Pricing`` over load snapshots: candidates carry a ``Footprint``."""
 
-    def __init__(self, curves: PriceCurves, kv_pool_blocks: int) -> None:
+    def __init__(self, curves: PriceCurves) -> None:
         self.curves = curves
-        self.kv_pool_blocks = max(kv_pool_blocks, 1)
 
     @staticmethod
     def footprint(candidate: FillCandidate) -> Footprint:
@@ -100,11 +112,12 @@ class LoadPricing:
         return fp
 
     def cost_ms(self, candidate: FillCandidate, view: LoadSnapshot) -> float:
-        """C_s(V) = β_slot R_slot + β_KV R_KV."""
+        """C_s(V) = β_slot R_slot + β_KV R_KV + β_prefill R_prefill."""
         fp = self.footprint(candidate)
-        kv_share = fp.kv_blocks / self.kv_pool_blocks
+        kv_share = fp.kv_blocks / max(view.kv_pool_blocks, 1)
         return (self.curves.slot_price(view) * fp.slot_s
-                + self.curves.kv_price(view) * kv_share * fp.slot_s)
+                + self.curves.kv_price(view) * kv_share * fp.slot_s
+                + self.curves.prefill_price(view) * fp.prefill_tokens)
 
     def feasible(self, candidate: FillCandidate, view: LoadSnapshot) -> bool:
         """A free fill slot and room for its KV blocks in the reservation budget."""
@@ -116,10 +129,13 @@ class LoadPricing:
         fp = self.footprint(candidate)
         fills = view.fill_slots - view.fill_slots_free + 1
         kv = view.kv_budget_blocks - view.kv_blocks_free + fp.kv_blocks
-        return replace(view, fill_slots_free=max(view.fill_slots_free - 1, 0),
+        pool = view.kv_pool_blocks * max(view.engines, 1)
+        return replace(view, occupancy=view.occupancy + fp.kv_blocks / pool if pool else 1.0,
+                       fill_slots_free=max(view.fill_slots_free - 1, 0),
                        kv_blocks_free=max(view.kv_blocks_free - fp.kv_blocks, 0),
                        fill_occupancy=fills / view.fill_slots if view.fill_slots else 1.0,
                        kv_occupancy=kv / view.kv_budget_blocks if view.kv_budget_blocks else 1.0)
 
 
-__all__ = ["Footprint", "LoadPricing", "PriceCurves"]
+__all__ = ["KV_STRETCH", "PREFILL_S_PER_TOKEN", "SLOT_STRETCH", "Footprint", "LoadPricing",
+           "PriceCurves"]

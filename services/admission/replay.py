@@ -57,7 +57,6 @@ def encode(snapshot: Snapshot) -> str:
                         "footprint": asdict(c.footprint)} for c in snapshot.candidates
                        if isinstance(c.footprint, Footprint)],
         "view": asdict(snapshot.view), "curves": asdict(snapshot.pricing.curves),
-        "kv_pool_blocks": snapshot.pricing.kv_pool_blocks,
         "admitted": list(snapshot.admitted), "utility_ms": snapshot.utility_ms,
     }, sort_keys=True)
 
@@ -69,7 +68,7 @@ def decode(line: str) -> Snapshot:
         candidates = tuple(FillCandidate(c["name"], c["p"], c["gain_ms"],
                                          Footprint(**c["footprint"]))
                            for c in raw["candidates"])
-        pricing = LoadPricing(PriceCurves(**raw["curves"]), raw["kv_pool_blocks"])
+        pricing = LoadPricing(PriceCurves(**raw["curves"]))
         return Snapshot(candidates, LoadSnapshot(**raw["view"]), pricing,
                         tuple(raw["admitted"]), float(raw["utility_ms"]))
     except (KeyError, TypeError, ValueError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission import replay as replay_file
+from services.admission import state_store
 from services.admission.baselines import (
     AlwaysPolicy,
     FixedAdapter,
@@ -40,10 +42,14 @@ def build_policy(settings: AdmissionSettings, tracker: LoadTracker) -> Policy:
     if settings.policy == "threshold":
         return ThresholdPolicy(settings.p_star)
     if settings.policy == "load_threshold":
-        return LoadThresholdPolicy(tracker, settings.max_pressure, settings.top_k)
+        return LoadThresholdPolicy(tracker, settings.top_k, settings.min_free_slots,
+                                   settings.max_queue, settings.static_slots)
     return PricedController(
-        tracker, PriceCurves(slot_stretch=settings.slot_stretch, kv_stretch=settings.kv_stretch),
+        tracker, PriceCurves(slot_stretch=settings.slot_stretch, kv_stretch=settings.kv_stretch,
+                             prefill_s_per_token=settings.prefill_s_per_token),
         ControllerSettings(window_s=settings.window_s, n0=settings.n0,
+                           cold_fanout=settings.cold_fanout,
+                           class_prior_ms=settings.class_prior_ms,
                            audit_rate=settings.audit_rate, seed=settings.seed,
                            default_gain_ms=settings.default_gain_ms,
                            fill_kv_blocks=settings.fill_kv_blocks,
@@ -73,9 +79,38 @@ async def build_runtime(settings: AdmissionSettings, *,
     policy = runtime.policy = build_policy(settings, tracker)
     if settings.snapshot_path and isinstance(policy, PricedController):
         runtime.on_close(_snapshot_writer(policy, settings.snapshot_path))
+    if settings.state_path and isinstance(policy, PricedController):
+        saved = await asyncio.to_thread(state_store.load, settings.state_path)
+        if saved is not None:
+            log.info("admission: restored %d branch classes from %s", policy.restore(saved),
+                     settings.state_path)
+        runtime.on_close(_state_keeper(policy, settings.state_path, settings.state_interval_s))
     servicer = AdmissionServicer(policy, runtime.registry)
     runtime.add_service(admission_pb2_grpc.add_AdmissionServicer_to_server, servicer, SERVICE_NAME)
     return runtime
+
+
+def _state_keeper(policy: PricedController, path: str,
+                  interval_s: float) -> Callable[[], Awaitable[None]]:
+    """Save the learned state every ``interval_s`` (off the event loop); the returned close
+    hook stops the saver and saves once more."""
+    async def keep() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(state_store.save, path, policy.state())
+            except OSError as exc:
+                log.warning("admission: state not saved to %s: %s", path, exc)
+
+    task = asyncio.get_running_loop().create_task(keep(), name="admission-state")
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(state_store.save, path, policy.state())
+        log.info("admission: saved its learned state to %s", path)
+    return stop
 
 
 def _snapshot_writer(policy: PricedController, path: str) -> Callable[[], Awaitable[None]]:

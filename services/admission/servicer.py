@@ -9,7 +9,7 @@ from collections import OrderedDict
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from services.admission.controller import Outcome, Policy, Proposal, finite
+from services.admission.controller import Outcome, Policy, finite, proposal
 from services.common.convert import require
 from services.common.errors import InvalidArgument
 from services.common.pb import admission_pb2, admission_pb2_grpc
@@ -55,8 +55,10 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
         if not math.isfinite(request.window_s):
             raise InvalidArgument("window_s", "must be finite")
         decision = self.policy.admit(branch, coordinate, [
-            Proposal(c.candidate, c.rank, c.probability, c.est_exec_s, c.est_gain_s)
-            for c in request.candidates], request.model, time.time(),
+            proposal(c.candidate, c.rank, c.probability, {
+                "est_exec_s": c.est_exec_s, "est_gain_s": c.est_gain_s,
+                "est_prompt_tokens": c.est_prompt_tokens, "est_peak_tokens": c.est_peak_tokens,
+                "stages": c.stages}) for c in request.candidates], request.model, time.time(),
             window_s=request.window_s)
         self.admitted.inc(len(decision.admitted))
         return admission_pb2.AdmitFillsResponse(admitted=list(decision.admitted),
@@ -78,7 +80,8 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
                                    finite(request.fill_cost_s, "fill_cost_s"),
                                    finite(request.setup_s, "setup_s"),
                                    final=request.header.sequence != 2,
-                                   consumed=tuple(request.consumed_producers)))
+                                   consumed=tuple(request.consumed_producers),
+                                   wait_s=finite(request.wait_s, "wait_s")))
         return admission_pb2.ReportOutcomeResponse(applied=True)
 
 

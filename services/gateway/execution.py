@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class DecodePace:
         self.alpha = alpha
         self._per_token: dict[str, float] = {}
         self._engine_per_wall: dict[str, float] = {}
+        self._tokens_per_byte: dict[str, float] = {}
 
     def observe(self, model: str, wall_s: float, engine_s: float, tokens: int) -> None:
         """Learn from one finished generation."""
@@ -94,6 +96,22 @@ class DecodePace:
                              (self._engine_per_wall, engine_s / wall_s if engine_s > 0 else 1.0)):
             old = table.get(model)
             table[model] = value if old is None else old + self.alpha * (value - old)
+
+    def observe_prompt(self, model: str, prompt_bytes: int, prompt_tokens: int) -> None:
+        """Learn how many tokens a prompt byte is on ``model``'s tokenizer."""
+        if prompt_bytes > 0 and prompt_tokens > 0:
+            value, old = prompt_tokens / prompt_bytes, self._tokens_per_byte.get(model)
+            self._tokens_per_byte[model] = value if old is None else \
+                old + self.alpha * (value - old)
+
+    def prompt_tokens(self, model: str, text: str) -> int:
+        """Projected prompt tokens of ``text`` on ``model`` (4 bytes a token until learned)."""
+        return math.ceil(len(text.encode()) * self._tokens_per_byte.get(model, 0.25))
+
+    def engine_per_wall(self, model: str) -> float:
+        """Engine seconds per wall second on ``model`` (1 until learned; 1 / time_scale on a
+        compressed sim)."""
+        return self._engine_per_wall.get(model, 1.0)
 
     def engine_s_per_token(self, model: str) -> float | None:
         """Engine seconds one output token takes on ``model`` (None before any generation)."""
@@ -187,6 +205,7 @@ class Executor:
                                                     on_delta=on_delta)
         self.pace.observe(d.model, clock.now() - started, ex.timings.total_s,
                           ex.usage.completion_tokens)
+        self.pace.observe_prompt(d.model, len(d.prompt.encode()), ex.usage.prompt_tokens)
         self.engine_s[priority] = (self.engine_s.get(priority, 0.0) + ex.timings.prefill_s
                                    + ex.timings.decode_s)
         stored = StoredResult(ex.text, ex.finish_reason, ex.usage, tool_calls=ex.tool_calls)

@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.common.candidates import RankedCandidate
+from services.common.candidates import FillEstimate, RankedCandidate
 from services.common.chat import ToolCall
 from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
 from services.common.reads import Claimed, HoldNotice, ReadSet, Served, Shadow
@@ -111,16 +111,18 @@ class AdmissionPort(Protocol):
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    exec_s: Mapping[str, float] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
         """Action 1; the admitted candidates ([] when admission is unreachable). ``window_s``:
         the decision's remaining resolution window (engine s; 0 unknown, < 0 closed);
-        ``exec_s``: each candidate's projected subgraph engine seconds (absent: unknown)."""
+        ``estimates``: each candidate's projected fill cost (absent: unknown)."""
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True,
-                     consumed: Sequence[str] = ()) -> None:
-        """Delayed feedback of a branch (best effort): provisional at resolution (the selection
-        is known), ``final`` at retirement (what its fills saved in the end)."""
+                     consumed: Sequence[str] = (), wait_s: float = 0.0) -> None:
+        """Feedback of a branch (best effort; engine seconds): provisional at resolution when
+        the winner's chain is not yet settled (the selection is known), ``final`` once every
+        fill has ended and the winner's chain is promoted or can no longer be (or at
+        retirement): what its fills saved, cost, and the waits that did not pay."""
 
 
 __all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort"]

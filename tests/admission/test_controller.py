@@ -70,11 +70,62 @@ def x(envelope: float = 0.2) -> np.ndarray:
     return context(envelope, envelope, 0.0, 0.0, 0.0)
 
 
-def test_cold_trials_count_pending_ones_and_register_before_expansion() -> None:
+def test_a_cold_class_opens_every_branch_bounding_the_fan_out_beyond_its_trials() -> None:
     g = GenerationGate(n0=2, audit_rate=0.0)
-    assert g.decide("c", "b1", x()).open and g.decide("c", "b2", x()).open
-    assert not g.decide("c", "b3", x()).open  # two cold trials in flight
-    assert g.classes["c"].pending == 2 and set(g.classes["c"].trials) == {"b1", "b2"}
+    first, second = g.decide("c", "b1", x()), g.decide("c", "b2", x())
+    assert first.open and second.open and not first.bounded and not second.bounded
+    third = g.decide("c", "b3", x())  # two cold trials in flight: open, fan-out bounded
+    assert third.open and third.bounded and third.kind == "cold_bounded"
+    assert g.classes["c"].pending == 3 and set(g.classes["c"].trials) == {"b1", "b2", "b3"}
+    for b in ("b1", "b2"):  # n0 trials settle: the class is warm, the model decides
+        g.settle("c", b, 500.0)
+    assert g.decide("c", "b4", x()).kind == "priced"
+
+
+def test_a_bounded_cold_branch_admits_at_most_the_cold_fan_out() -> None:
+    c = PricedController(tracker_at(running=4),
+                         settings=ControllerSettings(audit_rate=0.0, n0=1, cold_fanout=1))
+    assert not c.open_branch("b1", "r/router", "", MODEL, 100.0).bounded
+    assert len(c.admit("b1", "r/router", proposals(), MODEL, 100.0).admitted) > 1
+    assert c.open_branch("b2", "r/router", "", MODEL, 100.0).bounded  # b1 still in flight
+    assert c.admit("b2", "r/router", proposals(), MODEL, 100.0).admitted == ("h1",)
+    assert c.account()["gate"] == {"cold": 1, "cold_bounded": 1}
+
+
+def test_an_optimistic_class_prior_does_not_lock_shut_on_a_few_small_losses() -> None:
+    g = GenerationGate(n0=2, audit_rate=0.0, prior=1000.0)
+    for i in range(6):  # six branches lose 50 ms each (setup, nothing consumed)
+        assert g.decide("c", f"b{i}", x()).open
+        g.settle("c", f"b{i}", -50.0)
+    assert g.decide("c", "next", x()).open
+    for i in range(200):  # a class that keeps losing does close in the end, prior or not
+        if g.decide("c", f"m{i}", x()).open:
+            g.settle("c", f"m{i}", -50.0)
+    assert not g.decide("c", "last", x()).open
+
+
+def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from services.admission import state_store
+
+    c = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
+    for i in range(6):
+        c.open_branch(f"b{i}", "r/router", "t/r/router", MODEL, 100.0)
+        c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
+        c.report(Outcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
+                         consumed=(f"fill/b{i}/h1/0",)))
+    path = tmp_path / "state.json"
+    state_store.save(path, c.state())
+    again = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
+    assert again.restore(state_store.load(path) or {}) == 1
+    assert again.gate.classes["t/r/router"].n == 6  # warm at once: no cold trials
+    assert again.open_branch("n", "r/router", "t/r/router", MODEL, 100.0).kind == "priced"
+    assert again.stats["t/r/router"] == c.stats["t/r/router"]
+    assert state_store.load(tmp_path / "absent.json") is None
+    (tmp_path / "bad.json").write_text("[1]")
+    with pytest.raises(Exception, match="state_path"):
+        state_store.load(tmp_path / "bad.json")
+    with pytest.raises(Exception, match="state.version"):
+        again.restore({"version": 0})
 
 
 def test_delayed_feedback_revises_a_target_without_adding_a_sample() -> None:
@@ -166,12 +217,17 @@ def test_baselines_answer_the_same_calls() -> None:
     t = tracker_at(running=40)
     assert AlwaysPolicy().admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2", "h3")
     assert ThresholdPolicy(0.2).admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2")
-    low = LoadThresholdPolicy(tracker_at(running=4), max_pressure=0.5, top_k=2)
-    high = LoadThresholdPolicy(t, max_pressure=0.5)
+    low = LoadThresholdPolicy(tracker_at(running=4), top_k=2)  # 44 of 48 slots free
+    high = LoadThresholdPolicy(tracker_at(running=46))  # 2 free: fewer than 3
+    queued = LoadThresholdPolicy(tracker_at(running=4, waiting=3))  # a queue of 3 > 2
     assert low.open_branch("b", "c", "", MODEL, 100.0).open
     assert low.admit("b", "c", proposals(), MODEL, 100.0).admitted == ("h1", "h2")
     assert not high.open_branch("b", "c", "", MODEL, 100.0).open
     assert high.admit("b", "c", proposals(), MODEL, 100.0).admitted == ()
+    assert not queued.open_branch("b", "c", "", MODEL, 100.0).open
+    assert high.account() == {"gate": {"opened": 0, "refused": 1}}
+    run_below = LoadThresholdPolicy(t, slots=42)  # counted against 42 slots: 2 free
+    assert not run_below.open_branch("b", "c", "", MODEL, 100.0).open
 
 
 def test_recorded_decisions_replay_against_the_exact_oracle() -> None:
@@ -264,20 +320,25 @@ def test_credit_requires_the_consumed_entry_to_name_the_admitted_producer() -> N
     c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
                      consumed=("fill/b9/h1/0",)))  # another branch's fill: no credit
     st = c.stats["r/router"]
-    assert st.gain_n == 0 and st.usability.failure == 1
+    assert "single" not in st.gain_ms and st.usability.failure == 1
     c.admit("b2", "r/router", proposals(), MODEL, 100.0)
     c.report(Outcome("b2", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
                      consumed=("fill/b2/h1/0",)))
-    assert st.gain_n == 1 and st.usability.success == 1
+    assert st.gain_ms["single"].n == 1 and st.usability.success == 1
 
 
-def test_the_gateway_client_sends_projected_exec_and_gain_seconds() -> None:
-    from services.admission.client import _estimates
+def test_the_gateway_client_sends_projected_exec_gain_and_tokens() -> None:
+    from services.admission.client import estimate_fields as fields
+    from services.common.candidates import FillEstimate
 
-    assert _estimates("h1", {"h1": 4.0}, window_s=2.5) == {"est_exec_s": 4.0, "est_gain_s": 2.5}
-    assert _estimates("h1", {"h1": 4.0}, window_s=0.0) == {"est_exec_s": 4.0, "est_gain_s": 4.0}
-    assert _estimates("h1", {"h1": 4.0}, window_s=-1.0)["est_gain_s"] == 0.0
-    assert _estimates("h2", {"h1": 4.0}, window_s=2.5) == {}  # unknown: nothing sent
+    est = {"h1": FillEstimate(4.0, prompt_tokens=850, peak_tokens=1106, stages=1)}
+    assert fields("h1", est, window_s=2.5) == {"est_exec_s": 4.0, "est_gain_s": 2.5,
+                                                "est_prompt_tokens": 850,
+                                                "est_peak_tokens": 1106, "stages": 1}
+    assert fields("h1", est, window_s=0.0)["est_gain_s"] == 4.0
+    assert fields("h1", est, window_s=-1.0)["est_gain_s"] == 0.0
+    assert fields("h2", est, window_s=2.5) == {}  # unknown: nothing sent
+    assert fields("h3", {"h3": FillEstimate()}, 1.0) == {"stages": 1}
 
 
 def test_the_decode_pace_gives_engine_seconds_per_token() -> None:

@@ -23,6 +23,7 @@ from services.admission.client import StaticAdmission
 from services.common.pb import gateway_pb2
 from services.common.reads import Served
 from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.gateway.execution import DecodePace
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
@@ -138,7 +139,7 @@ def _manager() -> tuple[BranchManager, _Library]:
     library = _Library()
     registry = TemplateRegistry()
     registry.register(ROUTING)
-    executor = SimpleNamespace(registry=registry)  # all the manager reads of it here
+    executor = SimpleNamespace(registry=registry, pace=DecodePace())  # all the manager reads
     manager = BranchManager(executor, library, StaticAdmission(),  # type: ignore[arg-type]
                             default_predictor(3), BranchSettings(fill_wait_s=0.001),
                             TracerProvider().get_tracer("t"))

@@ -28,18 +28,24 @@ class OpenBranchResponse(_message.Message):
     def __init__(self, open: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Candidate(_message.Message):
-    __slots__ = ("candidate", "rank", "probability", "est_exec_s", "est_gain_s")
+    __slots__ = ("candidate", "rank", "probability", "est_exec_s", "est_gain_s", "est_prompt_tokens", "est_peak_tokens", "stages")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     EST_EXEC_S_FIELD_NUMBER: _ClassVar[int]
     EST_GAIN_S_FIELD_NUMBER: _ClassVar[int]
+    EST_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EST_PEAK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
     candidate: str
     rank: int
     probability: float
     est_exec_s: float
     est_gain_s: float
-    def __init__(self, candidate: _Optional[str] = ..., rank: _Optional[int] = ..., probability: _Optional[float] = ..., est_exec_s: _Optional[float] = ..., est_gain_s: _Optional[float] = ...) -> None: ...
+    est_prompt_tokens: int
+    est_peak_tokens: int
+    stages: int
+    def __init__(self, candidate: _Optional[str] = ..., rank: _Optional[int] = ..., probability: _Optional[float] = ..., est_exec_s: _Optional[float] = ..., est_gain_s: _Optional[float] = ..., est_prompt_tokens: _Optional[int] = ..., est_peak_tokens: _Optional[int] = ..., stages: _Optional[int] = ...) -> None: ...
 
 class AdmitFillsRequest(_message.Message):
     __slots__ = ("header", "coordinate", "candidates", "model", "window_s")
@@ -64,7 +70,7 @@ class AdmitFillsResponse(_message.Message):
     def __init__(self, admitted: _Optional[_Iterable[str]] = ..., load_price: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomeRequest(_message.Message):
-    __slots__ = ("header", "coordinate", "selected", "saved_s", "fill_cost_s", "setup_s", "consumed_producers")
+    __slots__ = ("header", "coordinate", "selected", "saved_s", "fill_cost_s", "setup_s", "consumed_producers", "wait_s")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     COORDINATE_FIELD_NUMBER: _ClassVar[int]
     SELECTED_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +78,7 @@ class ReportOutcomeRequest(_message.Message):
     FILL_COST_S_FIELD_NUMBER: _ClassVar[int]
     SETUP_S_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
     header: _common_pb2.RecordHeader
     coordinate: str
     selected: str
@@ -79,7 +86,8 @@ class ReportOutcomeRequest(_message.Message):
     fill_cost_s: float
     setup_s: float
     consumed_producers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., coordinate: _Optional[str] = ..., selected: _Optional[str] = ..., saved_s: _Optional[float] = ..., fill_cost_s: _Optional[float] = ..., setup_s: _Optional[float] = ..., consumed_producers: _Optional[_Iterable[str]] = ...) -> None: ...
+    wait_s: float
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., coordinate: _Optional[str] = ..., selected: _Optional[str] = ..., saved_s: _Optional[float] = ..., fill_cost_s: _Optional[float] = ..., setup_s: _Optional[float] = ..., consumed_producers: _Optional[_Iterable[str]] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
 class ReportOutcomeResponse(_message.Message):
     __slots__ = ("applied",)

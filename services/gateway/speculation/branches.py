@@ -24,7 +24,7 @@ import uuid
 from opentelemetry.trace import Tracer
 
 from services.common import clock
-from services.common.candidates import RankedCandidate
+from services.common.candidates import FillEstimate, RankedCandidate
 from services.common.errors import InvalidArgument
 from services.common.reads import Served
 from services.common.reuse_name import ReuseName
@@ -86,6 +86,8 @@ class BranchManager:
             if name is not None:
                 served = await self.promotions.serve(
                     [b for b in branches if b.template.id == d.template_id], name, timeout_s)
+            for branch in branches:
+                self._maybe_final(branch)
         template = self.executor.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
         if point is not None and d.workflow_id:
@@ -100,6 +102,8 @@ class BranchManager:
         if not branch.resolved and d.stage_id in branch.first_stages():
             await self._wait_ready(branch, timeout_s)
             match = branch.match(name) if name is not None else None
+            if match is None and name is not None:  # a predicted candidate, not filled
+                branch.selected = next((c for c, n in branch.predicted.items() if n == name), "")
             self._resolve(branch, match[0].candidate if match else "")
 
     async def _wait_ready(self, branch: Branch, timeout_s: float) -> None:
@@ -166,6 +170,7 @@ class BranchManager:
                     fill = Fill(candidate, rank)
                     branch.fills[candidate] = fill
                     fill.task = self._spawn(self.fills.run(branch, fill), f"fill:{branch.id}")
+                    fill.task.add_done_callback(lambda _t, b=branch: self._maybe_final(b))
                     self.counters["fills_issued"] += 1
         finally:
             branch.ready.set()
@@ -174,8 +179,8 @@ class BranchManager:
         coordinate = branch.point.coordinate
         with maybe_span(self.tracer, "branch.generation_gate") as span:
             # the branch class: branches that share a coordinate pool their statistics (§3.4)
-            is_open = await self.admission.open_branch(branch.id, coordinate, coordinate,
-                                                       d.model)
+            is_open = await self.admission.open_branch(branch.id, coordinate,
+                                                       f"{branch.tenant}/{coordinate}", d.model)
             span.set_attribute("dynbranch.open", is_open)
         if not is_open or branch.resolved:
             return []
@@ -196,33 +201,47 @@ class BranchManager:
                 window = self.executor.pace.window_s(d.model, d.sampling.max_tokens,
                                                      clock.now() - branch.opened_at)
             admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
-                                                  window, self._exec_estimates(branch, ranked))
+                                                  window, self._estimates(branch, ranked))
             span.set_attribute("dynbranch.admitted", ",".join(admitted))
         ranks = {c.candidate: c.rank for c in ranked}
         return [(ranks.get(c, len(ranks)), c) for c in admitted if c in ranks]
 
-    def _exec_estimates(self, branch: Branch, ranked: list[RankedCandidate]) -> dict[str, float]:
-        """Projected engine seconds of each candidate's subgraph: its llm stages' output tokens
-        at the decode pace learned for their models (absent until a pace is known)."""
-        out: dict[str, float] = {}
+    def _estimates(self, branch: Branch, ranked: list[RankedCandidate]
+                   ) -> dict[str, FillEstimate]:
+        """What each candidate's fill would cost: its subgraph's llm stages' output tokens at
+        the decode pace learned for their models (0 until a pace is known), the prompt tokens
+        of its first stage rendered as the fill would render it and that prompt + max_tokens
+        (0 when it cannot be rendered yet), and its stage count. The first stage's reuse name
+        is kept (``Branch.predicted``): a demand that selects a candidate no fill ran for still
+        tells admission which rank was selected."""
+        out: dict[str, FillEstimate] = {}
+        pace = self.executor.pace
         for c in ranked:
-            total = 0.0
-            for step in branch.point.chain_for(c.candidate):
+            chain = branch.point.chain_for(c.candidate)
+            total: float | None = 0.0
+            for step in chain:
                 stage = branch.template.stage(step.stage)
-                if stage.kind is StageKind.LLM and stage.sampling is not None:
-                    pace = self.executor.pace.engine_s_per_token(stage.model or branch.model)
-                    if pace is None:
-                        break
-                    total += stage.sampling.max_tokens * pace
-            else:
-                if total > 0:
-                    out[c.candidate] = total
+                if stage.kind is StageKind.LLM and stage.sampling is not None and total is not None:
+                    per_token = pace.engine_s_per_token(stage.model or branch.model)
+                    total = None if per_token is None else \
+                        total + stage.sampling.max_tokens * per_token
+            prompt = peak = 0
+            first = self.fills.named(branch, c.candidate, chain[0].stage,
+                                     dict(branch.outputs)) if chain else None
+            if first is not None:
+                rendered, name = first
+                branch.predicted[c.candidate] = name
+                if rendered.sampling is not None:
+                    prompt = pace.prompt_tokens(rendered.model, rendered.text)
+                    peak = prompt + rendered.sampling.max_tokens
+            out[c.candidate] = FillEstimate(total or 0.0, prompt, peak, max(len(chain), 1))
         return out
 
     # -- settlement ---------------------------------------------------------------------------
 
     def _resolve(self, branch: Branch, winner: str) -> None:
         branch.resolved, branch.winner = True, winner
+        branch.selected = winner or branch.selected
         if winner in branch.fills:
             self.counters["winners_admitted"] += 1
         with maybe_span(self.tracer, "branch.settle", attributes={
@@ -242,7 +261,9 @@ class BranchManager:
                 for candidate, fill in branch.fills.items():
                     if candidate != winner and fill.task is not None and not fill.task.done():
                         self._abort(fill, "not picked")
-            self._report(branch, final=False)  # the selection is known: feedback starts now
+            self._maybe_final(branch)
+            if not branch.reported:  # the selection is known: feedback starts now
+                self._report(branch, final=False)
 
     def settle(self, tenant: str, workflow_id: str, coordinate: str, selected: str) -> int:
         """Resolve open branches of a workflow at ``coordinate`` explicitly (HCI picks)."""
@@ -293,15 +314,30 @@ class BranchManager:
                     step.hold.cancel()
         self._report(branch)
 
+    def _maybe_final(self, branch: Branch) -> None:
+        """Send the final report as soon as nothing more can change it: the branch resolved,
+        every fill ended, and the winner's chain is promoted or can no longer be (feedback
+        inside the run, not at expiry)."""
+        if branch.reported or not branch.resolved:
+            return
+        if any(f.task is not None and not f.task.done() for f in branch.fills.values()):
+            return
+        winner = branch.fills.get(branch.winner)
+        if winner is not None and any(step.open(winner) for step in winner.steps):
+            return
+        self._report(branch)
+
     def _report(self, branch: Branch, final: bool = True) -> None:
         if branch.reported:
             return
         branch.reported = final
         cost = sum(f.cost_s for f in branch.fills.values())
         consumed = [p for f in branch.fills.values() for p in f.promoted]
-        self._spawn(self.admission.report(branch.id, branch.point.coordinate, branch.winner,
-                                          branch.saved_s, cost, branch.setup_s, final,
-                                          consumed),
+        per_wall = self.executor.pace.engine_per_wall(branch.model)  # setup, waits: engine s
+        self._spawn(self.admission.report(branch.id, branch.point.coordinate,
+                                          branch.selected or branch.winner, branch.saved_s,
+                                          cost, branch.setup_s * per_wall, final, consumed,
+                                          branch.wait_s * per_wall),
                     f"report:{branch.id}:{'final' if final else 'resolved'}")
 
     # -- tasks --------------------------------------------------------------------------------

@@ -65,24 +65,33 @@ class FillRunner:
                 if not step.ok and step.hold is not None:
                     step.hold.cancel()  # no shadow will come: drop the placeholder
 
-    async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
-                        outputs: dict[str, str], previous: ReuseName | None) -> str | None:
-        stage = branch.template.stage(step.stage_id)
+    def named(self, branch: Branch, candidate: str, stage_id: str,
+              outputs: dict[str, str]) -> tuple[RenderedStage, ReuseName] | None:
+        """A candidate's stage rendered and named as its fill would run it; None when it
+        depends on a value only the canonical path will know, or may not run speculatively."""
+        stage = branch.template.stage(stage_id)
         try:
             rendered = render_candidate_stage(branch.template, branch.point.coordinate,
-                                              fill.candidate, step.stage_id,
-                                              inputs=branch.inputs, outputs=outputs)
+                                              candidate, stage_id, inputs=branch.inputs,
+                                              outputs=outputs)
         except InvalidArgument:
-            return None  # depends on a value only the canonical path will know
+            return None
         if not rendered.speculable:
             return None
         fp = self.executor.fingerprint(rendered.template_id, rendered.stage_id,
                                      rendered.stage_version, rendered.model, rendered.sampling,
                                      stage)
-        step.name = self.executor.name_for(branch.tenant, fp, rendered.input, stage,
-                                         rendered.sampling)
-        if step.name is None:
+        name = self.executor.name_for(branch.tenant, fp, rendered.input, stage,
+                                      rendered.sampling)
+        return (rendered, name) if name is not None else None
+
+    async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
+                        outputs: dict[str, str], previous: ReuseName | None) -> str | None:
+        stage = branch.template.stage(step.stage_id)
+        found = self.named(branch, fill.candidate, step.stage_id, outputs)
+        if found is None:
             return None
+        rendered, step.name = found
         if self.executor.features.c1:
             hit = await self.library.lookup(step.name)
             stored = StoredResult.decode(hit.result) if hit is not None else None

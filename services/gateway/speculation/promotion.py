@@ -108,6 +108,7 @@ class Promotions:
                 await asyncio.wait_for(asyncio.shield(step.done.wait()),
                                        min(self.settings.fill_wait_s, timeout_s))
             except TimeoutError:
+                branch.wait_s += clock.now() - waiting  # a wait that did not pay (W_b)
                 self._abort(fill, "demand stopped waiting")
                 self._refused("wait_timeout")
                 return None, "wait_timeout"

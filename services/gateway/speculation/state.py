@@ -98,6 +98,12 @@ class Branch:
     winner: str = ""
     setup_s: float = 0.0
     saved_s: float = 0.0
+    #: Seconds demands waited on this branch's fills without being served (W_b, Eq. 4).
+    wait_s: float = 0.0
+    #: The predicted candidate the resolving demand selected, filled or not ("": none of them).
+    selected: str = ""
+    #: Reuse names of the predicted candidates' first stages (what identifies ``selected``).
+    predicted: dict[str, ReuseName] = field(default_factory=dict)
     reported: bool = False
     #: Retired: no fill starts and no placeholder is held for it any more.
     retired: bool = False
