@@ -36,7 +36,9 @@ ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
     ArmSpec("fixed1", True, True, "fixed", settings=(("top_k", 1),)),
     ArmSpec("always", True, True, "always"),
     ArmSpec("threshold", True, True, "threshold"),
-    ArmSpec("load_threshold", True, True, "load_threshold"),
+    # the paper's static control counted against 16 running slots per engine: with the sim's
+    # own 1,024 it never refuses at these loads (no baseline); at 16 it acts under load
+    ArmSpec("load_threshold", True, True, "load_threshold", settings=(("static_slots", 16),)),
     ArmSpec("whole_request", False, False, whole_request_cache=True),
 )}
 ALL_ARMS = tuple(ARM_SPECS)

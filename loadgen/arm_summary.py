@@ -91,12 +91,53 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
     }
 
 
+def hindsight_share(arm: ArmResult, c1: ArmResult, ids: list[str],
+                    bound: OracleBound) -> float | None:
+    """The arm's share of the hindsight utility of speculation: what it saved over the C1-only
+    arm (the same mechanisms without early fill: measured end to end, so every fill's real
+    interference and waste is in it) over the overlap term of the oracle bound — for every
+    branch, opened or refused, the exact best admission given the realised selection: fill the
+    selected candidate only, hiding min(T_gen, T_exec) when the predictor covered it. None
+    without an overlap to share."""
+    if bound.overlap_s <= 0:
+        return None
+    by_id = {r.workflow_id: r.measured_s for r in arm.results}
+    base = {r.workflow_id: r.measured_s for r in c1.results}
+    saved = sum(base[i] - by_id[i] for i in ids if i in by_id and i in base)
+    return round(saved / bound.overlap_s, 3)
+
+
+def marginal_fill_cost_s(arms: dict[str, ArmResult], ids: list[str]) -> float | None:
+    """What one more fill per branch costs canonical work, measured side by side: top-2 against
+    top-1 (``fixed`` against ``fixed1``). The latency the second fill adds, plus what its own
+    consumptions saved (each worth the mean saving of a consumed fill under top-1 over C1-only),
+    per extra fill. None without the three arms or without extra fills."""
+    if not {"fixed", "fixed1", "c1"} <= set(arms):
+        return None
+    def total(name: str) -> float:
+        return sum(r.measured_s for r in arms[name].results if r.workflow_id in ids)
+    c = {n: arms[n].counters for n in ("fixed", "fixed1")}
+    extra = c["fixed"].get("fills_issued", 0) - c["fixed1"].get("fills_issued", 0)
+    consumed1 = c["fixed1"].get("fills_consumed", 0)
+    if extra <= 0 or consumed1 <= 0:
+        return None
+    per_consumed = (total("c1") - total("fixed1")) / consumed1
+    more = c["fixed"].get("fills_consumed", 0) - consumed1
+    return round((total("fixed") - total("fixed1") + more * per_consumed) / extra, 3)
+
+
 def summarize(arms: dict[str, ArmResult], *, seed: int = 0,
               bound: OracleBound | None = None) -> dict[str, dict[str, Any]]:
-    """Per arm figures; the floor is the reference (its ``outputs_equal_floor`` is None)."""
+    """Per arm figures; the floor is the reference (its ``outputs_equal_floor`` is None). With
+    the C1-only arm and a bound, every early-fill arm also gets its ``hindsight_share``."""
     floor = arms["floor"]
     ids = completed_everywhere(arms)
-    return {name: _arm(arm, floor, ids, seed, bound) for name, arm in arms.items()}
+    out = {name: _arm(arm, floor, ids, seed, bound) for name, arm in arms.items()}
+    if bound is not None and "c1" in arms:
+        for name, arm in arms.items():
+            if arm.counters.get("opened", 0) or name in ("c2", "full"):
+                out[name]["hindsight_share"] = hindsight_share(arm, arms["c1"], ids, bound)
+    return out
 
 
-__all__ = ["completed_everywhere", "summarize"]
+__all__ = ["completed_everywhere", "hindsight_share", "marginal_fill_cost_s", "summarize"]

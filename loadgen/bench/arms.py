@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from loadgen.arm_set import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
-from loadgen.arm_summary import completed_everywhere, summarize
+from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
 from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
 from loadgen.leak_guard import check
 from loadgen.oracle import OracleBound, oracle_bound
@@ -195,6 +195,7 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
         "oracle": {**bound.as_json(), "full_over_floor": round(
             (floor_s - bound.total_s) / floor_s, 3) if floor_s > 0 else None},
         "stalls": {name: a["stalls"] for name, a in summary.items()},
+        "marginal_fill_cost_s": marginal_fill_cost_s(merged, sorted(ids)),
         "arms": summary, "failed": failed, "ok": failed == 0,
         "outputs_equal_floor": all(a["outputs_equal_floor"] is not False
                                    for a in summary.values()),

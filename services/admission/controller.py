@@ -115,7 +115,7 @@ class ControllerSettings:
     #: w_0,c: the class prior of Action 0's ridge model (ms; > 0 is optimistic).
     class_prior_ms: float = 1000.0
     audit_rate: float = 0.05
-    selection_quantile: float = 0.9
+    selection_quantile: float = 0.75
     #: Pseudo-counts of the predictor's probability in the rank's Beta prior (no uniform floor:
     #: Beta(w p, w (1 - p))).
     prior_weight: float = 4.0
