@@ -6,10 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgen.arm_set import ADMISSION_ARMS
 from loadgen.arms import ArmResult
 from loadgen.equivalence import compare_outputs
 from loadgen.oracle import OracleBound, oracle_share
-from loadgen.stats import paired_bootstrap_ci, ratio_of_means, supported_quantiles
+from loadgen.stats import (
+    paired_bootstrap_ci,
+    paired_difference_ci,
+    ratio_of_means,
+    supported_quantiles,
+)
 from services.gateway.speculation.state import REFUSALS
 
 FILL_KEYS = ("fills_issued", "fills_consumed", "stages_promoted", "fills_discarded")
@@ -137,6 +143,15 @@ def summarize(arms: dict[str, ArmResult], *, seed: int = 0,
         for name, arm in arms.items():
             if arm.counters.get("opened", 0) or name in ("c2", "full"):
                 out[name]["hindsight_share"] = hindsight_share(arm, arms["c1"], ids, bound)
+    if "full" in arms:  # priced against every other admission policy, paired per workflow
+        def values(name: str) -> list[float]:
+            by_id = {r.workflow_id: r.measured_s for r in arms[name].results}
+            return [by_id[i] for i in ids]
+        base = values("floor")
+        out["full"]["vs_baselines"] = {
+            name: dict(zip(("diff", "low", "high"), d, strict=True))
+            for name in arms if name in ADMISSION_ARMS and name != "full"
+            and (d := paired_difference_ci(values("full"), values(name), base, seed=seed))}
     return out
 
 

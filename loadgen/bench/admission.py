@@ -4,14 +4,18 @@ Appendix B).
 
 1. Decision latency of Action 0 and Action 1 (K = 3 candidates, context d = 6), in-process
    (p50/p99 in µs) and over gRPC to an admission service (p50/p99 in ms).
-2. The Routing workload on one simulated engine under a load step: a low-rate phase, a
-   high-rate phase, a low-rate phase. Each arm replays the same schedule on a fresh mesh whose
-   admission service runs that arm's policy: ``priced`` (this controller), ``fixed`` (open every
-   branch, admit the top 2) and ``always`` (admit every candidate). Per phase: fills issued per
-   request and mean workflow latency (simulated seconds), side by side.
-3. The priced arm records its Action 1 decisions; the exact ordered-subset oracle scores them:
-   ``oracle_set_match`` (share of decisions with a positive optimum where the rule admitted an
-   oracle-optimal set) and ``oracle_utility_share`` (share of oracle utility retained).
+2. The Routing workload on one simulated engine under a load step, on the virtual clock: a
+   low-rate phase, a high-rate phase, a low-rate phase. Each arm replays the same schedule on a
+   fresh mesh whose admission service runs that arm's policy: ``full`` (the priced controller),
+   ``fixed`` (open every branch, admit the top 2), ``fixed1`` (the top 1), ``load_threshold``
+   (the paper's static control) and ``always`` (admit every candidate); the floor and C1-only
+   run beside them. Per phase: mean workflow latency (simulated seconds); per arm: fills issued
+   per request and its share of the hindsight utility (``loadgen.arm_summary.hindsight_share``:
+   its saving over C1-only against, for every branch opened or refused, the exact best
+   admission given the realised selection — a check against outcomes, not the gate's own
+   estimates), and the policy's account of its decisions.
+3. ReAct with the drafted predictor under priced admission (live mesh: the drafter runs on its
+   own simulated engine).
 
 The engines are simulated (SIMULATED in the output); seeds are fixed and printed.
 """
@@ -26,14 +30,17 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from loadgen.arms import MeshConfig, in_process_mesh, run_schedule
+from loadgen.arm_summary import completed_everywhere, hindsight_share
+from loadgen.arms import MeshConfig, in_process_mesh, run_arm, run_schedule
+from loadgen.oracle import oracle_bound
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock
 from loadgen.workloads.schedule import Arrival, Schedule
 
 log = logging.getLogger(__name__)
 
-ARMS = ("priced", "fixed", "always")
+#: The admission arms of the load step (``full`` is the priced controller).
+ARMS = ("full", "fixed", "fixed1", "load_threshold", "always")
 SEED = 11
 
 
@@ -121,57 +128,37 @@ def load_step_schedule(quick: bool) -> tuple[Schedule, list[tuple[str, float, fl
     return Schedule("routing", SEED, "poisson-step", 0.0, tuple(arrivals)), bounds
 
 
-async def run_arm(policy: str, schedule: Schedule, bounds: list[tuple[str, float, float]],
-                  config: MeshConfig) -> dict[str, Any]:
-    """One arm: per-phase fills issued per request and mean latency; the priced replay."""
-    from services.admission.replay import replay
-
-    # The admission service keeps wall-clock time; its window H is the paper's 8 s of engine
-    # time, scaled like the simulated engines.
-    cfg = replace(config, admission=policy, admission_settings=(
-        ("max_snapshots", 100_000), ("seed", SEED), ("window_s", 8.0 * config.time_scale)))
+async def load_step(quick: bool) -> dict[str, Any]:
+    """The load step on the virtual clock: the floor, C1-only and every admission arm on the
+    same schedule, each on a fresh one-engine mesh. Per arm and phase: mean workflow latency;
+    per arm: fills issued per request, the share of the hindsight utility it realised
+    (``arm_summary.hindsight_share``) and the policy's own account of its decisions."""
+    schedule, bounds = load_step_schedule(quick)
     workload = get_workload("routing")
-    clock = SimClock(cfg.time_scale)
-    async with in_process_mesh(cfg, "full") as mesh:
-        issued_at: list[tuple[float, int]] = []
-
-        async def sample() -> None:
-            start = clock.wall()
-            while True:
-                issued_at.append((clock.sim_since(start), mesh.counters()["fills_issued"]))
-                await asyncio.sleep(cfg.time_scale * 0.5)
-
-        sampler = asyncio.create_task(sample())
-        try:
-            results = await run_schedule(mesh.address, workload, schedule, clock)
-        finally:
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
-        snapshots = list(getattr(mesh.admission.policy, "snapshots", ()))
-    phases = {}
-    for name, start, end in bounds:
-        members = [r for r, a in zip(results, schedule.arrivals, strict=True)
-                   if start <= a.at_s < end and not r.error]
-        failed = sum(1 for r, a in zip(results, schedule.arrivals, strict=True)
-                     if start <= a.at_s < end and r.error)
-        issued = _issued_between(issued_at, start, end)  # by time: the load of the phase
-        phases[name] = {"requests": len(members), "failed": failed,
-                        "fills_per_request": issued / max(len(members) + failed, 1),
-                        "mean_s": statistics.fmean(r.latency_s for r in members)
-                        if members else float("nan")}
-    out: dict[str, Any] = {"phases": phases}
-    if snapshots:
-        out["replay"] = replay(snapshots)
+    config = MeshConfig(engines=1, clock="virtual")
+    results = {name: await run_arm(name, workload, schedule, config)
+               for name in ("floor", "c1", *ARMS)}
+    ids = completed_everywhere(results)
+    bound = oracle_bound([results["floor"].calls.get(r.workflow_id, ())
+                          for r in results["floor"].results if r.workflow_id in set(ids)])
+    at = {a.workflow_id: a.at_s for a in schedule.arrivals}
+    out: dict[str, Any] = {}
+    for name in ARMS:
+        arm = results[name]
+        phases = {}
+        for phase, start, end in bounds:
+            members = [r for r in arm.results if start <= at[r.workflow_id] < end]
+            ok = [r.latency_s for r in members if not r.error]
+            phases[phase] = {"requests": len(ok), "failed": len(members) - len(ok),
+                             "mean_s": statistics.fmean(ok) if ok else float("nan")}
+        out[name] = {"phases": phases,
+                     "fills_per_request": arm.counters.get("fills_issued", 0)
+                     / max(len(arm.results), 1),
+                     "mean_s": statistics.fmean(r.latency_s for r in arm.results
+                                                if r.workflow_id in set(ids)),
+                     "hindsight_share": hindsight_share(arm, results["c1"], ids, bound),
+                     "account": arm.admission}
     return out
-
-
-def _issued_between(samples: list[tuple[float, int]], start: float, end: float) -> int:
-    """Fills issued while the schedule was in [start, end) (simulated seconds)."""
-    def at(t: float) -> int:
-        before = [n for s, n in samples if s <= t]
-        return before[-1] if before else 0
-    last = samples[-1][0] if samples else 0.0
-    return at(end if end < last else last + 1.0) - at(start)
 
 
 async def react_with_draft(quick: bool, config: MeshConfig) -> dict[str, Any]:
@@ -201,11 +188,8 @@ async def react_with_draft(quick: bool, config: MeshConfig) -> dict[str, Any]:
 
 
 async def _run(quick: bool) -> dict[str, Any]:
-    schedule, bounds = load_step_schedule(quick)
+    arms = await load_step(quick)
     config = MeshConfig(engines=1, time_scale=0.02 if quick else 0.05)
-    arms = {}
-    for policy in ARMS:
-        arms[policy] = await run_arm(policy, schedule, bounds, config)
     react = await react_with_draft(quick, config)
     return {"arms": arms, "react_draft": react, **await grpc_latency(200 if quick else 1000)}
 
@@ -214,33 +198,39 @@ def run(quick: bool) -> dict[str, Any]:
     """Measure and print; returns the JSON figures."""
     latency = decision_latency(2000 if quick else 20000)
     measured = asyncio.run(_run(quick))
-    replayed = measured["arms"]["priced"].get("replay", {})
+    arms = measured["arms"]
+    high = {name: a["phases"]["B high"]["mean_s"] for name, a in arms.items()}
     result = {**latency, "grpc_decision_p50_ms": measured["grpc_decision_p50_ms"],
               "grpc_decision_p99_ms": measured["grpc_decision_p99_ms"],
-              "oracle_set_match": replayed.get("set_match", float("nan")),
-              "oracle_utility_share": replayed.get("utility_share", float("nan")),
-              "oracle_snapshots": replayed.get("snapshots", 0.0),
-              "phases": {arm: measured["arms"][arm]["phases"] for arm in ARMS},
-              "react_draft": measured["react_draft"],
+              "hindsight_share": {name: a["hindsight_share"] for name, a in arms.items()},
+              "fills_per_request": {name: round(a["fills_per_request"], 3)
+                                    for name, a in arms.items()},
+              "mean_s": {name: round(a["mean_s"], 3) for name, a in arms.items()},
+              "fastest_in_high_phase": min(high, key=lambda n: high[n]),
+              "phases": {name: a["phases"] for name, a in arms.items()},
+              "accounts": {name: a["account"] for name, a in arms.items() if a["account"]},
+              "react_draft": measured["react_draft"], "clock": "virtual",
               "seed": SEED, "simulated": True}
     print(f"admission (SIMULATED engines, seed {SEED}): Action 0 p50 "
           f"{result['action0_p50_us']:.1f} µs p99 {result['action0_p99_us']:.1f} µs; Action 1 "
           f"(K=3) p50 {result['action1_p50_us']:.1f} µs p99 {result['action1_p99_us']:.1f} µs; "
           f"over gRPC p50 {result['grpc_decision_p50_ms']:.2f} ms")
-    print(f"{'phase':<8}" + "".join(f"{arm:>24}" for arm in ARMS))
-    for phase in next(iter(result["phases"].values())):
-        row = "".join(f"{p[phase]['fills_per_request']:>9.2f} fills {p[phase]['mean_s']:>7.2f} s"
-                      for p in result["phases"].values())
-        print(f"{phase:<8}{row}")
+    print("load step on the virtual clock (Routing, one engine): mean latency per phase (s)")
+    print(f"{'arm':<16}" + "".join(f"{p:>10}" for p in next(iter(result["phases"].values())))
+          + f"{'fills/req':>11}{'hindsight':>11}")
+    for name, phases in result["phases"].items():
+        share = result["hindsight_share"][name]
+        print(f"{name:<16}" + "".join(f"{p['mean_s']:>10.2f}" for p in phases.values())
+              + f"{result['fills_per_request'][name]:>11.2f}"
+              + (f"{share:>11.3f}" if share is not None else f"{'-':>11}"))
+    print(f"fastest in the high phase: {result['fastest_in_high_phase']}")
     rd = result["react_draft"]
     print(f"ReAct, drafted predictor (qwen3-0.6b sim), priced: {rd['drafts']} drafts "
           f"({rd['draft_timeouts']} past deadline), Action 0 opened "
           f"{100 * rd['action0_open_share']:.0f}% of branches, {rd['fills_per_request']:.2f} "
           f"fills/request, mean {rd['mean_s']:.2f} s over {rd['requests']} requests "
           f"({rd['failed']} failed)")
-    print(f"oracle replay of {int(result['oracle_snapshots'])} priced decisions: set match "
-          f"{result['oracle_set_match']:.3f}, utility share {result['oracle_utility_share']:.4f}")
     return result
 
 
-__all__ = ["decision_latency", "grpc_latency", "load_step_schedule", "run"]
+__all__ = ["decision_latency", "grpc_latency", "load_step", "load_step_schedule", "run"]
