@@ -264,3 +264,42 @@ def test_no_settled_loser_is_ever_matched_and_a_unique_live_fill_is_promoted(spe
         await manager.close()
 
     asyncio.run(scenario())
+
+
+# -- feedback: what admission is told, and when ----------------------------------------------
+
+async def test_the_selection_is_named_even_when_no_fill_ran_for_it() -> None:
+    """Admission updates selection for every predicted candidate (dynbranch Algorithm 1, line
+    22): a demand for a predicted candidate that was not admitted still names it."""
+    async with local_core(time_scale=0.0005, top_k=1) as core:
+        assert core.branches is not None
+        await core.stages.run(_demand("wf", "router"), 30)
+        (branch,) = await _filled(core.branches, 1)
+        unfilled = next(c for c in branch.predicted if c not in branch.fills)
+        await core.stages.run(_demand("wf", "handler", unfilled), 30)
+        assert branch.resolved and branch.winner == "" and branch.selected == unfilled
+        for _ in range(200):  # nothing can change the outcome: the final report goes out now
+            if branch.reported and core.admission.reports:
+                break
+            await asyncio.sleep(0.005)
+        assert branch.reported
+        reported = [r for r in core.admission.reports if r[0] == branch.id]
+        assert reported and reported[-1][1] == unfilled
+
+
+async def test_the_final_report_goes_out_once_the_winner_is_promoted() -> None:
+    async with local_core(time_scale=0.0005) as core:
+        assert core.branches is not None
+        await core.stages.run(_demand("wf", "router"), 30)
+        (branch,) = await _filled(core.branches, 1)
+        winner = _by_rank(branch)[0]
+        handler = await core.stages.run(_demand("wf", "handler", winner), 30)
+        assert handler.source is Source.PROMOTED_FILL and not branch.retired
+        await core.stages.run(_demand("wf", "executor", winner, {"handler": handler.text}), 30)
+        for _ in range(200):  # the losers' aborts end, the chain is promoted: final
+            if len([r for r in core.admission.reports if r[0] == branch.id]) == 2:
+                break
+            await asyncio.sleep(0.005)
+        assert branch.reported and not branch.retired  # inside the run, not at expiry
+        provisional, final = [r for r in core.admission.reports if r[0] == branch.id]
+        assert final[1] == winner and final[2] > 0
