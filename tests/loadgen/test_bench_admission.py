@@ -30,6 +30,7 @@ def test_the_quick_benchmark_reports_every_figure_the_issue_names() -> None:
         assert isinstance(result[key], float), key
     arms = {"full", "fixed", "fixed1", "load_threshold", "always"}
     assert set(result["phases"]) == arms and result["fastest_in_high_phase"] in arms
+    assert result["fastest"] in arms
     for arm in result["phases"].values():
         assert set(arm) == {"A low", "B high", "C low"}
         assert all({"requests", "mean_s"} <= set(p) for p in arm.values())
