@@ -1,10 +1,11 @@
 """The experiment arms: which mechanisms each turns on, and the order they run in.
 
-``full`` is DynBranch with priced admission (C3); the admission baselines are the full arm with
-the admission service's policy swapped (``services/admission/config.py``): ``fixed`` (top 2),
-``fixed1`` (top 1), ``always``, ``threshold`` and ``load_threshold`` (the paper's static
-control); ``whole_request`` is the floor behind an exact whole-request cache
-(``loadgen.recording``).
+``full`` is DynBranch with priced admission (C3), starting cold; ``full_warm`` starts from what
+the controller learned on the train split (as a restart with its saved state would); the
+admission baselines are the full arm with the admission service's policy swapped
+(``services/admission/config.py``): ``fixed`` (top 2), ``fixed1`` / ``fixed3`` (top 1 / 3),
+``always``, ``threshold`` and ``load_threshold`` (the paper's static control); ``whole_request``
+is the floor behind an exact whole-request cache (``loadgen.recording``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class ArmSpec:
     whole_request_cache: bool = False
     #: Admission service settings this arm sets over the run's (``AdmissionSettings`` fields).
     settings: tuple[tuple[str, object], ...] = ()
+    #: The priced controller starts from state learned on the train split (``bench arms``
+    #: trains it on other workflows first; a restart with ``state_path`` in production).
+    warm: bool = False
 
 
 ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
@@ -32,8 +36,10 @@ ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
     ArmSpec("c1", True, False),
     ArmSpec("c2", False, True),
     ArmSpec("full", True, True, "priced"),
+    ArmSpec("full_warm", True, True, "priced", warm=True),
     ArmSpec("fixed", True, True, "fixed"),
     ArmSpec("fixed1", True, True, "fixed", settings=(("top_k", 1),)),
+    ArmSpec("fixed3", True, True, "fixed", settings=(("top_k", 3),)),
     ArmSpec("always", True, True, "always"),
     ArmSpec("threshold", True, True, "threshold"),
     # the paper's static control counted against 16 running slots per engine: with the sim's
@@ -45,6 +51,10 @@ ALL_ARMS = tuple(ARM_SPECS)
 QUICK_ARMS = ("floor", "c1", "c2", "full", "whole_request")
 #: The arms that differ only in their admission policy (what C3 is judged against).
 ADMISSION_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission)
+#: The arms that run the priced controller (cold and warm).
+PRICED_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission == "priced")
+#: The fixed top-K arms: the best of them in a cell is the fixed K chosen in hindsight.
+FIXED_K_ARMS = ("fixed1", "fixed", "fixed3")
 
 
 def resolve(names: Sequence[str]) -> tuple[ArmSpec, ...]:
@@ -64,4 +74,5 @@ def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
     return tuple(arms[k:]) + tuple(arms[:k])
 
 
-__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARM_SPECS", "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]
+__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARM_SPECS", "FIXED_K_ARMS", "PRICED_ARMS",
+           "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.arm_set import ADMISSION_ARMS
+from loadgen.arm_set import ADMISSION_ARMS, FIXED_K_ARMS, PRICED_ARMS
 from loadgen.arms import ArmResult
 from loadgen.equivalence import compare_outputs
 from loadgen.oracle import OracleBound, oracle_share
@@ -132,6 +132,18 @@ def marginal_fill_cost_s(arms: dict[str, ArmResult], ids: list[str]) -> float | 
     return round((total("fixed") - total("fixed1") + more * per_consumed) / extra, 3)
 
 
+def best_fixed_k(summary: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The fixed top-K arm with the lowest ratio to the floor in this cell: the fixed K an
+    operator would have chosen in hindsight (a reference no online policy knows in advance)."""
+    ran = [n for n in FIXED_K_ARMS if n in summary and summary[n]["ratio_to_floor"] is not None]
+    if not ran:
+        return None
+    best = min(ran, key=lambda n: summary[n]["ratio_to_floor"])
+    return {"arm": best, "ratio_to_floor": summary[best]["ratio_to_floor"],
+            **{f"{p}_minus_best": summary[p].get("vs_baselines", {}).get(best)
+               for p in PRICED_ARMS if p in summary}}
+
+
 def summarize(arms: dict[str, ArmResult], *, seed: int = 0,
               bound: OracleBound | None = None) -> dict[str, dict[str, Any]]:
     """Per arm figures; the floor is the reference (its ``outputs_equal_floor`` is None). With
@@ -143,16 +155,18 @@ def summarize(arms: dict[str, ArmResult], *, seed: int = 0,
         for name, arm in arms.items():
             if arm.counters.get("opened", 0) or name in ("c2", "full"):
                 out[name]["hindsight_share"] = hindsight_share(arm, arms["c1"], ids, bound)
-    if "full" in arms:  # priced against every other admission policy, paired per workflow
-        def values(name: str) -> list[float]:
-            by_id = {r.workflow_id: r.measured_s for r in arms[name].results}
-            return [by_id[i] for i in ids]
-        base = values("floor")
-        out["full"]["vs_baselines"] = {
-            name: dict(zip(("diff", "low", "high"), d, strict=True))
-            for name in arms if name in ADMISSION_ARMS and name != "full"
-            and (d := paired_difference_ci(values("full"), values(name), base, seed=seed))}
+    def values(name: str) -> list[float]:
+        by_id = {r.workflow_id: r.measured_s for r in arms[name].results}
+        return [by_id[i] for i in ids]
+    for priced in PRICED_ARMS:  # against every other admission policy, paired per workflow
+        if priced in arms:
+            base = values("floor")
+            out[priced]["vs_baselines"] = {
+                name: dict(zip(("diff", "low", "high"), d, strict=True))
+                for name in arms if name in ADMISSION_ARMS and name not in PRICED_ARMS
+                and (d := paired_difference_ci(values(priced), values(name), base, seed=seed))}
     return out
 
 
-__all__ = ["completed_everywhere", "hindsight_share", "marginal_fill_cost_s", "summarize"]
+__all__ = ["best_fixed_k", "completed_everywhere", "hindsight_share", "marginal_fill_cost_s",
+           "summarize"]

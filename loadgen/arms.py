@@ -111,6 +111,10 @@ class MeshConfig:
     #: A real engine under every agent ("vllm" embedded, "sglang" server beside it) on this
     #: model folder; None keeps the simulated engines (``loadgen.real_engines``).
     real: RealEngine | None = None
+    #: The learned admission state a warm arm (``ArmSpec.warm``) starts from (virtual clock).
+    warm_state: str = ""
+    #: Where the virtual mesh saves its priced controller's learned state at the end ("": not).
+    state_out: str = ""
 
 
 @dataclass(slots=True)
@@ -176,8 +180,14 @@ def with_admission(config: MeshConfig, spec: ArmSpec) -> MeshConfig:
     full arm with another policy or setting); unchanged for an arm without one."""
     if not spec.admission:
         return config
-    return dataclasses.replace(config, admission=spec.admission, admission_settings=tuple(
-        {**dict(config.admission_settings), **dict(spec.settings)}.items()))
+    settings = {**dict(config.admission_settings), **dict(spec.settings)}
+    if spec.warm:
+        if not config.warm_state or config.clock != "virtual":
+            raise ValueError(f"arm {spec.name} starts from learned state: it needs the virtual "
+                             "clock and MeshConfig.warm_state (bench arms trains it)")
+        settings["state_path"] = config.warm_state
+    return dataclasses.replace(config, admission=spec.admission,
+                               admission_settings=tuple(settings.items()))
 
 
 def _admission_settings(config: MeshConfig, engines: list[str]) -> AdmissionSettings:
@@ -427,7 +437,9 @@ async def _virtual_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
         admission = _admission_settings(config, []) if config.admission else None
         async with virtual_mesh(settings, folder, engines=config.engines, model=config.model,
                                 preset=config.preset, admission=admission,
-                                hop_s=config.hop_s) as mesh:
+                                hop_s=config.hop_s,
+                                state_out=Path(config.state_out) if config.state_out
+                                else None) as mesh:
             async def counters() -> dict[str, int]:
                 return _counters(mesh.core)
 

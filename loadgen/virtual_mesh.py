@@ -38,9 +38,10 @@ from typing import Any
 
 from opentelemetry.trace import NoOpTracer
 
+from services.admission import state_store
 from services.admission.client import estimate_fields
 from services.admission.config import AdmissionSettings
-from services.admission.controller import Outcome, Policy, proposal
+from services.admission.controller import Outcome, Policy, PricedController, proposal
 from services.admission.load_view import EngineLoad, LoadTracker
 from services.admission.server import build_policy
 from services.common.candidates import FillEstimate, RankedCandidate
@@ -348,10 +349,14 @@ class VirtualMesh:
 @contextlib.asynccontextmanager
 async def virtual_mesh(settings: GatewaySettings, folder: Path, *, engines: int, model: str,
                        preset: str, admission: AdmissionSettings | None,
-                       hop_s: float = DEFAULT_HOP_S) -> AsyncIterator[VirtualMesh]:
+                       hop_s: float = DEFAULT_HOP_S,
+                       state_out: Path | None = None) -> AsyncIterator[VirtualMesh]:
     """Start the mesh on the running loop, which must be a stdlib loop under ``VirtualClock``
     with ``InlineExecutor`` as its default executor (``run_virtual``). ``settings``' durations
-    are simulated seconds; ``admission`` None keeps the gateway's in-process fixed policy."""
+    are simulated seconds; ``admission`` None keeps the gateway's in-process fixed policy. A
+    priced policy starts from ``admission.state_path`` when that file exists (it is only read:
+    a measured run never writes what it learned back) and saves what it learned to
+    ``state_out`` at the end, when given."""
     loop = asyncio.get_running_loop()
     if not hasattr(loop, "_selector"):
         raise RuntimeError("the virtual mesh needs a stdlib event loop (run_virtual)")
@@ -373,6 +378,12 @@ async def virtual_mesh(settings: GatewaySettings, folder: Path, *, engines: int,
                                   kv_budget_share=admission.kv_budget_share,
                                   max_age_s=admission.max_age_s)
             policy = build_policy(admission, tracker)
+            if isinstance(policy, PricedController):
+                if admission.state_path and (saved := state_store.load(admission.state_path)):
+                    policy.restore(saved)
+                if state_out is not None:
+                    learned = policy
+                    owner.on_close(lambda: _save(state_out, learned))
             port = VirtualAdmission(policy, hop_s)
             tasks.append(asyncio.create_task(follow_load(tracker, backends,
                                                          admission.load_interval_s),
@@ -387,6 +398,10 @@ async def virtual_mesh(settings: GatewaySettings, folder: Path, *, engines: int,
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await owner.close()
+
+
+async def _save(path: Path, policy: PricedController) -> None:
+    state_store.save(path, policy.state())
 
 
 def run_virtual(main: Callable[[], Any]) -> Any:

@@ -22,10 +22,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
-from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
+from loadgen.arm_set import ALL_ARMS, ARM_SPECS, QUICK_ARMS, ArmSpec, resolve, rotated
+from loadgen.arm_summary import (
+    best_fixed_k,
+    completed_everywhere,
+    marginal_fill_cost_s,
+    summarize,
+)
 from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
 from loadgen.leak_guard import check
 from loadgen.oracle import OracleBound, oracle_bound
@@ -46,6 +53,8 @@ MODES = {True: (24, 2, 0.5, 1, QUICK_ARMS), False: (48, 4, 0.5, 3, ALL_ARMS)}
 #: one engine on 2 cores, fewer workflows, and the floor beside the full arm by default.
 REAL_MODES = {True: (6, 1, 1.0, 1, ("floor", "full")), False: (12, 1, 1.0, 1, QUICK_ARMS)}
 WARMUP_SEED_OFFSET = 1_000_003
+#: Train-split workflows a warm arm's controller learns from, per mode (quick: True).
+TRAIN_WORKFLOWS = {True: 48, False: 96}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,6 +128,29 @@ async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], se
     return schedule, {s.name: results[s.name] for s in arms}
 
 
+#: Seed of the train-split schedule a warm arm's controller learns from (disjoint from every
+#: measured seed and warm-up).
+TRAIN_SEED = 2_000_003
+
+
+async def _train(opts: Options, config: MeshConfig, n: int, rate: float,
+                 folder: Path) -> tuple[MeshConfig, dict[str, Any]]:
+    """Run the priced arm cold on ``n`` workflows of the workload's *train* split (same rate,
+    arrivals and profile) and keep what its controller learned: the state warm arms start from.
+    No measured workflow is among them, and nothing learned on a measured seed is ever kept."""
+    train = get_workload(opts.workload, split="train",
+                         **profile_options(opts.profile, opts.workload))
+    schedule = build_schedule(train, n, seed=TRAIN_SEED, arrival=opts.arrival, rate=rate,
+                              replay_rate=opts.replay_rate)
+    path = folder / "learned-state.json"
+    result = await run_arm(ARM_SPECS["full"], train, schedule,
+                           dataclasses.replace(config, state_out=str(path)))
+    failed = sum(1 for r in result.results if r.error)
+    return (dataclasses.replace(config, warm_state=str(path)),
+            {"workflows": n, "split": "train", "seed": TRAIN_SEED, "failed": failed,
+             "schedule_digest": schedule.digest()})
+
+
 def _leak_guard(workload: Workload) -> dict[str, Any]:
     """The leak guard's report (coverage as given and shuffled, and what was fitted on the
     train split); an error in it is reported, never fails the bench."""
@@ -169,7 +201,12 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
     arms = resolve(opts.arms or default_arms)
     seeds = list(range(opts.seed, opts.seed + max(1, opts.seeds)))
-    per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate) for s in seeds]
+    with tempfile.TemporaryDirectory(prefix="dynbranch-train-") as tmp:
+        training = None
+        if any(a.warm for a in arms):
+            config, training = await _train(opts, config, TRAIN_WORKFLOWS[quick], rate,
+                                            Path(tmp))
+        per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate) for s in seeds]
     merged = {a.name: _merge([r[a.name] for _, r in per_seed]) for a in arms}
     ids = set(completed_everywhere(merged))
     bound = _bound(merged["floor"], ids, workload.post_click_latency)
@@ -196,6 +233,8 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
             (floor_s - bound.total_s) / floor_s, 3) if floor_s > 0 else None},
         "stalls": {name: a["stalls"] for name, a in summary.items()},
         "marginal_fill_cost_s": marginal_fill_cost_s(merged, sorted(ids)),
+        "warm_training": training,
+        "best_fixed_k": best_fixed_k(summary),
         "arms": summary, "failed": failed, "ok": failed == 0,
         "outputs_equal_floor": all(a["outputs_equal_floor"] is not False
                                    for a in summary.values()),

@@ -5,8 +5,9 @@ baseline policies it is compared with.
 (``generation_gate``, Action 0), and the fill gate (``fill_gate``, Action 1) priced by
 ``pricing``. Its estimates, all learned online from ``report``:
 
-- p̃_s = π̃_sel(rank) x π̄_use: a rank-conditioned Beta upper quantile of "the branch selects the
-  candidate at this rank" (prior Beta(w p, w (1 - p)): the predictor's probability as
+- p̃_s = π̃_sel x π̄_use: a Beta upper quantile of "the branch selects this candidate",
+  conditioned on the bin of the predictor's probability (on the rank when it gives none:
+  ``selection_key``; prior Beta(w p, w (1 - p)): the predictor's probability as
   ``prior_weight`` pseudo-counts, no uniform floor) times the posterior mean of "an admitted,
   selected fill is used in time" (per class);
 - G_s: the execution a consumed fill saves: the gateway's projection (``est_gain_s``, capped by
@@ -27,6 +28,7 @@ against the exact oracle.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections import OrderedDict, deque
@@ -152,7 +154,8 @@ class _Mean:
 
 @dataclass(slots=True)
 class _ClassStats:
-    selection: dict[int, _Beta] = field(default_factory=dict)
+    #: Selection posteriors by ``selection_key`` (the predictor's probability bin, or the rank).
+    selection: dict[str, _Beta] = field(default_factory=dict)
     usability: _Beta = field(default_factory=_Beta)
     #: Per pricing class: realised savings of consumed fills (ms), their ratio to the gateway's
     #: projection, and the engine seconds a fill costs.
@@ -172,6 +175,21 @@ class _Branch:
     admitted: dict[str, float] = field(default_factory=dict)  # candidate -> cost_ms at admission
     producers: dict[str, str] = field(default_factory=dict)  # candidate -> producer prefix
     tokens: list[str] = field(default_factory=list)
+
+
+#: Edges of the predictor-probability bins the selection posteriors are kept by.
+PROBABILITY_BINS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85)
+
+
+def selection_key(rank: int, probability: float) -> str:
+    """What a candidate's selection is learned by: the bin of the predictor's probability
+    ("p3": [0.1, 0.2)), or its rank ("r1") when the predictor gives none (probability 0). The
+    paper conditions on rank alone; a predictor's probabilities are informative but not
+    calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1 time in 59, at p >= 0.4
+    7 in 16), and a rank's pooled posterior loses that once it has evidence."""
+    if probability > 0:
+        return f"p{bisect.bisect(PROBABILITY_BINS, probability)}"
+    return f"r{rank}"
 
 
 class PricedController:
@@ -222,9 +240,10 @@ class PricedController:
         return b
 
     def selection_upper(self, st: _ClassStats, rank: int, probability: float) -> float:
-        """π̃_sel: the upper ``selection_quantile`` of the rank's Beta posterior, whose prior is
-        the predictor's probability as ``prior_weight`` pseudo-counts (no uniform floor)."""
-        beta = st.selection.get(rank, _Beta())
+        """π̃_sel: the upper ``selection_quantile`` of the Beta posterior of the candidate's
+        ``selection_key``, whose prior is the predictor's probability as ``prior_weight``
+        pseudo-counts (no uniform floor)."""
+        beta = st.selection.get(selection_key(rank, probability), _Beta())
         w = self.settings.prior_weight
         p = min(max(probability, 1e-3), 1.0 - 1e-3)
         a = w * p + beta.success
@@ -355,7 +374,7 @@ class PricedController:
                 self.tracker.release(b.model, token)
             st = self._stats(b.branch_class)
             for p in b.proposals:
-                beta = st.selection.setdefault(p.rank, _Beta())
+                beta = st.selection.setdefault(selection_key(p.rank, p.probability), _Beta())
                 if p.candidate == outcome.selected:
                     beta.success += 1
                 else:
@@ -426,7 +445,7 @@ class PricedController:
         for name, raw in state.get("classes", {}).items():
             try:
                 self.stats[name] = _ClassStats(
-                    selection={int(r): _Beta(**v) for r, v in raw["selection"].items()},
+                    selection={str(k): _Beta(**v) for k, v in raw["selection"].items()},
                     usability=_Beta(**raw["usability"]),
                     gain_ms={k: _Mean(**v) for k, v in raw["gain_ms"].items()},
                     gain_ratio={k: _Mean(**v) for k, v in raw["gain_ratio"].items()},
@@ -439,7 +458,7 @@ class PricedController:
 
 
 #: Version of ``PricedController.state``'s layout.
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 class Policy(Protocol):
@@ -484,6 +503,6 @@ def finite(value: float, name: str) -> float:
 
 
 __all__ = [
-    "STATE_VERSION", "Admission", "ControllerSettings", "Outcome", "Policy", "PricedController",
-    "Proposal", "Snapshot", "finite", "proposal",
+    "PROBABILITY_BINS", "STATE_VERSION", "Admission", "ControllerSettings", "Outcome", "Policy",
+    "PricedController", "Proposal", "Snapshot", "finite", "proposal", "selection_key",
 ]

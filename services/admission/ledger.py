@@ -92,7 +92,20 @@ class Ledger:
                 "consumed": sum(e.consumed for e in opened),
                 "cost_ms_median": median(costs), "gain_ms_median": median(gains),
                 "break_even_median": round(statistics.median(even), 4) if even else None,
-                "p_tilde_by_rank": _by_rank(settled), "p_tilde_by_rank_warm": _by_rank(warm)}
+                "p_tilde_by_rank": _by_rank(settled), "p_tilde_by_rank_warm": _by_rank(warm),
+                "p_tilde_within_2x_warm": _within_2x(_by_rank(warm))}
+
+
+def _within_2x(by_rank: dict[str, dict[str, float]]) -> bool | None:
+    """Whether p̃ is within a factor 2 of the realised selection rate for every rank (a rank
+    never selected in n offers counts as realised 1/n at most); None before any warm entry."""
+    if not by_rank:
+        return None
+    def ok(r: dict[str, float]) -> bool:
+        realised = r["realised"] if r["realised"] > 0 else 1.0 / r["n"]
+        return realised / 2 <= r["p_tilde"] <= 2 * realised if r["realised"] > 0 \
+            else r["p_tilde"] <= 2 * realised
+    return all(ok(r) for r in by_rank.values())
 
 
 def _by_rank(entries: list[Entry]) -> dict[str, dict[str, float]]:

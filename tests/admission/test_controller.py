@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from services.admission.baselines import AlwaysPolicy, LoadThresholdPolicy, ThresholdPolicy
-from services.admission.controller import ControllerSettings, Outcome, PricedController, Proposal
+from services.admission.controller import (
+    ControllerSettings,
+    Outcome,
+    PricedController,
+    Proposal,
+    selection_key,
+)
 from services.admission.generation_gate import GenerationGate, context
 from services.admission.load_view import EngineLoad, LoadTracker
 
@@ -189,14 +195,17 @@ def test_admissions_are_reserved_and_released_when_the_branch_settles() -> None:
     assert not c.report(Outcome("b1", "h1", 1.0, 1.0, 0.0))  # settled once
 
 
-def test_selection_learns_per_rank_and_usability_only_from_admitted_selected_fills() -> None:
+def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_selected_fills(
+        ) -> None:
     c = controller(tracker_at(running=4))
     for i in range(30):  # the rank-1 candidate is always the one selected
         c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
         c.report(Outcome(f"b{i}", "h2", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0,
                          consumed=(f"fill/b{i}/h2/0",)))
     st = c.stats["r/router"]
-    assert st.selection[1].success == 30 and st.selection[0].failure == 30
+    h1, h2 = selection_key(0, 0.6), selection_key(1, 0.25)  # by the predictor's probability
+    assert st.selection[h2].success == 30 and st.selection[h1].failure == 30
+    assert selection_key(3, 0.0) == "r3"  # no probability given: by rank
     assert c.selection_upper(st, 1, 0.25) > c.selection_upper(st, 0, 0.6)
     assert st.usability.success + st.usability.failure <= 30
     assert c.admit("z", "r/router", proposals(), MODEL, 100.0).admitted[0] == "h2"
@@ -368,3 +377,24 @@ def test_a_provisional_report_credits_an_admitted_winner_its_expected_gain() -> 
     assert c.report(Outcome("b2", "zz", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
                             final=False))
     assert c.gate.classes["r/router"].trials["b2"].target < 0
+
+
+def test_the_ledger_says_whether_p_tilde_tracks_the_realised_selection_by_rank() -> None:
+    from services.admission.ledger import Ledger, Priced
+
+    ledger = Ledger(warm=2)
+    for i in range(12):  # rank 0 selected 3 times in 4, rank 1 once in 4, rank 2 never
+        ledger.opened(f"b{i}", "c", "priced")
+        for rank, p in ((0, 0.7), (1, 0.3), (2, 0.05)):
+            ledger.priced(f"b{i}", f"h{rank}", Priced(rank, p, 5000.0, 300.0, rank < 2))
+        ledger.settle(f"b{i}", "h1" if i % 4 == 0 else "h0", consumed=True)
+    summary = ledger.summary()
+    assert summary["gate"] == {"priced": 12} and summary["admitted_per_opened"] == 2.0
+    assert summary["p_tilde_by_rank"]["0"] == {"n": 12, "p_tilde": 0.7, "realised": 0.75}
+    assert summary["p_tilde_within_2x_warm"] is True
+    bad = Ledger(warm=0)
+    for i in range(10):  # priced at 0.5, selected never: p̃ is far above 1/n
+        bad.opened(f"b{i}", "c", "priced")
+        bad.priced(f"b{i}", "h0", Priced(0, 0.5, 5000.0, 300.0, True))
+        bad.settle(f"b{i}", "other", consumed=False)
+    assert bad.summary()["p_tilde_within_2x_warm"] is False

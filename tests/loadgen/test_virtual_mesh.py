@@ -85,3 +85,27 @@ def test_the_inline_executor_runs_work_at_once_and_carries_errors() -> None:
     assert pool.submit(lambda x: x + 1, 1).result(timeout=0) == 2
     with pytest.raises(ZeroDivisionError):
         pool.submit(lambda: 1 / 0).result(timeout=0)
+
+
+async def test_a_warm_arm_starts_from_what_a_previous_run_learned(  # type: ignore[no-untyped-def]
+        tmp_path) -> None:
+    """What the priced controller learned is saved at the end of one run and restored at the
+    start of the next (as ``state_path`` does across a restart): the warm run's class is warm
+    at once, with no cold trials."""
+    import dataclasses
+
+    from loadgen.arm_set import ARM_SPECS
+    from loadgen.arms import with_admission
+
+    workload = get_workload("routing", split="train")
+    schedule = build_schedule(workload, 6, seed=5, arrival="serial")
+    state = tmp_path / "learned.json"
+    config = MeshConfig(engines=1)
+    with pytest.raises(ValueError, match="warm_state"):
+        with_admission(config, ARM_SPECS["full_warm"])
+    cold = await run_arm(ARM_SPECS["full"], workload, schedule,
+                         dataclasses.replace(config, state_out=str(state)))
+    assert state.exists() and cold.admission["gate"].get("cold", 0) > 0
+    warm = await run_arm(ARM_SPECS["full_warm"], workload, schedule,
+                         dataclasses.replace(config, warm_state=str(state)))
+    assert "cold" not in warm.admission["gate"] and warm.admission["opened"] > 0
