@@ -200,6 +200,11 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
                         hop_s=hop_s)
     rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
     arms = resolve(opts.arms or default_arms)
+    if clock != "virtual" and any(a.warm for a in arms):
+        if opts.arms:
+            raise ValueError("a warm arm starts from state trained on the virtual clock: "
+                             f"not with --clock {clock}")
+        arms = tuple(a for a in arms if not a.warm)  # the default set, less what cannot run
     seeds = list(range(opts.seed, opts.seed + max(1, opts.seeds)))
     with tempfile.TemporaryDirectory(prefix="dynbranch-train-") as tmp:
         training = None
