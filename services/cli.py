@@ -220,7 +220,9 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
                       "latency in wall time (quick: 6 workflows, floor and full)")
     arms.add_argument("--arms", metavar="A,B,...",
                       help="arms to run (floor always included; default quick: floor,c1,c2,"
-                      "full,whole_request; full mode adds fixed,always,threshold,load_threshold)")
+                      "full,whole_request; full mode adds full_warm (priced from state learned "
+                      "on the train split; virtual clock only),fixed,fixed1,fixed3,always,"
+                      "threshold,load_threshold)")
     arms.add_argument("--clock", choices=["virtual", "live", "processes"],
                       help="virtual (default for the sim): every service in one process on a "
                       "virtual clock, latency = simulated engine time + waits + a modelled cost "
