@@ -303,7 +303,7 @@ class PricedController:
                     max(v.pressure - 1.0, 0.0) * v.slots_per_engine, fills / engines)
         decision = self.gate.decide(cls, branch_id, x)
         if decision.kind != "known":
-            self.ledger.opened(branch_id, cls, decision.kind)
+            self.ledger.opened(branch_id, cls, decision.kind, self.gate.classes[cls].n)
         if decision.open:
             self._branch(branch_id, coordinate, cls, model).bounded = decision.bounded
         return decision

@@ -48,10 +48,14 @@ class Ledger:
         self.gate = Counter[str]()
         self.settled = Counter[str]()  # per class
 
-    def opened(self, branch_id: str, branch_class: str, kind: str) -> None:
-        """Action 0 answered ``kind`` (``GateDecision.kind``) for a branch."""
+    def opened(self, branch_id: str, branch_class: str, kind: str,
+               settled_before: int | None = None) -> None:
+        """Action 0 answered ``kind`` (``GateDecision.kind``) for a branch; ``settled_before``:
+        the class's settled branches so far as the controller counts them (restored state
+        included), by default the ones this ledger saw."""
         self.gate[kind] += 1
-        self.entries[branch_id] = Entry(branch_class, kind, self.settled[branch_class])
+        before = self.settled[branch_class] if settled_before is None else settled_before
+        self.entries[branch_id] = Entry(branch_class, kind, before)
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
 
