@@ -398,3 +398,32 @@ def test_the_ledger_says_whether_p_tilde_tracks_the_realised_selection_by_rank()
         bad.priced(f"b{i}", "h0", Priced(0, 0.5, 5000.0, 300.0, True))
         bad.settle(f"b{i}", "other", consumed=False)
     assert bad.summary()["p_tilde_within_2x_warm"] is False
+
+
+async def test_the_admission_service_keeps_what_it_learned_across_a_restart(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from services.admission.config import AdmissionSettings
+    from services.admission.server import build_runtime
+
+    path = tmp_path / "admission-state.json"
+    settings = AdmissionSettings(metrics_port=-1, state_path=str(path), state_interval_s=60.0,
+                                 audit_rate=0.0, log_level="WARNING")
+    first = await build_runtime(settings)
+    await first.start()
+    learned = first.policy
+    assert isinstance(learned, PricedController)
+    learned.tracker.observe(report(1, 100.0, running=8), 100.0)
+    for i in range(6):
+        learned.open_branch(f"b{i}", "r/router", "acme/r/router", MODEL, 100.0)
+        learned.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
+        learned.report(Outcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
+                               consumed=(f"fill/b{i}/h1/0",)))
+    await first.shutdown()  # the close hook saves
+    assert path.exists()
+    second = await build_runtime(settings)  # a restart reads it back
+    restored = second.policy
+    assert isinstance(restored, PricedController)
+    assert restored.gate.classes["acme/r/router"].n == 6
+    assert restored.stats["acme/r/router"] == learned.stats["acme/r/router"]
+    await second.start()
+    await second.shutdown()
