@@ -140,8 +140,9 @@ async def load_step(quick: bool) -> dict[str, Any]:
     results = {name: await run_arm(ARM_SPECS[name], workload, schedule, config)
                for name in ("floor", "c1", *ARMS)}
     ids = completed_everywhere(results)
+    paired = set(ids)
     bound = oracle_bound([results["floor"].calls.get(r.workflow_id, ())
-                          for r in results["floor"].results if r.workflow_id in set(ids)])
+                          for r in results["floor"].results if r.workflow_id in paired])
     at = {a.workflow_id: a.at_s for a in schedule.arrivals}
     out: dict[str, Any] = {}
     for name in ARMS:
@@ -156,7 +157,7 @@ async def load_step(quick: bool) -> dict[str, Any]:
                      "fills_per_request": arm.counters.get("fills_issued", 0)
                      / max(len(arm.results), 1),
                      "mean_s": statistics.fmean(r.latency_s for r in arm.results
-                                                if r.workflow_id in set(ids)),
+                                                if r.workflow_id in paired),
                      "hindsight_share": hindsight_share(arm, results["c1"], ids, bound),
                      "account": arm.admission}
     return out

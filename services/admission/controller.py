@@ -118,8 +118,8 @@ class ControllerSettings:
     class_prior_ms: float = 1000.0
     audit_rate: float = 0.05
     selection_quantile: float = 0.75
-    #: Pseudo-counts of the predictor's probability in the rank's Beta prior (no uniform floor:
-    #: Beta(w p, w (1 - p))).
+    #: Pseudo-counts of the predictor's probability in the selection's Beta prior (no uniform
+    #: floor: Beta(w p, w (1 - p))).
     prior_weight: float = 4.0
     #: Beta prior of timely use given selection (successes, failures).
     usability_prior: tuple[float, float] = (2.0, 0.5)
@@ -343,17 +343,17 @@ class PricedController:
                                            sum(a.utility_ms for a in chosen)))
         names = tuple(a.name for a in chosen)
         ranks = {p.candidate: p.rank for p in proposals}
+        by_name = {c.name: c for c in candidates}
+        costs = {c.name: pricing.cost_ms(c, v) for c in candidates}  # C_s at the view it saw
         for cand in candidates:
             self.ledger.priced(branch_id, cand.name, Priced(
-                ranks[cand.name], cand.p, cand.gain_ms, pricing.cost_ms(cand, v),
-                cand.name in names))
-        for a in chosen:
-            token = f"{branch_id}/{a.name}"
-            cand = next(c for c in candidates if c.name == a.name)
-            self.tracker.reserve(model, token, LoadPricing.footprint(cand).kv_blocks)
+                ranks[cand.name], cand.p, cand.gain_ms, costs[cand.name], cand.name in names))
+        for name in names:
+            token = f"{branch_id}/{name}"
+            self.tracker.reserve(model, token, LoadPricing.footprint(by_name[name]).kv_blocks)
             b.tokens.append(token)
-            b.admitted[a.name] = pricing.cost_ms(cand, v)
-            b.producers[a.name] = f"fill/{branch_id}/{a.name}/"  # recorded at admission
+            b.admitted[name] = costs[name]
+            b.producers[name] = f"fill/{branch_id}/{name}/"  # recorded at admission
         price = self.curves.slot_price(v)
         return Admission(names, price,
                          f"priced: {len(names)} of {len(candidates)} at "

@@ -46,16 +46,13 @@ class Ledger:
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.max_entries, self.warm = max_entries, warm
         self.gate = Counter[str]()
-        self.settled = Counter[str]()  # per class
 
-    def opened(self, branch_id: str, branch_class: str, kind: str,
-               settled_before: int | None = None) -> None:
+    def opened(self, branch_id: str, branch_class: str, kind: str, settled_before: int) -> None:
         """Action 0 answered ``kind`` (``GateDecision.kind``) for a branch; ``settled_before``:
         the class's settled branches so far as the controller counts them (restored state
-        included), by default the ones this ledger saw."""
+        included)."""
         self.gate[kind] += 1
-        before = self.settled[branch_class] if settled_before is None else settled_before
-        self.entries[branch_id] = Entry(branch_class, kind, before)
+        self.entries[branch_id] = Entry(branch_class, kind, settled_before)
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
 
@@ -70,8 +67,6 @@ class Ledger:
         entry = self.entries.get(branch_id)
         if entry is None:
             return
-        if entry.selected_rank is None:
-            self.settled[entry.branch_class] += 1
         pick = entry.candidates.get(selected)
         entry.selected_rank = pick.rank if pick is not None else -1
         entry.consumed = entry.consumed or consumed
@@ -85,7 +80,7 @@ class Ledger:
         gains = [c.gain_ms for c in priced]
         even = [c.cost_ms / (c.gain_ms + c.cost_ms) for c in priced if c.gain_ms + c.cost_ms > 0]
         settled = [e for e in opened if e.selected_rank is not None and e.candidates]
-        warm = [e for e in settled if e.settled_before >= self.warm]
+        warm_by_rank = _by_rank([e for e in settled if e.settled_before >= self.warm])
 
         def median(xs: list[float]) -> float | None:
             return round(statistics.median(xs), 2) if xs else None
@@ -96,8 +91,8 @@ class Ledger:
                 "consumed": sum(e.consumed for e in opened),
                 "cost_ms_median": median(costs), "gain_ms_median": median(gains),
                 "break_even_median": round(statistics.median(even), 4) if even else None,
-                "p_tilde_by_rank": _by_rank(settled), "p_tilde_by_rank_warm": _by_rank(warm),
-                "p_tilde_within_2x_warm": _within_2x(_by_rank(warm))}
+                "p_tilde_by_rank": _by_rank(settled), "p_tilde_by_rank_warm": warm_by_rank,
+                "p_tilde_within_2x_warm": _within_2x(warm_by_rank)}
 
 
 def _within_2x(by_rank: dict[str, dict[str, float]]) -> bool | None:
@@ -105,10 +100,11 @@ def _within_2x(by_rank: dict[str, dict[str, float]]) -> bool | None:
     never selected in n offers counts as realised 1/n at most); None before any warm entry."""
     if not by_rank:
         return None
+
     def ok(r: dict[str, float]) -> bool:
-        realised = r["realised"] if r["realised"] > 0 else 1.0 / r["n"]
-        return realised / 2 <= r["p_tilde"] <= 2 * realised if r["realised"] > 0 \
-            else r["p_tilde"] <= 2 * realised
+        if r["realised"] > 0:
+            return r["realised"] / 2 <= r["p_tilde"] <= 2 * r["realised"]
+        return r["p_tilde"] <= 2 / r["n"]
     return all(ok(r) for r in by_rank.values())
 
 

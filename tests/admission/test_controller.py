@@ -384,7 +384,7 @@ def test_the_ledger_says_whether_p_tilde_tracks_the_realised_selection_by_rank()
 
     ledger = Ledger(warm=2)
     for i in range(12):  # rank 0 selected 3 times in 4, rank 1 once in 4, rank 2 never
-        ledger.opened(f"b{i}", "c", "priced")
+        ledger.opened(f"b{i}", "c", "priced", settled_before=i)
         for rank, p in ((0, 0.7), (1, 0.3), (2, 0.05)):
             ledger.priced(f"b{i}", f"h{rank}", Priced(rank, p, 5000.0, 300.0, rank < 2))
         ledger.settle(f"b{i}", "h1" if i % 4 == 0 else "h0", consumed=True)
@@ -394,7 +394,7 @@ def test_the_ledger_says_whether_p_tilde_tracks_the_realised_selection_by_rank()
     assert summary["p_tilde_within_2x_warm"] is True
     bad = Ledger(warm=0)
     for i in range(10):  # priced at 0.5, selected never: p̃ is far above 1/n
-        bad.opened(f"b{i}", "c", "priced")
+        bad.opened(f"b{i}", "c", "priced", settled_before=i)
         bad.priced(f"b{i}", "h0", Priced(0, 0.5, 5000.0, 300.0, True))
         bad.settle(f"b{i}", "other", consumed=False)
     assert bad.summary()["p_tilde_within_2x_warm"] is False
