@@ -1,7 +1,7 @@
 """One LADS run in virtual time: the real sender, lease provider and sim engine, one policy.
 
 Every component is the production code (``services.delivery.sender.Sender``,
-``services.engine_agent.lease_provider.LeaseProvider``, the sim backend and its block pool),
+``services.engine_agent.leases.provider.LeaseProvider``, the sim backend and its block pool),
 wired in one process with no gRPC, on a stdlib event loop whose clock is virtual
 (``aiotools.VirtualClock``): sleeps of the paced link, the tool service and the engine's steps
 advance the clock instantly, so a burst that takes minutes of engine time replays in about a
@@ -32,9 +32,9 @@ from services.delivery.policies import make_policy
 from services.delivery.sender import Sender
 from services.engine_agent.backend import Allocated, Finished
 from services.engine_agent.backends.sim import SimBackend
-from services.engine_agent.cost_model import get_preset
-from services.engine_agent.lease_budget import scaled_headroom
-from services.engine_agent.lease_provider import LeaseProvider, LeaseSettings
+from services.engine_agent.leases.budget import scaled_headroom
+from services.engine_agent.leases.provider import LeaseProvider, LeaseSettings
+from services.engine_agent.sim.cost_model import get_preset
 
 log = logging.getLogger(__name__)
 

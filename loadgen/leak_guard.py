@@ -20,14 +20,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads import get_workload
-from loadgen.workloads.base import data_path, read_jsonl
+from loadgen.workloads import WORKLOADS, get_workload
+from loadgen.workloads.base import Decision, data_path, read_jsonl
 from loadgen.workloads.react import HOTPOTQA_FILE
-from loadgen.workloads.subagent import plan_steps
 from services.gateway.speculation.predictors import (
     CompositePredictor,
     PredictionContext,
@@ -35,33 +34,10 @@ from services.gateway.speculation.predictors import (
 )
 from services.gateway.speculation.titles import TITLE_WEIGHT, CorpusTitles
 
-WORKLOAD_NAMES = ("routing", "react", "subagent", "hci")
+WORKLOAD_NAMES = tuple(WORKLOADS)
 #: Word-overlap weights the fit chooses from (the gateway's default is 2.0).
 OVERLAP_WEIGHTS = (0.5, 1.0, 2.0, 4.0)
 TOP = (1, 2, 3)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One branch as the gateway sees it, with the selection that resolved it."""
-
-    coordinate: str
-    candidates: tuple[str, ...]
-    truth: str
-    #: The observation is ``head`` followed by ``parts`` (the pieces a shuffle may reorder).
-    head: str = ""
-    parts: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-
-    @property
-    def observation(self) -> str:
-        """The observation text the harness passes."""
-        return self.head + "".join(self.parts)
-
-    def shuffled(self, rng: random.Random) -> Decision:
-        """This decision with its candidate list (and observation parts) in ``rng``'s order."""
-        return replace(self, candidates=tuple(rng.sample(self.candidates, len(self.candidates))),
-                       parts=tuple(rng.sample(self.parts, len(self.parts))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,38 +79,7 @@ def decisions(name: str, split: str = "test", seed: int = 0,
               data_dir: str | Path | None = None, limit: int = 600) -> list[Decision]:
     """The decisions of up to ``limit`` instances of ``name``'s ``split``, drawn with ``seed``."""
     workload = get_workload(name, data_dir, split=split)
-    rng = random.Random(seed)
-    pool = workload.split_pool()
-    n = min(limit, len(pool))
-    if name == "routing":
-        return [Decision("routing/router", i.offered, i.choice, head=i.query)
-                for i in workload.instances(n, rng)]
-    if name == "hci":
-        return [Decision("hci/offer", t.offered, t.pick)
-                for d in workload.instances(n, rng) for t in d.turns]
-    if name == "subagent":
-        out = []
-        for inst in workload.instances(n, rng):
-            for offered, chosen in plan_steps(inst, lambda j, _s: f"(answer of S{j + 1})"):
-                out.append(Decision("subagent/plan", offered, chosen))
-        return out
-    if name == "react":
-        return _react_decisions(rng.sample(pool, n), data_dir)
-    raise KeyError(f"unknown workload {name!r}")
-
-
-def _react_decisions(instances: Sequence, data_dir: str | Path | None) -> list[Decision]:
-    """Per hop: the question, then the previous hop's passage as the retrieve tool prints it."""
-    records = {r["_id"]: r for r in read_jsonl(data_path(data_dir, HOTPOTQA_FILE))}
-    out = []
-    for inst in instances:
-        paragraphs = {t: s for t, s in records[inst.key]["context"]}
-        head, parts = inst.question, ()
-        for j, entity in enumerate(inst.entities):
-            out.append(Decision("react/think", (), entity, head, parts, inst.entities[:j]))
-            head = f"{inst.question}\n\n[1] {entity}\n"
-            parts = tuple(paragraphs.get(entity, ()))
-    return out
+    return workload.decisions(min(limit, len(workload.split_pool())), random.Random(seed))
 
 
 def corpus_titles(data_dir: str | Path | None = None) -> list[str]:
@@ -148,7 +93,8 @@ def corpus_titles(data_dir: str | Path | None = None) -> list[str]:
 def predictor(name: str, overlap_weight: float = 2.0, titles: Sequence[str] = ()
               ) -> CompositePredictor:
     """The predictor the gateway would run for ``name``'s template."""
-    extra = [(CorpusTitles(titles=titles), TITLE_WEIGHT)] if name == "react" else []
+    extra = ([(CorpusTitles(titles=titles), TITLE_WEIGHT)] if WORKLOADS[name].corpus_source
+             else [])
     return default_predictor(k=3, extra=extra, overlap_weight=overlap_weight)
 
 
@@ -173,7 +119,7 @@ def fit(name: str, train: Sequence[Decision], titles: Sequence[str] = ()
     def score(w: float) -> float:
         return sum(coverage(predictor(name, w, titles), train).top)
 
-    weight = max(OVERLAP_WEIGHTS, key=score) if name == "routing" else 2.0
+    weight = max(OVERLAP_WEIGHTS, key=score) if WORKLOADS[name].fits_overlap_weight else 2.0
     return weight, warmed(name, weight, train, titles)
 
 
@@ -189,7 +135,7 @@ def warmed(name: str, weight: float, train: Sequence[Decision], titles: Sequence
 def guard(name: str, seed: int = 0, shuffle_seed: int = 1,
           data_dir: str | Path | None = None) -> GuardResult:
     """``name``'s test-split coverage as given and shuffled, after fitting on its train split."""
-    titles = corpus_titles(data_dir) if name == "react" else ()
+    titles = corpus_titles(data_dir) if WORKLOADS[name].corpus_source else ()
     train = decisions(name, "train", seed, data_dir)
     test = decisions(name, "test", seed, data_dir)
     weight, _ = fit(name, train, titles)

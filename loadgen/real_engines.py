@@ -1,7 +1,7 @@
 """Real engine backends for the in-process experiment mesh (``bench arms --engine vllm|sglang``).
 
 The sim mesh builds engine agents over the simulated engine; this builds them over a real one on
-the tiny random-weight model (``services.engine_agent.tiny_model``): vLLM's ``AsyncLLM``
+the tiny random-weight model (``services.engine_agent.backends.tiny_model``): vLLM's ``AsyncLLM``
 embedded in the agent (prefix leases available), or an SGLang server started beside the agent
 (``services.engine_agent.backends.servers``) that the ``sglang`` backend speaks to over HTTP.
 Fills run at a lower request priority than canonical work on both (vLLM ``--scheduling-policy
@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ENGINES = ("sim", "vllm", "sglang")
+from services.engine_agent.backends.registry import BACKENDS, MESH_BACKENDS, tiny_model_path
+
+#: The engines the experiment mesh runs on (``BackendSpec.mesh``).
+ENGINES = MESH_BACKENDS
 #: Context of the tiny model's engines: BFCL's function lists render to ~1-3 k tokens here.
 MAX_MODEL_LEN = 4096
 MAX_RUNNING = 16
-#: Request priority of fills (canonical work sends 0).
-FILL_PRIORITY = {"vllm": 1, "sglang": -1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +58,7 @@ def engine_version(engine: str) -> str:
 
 def tiny_model(engine: str) -> str:
     """The tiny model folder (built on first use, by whichever venv has torch)."""
-    if engine == "sglang":
-        from services.engine_agent.backends.servers import tiny_model_for_sglang
-
-        return str(tiny_model_for_sglang())
-    from services.engine_agent.tiny_model import build_tiny_model
-
-    return str(build_tiny_model())
+    return tiny_model_path(engine)
 
 
 async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
@@ -76,9 +71,10 @@ async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
 
         return VllmBackend(VllmSettings(
             model_path=real.model_path, model=model, max_model_len=MAX_MODEL_LEN,
-            max_num_seqs=MAX_RUNNING, fill_priority=FILL_PRIORITY["vllm"], poll_interval_s=0.2))
+            max_num_seqs=MAX_RUNNING, fill_priority=BACKENDS["vllm"].fill_priority,
+            poll_interval_s=0.2))
     if real.engine == "sglang":
-        from services.engine_agent.backends.remote import RemoteSettings
+        from services.engine_agent.backends.remote.backend import RemoteSettings
         from services.engine_agent.backends.servers import SglangOptions, sglang_server
         from services.engine_agent.backends.sglang import SglangBackend
 
@@ -89,7 +85,7 @@ async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
         stack.push_async_callback(server.stop)
         return SglangBackend(RemoteSettings(
             base_url=server.url, model=model, flavor="sglang", max_running=MAX_RUNNING,
-            fill_priority=FILL_PRIORITY["sglang"], poll_interval_s=0.2,
+            fill_priority=BACKENDS["sglang"].fill_priority, poll_interval_s=0.2,
             request_timeout_s=300.0))
     raise ValueError(f"unknown real engine {real.engine!r}; known: vllm, sglang")
 
@@ -104,5 +100,5 @@ async def engine_state(backend: Any) -> dict[str, int]:
             "leased_blocks": leases["blocks"]}
 
 
-__all__ = ["ENGINES", "FILL_PRIORITY", "MAX_MODEL_LEN", "RealEngine", "engine_state",
+__all__ = ["ENGINES", "MAX_MODEL_LEN", "RealEngine", "engine_state",
            "engine_version", "real_backend", "tiny_model"]

@@ -33,9 +33,10 @@ from loadgen.report_plots import (
     figure14,
 )
 from loadgen.report_summary import PAPER, summary_markdown
+from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads.profiles import PROFILES
 
-WORKLOADS = ("routing", "react", "subagent", "hci")
+WORKLOADS = tuple(WORKLOAD_CLASSES)
 #: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s, both
 #: open-loop Poisson; ``serial`` is the closed loop of one (Table 2's setting).
 LOADS: dict[str, tuple[str, float | None]] = {

@@ -10,6 +10,8 @@ import signal
 import sys
 from typing import Any
 
+from services.engine_agent.backends.registry import BACKEND_NAMES, MESH_BACKENDS, SERVER_BACKENDS
+
 SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_agent.server",
             "csl": "services.csl.server", "admission": "services.admission.server",
             "delivery": "services.delivery.server"}
@@ -30,7 +32,7 @@ def _mesh_args(parser: argparse.ArgumentParser) -> None:
                         help="extra engine agent setting (repeatable)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    parser.add_argument("--backend", default="sim", choices=["sim", "vllm", "openai", "sglang"],
+    parser.add_argument("--backend", default="sim", choices=BACKEND_NAMES,
                         help="engine of every agent: sim (default), vllm (embedded), openai (a "
                         "vLLM OpenAI server beside each agent), sglang (an SGLang server beside "
                         "each agent); servers are launched unless --engine-url is given")
@@ -58,8 +60,9 @@ def _spec(args: argparse.Namespace) -> Any:
         preset = resolve_preset(args.backend, args.preset, SIM_PRESET)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    if args.engine_url and args.backend not in ("openai", "sglang"):
-        raise SystemExit("--engine-url: only --backend openai or sglang speaks to a server")
+    if args.engine_url and args.backend not in SERVER_BACKENDS:
+        raise SystemExit(f"--engine-url: only --backend {' or '.join(SERVER_BACKENDS)} speaks "
+                         f"to a server")
     return MeshSpec(engines=args.engines, model=args.model, preset=preset,
                     backend=args.backend, engine_urls=tuple(args.engine_url),
                     model_path=args.model_path,
@@ -196,8 +199,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _arms_args(bench: argparse.ArgumentParser) -> None:
+    from loadgen.workloads import WORKLOADS
+
     arms = bench.add_argument_group("bench arms", "flags only `bench arms` takes")
-    arms.add_argument("--workload", choices=["routing", "react", "subagent", "hci"],
+    arms.add_argument("--workload", choices=tuple(WORKLOADS),
                       help="workload (default routing)")
     arms.add_argument("--seed", type=int, help="first schedule seed (default 0)")
     arms.add_argument("--seeds", type=int, metavar="N",
@@ -214,7 +219,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--replay-rate", type=float, metavar="P",
                       help="exact-replay rate of the schedule, in [0, 1] (dynbranch Fig. 10; "
                       "default: the workload's recurrence)")
-    arms.add_argument("--engine", choices=["sim", "vllm", "sglang"],
+    arms.add_argument("--engine", choices=MESH_BACKENDS,
                       help="engine under the mesh: the simulated one (default), or a real vLLM "
                       "(embedded) or SGLang (a server per agent) on the tiny random-weight model, "
                       "latency in wall time (quick: 6 workflows, floor and full)")
@@ -313,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate"]:
-        return importlib.import_module("services.engine_agent.calibrate").main(argv[1:])
+        return importlib.import_module("services.engine_agent.sim.calibrate").main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command != "serve":
         install_uvloop()

@@ -18,22 +18,11 @@ canonical work, and are stopped with the mesh.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.engine_agent.backends.servers import (
-    EngineServer,
-    SglangOptions,
-    VllmServerOptions,
-    sglang_server,
-    tiny_model_for_sglang,
-    vllm_server,
-)
-
-BACKENDS = ("sim", "vllm", "openai", "sglang")
-#: Fill priority the launched servers honour (vLLM: lower first; SGLang: higher first).
-FILL_PRIORITY = {"openai": 1, "sglang": -1}
+from services.engine_agent.backends.registry import BACKENDS, resolve, spec, tiny_model_path
+from services.engine_agent.backends.servers import EngineServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +38,7 @@ class EnginePreset:
 PRESETS: dict[str, dict[str, EnginePreset]] = {
     name: {"tiny-cpu": EnginePreset("the tiny random-weight Qwen3-shaped model, built locally, "
                                     "on the CPU")}
-    for name in ("vllm", "openai", "sglang")}
+    for name, b in BACKENDS.items() if b.tiny_model}
 
 
 @dataclass(slots=True)
@@ -66,8 +55,7 @@ class EngineSetup:
 
 def resolve_preset(backend: str, preset: str, sim_default: str) -> str:
     """The preset a backend runs: the sim's cost model, or a real engine's preset name."""
-    if backend not in BACKENDS:
-        raise ValueError(f"--backend: unknown {backend!r}; known: {', '.join(BACKENDS)}")
+    spec(backend, "--backend")
     if backend == "sim":
         return preset
     if preset == sim_default:
@@ -78,51 +66,14 @@ def resolve_preset(backend: str, preset: str, sim_default: str) -> str:
     return preset
 
 
-def _tiny(backend: str) -> str:
-    if backend == "sglang":
-        return str(tiny_model_for_sglang())
-    from services.engine_agent.tiny_model import build_tiny_model
-
-    return str(build_tiny_model())
-
-
-def _launch_openai(model_path: str, model: str, preset: EnginePreset, folder: Path,
-                   i: int) -> EngineServer:
-    from services.engine_agent.backends.vllm.settings import (
-        VllmSettings,
-        engine_environment,
-        make_engine_dirs,
-    )
-    from services.engine_agent.tiny_model import default_cache_root
-
-    env = engine_environment(VllmSettings(model_path=model_path), default_cache_root())
-    make_engine_dirs(env)
-    return vllm_server(VllmServerOptions(model_path, served_name=model,
-                                         max_model_len=preset.max_model_len,
-                                         max_num_seqs=preset.max_running), folder, env,
-                       f"vllm-server-{i}")
-
-
-def _launch_sglang(model_path: str, model: str, preset: EnginePreset, folder: Path,
-                   i: int) -> EngineServer:
-    return sglang_server(SglangOptions(model_path, served_name=model,
-                                       max_running=preset.max_running,
-                                       context_length=preset.max_model_len), folder,
-                         f"sglang-server-{i}")
-
-
-LAUNCHERS: dict[str, Callable[[str, str, EnginePreset, Path, int], EngineServer]] = {
-    "openai": _launch_openai, "sglang": _launch_sglang}
-
-
 async def engine_setup(backend: str, preset: str, engines: int, model: str, run_dir: Path,
                        engine_urls: tuple[str, ...] = (), model_path: str = "") -> EngineSetup:
     """The agents' backend settings, after launching the servers they need."""
     if backend == "sim":
         return EngineSetup([[] for _ in range(engines)])
     chosen = PRESETS[backend][preset]
-    path = model_path or (_tiny(backend) if not engine_urls else "")
-    if backend == "vllm":
+    path = model_path or (tiny_model_path(backend) if not engine_urls else "")
+    if not BACKENDS[backend].server:
         sets = ["backend=vllm", f"model_path={path}", f"max_running={chosen.max_running}"]
         return EngineSetup([list(sets) for _ in range(engines)])
     if engine_urls and len(engine_urls) not in (1, engines):
@@ -130,7 +81,8 @@ async def engine_setup(backend: str, preset: str, engines: int, model: str, run_
     setup = EngineSetup([])
     urls = list(engine_urls) * (engines if len(engine_urls) == 1 else 1)
     if not urls:
-        setup.servers = [LAUNCHERS[backend](path, model, chosen, run_dir, i)
+        launch = resolve(BACKENDS[backend].launcher)
+        setup.servers = [launch(path, model, chosen.max_running, chosen.max_model_len, run_dir, i)
                          for i in range(engines)]
         try:
             await asyncio.gather(*(s.start() for s in setup.servers))
@@ -139,10 +91,11 @@ async def engine_setup(backend: str, preset: str, engines: int, model: str, run_
             raise
         urls = [s.url for s in setup.servers]
     for url in urls:
-        extra = [f"fill_priority={FILL_PRIORITY[backend]}"] if setup.servers else []
+        priority = BACKENDS[backend].fill_priority
+        extra = [f"fill_priority={priority}"] if setup.servers and priority is not None else []
         setup.settings.append([f"backend={backend}", f"engine_url={url}", *extra])
     return setup
 
 
-__all__ = ["BACKENDS", "PRESETS", "EnginePreset", "EngineSetup", "engine_setup",
+__all__ = ["PRESETS", "EnginePreset", "EngineSetup", "engine_setup",
            "resolve_preset"]

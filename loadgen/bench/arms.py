@@ -38,14 +38,14 @@ from loadgen.leak_guard import check
 from loadgen.oracle import OracleBound, oracle_bound
 from loadgen.real_engines import ENGINES, RealEngine, tiny_model
 from loadgen.virtual_mesh import DEFAULT_HOP_S
-from loadgen.workloads import build_schedule, get_workload
+from loadgen.workloads import WORKLOADS, build_schedule, get_workload
 from loadgen.workloads.base import Workload
 from loadgen.workloads.profiles import knobs, profile_options
 from loadgen.workloads.schedule import Schedule
 
 PRESET = "qwen3-32b-h200"
 #: Low-load arrival rates per simulated second (dynbranch Fig. 8: 0.12 req/s, HCI 0.3).
-RATES = {"routing": 0.12, "react": 0.12, "subagent": 0.12, "hci": 0.3}
+RATES = {name: w.low_rate for name, w in WORKLOADS.items()}
 #: (workflows, engines, live time scale, warm-up workflows, arms) per mode; quick finishes in
 #: under a minute on 2 cores on the virtual mesh.
 MODES = {True: (24, 2, 0.5, 1, QUICK_ARMS), False: (48, 4, 0.5, 3, ALL_ARMS)}

@@ -36,13 +36,14 @@ from typing import Any
 
 from services.common.generation import GenerationRequest, Sampling
 from services.engine_agent.backend import Finished
-from services.engine_agent.calibrate import Grid
-from services.engine_agent.step_cost import CostPreset
+from services.engine_agent.sim.calibrate import Grid
+from services.engine_agent.sim.step_cost import CostPreset
 
 logger = logging.getLogger(__name__)
 
 PRESET = "tiny-cpu"
-PRESET_FILE = Path(__file__).resolve().parents[2] / "services/engine_agent/presets/tiny-cpu.yaml"
+PRESET_FILE = (Path(__file__).resolve().parents[2]
+               / "services/engine_agent/sim/presets/tiny-cpu.yaml")
 CONCURRENCY = (1, 2, 4, 8)
 PREFIX_TOKENS = (256, 512, 1024)  # three shared prefixes (system prompt + history stand-ins)
 SIM_TIME_SCALE = 0.2  # the sim sleeps a fifth of its simulated step times
@@ -94,7 +95,7 @@ Rendered = tuple[str, int, int]  # (prompt, prefix tokens, suffix tokens)
 
 def real_renderer(tokenize: Callable[[str], Sequence[int]]) -> Callable[[Spec], Rendered]:
     """Text for the real engine's tokenizer; a shared prefix is the same text token for token."""
-    from services.engine_agent.calibrate import TokenText
+    from services.engine_agent.sim.calibrate import TokenText
 
     text = TokenText(tokenize)
 
@@ -109,7 +110,7 @@ def real_renderer(tokenize: Callable[[str], Sequence[int]]) -> Callable[[Spec], 
 
 def sim_text(key: str, n_tokens: int) -> str:
     """Exactly ``n_tokens`` tokens of the sim's toy tokenizer (one word is one token)."""
-    from services.engine_agent.tokenizer import _WORDS
+    from services.engine_agent.sim.tokenizer import _WORDS
 
     out = []
     for i in range(n_tokens):
@@ -190,7 +191,7 @@ async def run_real(specs: Sequence[Spec], grid: Grid) -> RealRun:
     """Start the embedded vLLM once; measure half the fit grid's repeats, run the validation
     mix, measure the other half: fit and validation then see the same machine conditions."""
     from services.engine_agent.backends.vllm.backend import VllmBackend
-    from services.engine_agent.calibrate import (
+    from services.engine_agent.sim.calibrate import (
         calibrate_backend,
         engine_limits,
         tiny_engine_settings,
@@ -229,7 +230,7 @@ def drift(before: Sequence[Any], after: Sequence[Any]) -> dict[str, float]:
 
 def committed_preset() -> CostPreset:
     """The committed ``tiny-cpu`` preset (fitted wherever ``dynbranch calibrate`` last ran)."""
-    from services.engine_agent.cost_model import load_preset_file
+    from services.engine_agent.sim.cost_model import load_preset_file
 
     return next(p for p in load_preset_file(PRESET_FILE, register=False) if p.name == PRESET)
 
@@ -289,7 +290,7 @@ def compare(real: Sequence[Result], sim: Sequence[Result]) -> dict[str, Any]:
 
 def step_errors(preset: CostPreset, samples: Sequence[Any]) -> dict[str, float]:
     """A preset's per-step relative error on measured steps: mean and max of |error|."""
-    from services.engine_agent.calibrate_fit import rel_errors
+    from services.engine_agent.sim.calibrate_fit import rel_errors
 
     errs = [abs(e) for e in rel_errors(preset, samples)]
     return {"steps": len(errs), "mean_rel_err": statistics.fmean(errs),
@@ -298,7 +299,7 @@ def step_errors(preset: CostPreset, samples: Sequence[Any]) -> dict[str, float]:
 
 def step_table(preset: CostPreset, samples: Sequence[Any]) -> list[dict[str, Any]]:
     """Each measured step beside the preset's time for it (milliseconds)."""
-    from services.engine_agent.calibrate_fit import predicted
+    from services.engine_agent.sim.calibrate_fit import predicted
 
     return [{"kind": s.kind, "batch": s.batch, "context": s.context,
              "measured_ms": round(s.step_s * 1e3, 3),
@@ -347,7 +348,7 @@ def _print(result: dict[str, Any]) -> None:
 
 
 async def _run(quick: bool) -> dict[str, Any]:
-    from services.engine_agent.calibrate import fit_tiny
+    from services.engine_agent.sim.calibrate import fit_tiny
 
     started = time.monotonic()
     specs, grid = workload(quick), QUICK_FIT_GRID if quick else FIT_GRID

@@ -21,8 +21,8 @@ from typing import Any
 
 from loadgen.lads_replay import RunResult, run_policy
 from loadgen.workloads.lads import LadsWorkload, cohort_workload, web_burst_workload
-from services.engine_agent.cost_model import get_preset
-from services.engine_agent.lease_budget import scaled_headroom
+from services.engine_agent.leases.budget import scaled_headroom
+from services.engine_agent.sim.cost_model import get_preset
 
 POLICIES = ("fifo", "size_first", "cache_first", "tail_aware", "ttl_pin", "lads_no_turnover",
             "lads")

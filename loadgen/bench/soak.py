@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.bench.load import proc_figures
+from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace, Workload
 from services.common.pb import common_pb2, delivery_pb2, gateway_pb2
@@ -57,7 +58,7 @@ from services.gateway.tools.corpus import Corpus
 from services.gateway.tools.loaders import hotpotqa_documents, musique_documents
 
 MODEL = "qwen3-32b"
-WORKLOADS = ("routing", "react", "subagent", "hci")
+WORKLOADS = tuple(WORKLOAD_CLASSES)
 #: The csl's byte budget: small, so that the run evicts all the time.
 BUDGET_BYTES = 256 * 1024
 LEASE_LIFETIME_S = 2.0
@@ -320,7 +321,7 @@ async def soak(minutes: float, runners: int = 4, sample_s: float = 2.0) -> dict[
         async with soak_mesh(Path(tmp)) as mesh, \
                 DynbranchClient(mesh.gateway.address, timeout_s=60) as sdk, \
                 GatewayClient(mesh.gateway.address) as client:
-            for name in ("react", "routing", "subagent", "hci"):
+            for name in WORKLOADS:
                 sdk.use_builtin(name)
             load = Load(sdk, client)
             started = time.perf_counter()

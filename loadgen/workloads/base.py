@@ -32,7 +32,7 @@ import hashlib
 import random
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -166,6 +166,29 @@ class Trace:
         await self.client.settle(self.workflow_id, coordinate, selected)
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One branch as the gateway sees it, with the selection that resolved it."""
+
+    coordinate: str
+    candidates: tuple[str, ...]
+    truth: str
+    #: The observation is ``head`` followed by ``parts`` (the pieces a shuffle may reorder).
+    head: str = ""
+    parts: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def observation(self) -> str:
+        """The observation text the harness passes."""
+        return self.head + "".join(self.parts)
+
+    def shuffled(self, rng: random.Random) -> Decision:
+        """This decision with its candidate list (and observation parts) in ``rng``'s order."""
+        return replace(self, candidates=tuple(rng.sample(self.candidates, len(self.candidates))),
+                       parts=tuple(rng.sample(self.parts, len(self.parts))))
+
+
 class Workload(abc.ABC):
     """A paper workload: instances from a data set, and how to run one through the gateway."""
 
@@ -179,6 +202,13 @@ class Workload(abc.ABC):
     default_replay: ClassVar[float] = 0.0
     #: Whether the reported latency is the user turn after a click rather than end to end.
     post_click_latency: ClassVar[bool] = False
+    #: The ``paper`` recurrence profile's options for this workload (``profiles.PROFILES``).
+    paper_profile: ClassVar[Mapping[str, Any]] = {}
+    #: Poisson rate λ (workflows per simulated s) of the workload's low load in ``bench arms``.
+    low_rate: ClassVar[float] = 0.12
+    #: Whether the leak guard fits the predictor's word-overlap weight on the train split
+    #: (the workloads whose candidates are named by a query); others keep the gateway's 2.0.
+    fits_overlap_weight: ClassVar[bool] = False
 
     def __init__(self, data_dir: str | Path | None = None, *, split: str = "test",
                  split_seed: int = 0, replay_rate: float | None = None) -> None:
@@ -213,6 +243,12 @@ class Workload(abc.ABC):
     @abc.abstractmethod
     def instances(self, n: int, rng: random.Random) -> list[Any]:
         """``n`` distinct instances drawn with ``rng`` (deterministic for a seed)."""
+
+    def decisions(self, n: int, rng: random.Random) -> list[Decision]:
+        """The branch decisions of ``n`` instances drawn with ``rng``, as the gateway would see
+        them (candidates as the harness offers them, the observation, the selection); what the
+        leak guard ranks. Every registered workload has them (``tests/test_registries.py``)."""
+        raise NotImplementedError(f"workload {self.name!r} does not list its decisions")
 
     @abc.abstractmethod
     async def run(self, trace: Trace, instance: Any) -> None:
@@ -298,7 +334,7 @@ def sample(pool: Sequence[Any], n: int, rng: random.Random, what: str) -> list[A
     return rng.sample(list(pool), n)
 
 
-__all__ = [
+__all__ = ["Decision",
     "SOURCE_NAMES",
     "SPLITS",
     "STALL_S",

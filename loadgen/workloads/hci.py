@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads.base import Trace, Workload, data_path, read_jsonl, sample
+from loadgen.workloads.base import Decision, Trace, Workload, data_path, read_jsonl, sample
 
 SGD_FILE = "sgd/test_dialogues_subset.jsonl"
 #: Median and log-spread of the user's think time, simulated seconds (dynbranch Fig. 1: ≈ 2.7 s).
@@ -178,6 +178,7 @@ class HciWorkload(Workload):
     """offer → user think → fulfil(pick) per offer turn of an SGD dialogue."""
 
     name = "hci"
+    low_rate = 0.3
     template = "hci"
     post_click_latency = True
 
@@ -198,6 +199,11 @@ class HciWorkload(Workload):
         """Every usable dialogue; counts kept and dropped turns."""
         self.turn_counts.clear()
         return load_hci(self.data_dir, self.max_turns, counts=self.turn_counts)
+
+    def decisions(self, n: int, rng: random.Random) -> list[Decision]:
+        """The offer decision per turn: the menu as offered, and the user's pick."""
+        return [Decision("hci/offer", t.offered, t.pick)
+                for d in self.instances(n, rng) for t in d.turns]
 
     def instances(self, n: int, rng: random.Random) -> list[HciInstance]:
         """``n`` distinct dialogues of the split, each menu shuffled, each turn with a sampled

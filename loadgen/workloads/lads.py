@@ -8,7 +8,8 @@
   observations are Luma product and review pages for 16 WebArena shopping tasks (``lads_web``).
 
 Nothing here runs an engine: a harness replays the values. Token counts are in the sim's toy
-tokenizer (``services.engine_agent.tokenizer``). Data is read from ``../shared/data`` at run time.
+tokenizer (``services.engine_agent.sim.tokenizer``). Data is read from ``../shared/data`` at run
+time.
 
 Seed choices (ours; the paper only says seeds vary arrivals and history assignment): arrivals
 are uniform in [0, 0.5] s (a burst); the four history lengths are dealt equally and shuffled.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from loadgen.workloads import lads_web
 from loadgen.workloads.base import data_path, read_jsonl
-from services.engine_agent.tokenizer import pieces, text_key
+from services.engine_agent.sim.tokenizer import pieces, text_key
 
 HISTORY_LENGTHS = (8192, 12288, 20480, 22528)
 TOOL_SERVICE_S = 0.05

@@ -1,4 +1,4 @@
-"""Recurrence profiles: how much of a schedule recurs, as stated knobs (issue 24, item 5).
+"""Recurrence profiles: how much of a schedule recurs, as stated knobs.
 
 A schedule's recurrence sets what C1 can remove: ``replay_rate`` (whole workflows replayed
 exactly, dynbranch Fig. 10), ReAct's ``retrieval_recurrence`` (retrievals of an entity an earlier
@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgen.workloads import WORKLOADS
+
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "data": {},
-    "paper": {"routing": {"replay_rate": 0.45}, "react": {"replay_rate": 0.5}},
+    "paper": {name: dict(w.paper_profile) for name, w in WORKLOADS.items() if w.paper_profile},
 }
 
 

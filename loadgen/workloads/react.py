@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads.base import Trace, Workload, data_path, draw_recurring, read_jsonl
+from loadgen.workloads.base import Decision, Trace, Workload, data_path, draw_recurring, read_jsonl
 
 HOTPOTQA_FILE = "hotpotqa/hotpot_dev_distractor_v1_sample200.jsonl"
 COORDINATE = "react/think"
@@ -79,6 +79,7 @@ class ReactWorkload(Workload):
     name = "react"
     template = "react"
     corpus_source = "hotpotqa"
+    paper_profile = {"replay_rate": 0.5}
     default_replay = 0.0  # recurrence is per retrieval, in ``instances`` (not whole workflows)
 
     def __init__(self, data_dir: str | Path | None = None, hops: int = 2,
@@ -97,6 +98,20 @@ class ReactWorkload(Workload):
         """``n`` questions of the split whose retrievals recur at ``retrieval_recurrence``."""
         return draw_recurring(self.split_pool(), n, rng, lambda i: i.entities,
                               self.retrieval_recurrence, "HotpotQA questions", repeat=True)
+
+    def decisions(self, n: int, rng: random.Random) -> list[Decision]:
+        """The think decision per hop: the question, then the previous hop's passage as the
+        retrieve tool prints it (its sentences are what a shuffle reorders); the space is open."""
+        records = {r["_id"]: r for r in read_jsonl(data_path(self.data_dir, HOTPOTQA_FILE))}
+        out = []
+        for inst in rng.sample(self.split_pool(), n):
+            paragraphs = {t: s for t, s in records[inst.key]["context"]}
+            head, parts = inst.question, ()
+            for j, entity in enumerate(inst.entities):
+                out.append(Decision("react/think", (), entity, head, parts, inst.entities[:j]))
+                head = f"{inst.question}\n\n[1] {entity}\n"
+                parts = tuple(paragraphs.get(entity, ()))
+        return out
 
     async def run(self, trace: Trace, instance: ReactInstance) -> None:
         """One think/retrieve/read round per entity, then the answering think."""

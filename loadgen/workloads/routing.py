@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads.base import Trace, Workload, data_path, read_jsonl, sample
+from loadgen.workloads.base import Decision, Trace, Workload, data_path, read_jsonl, sample
 
 #: BFCL categories with several candidate functions per request.
 DEFAULT_CATEGORIES = ("multiple", "live_multiple")
@@ -75,6 +75,8 @@ class RoutingWorkload(Workload):
     """Router → handler → executor over BFCL requests."""
 
     name = "routing"
+    fits_overlap_weight = True
+    paper_profile = {"replay_rate": 0.45}
     template = "routing"
     default_replay = 0.25  # exact replays of earlier requests (dynbranch Fig. 10: 0.22-0.77)
 
@@ -86,6 +88,11 @@ class RoutingWorkload(Workload):
     def load(self) -> list[RoutingInstance]:
         """Every routable request."""
         return load_routing(self.data_dir, self.categories)
+
+    def decisions(self, n: int, rng: random.Random) -> list[Decision]:
+        """The router's decision per instance: the offered functions, the query, the choice."""
+        return [Decision("routing/router", i.offered, i.choice, head=i.query)
+                for i in self.instances(n, rng)]
 
     def instances(self, n: int, rng: random.Random) -> list[RoutingInstance]:
         """``n`` distinct requests of this workload's split."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.workloads.base import Trace, Workload, data_path, draw_recurring, read_jsonl
+from loadgen.workloads.base import Decision, Trace, Workload, data_path, draw_recurring, read_jsonl
 
 DECOMPOSITIONS_FILE = "musique/musique_ans_v1.0_dev_decompositions.jsonl"
 #: dynbranch §2.2: 26% of Sub-Agent sub-tasks recur across runs.
@@ -135,6 +135,13 @@ class SubagentWorkload(Workload):
         chosen = draw_recurring(self.split_pool(), n, rng, lambda i: i.keys,
                                 self.subtask_recurrence, "MuSiQue questions")
         return [replace(inst, seed=rng.randrange(2**31)) for inst in chosen]
+
+    def decisions(self, n: int, rng: random.Random) -> list[Decision]:
+        """The plan decision per step: the sub-tasks offered (an earlier answer not yet
+        produced stands in by its placeholder), and the one planned next."""
+        return [Decision("subagent/plan", offered, chosen)
+                for inst in self.instances(n, rng)
+                for offered, chosen in plan_steps(inst, lambda j, _s: f"(answer of S{j + 1})")]
 
     async def run(self, trace: Trace, instance: SubagentInstance) -> None:
         """Dispatch each sub-task once its inputs exist, then synthesize."""

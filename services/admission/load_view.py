@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument
+from services.common.record_guard import SequenceGuard
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class LoadTracker:
         self.window_s, self.max_age_s = window_s, max_age_s
         self.fill_share, self.kv_budget_share = fill_share, kv_budget_share
         self._latest: dict[str, EngineLoad] = {}
+        self._guards: dict[str, SequenceGuard] = {}
         self._history: dict[str, deque[tuple[float, float]]] = {}
         self._reserved: dict[str, dict[str, tuple[int, int]]] = {}  # model -> token -> (1, blocks)
         self._max_samples = max_samples
@@ -96,11 +98,10 @@ class LoadTracker:
     # -- reports --------------------------------------------------------------------------------
 
     def observe(self, report: EngineLoad, now: float) -> bool:
-        """Take a report; False (and counted) when it is stale or out of order."""
-        last = self._latest.get(report.engine_id)
-        if (last is not None and (report.sequence <= last.sequence
-                                  or report.published_at < last.published_at)) \
-                or now - report.published_at > self.max_age_s:
+        """Take a report; False (and counted) when it is stale, from the future, a duplicate or
+        out of order (``SequenceGuard``, per engine)."""
+        guard = self._guards.setdefault(report.engine_id, SequenceGuard(self.max_age_s))
+        if not guard.accept(report.sequence, report.published_at, now):
             self.rejected += 1
             return False
         self._latest[report.engine_id] = report
@@ -110,6 +111,7 @@ class LoadTracker:
     def forget(self, engine_id: str) -> None:
         """Drop an engine's latest report (its stream ended; a new one restarts its sequence)."""
         self._latest.pop(engine_id, None)
+        self._guards.pop(engine_id, None)
 
     def probe(self, now: float) -> None:
         """Record the current pressure of every model (keeps the window mean current)."""

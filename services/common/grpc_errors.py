@@ -1,4 +1,6 @@
-"""Edge mapping from the mesh's exception tree to gRPC status codes (one interceptor)."""
+"""Edge mapping between the mesh's exception tree and gRPC status codes, both ways: a servicer's
+error to the status a client sees (``status_for``, one interceptor), and a peer's status back to
+the mesh's error (``error_from_rpc``, used by every adapter that calls a service)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,17 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc._cython import cygrpc
 
-from services.common.errors import DynbranchError, InvalidArgument
+from services.common.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    DynbranchError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PayloadTooLarge,
+    ResourceExhausted,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +47,41 @@ def status_for(exc: BaseException, method: str) -> tuple[grpc.StatusCode, str]:
         return status_of(exc), exc.client_message()
     log.error("unhandled error in %s", method, exc_info=exc, extra={"method": method})
     return grpc.StatusCode.INTERNAL, "internal error"
+
+
+def error_from_rpc(err: grpc.aio.AioRpcError, peer: str, call: str = "", *,
+                   field_prefix: str = "", callers_deadline: bool = True) -> DynbranchError:
+    """The mesh's error for a status ``peer`` answered ``call`` with: the inverse of
+    ``status_for``.
+
+    A field error (``INVALID_ARGUMENT`` or ``RESOURCE_EXHAUSTED`` whose detail is
+    ``field: message``) keeps the peer's field and message, under ``field_prefix`` (the request
+    field the caller passed through); ``RESOURCE_EXHAUSTED`` without a field is overload;
+    ``NOT_FOUND``, ``ALREADY_EXISTS`` and ``FAILED_PRECONDITION`` keep their class and the peer's
+    detail; ``DEADLINE_EXCEEDED`` is the caller's ``DeadlineExceeded`` when the deadline was the
+    caller's own (``callers_deadline``), else a dependency that did not answer. Anything else
+    (down, internal, cancelled, unknown) is ``Unavailable``: retryable, with the peer's detail
+    hidden."""
+    code, details = err.code(), err.details() or ""
+    field, sep, message = details.partition(": ")
+    what = f"{peer} {call}".rstrip()
+    if code == grpc.StatusCode.INVALID_ARGUMENT and sep:
+        return InvalidArgument(field_prefix + field, message)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if sep:
+            return PayloadTooLarge(field_prefix + field, message)
+        return ResourceExhausted(f"{peer} is overloaded: {details}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgument(field_prefix.rstrip(".") or "request", details)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and callers_deadline:
+        return DeadlineExceeded(f"{what} did not finish before the deadline")
+    if code == grpc.StatusCode.NOT_FOUND:
+        return NotFound(f"{peer}: {details}")
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        return AlreadyExists(details or f"{what}: already exists")
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return FailedPrecondition(f"{peer}: {details}")
+    return Unavailable(f"{what} failed ({code.name}); submit again")
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
@@ -135,4 +182,4 @@ def _wrap(handler: Any, method: str) -> Any:
         _wrap_stream(handler.stream_stream, method, parse, streaming_request=True), **kwargs)
 
 
-__all__ = ["ErrorInterceptor", "status_for", "status_of"]
+__all__ = ["ErrorInterceptor", "error_from_rpc", "status_for", "status_of"]

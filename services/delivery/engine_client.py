@@ -19,12 +19,10 @@ import grpc
 from services.common.convert import sampling_to_proto
 from services.common.errors import (
     DynbranchError,
-    FailedPrecondition,
     InvalidArgument,
-    PayloadTooLarge,
-    Unavailable,
 )
 from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
+from services.common.grpc_errors import error_from_rpc
 from services.common.lease_convert import (
     budget_from_proto,
     inventory_to_proto,
@@ -193,16 +191,9 @@ class EngineLink:
         return self._info
 
     def _error(self, err: grpc.aio.AioRpcError, call: str) -> DynbranchError:
-        """The engine's refusal as the mesh's error; anything transient is UNAVAILABLE."""
-        code, details = err.code(), err.details() or ""
-        field, sep, message = details.partition(": ")
-        if code == grpc.StatusCode.INVALID_ARGUMENT and sep:
-            return InvalidArgument(field, message)
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and sep:
-            return PayloadTooLarge(field, message)
-        if code == grpc.StatusCode.FAILED_PRECONDITION:
-            return FailedPrecondition(f"engine {self.engine_id}: {details}")
-        return Unavailable(f"engine {self.engine_id} {call} failed ({code.name}); submit again")
+        """The engine's refusal as the mesh's error; anything transient is UNAVAILABLE (the
+        deadline is this agent's, not the caller's)."""
+        return error_from_rpc(err, f"engine {self.engine_id}", call, callers_deadline=False)
 
 
 def _generate_request(r: GenerationRequest) -> engine_pb2.GenerateRequest:

@@ -23,6 +23,7 @@ from services.common.leases import (
     LeaseState,
     ResultKey,
 )
+from services.common.record_guard import SequenceGuard
 from services.delivery.frames import Frame
 
 #: Clock skew tolerated on a record's ``published_at`` before it counts as from the future.
@@ -47,7 +48,8 @@ class LeaseEvidence:
 class LeaseBook:
     """One engine's latest valid budget record and per-result lease records."""
 
-    __slots__ = ("engine_id", "max_age_s", "rejected", "_clock", "_budget", "_leases")
+    __slots__ = ("engine_id", "max_age_s", "rejected", "_clock", "_budget", "_budget_guard",
+                 "_leases")
 
     def __init__(self, engine_id: str, *, max_age_s: float = 1.0,
                  clock: Callable[[], float]) -> None:
@@ -58,31 +60,38 @@ class LeaseBook:
         self.rejected: Counter[str] = Counter()
         self._clock = clock
         self._budget: BudgetRecord | None = None
-        self._leases: dict[ResultKey, LeaseRecord] = {}
+        #: Budget records are versioned by generation.
+        self._budget_guard = self._guard()
+        #: Per result: its latest accepted lease record, and the guard of its stream.
+        self._leases: dict[ResultKey, tuple[LeaseRecord, SequenceGuard]] = {}
 
     def observe_budget(self, rec: BudgetRecord) -> bool:
         """Accept ``rec`` as the current budget unless it is invalid (reason counted)."""
-        reason = self._arrival_fault(rec.engine_id, rec.published_at)
-        if reason is None and self._budget is not None \
-                and rec.generation <= self._budget.generation:
-            reason = "duplicate"
+        reason = self._identity_fault(rec.engine_id) or self._budget_guard.fault(
+            rec.generation, rec.published_at, self._clock())
         if reason is not None:
             return self._reject(reason)
+        self._budget_guard.take(rec.generation, rec.published_at)
         self._budget = rec
         self._drop_stale(rec.published_at)
         return True
 
     def observe_lease(self, rec: LeaseRecord) -> bool:
         """Accept ``rec`` as the latest record of its lease unless it is invalid."""
-        reason = self._arrival_fault(rec.engine_id, rec.published_at) or self._lease_fault(rec)
+        held = self._leases.get(rec.key)
+        guard = held[1] if held is not None else self._guard()
+        reason = (self._identity_fault(rec.engine_id)
+                  or guard.fault(rec.sequence, rec.published_at, self._clock())
+                  or self._lease_fault(rec, held[0] if held is not None else None))
         if reason is not None:
             return self._reject(reason)
-        self._leases[rec.key] = rec
+        guard.take(rec.sequence, rec.published_at)
+        self._leases[rec.key] = (rec, guard)
         return True
 
     def evidence(self, frame: Frame, now: float) -> LeaseEvidence | None:
         """The valid lease for ``frame`` at ``now``, or None when any check fails."""
-        rec = self._leases.get(frame.key)
+        rec = self.lease(frame.key)
         budget = self.budget(now)
         if rec is None or budget is None or not _matches(rec, frame):
             return None
@@ -113,22 +122,17 @@ class LeaseBook:
 
     def lease(self, key: ResultKey) -> LeaseRecord | None:
         """The latest accepted lease record of ``key`` (no freshness check)."""
-        return self._leases.get(key)
+        held = self._leases.get(key)
+        return held[0] if held is not None else None
 
-    def _arrival_fault(self, engine_id: str, published_at: float) -> str | None:
-        now = self._clock()
-        if engine_id != self.engine_id:
-            return "engine"
-        if published_at > now + FUTURE_TOLERANCE_S:
-            return "future"
-        if now - published_at > self.max_age_s:
-            return "stale"
-        return None
+    def _guard(self) -> SequenceGuard:
+        return SequenceGuard(self.max_age_s, max_skew_s=FUTURE_TOLERANCE_S)
 
-    def _lease_fault(self, rec: LeaseRecord) -> str | None:
-        prev = self._leases.get(rec.key)
-        if prev is not None and rec.sequence <= prev.sequence:
-            return "duplicate"
+    def _identity_fault(self, engine_id: str) -> str | None:
+        return "engine" if engine_id != self.engine_id else None
+
+    def _lease_fault(self, rec: LeaseRecord, prev: LeaseRecord | None) -> str | None:
+        """The lease state machine and budget generation (after the record rule passed)."""
         if prev is not None and rec.state not in LEASE_TRANSITIONS[prev.state]:
             return "order"
         if self._budget is None or rec.budget_generation != self._budget.generation:
@@ -143,7 +147,7 @@ class LeaseBook:
         # A record past max_age_s can never be evidence again, and a replay of it is refused as
         # stale on arrival, so its sequence watermark is no longer needed either.
         cutoff = now - self.max_age_s
-        for key in [k for k, r in self._leases.items() if r.published_at < cutoff]:
+        for key in [k for k, (r, _) in self._leases.items() if r.published_at < cutoff]:
             del self._leases[key]
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from services.common.config import ServiceSettings
+from services.engine_agent.backends.registry import BACKEND_NAMES
 
 
 class EngineAgentSettings(ServiceSettings):
@@ -17,7 +18,7 @@ class EngineAgentSettings(ServiceSettings):
     engine_id: str = Field("engine-0", min_length=1, max_length=128,
                            description="identity of the engine in the mesh")
     model: str = Field("qwen3-32b", min_length=1, description="model name callers must ask for")
-    backend: Literal["sim", "vllm", "openai", "sglang"] = "sim"
+    backend: str = Field("sim", description="engine backend: one of backends.registry.BACKENDS")
     # sim
     preset: str = Field("qwen3-32b-h200", description="sim cost-model preset name")
     preset_file: str = Field("", description="YAML/JSON file with a custom sim preset")
@@ -46,6 +47,13 @@ class EngineAgentSettings(ServiceSettings):
     # limits and reporting
     max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
     load_interval_s: float = Field(0.05, gt=0, le=60, description="default WatchLoad interval")
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in BACKEND_NAMES:
+            raise ValueError(f"unknown backend {value!r}; known: {', '.join(BACKEND_NAMES)}")
+        return value
 
 
 __all__ = ["EngineAgentSettings"]

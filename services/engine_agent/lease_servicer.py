@@ -30,7 +30,7 @@ from services.common.lease_convert import (
 from services.common.leases import BudgetRecord, LeaseRecord, ResultKey
 from services.common.pb import common_pb2, engine_pb2
 from services.engine_agent.backend import Allocated, EngineBackend, Finished
-from services.engine_agent.lease_provider import LeaseProvider
+from services.engine_agent.leases.provider import LeaseProvider
 
 #: Finished continuations remembered for idempotent resubmission.
 MAX_REMEMBERED = 4096

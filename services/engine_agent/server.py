@@ -10,11 +10,11 @@ from services.common.cli_args import Flag, service_main
 from services.common.pb import engine_pb2, engine_pb2_grpc
 from services.common.server import ServiceRuntime
 from services.engine_agent.backend import EngineBackend
-from services.engine_agent.backends import make_backend
+from services.engine_agent.backends import BACKEND_NAMES, make_backend
 from services.engine_agent.config import EngineAgentSettings
-from services.engine_agent.lease_budget import scaled_headroom
-from services.engine_agent.lease_port import LeasePort
-from services.engine_agent.lease_provider import LeaseProvider, LeaseSettings
+from services.engine_agent.leases.budget import scaled_headroom
+from services.engine_agent.leases.port import LeasePort
+from services.engine_agent.leases.provider import LeaseProvider, LeaseSettings
 from services.engine_agent.servicer import EngineAgentServicer, EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                             Flag("--engine-id", "engine_id", "identity of the engine in the mesh"),
                             Flag("--model", "model", "model name callers must ask for"),
                             Flag("--backend", "backend", "engine backend",
-                                 {"choices": ["sim", "vllm", "openai", "sglang"]}),
+                                 {"choices": BACKEND_NAMES}),
                             Flag("--preset", "preset", "sim cost-model preset (qwen3-32b-h200)"),
                             Flag("--time-scale", "time_scale", "wall seconds per simulated second",
                                  {"type": float})])

@@ -33,8 +33,8 @@ from services.engine_agent.backend import (
     Queued,
     TokenDelta,
 )
-from services.engine_agent.lease_provider import LeaseProvider
 from services.engine_agent.lease_servicer import LeaseRpcs
+from services.engine_agent.leases.provider import LeaseProvider
 from services.engine_agent.mux_servicer import MuxSession
 
 MAX_REQUEST_ID = 128

@@ -8,9 +8,9 @@ from typing import Any
 from services.common.generation import GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Finished, GenerationEvent
 from services.engine_agent.backends.sim import SimBackend
-from services.engine_agent.cost_model import CostPreset, get_preset
-from services.engine_agent.sim_engine import SimEngine
-from services.engine_agent.tokenizer import encode
+from services.engine_agent.sim.cost_model import CostPreset, get_preset
+from services.engine_agent.sim.engine import SimEngine
+from services.engine_agent.sim.tokenizer import encode
 
 MODEL = "sim-test"
 

@@ -21,7 +21,7 @@ from services.engine_agent.backend import Finished
 from services.engine_agent.backends.sglang import SglangBackend
 from services.engine_agent.backends.sim import SimBackend
 from services.engine_agent.servicer import EngineAgentServicer, EngineMetrics
-from services.engine_agent.tokenizer import pieces
+from services.engine_agent.sim.tokenizer import pieces
 from tests.engine_agent.fake_engines import DONE, event_stream, sse
 from tests.engine_agent.test_openai_backend import FakeVllm, make_backend
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from services.engine_agent.block_pool import (
+from services.engine_agent.sim.block_pool import (
     ROOT_HASH,
     BlockPool,
     hash_block_tokens,
     hash_full_blocks,
 )
-from services.engine_agent.kv_cache import KVCacheManager
-from services.engine_agent.sequence import Sequence
-from services.engine_agent.tokenizer import PseudoText
+from services.engine_agent.sim.kv_cache import KVCacheManager
+from services.engine_agent.sim.sequence import Sequence
+from services.engine_agent.sim.tokenizer import PseudoText
 from tests.engine_agent.sim_factories import make_request
 
 

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from services.engine_agent.calibrate import (
+from services.engine_agent.backends.tiny_model import TinyModelConfig
+from services.engine_agent.sim.calibrate import (
     PRESET_DIR,
     Fit,
     StepSample,
@@ -19,9 +20,8 @@ from services.engine_agent.calibrate import (
     tiny_model_spec,
     write_preset,
 )
-from services.engine_agent.cost_model import load_preset_file
-from services.engine_agent.step_cost import MeasuredCost
-from services.engine_agent.tiny_model import TinyModelConfig
+from services.engine_agent.sim.cost_model import load_preset_file
+from services.engine_agent.sim.step_cost import MeasuredCost
 
 MODEL = tiny_model_spec(2048)
 TRUTH = Fit(step_overhead_s=3e-3, per_seq_overhead_s=2e-4,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services.engine_agent.cost_model import (
+from services.engine_agent.sim.cost_model import (
     CostPreset,
     GiB,
     StepWork,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.engine_agent.engine_metrics import SGLANG, VLLM, parse_metrics
+from services.engine_agent.backends.remote.engine_metrics import SGLANG, VLLM, parse_metrics
 
 VLLM_PAGE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

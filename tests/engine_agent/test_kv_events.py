@@ -15,7 +15,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from services.engine_agent.kv_events import (
+from services.engine_agent.backends.remote.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

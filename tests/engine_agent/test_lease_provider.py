@@ -19,7 +19,7 @@ from services.common.leases import (
     digest,
 )
 from services.engine_agent.backends.sim import SimBackend
-from services.engine_agent.lease_provider import LeaseProvider, LeaseSettings
+from services.engine_agent.leases.provider import LeaseProvider, LeaseSettings
 from tests.engine_agent.sim_factories import (
     assert_idle,
     finish,

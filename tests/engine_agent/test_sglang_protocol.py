@@ -194,8 +194,8 @@ sglang:generation_tokens_total{model_name="m",priority="-1"} 2.0
 
 
 def test_per_priority_series_are_not_counted_twice_beside_their_totals() -> None:
+    from services.engine_agent.backends.remote.engine_metrics import SGLANG, parse_metrics
     from services.engine_agent.backends.sglang import totals_only
-    from services.engine_agent.engine_metrics import SGLANG, parse_metrics
 
     snap = parse_metrics(totals_only(PRIORITY_PAGE), SGLANG)
     assert (snap.running, snap.waiting) == (3, 1)  # SGLang 0.5.23 with priority scheduling

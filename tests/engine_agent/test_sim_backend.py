@@ -20,8 +20,8 @@ from services.engine_agent.backend import (
     TokenDelta,
 )
 from services.engine_agent.backends.sim import SimBackend
-from services.engine_agent.cost_model import get_preset
-from services.engine_agent.scheduler import StepPlan
+from services.engine_agent.sim.cost_model import get_preset
+from services.engine_agent.sim.scheduler import StepPlan
 from tests.engine_agent.sim_factories import (
     MODEL,
     assert_idle,

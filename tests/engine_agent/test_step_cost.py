@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.engine_agent.cost_model import get_preset, preset_from_dict, preset_to_dict
-from services.engine_agent.step_cost import CostPreset, GpuSpec, MeasuredCost, StepWork
+from services.engine_agent.sim.cost_model import get_preset, preset_from_dict, preset_to_dict
+from services.engine_agent.sim.step_cost import CostPreset, GpuSpec, MeasuredCost, StepWork
 
 #: (preset, case) → step seconds, computed before measured presets existed (the roofline must
 #: not move when the model grows a second way to price a step).

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from services.engine_agent import tokenizer
-from services.engine_agent.tokenizer import EOS_TOKEN_ID, PseudoText, encode, pieces
+from services.engine_agent.sim import tokenizer
+from services.engine_agent.sim.tokenizer import EOS_TOKEN_ID, PseudoText, encode, pieces
 
 TEXTS = ["hello world", "  a  b\n\nc", "x=1234567; ünïcode  ", "", "a.,b", "Route: h1 -> h2!"]
 
@@ -26,7 +26,7 @@ def test_words_carry_their_leading_space_like_bpe() -> None:
 
 
 def test_token_ids_are_stable_across_processes() -> None:
-    script = "from services.engine_agent.tokenizer import encode; print(list(encode('a b, c')))"
+    script = "from services.engine_agent.sim.tokenizer import encode; print(list(encode('a b, c')))"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True, cwd=os.getcwd()).stdout

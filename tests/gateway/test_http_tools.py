@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from services.common.chat import ChatSpec, ToolChoice, canonical_json
-from services.engine_agent.sim_tools import SchemaSampler, parse_tool_calls, scripted_output
+from services.engine_agent.sim.tools import SchemaSampler, parse_tool_calls, scripted_output
 from services.gateway.http.chat import parse_chat, render_chat
 from tests.factories import MODEL, csl_service, engine_agent
 from tests.gateway.test_http_front import front, sdk

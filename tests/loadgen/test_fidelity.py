@@ -23,8 +23,8 @@ from loadgen.bench.fidelity import (
     step_errors,
     workload,
 )
-from services.engine_agent.calibrate import StepSample, tiny_model_spec
-from services.engine_agent.tokenizer import encode
+from services.engine_agent.sim.calibrate import StepSample, tiny_model_spec
+from services.engine_agent.sim.tokenizer import encode
 
 
 def test_workload_is_deterministic_and_mixed() -> None:
@@ -87,7 +87,7 @@ def test_committed_preset_reports_named_physical_parameters() -> None:
 
 
 def _work(s: StepSample):
-    from services.engine_agent.step_cost import StepWork
+    from services.engine_agent.sim.step_cost import StepWork
 
     return StepWork(tokens=s.tokens, attn_pairs=s.attn_pairs, kv_read_tokens=s.kv_read_tokens,
                     sampled=s.sampled, seqs=s.batch)

@@ -19,7 +19,7 @@ from loadgen.workloads.lads import (
     release_time,
     web_burst_workload,
 )
-from services.engine_agent.tokenizer import encode
+from services.engine_agent.sim.tokenizer import encode
 from services.gateway.tools.loaders import DataUnavailable, default_data_dir
 
 needs_data = pytest.mark.skipif(not default_data_dir().exists(),

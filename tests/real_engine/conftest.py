@@ -1,7 +1,7 @@
 """Fixtures for the real-engine suite: a tiny local model, an embedded vLLM, a vLLM server.
 
 Everything runs on loopback with a random-weight Qwen3-style model built on the spot
-(``services.engine_agent.tiny_model``), so no hub is needed. Tests here are marked
+(``services.engine_agent.backends.tiny_model``), so no hub is needed. Tests here are marked
 ``real_engine``; they skip when vLLM is not importable, unless ``DYNBRANCH_REQUIRE_REAL_ENGINE=1``
 (CI), where a missing engine fails the run. Install with ``scripts/install_vllm.sh``.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from services.engine_agent.tiny_model import build_tiny_model, default_cache_root
+from services.engine_agent.backends.tiny_model import build_tiny_model, default_cache_root
 from tests.real_engine.engines import require_vllm
 
 

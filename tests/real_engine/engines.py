@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.engine_agent.backends.tiny_model import default_cache_root
 from services.engine_agent.backends.vllm.settings import (
     VllmSettings,
     engine_environment,
     make_engine_dirs,
 )
-from services.engine_agent.tiny_model import default_cache_root
 
 REQUIRE = os.environ.get("DYNBRANCH_REQUIRE_REAL_ENGINE") == "1"
 SERVER_START_TIMEOUT_S = 240.0

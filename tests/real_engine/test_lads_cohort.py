@@ -29,7 +29,7 @@ from loadgen.workloads.lads import LadsCall, LadsWorkflow, LadsWorkload
 from services.common.leases import ResultKey
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings
-from services.engine_agent.lease_port import Handoff
+from services.engine_agent.leases.port import Handoff
 from tests.real_engine.engines import MODEL_NAME, long_prompt, require_plugin
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,

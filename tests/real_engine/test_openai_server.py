@@ -18,8 +18,8 @@ from services.common.errors import Unimplemented
 from services.common.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import OpenAIBackend, RemoteSettings
-from services.engine_agent.engine_metrics import parse_metrics
-from services.engine_agent.kv_events import KVEventSubscriber
+from services.engine_agent.backends.remote.engine_metrics import parse_metrics
+from services.engine_agent.backends.remote.kv_events import KVEventSubscriber
 from tests.real_engine.engines import MODEL_NAME, VllmServer, long_prompt, vllm_server
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,

@@ -20,7 +20,8 @@ import pytest_asyncio
 from services.common.errors import Unavailable
 from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
-from services.engine_agent.backends.remote import RemoteSettings
+from services.engine_agent.backends.remote.backend import RemoteSettings
+from services.engine_agent.backends.remote.engine_metrics import SGLANG
 from services.engine_agent.backends.servers import (
     EngineServer,
     SglangOptions,
@@ -28,7 +29,6 @@ from services.engine_agent.backends.servers import (
     tiny_model_for_sglang,
 )
 from services.engine_agent.backends.sglang import SglangBackend, totals_only
-from services.engine_agent.engine_metrics import SGLANG
 from tests.real_engine.engines import MODEL_NAME, long_prompt, require_sglang
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,

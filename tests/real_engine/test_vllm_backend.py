@@ -263,7 +263,7 @@ async def test_request_errors(backend: VllmBackend) -> None:
 
 async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, tmp_path) -> None:
     from services.engine_agent.backends.sim import SimBackend
-    from services.engine_agent.calibrate import (
+    from services.engine_agent.sim.calibrate import (
         Grid,
         calibrate_backend,
         engine_limits,
@@ -272,7 +272,7 @@ async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, t
         tiny_model_spec,
         write_preset,
     )
-    from services.engine_agent.cost_model import load_preset_file
+    from services.engine_agent.sim.cost_model import load_preset_file
 
     grid = Grid(prefill_contexts=(128, 512), decode_batches=(1, 2), decode_contexts=(128,),
                 gen_tokens=8, repeats=1)

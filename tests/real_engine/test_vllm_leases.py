@@ -19,7 +19,7 @@ from services.common.generation import GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, TokenDelta
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings
-from services.engine_agent.lease_port import LeasePort, ResidentPrefix
+from services.engine_agent.leases.port import LeasePort, ResidentPrefix
 from tests.real_engine.engines import MODEL_NAME, long_prompt, require_plugin
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,

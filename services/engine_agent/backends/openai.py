@@ -37,7 +37,7 @@ from services.engine_agent.backends.http import (
     http_error,
     iter_sse_data,
 )
-from services.engine_agent.backends.remote import (
+from services.engine_agent.backends.remote.backend import (
     LEASES_UNAVAILABLE,
     RemoteBackend,
     RemoteSettings,

@@ -194,10 +194,10 @@ class EngineServer:
 def tiny_model_for_sglang(venv: str | Path = "") -> Path:
     """The tiny model folder, built by the SGLang venv's interpreter when needed (it has torch
     and transformers even where this venv has no engine extra)."""
-    from services.engine_agent.tiny_model import default_cache_root
+    from services.engine_agent.backends.tiny_model import default_cache_root
 
     root = Path(__file__).resolve().parents[3]
-    code = ("import sys; from services.engine_agent.tiny_model import build_tiny_model; "
+    code = ("import sys; from services.engine_agent.backends.tiny_model import build_tiny_model; "
             "print(build_tiny_model(__import__('pathlib').Path(sys.argv[1])))")
     out = subprocess.run([str(sglang_python(venv)), "-c", code, str(default_cache_root())],
                          cwd=root, env={**sglang_environment(default_cache_root()),
@@ -257,6 +257,33 @@ def vllm_server(options: VllmServerOptions, folder: Path, env: dict[str, str],
                         {**os.environ, **env})
 
 
+def launch_vllm_server(model_path: str, model: str, max_running: int, max_model_len: int,
+                       folder: Path, index: int) -> EngineServer:
+    """The ``openai`` backend's server (``registry.BackendSpec.launcher``): vLLM's OpenAI server
+    serving ``model_path`` as ``model``, with vLLM's variables and folders set up."""
+    from services.engine_agent.backends.tiny_model import default_cache_root
+    from services.engine_agent.backends.vllm.settings import (
+        VllmSettings,
+        engine_environment,
+        make_engine_dirs,
+    )
+
+    env = engine_environment(VllmSettings(model_path=model_path), default_cache_root())
+    make_engine_dirs(env)
+    return vllm_server(VllmServerOptions(model_path, served_name=model, max_model_len=max_model_len,
+                                         max_num_seqs=max_running), folder, env,
+                       f"vllm-server-{index}")
+
+
+def launch_sglang_server(model_path: str, model: str, max_running: int, max_model_len: int,
+                         folder: Path, index: int) -> EngineServer:
+    """The ``sglang`` backend's server (``registry.BackendSpec.launcher``)."""
+    return sglang_server(SglangOptions(model_path, served_name=model, max_running=max_running,
+                                       context_length=max_model_len), folder,
+                         f"sglang-server-{index}")
+
+
 __all__ = ["DEFAULT_SGLANG_VENV", "EngineServer", "SglangOptions", "VllmServerOptions",
-           "free_port", "kill_group", "sglang_available", "sglang_command", "sglang_python",
-           "sglang_server", "tiny_model_for_sglang", "vllm_server"]
+           "free_port", "kill_group", "launch_sglang_server", "launch_vllm_server",
+           "sglang_available", "sglang_command", "sglang_python", "sglang_server",
+           "tiny_model_for_sglang", "vllm_server"]

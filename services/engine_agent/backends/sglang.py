@@ -50,8 +50,12 @@ from services.engine_agent.backend import (
     finish_reason_named,
 )
 from services.engine_agent.backends.http import estimate_tokens
-from services.engine_agent.backends.remote import RemoteBackend, RemoteSettings, RemoteStream
-from services.engine_agent.engine_metrics import parse_metrics
+from services.engine_agent.backends.remote.backend import (
+    RemoteBackend,
+    RemoteSettings,
+    RemoteStream,
+)
+from services.engine_agent.backends.remote.engine_metrics import parse_metrics
 
 
 def sampling_params(s: Sampling) -> dict[str, Any]:

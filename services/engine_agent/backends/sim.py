@@ -16,11 +16,11 @@ from typing import Any
 from services.common.generation import FinishReason, GenerationRequest, LoadReport
 from services.common.leases import KAPPA_CHUNK_TOKENS
 from services.engine_agent.backend import BackendInfo, Finished, GenerationEvent, PrefixLookup
-from services.engine_agent.cost_model import CostPreset, StepWork, get_preset, load_preset_file
-from services.engine_agent.lease_port import Handoff, PoolState, ResidentPrefix
-from services.engine_agent.sim_engine import SimEngine
-from services.engine_agent.sim_tools import parse_tool_calls
-from services.engine_agent.tokenizer import encode
+from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
+from services.engine_agent.sim.cost_model import CostPreset, StepWork, get_preset, load_preset_file
+from services.engine_agent.sim.engine import SimEngine
+from services.engine_agent.sim.tokenizer import encode
+from services.engine_agent.sim.tools import parse_tool_calls
 
 
 def _with_tool_calls(request: GenerationRequest, finished: Finished) -> Finished:

@@ -13,14 +13,7 @@ from collections.abc import Callable
 import grpc
 
 from services.common.convert import chat_to_proto, sampling_to_proto, tool_calls_from_proto
-from services.common.errors import (
-    AlreadyExists,
-    DeadlineExceeded,
-    InvalidArgument,
-    PayloadTooLarge,
-    ResourceExhausted,
-    Unavailable,
-)
+from services.common.errors import Unavailable
 from services.common.generation import (
     FinishReason,
     GenerationRequest,
@@ -29,17 +22,20 @@ from services.common.generation import (
     Timings,
     Usage,
 )
+from services.common.grpc_errors import error_from_rpc
 from services.common.pb import common_pb2, engine_pb2
+from services.common.record_guard import SequenceGuard
+from services.common.records import published_s
 from services.common.tracing import outgoing_metadata
 from services.engine_agent.client import EngineAgentClient
 from services.gateway.adapters.router import EngineState, Router
 from services.gateway.ports import Execution
 
 log = logging.getLogger(__name__)
+#: A load view older than this on arrival is refused (DESIGN.md §3), as admission's default.
+LOAD_MAX_AGE_S = 5.0
 #: Receives streamed text as it arrives.
 DeltaSink = Callable[[str], None]
-_FIELD_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-                 grpc.StatusCode.RESOURCE_EXHAUSTED: PayloadTooLarge}
 
 
 def _load_from_view(view: common_pb2.LoadView) -> LoadReport:
@@ -57,21 +53,6 @@ def _execution(engine_id: str, fin: engine_pb2.Finished) -> Execution:
                      tool_calls_from_proto(fin.tool_calls))
 
 
-def _map_rpc_error(err: grpc.aio.AioRpcError, engine_id: str) -> Exception:
-    code = err.code()
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return DeadlineExceeded(f"engine {engine_id} did not finish before the deadline")
-    field, _, message = (err.details() or "").partition(": ")
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not message:
-        return ResourceExhausted(f"engine {engine_id} is overloaded: {field}")
-    if code in _FIELD_ERRORS:
-        # The engine validated a field the gateway passed through; keep its message.
-        return _FIELD_ERRORS[code](f"demand.{field}" if message else "demand", message or field)
-    if code == grpc.StatusCode.ALREADY_EXISTS:
-        return AlreadyExists(err.details() or "duplicate request id")
-    return Unavailable(f"engine {engine_id} failed: {code.name}")
-
-
 class EnginePool:
     """Engine agents of one gateway; ``start`` connects, ``close`` stops every owned task."""
 
@@ -80,6 +61,8 @@ class EnginePool:
         self.states: dict[str, EngineState] = {}
         self.router = Router()
         self._watchers: list[asyncio.Task[None]] = []
+        #: Load views refused by the record rule (stale, future-dated, duplicate, out of order).
+        self.refused_views = 0
 
     async def start(self, timeout_s: float) -> None:
         """Fetch every engine's info (waiting up to ``timeout_s``) and start the load streams."""
@@ -99,19 +82,20 @@ class EnginePool:
 
     async def _watch(self, target: str) -> None:
         state, client = self.states[target], self.clients[target]
-        last_seq = -1
+        guard = SequenceGuard(LOAD_MAX_AGE_S)
         while True:
             try:
                 async for view in client.watch_load():
-                    if view.header.sequence <= last_seq and last_seq >= 0:
-                        continue  # duplicate or out of order: keep the newer view
-                    last_seq = view.header.sequence
+                    if not guard.accept(view.header.sequence, published_s(view.header)):
+                        self.refused_views += 1
+                        continue  # stale, future-dated, duplicate or out of order: keep the last
                     state.load, state.healthy = _load_from_view(view), True
-                last_seq = -1  # stream renewed: the agent restarts its sequence per stream
+                guard.reset()  # stream renewed: the agent restarts its sequence per stream
             except grpc.aio.AioRpcError as err:
                 if state.healthy:
                     log.warning("engine %s load stream lost: %s", state.engine_id, err.code().name)
-                state.healthy, last_seq = False, -1
+                state.healthy = False
+                guard.reset()
                 await asyncio.sleep(0.2)
 
     def models(self) -> set[str]:
@@ -195,7 +179,9 @@ class EnginePool:
                 if event.HasField("delta"):
                     on_delta(event.delta.text)
         except grpc.aio.AioRpcError as err:
-            raise _map_rpc_error(err, state.engine_id) from None
+            # the engine validated a field the gateway passed through: keep its message
+            raise error_from_rpc(err, f"engine {state.engine_id}", "Generate",
+                                 field_prefix="demand.") from None
         raise Unavailable(f"engine {state.engine_id} ended the stream without finishing")
 
     async def close(self) -> None:
@@ -207,4 +193,4 @@ class EnginePool:
         await asyncio.gather(*(c.close() for c in self.clients.values()))
 
 
-__all__ = ["EnginePool"]
+__all__ = ["LOAD_MAX_AGE_S", "EnginePool"]

@@ -58,7 +58,7 @@ from services.engine_agent.backends.vllm.settings import (
     timings_from_metrics,
     validate_sampling,
 )
-from services.engine_agent.lease_port import Handoff, PoolState, ResidentPrefix
+from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from services.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
 from services.engine_agent.backends.vllm.leases import LeaseEngine
-from services.engine_agent.lease_port import Handoff, PoolState, ResidentPrefix
+from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
 
 logger = logging.getLogger(__name__)
 

@@ -137,7 +137,7 @@ def timings_from_metrics(metrics: Any, total_s: float) -> Timings:
 
 
 def default_root() -> Path:
-    from services.engine_agent.tiny_model import default_cache_root
+    from services.engine_agent.backends.tiny_model import default_cache_root
 
     return default_cache_root()
 

@@ -51,9 +51,13 @@ from services.engine_agent.backends.http import (
     http_error,
     iter_sse_data,
 )
+from services.engine_agent.backends.remote.engine_metrics import (
+    FLAVORS,
+    EngineSnapshot,
+    parse_metrics,
+)
+from services.engine_agent.backends.remote.kv_events import KVEventSubscriber
 from services.engine_agent.backends.vllm.settings import validate_sampling
-from services.engine_agent.engine_metrics import FLAVORS, EngineSnapshot, parse_metrics
-from services.engine_agent.kv_events import KVEventSubscriber
 
 logger = logging.getLogger(__name__)
 

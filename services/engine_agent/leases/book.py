@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from services.common.errors import InvalidArgument
 from services.common.leases import BudgetRecord, LeaseRecord, LeaseState, ResultKey
-from services.engine_agent.lease_budget import Budget, exclusive_blocks
-from services.engine_agent.lease_port import LeasePort, PoolState
-from services.engine_agent.lease_state import (
+from services.engine_agent.leases.budget import Budget, exclusive_blocks
+from services.engine_agent.leases.port import LeasePort, PoolState
+from services.engine_agent.leases.state import (
     Descriptor,
     Lease,
     LeaseSettings,

@@ -12,7 +12,7 @@ from typing import Literal
 
 from services.common.errors import InvalidArgument
 from services.common.leases import LeaseRecord, LeaseState, ResultKey
-from services.engine_agent.lease_port import ResidentPrefix
+from services.engine_agent.leases.port import ResidentPrefix
 
 LeaseMode = Literal["lads", "ttl", "none"]
 

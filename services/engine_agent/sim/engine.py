@@ -26,14 +26,14 @@ from services.common.generation import (
     Usage,
 )
 from services.engine_agent.backend import Allocated, Finished, PrefixLookup, Queued
-from services.engine_agent.block_pool import BlockPool, hash_full_blocks
-from services.engine_agent.cost_model import CostPreset
-from services.engine_agent.kv_cache import KVCacheManager
-from services.engine_agent.scheduler import Scheduler, StepPlan
-from services.engine_agent.sequence import SeqState, Sequence
-from services.engine_agent.sim_leases import SimLeases
-from services.engine_agent.sim_tools import scripted_output
-from services.engine_agent.tokenizer import PseudoText, ScriptedText, encode, text_key
+from services.engine_agent.sim.block_pool import BlockPool, hash_full_blocks
+from services.engine_agent.sim.cost_model import CostPreset
+from services.engine_agent.sim.kv_cache import KVCacheManager
+from services.engine_agent.sim.leases import SimLeases
+from services.engine_agent.sim.scheduler import Scheduler, StepPlan
+from services.engine_agent.sim.sequence import SeqState, Sequence
+from services.engine_agent.sim.tokenizer import PseudoText, ScriptedText, encode, text_key
+from services.engine_agent.sim.tools import scripted_output
 
 log = logging.getLogger(__name__)
 

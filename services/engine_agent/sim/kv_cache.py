@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence as Seq
 
-from services.engine_agent.block_pool import BlockPool, KVBlock, hash_full_blocks
-from services.engine_agent.sequence import Sequence
+from services.engine_agent.sim.block_pool import BlockPool, KVBlock, hash_full_blocks
+from services.engine_agent.sim.sequence import Sequence
 
 
 class KVCacheManager:

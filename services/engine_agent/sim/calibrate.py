@@ -9,9 +9,9 @@ file. The model keeps the engine's real architecture; what is fitted is named fo
 attention pair and per KV read token (the fitting maths is in ``calibrate_fit``).
 
     dynbranch calibrate                       # starts the embedded vLLM on the tiny model
-    python -m services.engine_agent.calibrate --name tiny-cpu --out PATH
+    python -m services.engine_agent.sim.calibrate --name tiny-cpu --out PATH
 
-The default output is ``services/engine_agent/presets/<name>.yaml``; ``cost_model`` loads it
+The default output is ``services/engine_agent/sim/presets/<name>.yaml``; ``cost_model`` loads it
 with ``load_preset_file``. Measuring repeats every point and keeps medians: about 30 s after the
 engine's own start (about 30 s on 2 cores); ``--quick`` measures for a few seconds.
 """
@@ -35,7 +35,7 @@ import yaml
 
 from services.common.generation import GenerationRequest, Sampling
 from services.engine_agent.backend import Finished, TokenDelta
-from services.engine_agent.calibrate_fit import (
+from services.engine_agent.sim.calibrate_fit import (
     Fit,
     StepSample,
     fit,
@@ -43,7 +43,7 @@ from services.engine_agent.calibrate_fit import (
     preset_from_fit,
     rel_errors,
 )
-from services.engine_agent.step_cost import CostPreset, ModelSpec
+from services.engine_agent.sim.step_cost import CostPreset, ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -167,10 +167,10 @@ async def measure_decode(backend: Any, text: TokenText, batches: Sequence[int],
 
 def write_preset(preset: CostPreset, samples: Sequence[StepSample], path: Path) -> None:
     """Write the preset (``cost_model.load_preset_file`` format) with its measurements."""
-    from services.engine_agent.cost_model import preset_to_dict  # the file format's owner
+    from services.engine_agent.sim.cost_model import preset_to_dict  # the file format's owner
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = ("# Fitted by `dynbranch calibrate` (services/engine_agent/calibrate.py); the\n"
+    header = ("# Fitted by `dynbranch calibrate` (services/engine_agent/sim/calibrate.py); the\n"
               "# measurements it was fitted to follow the preset. Regenerate, don't edit.\n")
     body = {"presets": [preset_to_dict(preset)],
             "measurements": [dataclasses.asdict(s) | {"predicted_s": round(predicted(preset, s),
@@ -184,7 +184,7 @@ def write_preset(preset: CostPreset, samples: Sequence[StepSample], path: Path) 
 
 def tiny_model_spec(max_model_len: int) -> ModelSpec:
     """``ModelSpec`` of the tiny Qwen3 (``tiny_model.TinyModelConfig``), counted exactly."""
-    from services.engine_agent.tiny_model import TinyModelConfig
+    from services.engine_agent.backends.tiny_model import TinyModelConfig
 
     c = TinyModelConfig()
     h, q, kv = c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
@@ -226,8 +226,8 @@ async def calibrate_backend(backend: Any, tokenize: Callable[[str], Sequence[int
 
 def tiny_engine_settings(**overrides: Any) -> Any:
     """The embedded vLLM configuration that ``tiny-cpu`` describes (calibration and fidelity)."""
+    from services.engine_agent.backends.tiny_model import build_tiny_model
     from services.engine_agent.backends.vllm.settings import VllmSettings
-    from services.engine_agent.tiny_model import build_tiny_model
 
     base: dict[str, Any] = {"model_path": str(build_tiny_model()), "model": "tiny",
                             "max_model_len": 2048, "max_num_seqs": 16, "num_gpu_blocks": 257,
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dynbranch calibrate", description=main.__doc__)
     parser.add_argument("--name", default="tiny-cpu", help="preset name (default tiny-cpu)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="preset file (default services/engine_agent/presets/NAME.yaml)")
+                        help="preset file (default services/engine_agent/sim/presets/NAME.yaml)")
     parser.add_argument("--quick", action="store_true",
                         help="a smaller grid (seconds of measuring after the engine's start, "
                         "which takes about 30 s on 2 cores)")

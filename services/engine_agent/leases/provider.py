@@ -29,16 +29,16 @@ from collections.abc import Callable, Sequence
 
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.leases import BudgetRecord, InventoryView, LeaseState, ResultKey
-from services.engine_agent.lease_book import LeaseBook, Record
-from services.engine_agent.lease_budget import (
+from services.engine_agent.leases.book import LeaseBook, Record
+from services.engine_agent.leases.budget import (
     Budget,
     Candidate,
     evaluate,
     horizon,
     inventory_etas,
 )
-from services.engine_agent.lease_port import LeasePort, PoolState
-from services.engine_agent.lease_state import (
+from services.engine_agent.leases.port import LeasePort, PoolState
+from services.engine_agent.leases.state import (
     Descriptor,
     LeaseMode,
     LeaseSettings,

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from services.engine_agent.step_cost import CostPreset, GpuSpec, MeasuredCost, ModelSpec, StepWork
+from services.engine_agent.sim.step_cost import (
+    CostPreset,
+    GpuSpec,
+    MeasuredCost,
+    ModelSpec,
+    StepWork,
+)
 
 
 @dataclass(frozen=True, slots=True)

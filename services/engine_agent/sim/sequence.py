@@ -8,8 +8,8 @@ from collections import deque
 
 from services.common.generation import FinishReason, GenerationRequest
 from services.engine_agent.backend import Finished, GenerationEvent, TokenDelta
-from services.engine_agent.block_pool import KVBlock
-from services.engine_agent.tokenizer import EOS_TOKEN_ID, PseudoText
+from services.engine_agent.sim.block_pool import KVBlock
+from services.engine_agent.sim.tokenizer import EOS_TOKEN_ID, PseudoText
 
 
 class SeqState(enum.Enum):

@@ -81,7 +81,7 @@ class TinyModelConfig:
 
 def default_cache_root() -> Path:
     """``.dynbranch/`` at the repository root (gitignored)."""
-    return Path(__file__).resolve().parents[2] / ".dynbranch"
+    return Path(__file__).resolve().parents[3] / ".dynbranch"
 
 
 def build_tiny_model(cache_root: Path | None = None, config: TinyModelConfig | None = None) -> Path:

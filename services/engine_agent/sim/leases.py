@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from services.common.leases import prefix_digest
-from services.engine_agent.block_pool import BlockPool, KVBlock, hash_full_blocks
-from services.engine_agent.kv_cache import KVCacheManager
-from services.engine_agent.lease_port import Handoff, ResidentPrefix
-from services.engine_agent.sequence import Sequence as Seq
+from services.engine_agent.leases.port import Handoff, ResidentPrefix
+from services.engine_agent.sim.block_pool import BlockPool, KVBlock, hash_full_blocks
+from services.engine_agent.sim.kv_cache import KVCacheManager
+from services.engine_agent.sim.sequence import Sequence as Seq
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class SimLeases:
             del self._hashes[next(iter(self._hashes))]
         blocks = self._pool.longest_prefix(hashes, max_blocks)
         return ResidentPrefix(tuple(b.block_id for b in blocks),
-                              prefix_digest(b.block_hash for b in blocks),
+                              prefix_digest(_hashes(blocks)),
                               frozenset(b.block_id for b in blocks if b.ref_cnt == 0))
 
     def acquire(self, lease_id: str, block_ids: Sequence[int], digest: str) -> bool:
@@ -68,7 +68,7 @@ class SimLeases:
         blocks = [self._pool.blocks[i] for i in block_ids]
         if any(b.block_hash is None for b in blocks):
             return False
-        if prefix_digest(b.block_hash for b in blocks) != digest:
+        if prefix_digest(_hashes(blocks)) != digest:
             return False
         self._pool.touch(blocks)
         self._held[lease_id] = _Held(blocks)
@@ -126,6 +126,11 @@ class SimLeases:
     def release_all(self) -> int:
         """Release every lease (shutdown); blocks released."""
         return sum(self.release(lease_id) for lease_id in list(self._held))
+
+
+def _hashes(blocks: Sequence[KVBlock]) -> list[int]:
+    """The block hashes of cached blocks (a prefix from the pool is hashed throughout)."""
+    return [h for b in blocks if (h := b.block_hash) is not None]
 
 
 __all__ = ["SimLeases"]

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from services.common.generation import Priority
-from services.engine_agent.cost_model import StepWork
-from services.engine_agent.kv_cache import KVCacheManager
-from services.engine_agent.sequence import SeqState, Sequence
+from services.engine_agent.sim.cost_model import StepWork
+from services.engine_agent.sim.kv_cache import KVCacheManager
+from services.engine_agent.sim.sequence import SeqState, Sequence
 
 
 @dataclass(slots=True)

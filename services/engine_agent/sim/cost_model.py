@@ -20,7 +20,13 @@ from typing import Any
 
 import yaml
 
-from services.engine_agent.step_cost import CostPreset, GpuSpec, MeasuredCost, ModelSpec, StepWork
+from services.engine_agent.sim.step_cost import (
+    CostPreset,
+    GpuSpec,
+    MeasuredCost,
+    ModelSpec,
+    StepWork,
+)
 
 GiB = 1 << 30
 

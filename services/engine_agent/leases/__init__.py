@@ -1,0 +1,12 @@
+"""LADS prefix leases on the engine side (``papers/lads.txt`` §3.4–3.7): the provider that runs
+the budget loop (``provider``), the budget B(t) and headroom (``budget``), the provider's record
+of pending results and live leases (``book``), the lease port a backend implements (``port``) and
+the versioned lease and budget records it publishes (``state``). Protocol-free; the gRPC edge is
+``services.engine_agent.lease_servicer``."""
+
+from services.engine_agent.leases.budget import Budget, exclusive_blocks, scaled_headroom
+from services.engine_agent.leases.port import Handoff, LeasePort, PoolState, ResidentPrefix
+from services.engine_agent.leases.provider import LeaseProvider, LeaseSettings
+
+__all__ = ["Budget", "Handoff", "LeasePort", "LeaseProvider", "LeaseSettings", "PoolState",
+           "ResidentPrefix", "exclusive_blocks", "scaled_headroom"]
