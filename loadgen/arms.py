@@ -45,8 +45,8 @@ from loadgen.workloads.base import STALL_S, SimClock, WorkflowResult, Workload
 from loadgen.workloads.schedule import Arrival, Schedule
 from services.admission.config import AdmissionSettings
 from services.admission.server import build_runtime as build_admission
-from services.common.generation import Priority
-from services.common.server import freeze_startup_heap
+from services.common.runtime.server import freeze_startup_heap
+from services.common.values.generation import Priority
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime as build_csl
 from services.engine_agent.backends import make_backend

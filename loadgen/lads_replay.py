@@ -25,8 +25,8 @@ from typing import Any
 from aiotools import VirtualClock
 
 from loadgen.workloads.lads import LadsWorkflow, LadsWorkload
-from services.common.generation import GenerationRequest, Sampling
-from services.common.leases import ResultKey, digest
+from services.common.values.generation import GenerationRequest, Sampling
+from services.common.values.leases import ResultKey, digest
 from services.delivery.frames import Frame
 from services.delivery.policies import make_policy
 from services.delivery.sender import Sender

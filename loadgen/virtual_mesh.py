@@ -44,12 +44,12 @@ from services.admission.config import AdmissionSettings
 from services.admission.controller import Outcome, Policy, PricedController, proposal
 from services.admission.load_view import EngineLoad, LoadTracker
 from services.admission.server import build_policy
-from services.common.candidates import FillEstimate, RankedCandidate
-from services.common.errors import DeadlineExceeded, Unavailable
-from services.common.generation import GenerationRequest, LoadReport, Priority
 from services.common.pb import gateway_pb2
-from services.common.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
-from services.common.reuse_name import ReuseName, name_key
+from services.common.values.candidates import FillEstimate, RankedCandidate
+from services.common.values.errors import DeadlineExceeded, Unavailable
+from services.common.values.generation import GenerationRequest, LoadReport, Priority
+from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
+from services.common.values.reuse_name import ReuseName, name_key
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.library import LibraryOptions, SubgraphLibrary
 from services.engine_agent.backend import Finished, TokenDelta

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any
 
-from services.engine_agent.backends.registry import BACKEND_NAMES, MESH_BACKENDS, SERVER_BACKENDS
+from services.engine_agent.registry import BACKEND_NAMES, MESH_BACKENDS, SERVER_BACKENDS
 
 SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_agent.server",
             "csl": "services.csl.server", "admission": "services.admission.server",
@@ -314,11 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dynbranch`` console script."""
-    from services.common.server import install_uvloop
+    from services.common.runtime.server import install_uvloop
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate"]:
-        return importlib.import_module("services.engine_agent.sim.calibrate").main(argv[1:])
+        return importlib.import_module("services.engine_agent.calibrate").main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command != "serve":
         install_uvloop()

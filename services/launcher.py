@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.common.clients import wait_serving
+from services.common.runtime.clients import wait_serving
 from services.engine_presets import EngineSetup, engine_setup
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from services.admission.config import AdmissionSettings
-from services.common.config import ServiceSettings, load_settings
+from services.common.values.config import ServiceSettings, load_settings
 from services.csl.config import CslSettings
 from services.delivery.config import DeliverySettings
 from services.engine_agent.config import EngineAgentSettings

@@ -6,16 +6,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from services.common import protogen
+from services.common.runtime import protogen
 
 
 def test_committed_stubs_match_protos(tmp_path: Path) -> None:
     generated = {p.name: p.read_text() for p in protogen.generate(tmp_path)}
     committed = {p.name: p.read_text() for p in protogen.OUT_DIR.iterdir() if p.is_file()}
-    regen = "run python -m services.common.protogen"
+    regen = "run python -m services.common.runtime.protogen"
     assert sorted(generated) == sorted(committed), f"stub files differ: {regen}"
     drift = [name for name in generated if generated[name] != committed[name]]
-    assert not drift, f"stale stubs {drift}: run python -m services.common.protogen"
+    assert not drift, f"stale stubs {drift}: run python -m services.common.runtime.protogen"
 
 
 def _uncommented(text: str) -> list[str]:

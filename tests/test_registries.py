@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from loadgen.workloads import WORKLOADS
-from services.engine_agent.backends.registry import BACKEND_NAMES, BACKENDS, resolve, spec
 from services.engine_agent.config import EngineAgentSettings
+from services.engine_agent.registry import BACKEND_NAMES, BACKENDS, resolve, spec
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the names may appear together, and why: the registry itself, and data keyed by a name
 #: that is not a list of them.
 REGISTRIES = {
     "backend": (frozenset(BACKENDS), {
-        "services/engine_agent/backends/registry.py",
+        "services/engine_agent/registry.py",
         # the metric and request flavors of the HTTP engines (a vLLM or SGLang server), which
         # the remote backends speak: engine dialects, not backend names
         "services/engine_agent/backends/remote/engine_metrics.py",

@@ -85,9 +85,9 @@ async def grpc_latency(n: int) -> dict[str, float]:
     """AdmitFills round trips to an in-process admission service (priced policy), in ms."""
     from services.admission.config import AdmissionSettings
     from services.admission.server import build_runtime
-    from services.common.clients import open_channel
     from services.common.pb import admission_pb2, admission_pb2_grpc
-    from services.common.records import make_header
+    from services.common.runtime.clients import open_channel
+    from services.common.runtime.records import make_header
 
     runtime = await build_runtime(AdmissionSettings(metrics_port=-1, log_level="WARNING"))
     await runtime.start()

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services.common.reads import ReadSet, RecordRead
-from services.common.reuse_name import ReuseName, StageFingerprint, name_key, reuse_name
+from services.common.values.reads import ReadSet, RecordRead
+from services.common.values.reuse_name import ReuseName, StageFingerprint, name_key, reuse_name
 from services.csl.client import CslClient
 from services.csl.library import LibraryOptions, SubgraphLibrary
 
@@ -129,7 +129,7 @@ def _grpc_figures(path: Path, names: list[ReuseName], n: int) -> dict[str, Any]:
     try:
         assert proc.stdout is not None
         address = json.loads(proc.stdout.readline())["address"]
-        from services.common.server import install_uvloop
+        from services.common.runtime.server import install_uvloop
 
         install_uvloop()
         us = asyncio.run(_grpc_lookups(address, names, n, warmup=min(500, n // 4)))

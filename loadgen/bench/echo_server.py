@@ -9,7 +9,7 @@ import signal
 
 import grpc
 
-from services.common.server import install_uvloop
+from services.common.runtime.server import install_uvloop
 
 METHOD = "/dynbranch.bench.Echo/Echo"
 

@@ -8,13 +8,39 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from loadgen.fault_load import Outcome
 from loadgen.stats import quantile
 
-if TYPE_CHECKING:
-    from loadgen.bench.faults import CellRun
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One fault: ``kill`` (SIGKILL, restart on the same port) of a service, or a proxy mode
+    (``delay``, ``reset``, ``blackhole``) on the gateways' path to one."""
+
+    name: str
+    target: str
+    fault: str
+    #: Engine kills: wait until a ``fill`` or a ``canonical`` generation runs on the target.
+    trigger: str = ""
+
+
+@dataclass(slots=True)
+class CellRun:
+    """What happened in one cell (times are ``time.monotonic`` seconds)."""
+
+    cell: Cell
+    outcomes: list[Outcome]
+    t_fault: float
+    t_heal: float
+    #: The target engine's load view when it was killed (engine kills only).
+    at_kill: dict[str, int] | None = None
+    proxy: dict[str, int] = field(default_factory=dict)
+    #: Services found exited at the cell's end without being killed by it (a crash: a finding).
+    crashed: list[str] = field(default_factory=list)
+
 
 #: Recovered once an item started after the heal completes with no retry within this many
 #: times the floor's p50 of its kind.
@@ -123,4 +149,4 @@ def print_table(rows: list[dict[str, Any]], base: dict[str, Any], time_scale: fl
     print(flush=True)
 
 
-__all__ = ["RECOVERED_WITHIN", "floor_summary", "print_table", "summarize"]
+__all__ = ["Cell", "CellRun", "RECOVERED_WITHIN", "floor_summary", "print_table", "summarize"]

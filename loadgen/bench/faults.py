@@ -32,16 +32,16 @@ import dataclasses
 import itertools
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from loadgen.bench.fault_report import floor_summary, print_table, summarize
+from loadgen.bench.fault_report import Cell, CellRun, floor_summary, print_table, summarize
 from loadgen.fault_load import Harness, Outcome, RetryPolicy, drive
 from loadgen.faultproxy import FaultProxy
-from services.common.clients import wait_serving
+from services.common.runtime.clients import wait_serving
 from services.engine_agent.client import EngineAgentClient
 from services.launcher import Mesh, MeshSpec
 
@@ -73,18 +73,6 @@ QUICK = Params(time_scale=0.05, concurrency=3, warm_s=0.4, down_s=0.8, post_s=1.
 FULL = Params(time_scale=0.1, concurrency=6, warm_s=2.0, down_s=3.0, post_s=5.0)
 
 
-@dataclass(frozen=True, slots=True)
-class Cell:
-    """One fault: ``kill`` (SIGKILL, restart on the same port) of a service, or a proxy mode
-    (``delay``, ``reset``, ``blackhole``) on the gateways' path to one."""
-
-    name: str
-    target: str
-    fault: str
-    #: Engine kills: wait until a ``fill`` or a ``canonical`` generation runs on the target.
-    trigger: str = ""
-
-
 CELLS = (
     Cell("engine-0 SIGKILL mid-fill", "engine-0", "kill", "fill"),
     Cell("engine-0 SIGKILL mid-canonical", "engine-0", "kill", "canonical"),
@@ -96,21 +84,6 @@ CELLS = (
     Cell("gw<->engine-0 reset (drop)", "engine-0", "reset"),
     Cell("gw<->csl black-hole", "csl", "blackhole"),
 )
-
-
-@dataclass(slots=True)
-class CellRun:
-    """What happened in one cell (times are ``time.monotonic`` seconds)."""
-
-    cell: Cell
-    outcomes: list[Outcome]
-    t_fault: float
-    t_heal: float
-    #: The target engine's load view when it was killed (engine kills only).
-    at_kill: dict[str, int] | None = None
-    proxy: dict[str, int] = field(default_factory=dict)
-    #: Services found exited at the cell's end without being killed by it (a crash: a finding).
-    crashed: list[str] = field(default_factory=list)
 
 
 class FaultMesh:

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.common.generation import GenerationRequest, Sampling
+from services.common.values.generation import GenerationRequest, Sampling
 from services.engine_agent.backend import Finished
-from services.engine_agent.sim.calibrate import Grid
+from services.engine_agent.calibrate import Grid
 from services.engine_agent.sim.step_cost import CostPreset
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ Rendered = tuple[str, int, int]  # (prompt, prefix tokens, suffix tokens)
 
 def real_renderer(tokenize: Callable[[str], Sequence[int]]) -> Callable[[Spec], Rendered]:
     """Text for the real engine's tokenizer; a shared prefix is the same text token for token."""
-    from services.engine_agent.sim.calibrate import TokenText
+    from services.engine_agent.calibrate import TokenText
 
     text = TokenText(tokenize)
 
@@ -191,7 +191,7 @@ async def run_real(specs: Sequence[Spec], grid: Grid) -> RealRun:
     """Start the embedded vLLM once; measure half the fit grid's repeats, run the validation
     mix, measure the other half: fit and validation then see the same machine conditions."""
     from services.engine_agent.backends.vllm.backend import VllmBackend
-    from services.engine_agent.sim.calibrate import (
+    from services.engine_agent.calibrate import (
         calibrate_backend,
         engine_limits,
         tiny_engine_settings,
@@ -348,7 +348,7 @@ def _print(result: dict[str, Any]) -> None:
 
 
 async def _run(quick: bool) -> dict[str, Any]:
-    from services.engine_agent.sim.calibrate import fit_tiny
+    from services.engine_agent.calibrate import fit_tiny
 
     started = time.monotonic()
     specs, grid = workload(quick), QUICK_FIT_GRID if quick else FIT_GRID

@@ -28,7 +28,7 @@ import logging
 from typing import Any
 
 from loadgen.bench.fidelity import sim_text
-from services.common.generation import GenerationRequest, Priority, Sampling
+from services.common.values.generation import GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Finished, TokenDelta
 
 logger = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from services.admission.controller import Admission, Outcome, Proposal
 from services.admission.generation_gate import GateDecision
 from services.admission.load_view import LoadTracker
 from services.admission.policy import FixedPolicy
-from services.common.candidates import RankedCandidate
-from services.common.errors import InvalidArgument
+from services.common.values.candidates import RankedCandidate
+from services.common.values.errors import InvalidArgument
 
 
 class FixedAdapter:

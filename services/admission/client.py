@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 import grpc
 
 from services.admission.policy import FixedPolicy
-from services.common.candidates import FillEstimate, RankedCandidate
-from services.common.clients import open_channel
 from services.common.pb import admission_pb2, admission_pb2_grpc
-from services.common.records import make_header
+from services.common.runtime.clients import open_channel
+from services.common.runtime.records import make_header
+from services.common.values.candidates import FillEstimate, RankedCandidate
 
 log = logging.getLogger(__name__)
 

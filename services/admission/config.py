@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from services.admission.pricing import KV_STRETCH, PREFILL_S_PER_TOKEN, SLOT_STRETCH
-from services.common.config import ServiceSettings
+from services.common.values.config import ServiceSettings
 
 
 class AdmissionSettings(ServiceSettings):

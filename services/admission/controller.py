@@ -43,7 +43,7 @@ from services.admission.generation_gate import GateDecision, GenerationGate, con
 from services.admission.ledger import Ledger, Priced
 from services.admission.load_view import LoadSnapshot, LoadTracker
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 
 #: Context dimension: bias, horizon load, transient, recent consumption, backlog, fill load.
 DIM = 6

@@ -22,8 +22,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from services.common.errors import InvalidArgument
-from services.common.record_guard import SequenceGuard
+from services.common.values.errors import InvalidArgument
+from services.common.values.record_guard import SequenceGuard
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.common.candidates import RankedCandidate
+from services.common.values.candidates import RankedCandidate
 
 
 @dataclass(frozen=True, slots=True)

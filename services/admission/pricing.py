@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from services.admission.fill_gate import FillCandidate
 from services.admission.load_view import LoadSnapshot
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 
 #: The interference slopes fitted by ``dynbranch bench interference`` on the sim (preset
 #: qwen3-32b-h200, SIMULATED), the defaults of ``PriceCurves`` and the admission settings: a

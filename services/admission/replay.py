@@ -24,7 +24,7 @@ from services.admission.controller import Snapshot
 from services.admission.fill_gate import FillCandidate, oracle
 from services.admission.load_view import LoadSnapshot
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 
 
 def replay(snapshots: Sequence[Snapshot]) -> dict[str, float]:

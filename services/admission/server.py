@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission import replay as replay_file
 from services.admission import state_store
+from services.admission.adapters.engine_load import LoadWatcher
 from services.admission.baselines import (
     AlwaysPolicy,
     FixedAdapter,
@@ -20,14 +21,13 @@ from services.admission.baselines import (
 )
 from services.admission.config import AdmissionSettings
 from services.admission.controller import ControllerSettings, Policy, PricedController
-from services.admission.engine_load_client import LoadWatcher
 from services.admission.load_view import LoadTracker
 from services.admission.policy import FixedPolicy
 from services.admission.pricing import PriceCurves
 from services.admission.servicer import AdmissionServicer
-from services.common.cli_args import Flag, service_main
 from services.common.pb import admission_pb2, admission_pb2_grpc
-from services.common.server import ServiceRuntime
+from services.common.runtime.cli_args import Flag, service_main
+from services.common.runtime.server import ServiceRuntime
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name

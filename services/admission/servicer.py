@@ -10,9 +10,9 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from services.admission.controller import Outcome, Policy, finite, proposal
-from services.common.convert import require
-from services.common.errors import InvalidArgument
 from services.common.pb import admission_pb2, admission_pb2_grpc
+from services.common.runtime.convert import require
+from services.common.values.errors import InvalidArgument
 
 MAX_CANDIDATES = 256
 #: Outcome keys remembered to answer duplicates (applied=false).

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 
 
 def load(path: str | Path) -> dict[str, Any] | None:

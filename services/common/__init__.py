@@ -1,1 +1,4 @@
-"""Mesh runtime shared by every service: config, telemetry, errors, server bootstrap, clients."""
+"""What every service shares: ``values`` (protocol-free: errors, generation requests, leases,
+reuse names, the record rule, settings) and ``runtime`` (may speak gRPC: server bootstrap,
+clients, status mapping, message conversion, telemetry, tracing), and the generated stubs
+(``pb``). Values never import runtime."""

@@ -1,7 +1,8 @@
 """Typed async client of the csl service, with a deadline on every call.
 
 Lookup, Put, PutShadow, Discard, Stats, Versions and AdoptVersions are retried on UNAVAILABLE
-by the channel's declared policy (``services.common.clients.IDEMPOTENT``); Promote, Claim and
+by the channel's declared policy (``services.common.runtime.clients.IDEMPOTENT``); Promote, Claim
+and
 WriteRecords are not.
 """
 
@@ -14,11 +15,11 @@ from typing import Any, Self
 
 import grpc
 
-from services.common.clients import open_channel
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
-from services.common.reads import Claimed, ReadSet, RecordRead, Served, Shadow
-from services.common.records import make_header
-from services.common.reuse_name import ReuseName
+from services.common.runtime.clients import open_channel
+from services.common.runtime.records import make_header
+from services.common.values.reads import Claimed, ReadSet, RecordRead, Served, Shadow
+from services.common.values.reuse_name import ReuseName
 from services.csl.convert import (
     name_to_proto,
     read_set_to_proto,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from services.common.reads import RecordRead
+from services.common.values.reads import RecordRead
 from services.csl.entries import RecordKey
 
 _HEAD = struct.Struct(">dQBHII")

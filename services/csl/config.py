@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from services.common.config import ServiceSettings
+from services.common.values.config import ServiceSettings
 from services.csl.library import LibraryOptions
 
 MiB = 1 << 20

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from services.common.errors import ResourceExhausted
-from services.common.reads import ReadSet, RecordRead
+from services.common.values.errors import ResourceExhausted
+from services.common.values.reads import ReadSet, RecordRead
 from services.csl import codec
 from services.csl.entries import EntryMeta, RecordKey, record_keys, tenant_of_key
 from services.csl.eviction import EvictionPolicy

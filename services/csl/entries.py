@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.reads import RecordRead
-from services.common.reuse_name import DIGEST_HEX_LEN
+from services.common.values.reads import RecordRead
+from services.common.values.reuse_name import DIGEST_HEX_LEN
 
 #: ``(tenant, record_id)``: the identity of an external record in the version table.
 RecordKey = tuple[str, str]

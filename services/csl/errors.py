@@ -1,4 +1,4 @@
-"""Errors of the csl service, on top of the mesh tree in ``services.common.errors``.
+"""Errors of the csl service, on top of the mesh tree in ``services.common.values.errors``.
 
     FailedPrecondition
     └── StoreError(path, msg)          the LMDB environment cannot be used; names the path
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.common.errors import FailedPrecondition
+from services.common.values.errors import FailedPrecondition
 
 
 class StoreError(FailedPrecondition):

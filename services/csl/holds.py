@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from services.common.errors import ResourceExhausted
-from services.common.reads import HoldEvent, HoldNotice
+from services.common.values.errors import ResourceExhausted
+from services.common.values.reads import HoldEvent, HoldNotice
 
 
 @dataclass(slots=True, eq=False)

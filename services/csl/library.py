@@ -35,14 +35,14 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Self
 
-from services.common.errors import (
+from services.common.values.errors import (
     DynbranchError,
     InvalidArgument,
     ResourceExhausted,
     Unavailable,
 )
-from services.common.reads import Claimed, ReadSet, RecordRead, Served, Shadow, check_cost
-from services.common.reuse_name import ReuseName, name_key, validate_tenant
+from services.common.values.reads import Claimed, ReadSet, RecordRead, Served, Shadow, check_cost
+from services.common.values.reuse_name import ReuseName, name_key, validate_tenant
 from services.csl.confirmed_set import ConfirmedSet, read_keys
 from services.csl.entries import EntryMeta, LibraryStats, RecordKey, WriteOutcome
 from services.csl.name_watch import NameListener, NameWatch

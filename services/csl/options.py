@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 from services.csl.store import StoreOptions
 
 MiB = 1 << 20

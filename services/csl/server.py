@@ -13,9 +13,9 @@ import logging
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from services.common.cli_args import Flag, service_main
 from services.common.pb import csl_pb2, csl_pb2_grpc
-from services.common.server import ServiceRuntime
+from services.common.runtime.cli_args import Flag, service_main
+from services.common.runtime.server import ServiceRuntime
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.config import CslSettings
 from services.csl.errors import StoreError

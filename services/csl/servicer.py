@@ -18,13 +18,13 @@ from opentelemetry.trace import Tracer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from services.common.convert import require
-from services.common.errors import DynbranchError, InvalidArgument, ResourceExhausted
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
-from services.common.reads import HoldEvent, ReadSet, check_cost
-from services.common.records import make_header
-from services.common.reuse_name import ReuseName, name_key
-from services.common.tracing import incoming_context, maybe_span
+from services.common.runtime.convert import require
+from services.common.runtime.records import make_header
+from services.common.values.errors import DynbranchError, InvalidArgument, ResourceExhausted
+from services.common.values.reads import HoldEvent, ReadSet, check_cost
+from services.common.values.reuse_name import ReuseName, name_key
+from services.common.values.tracing import incoming_context, maybe_span
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (
     MAX_ID_CHARS,

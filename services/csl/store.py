@@ -24,7 +24,7 @@ from pathlib import Path
 
 import lmdb
 
-from services.common.errors import ResourceExhausted
+from services.common.values.errors import ResourceExhausted
 from services.csl import codec
 from services.csl.entries import RecordKey
 from services.csl.errors import StoreCorrupt, StoreForeign, StoreLocked, StoreMissing

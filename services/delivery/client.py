@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from services.common.clients import open_channel
 from services.common.pb import common_pb2, delivery_pb2, delivery_pb2_grpc
+from services.common.runtime.clients import open_channel
 
 #: Deliver waits for the continuation's whole output: its default deadline is long.
 DELIVER_DEADLINE_S = 600.0

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from services.common.config import ServiceSettings
+from services.common.values.config import ServiceSettings
 
 #: One engine agent: ``engine_id=host:port`` (the id must equal the agent's own ``engine_id``:
 #: its lease records carry it, and the sender refuses records that name another engine).

@@ -12,7 +12,7 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from services.common.leases import ResultKey, digest
+from services.common.values.leases import ResultKey, digest
 
 
 @dataclass(frozen=True, slots=True)

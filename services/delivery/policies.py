@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from services.common.leases import BudgetRecord, LeaseState, ResultKey, engine_queue_delay
+from services.common.values.leases import BudgetRecord, LeaseState, ResultKey, engine_queue_delay
 from services.delivery.frames import Frame
 from services.delivery.link import PacedLink
 from services.delivery.records import LeaseBook, LeaseEvidence

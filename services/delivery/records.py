@@ -16,14 +16,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.common.leases import (
+from services.common.values.leases import (
     LEASE_TRANSITIONS,
     BudgetRecord,
     LeaseRecord,
     LeaseState,
     ResultKey,
 )
-from services.common.record_guard import SequenceGuard
+from services.common.values.record_guard import SequenceGuard
 from services.delivery.frames import Frame
 
 #: Clock skew tolerated on a record's ``published_at`` before it counts as from the future.

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from services.common.leases import (
+from services.common.values.leases import (
     BudgetRecord,
     InventoryEntry,
     InventoryView,

@@ -8,11 +8,11 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from services.common.cli_args import Flag, service_main
 from services.common.pb import delivery_pb2, delivery_pb2_grpc
-from services.common.server import ServiceRuntime
+from services.common.runtime.cli_args import Flag, service_main
+from services.common.runtime.server import ServiceRuntime
+from services.delivery.adapters.engines import EngineLink
 from services.delivery.config import DeliverySettings
-from services.delivery.engine_client import EngineLink
 from services.delivery.sender import Sender
 from services.delivery.service import DeliveryCore
 from services.delivery.servicer import DeliveryServicer

@@ -20,15 +20,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.common.errors import (
+from services.common.values.errors import (
     DynbranchError,
     FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
     Unavailable,
 )
-from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
-from services.common.leases import BudgetRecord, InventoryView, LeaseRecord, ResultKey, digest
+from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
+from services.common.values.leases import (
+    BudgetRecord,
+    InventoryView,
+    LeaseRecord,
+    ResultKey,
+    digest,
+)
 from services.delivery.frames import Frame
 from services.delivery.sender import InventoryListener, Receive, Sender
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import grpc
 
-from services.common.convert import (
+from services.common.pb import delivery_pb2, delivery_pb2_grpc, engine_pb2
+from services.common.runtime.convert import (
     require,
     sampling_from_proto,
     timings_to_proto,
     usage_to_proto,
 )
-from services.common.errors import InvalidArgument, PayloadTooLarge
-from services.common.generation import GenerationRequest, Priority
-from services.common.lease_convert import key_from_proto
-from services.common.pb import delivery_pb2, delivery_pb2_grpc, engine_pb2
+from services.common.runtime.lease_convert import key_from_proto
+from services.common.values.errors import InvalidArgument, PayloadTooLarge
+from services.common.values.generation import GenerationRequest, Priority
 from services.delivery.service import Delivered, DeliveryCore, ToolResult
 
 #: Largest history and continuation prompt accepted (the engine agent's history bound).

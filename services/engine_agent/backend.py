@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from services.common.chat import ToolCall
-from services.common.generation import (
+from services.common.values.chat import ToolCall
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,
@@ -99,7 +99,7 @@ class EngineBackend(Protocol):
     """What an engine agent needs from an engine.
 
     ``generate`` is an async generator: closing it (or cancelling its consumer) aborts the
-    request and frees its slot and KV blocks at once. Errors are ``services.common.errors``
+    request and frees its slot and KV blocks at once. Errors are ``services.common.values.errors``
     classes (``InvalidArgument`` for bad fields, ``PayloadTooLarge`` for an over-long prompt,
     ``AlreadyExists`` for a duplicate request id, ``Unavailable`` when the engine is down).
     """

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from services.common.clients import DEFAULT_DEADLINE_S, open_channel
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
+from services.common.runtime.clients import DEFAULT_DEADLINE_S, open_channel
 from services.engine_agent.mux_client import GenerationMux
 
 

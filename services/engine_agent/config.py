@@ -6,8 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from services.common.config import ServiceSettings
-from services.engine_agent.backends.registry import BACKEND_NAMES
+from services.common.values.config import ServiceSettings
+from services.engine_agent.registry import BACKEND_NAMES
 
 
 class EngineAgentSettings(ServiceSettings):

@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 import grpc
 
-from services.common.convert import require, timings_to_proto, usage_to_proto
-from services.common.errors import FailedPrecondition, PayloadTooLarge
-from services.common.generation import GenerationRequest
-from services.common.lease_convert import (
+from services.common.pb import common_pb2, engine_pb2
+from services.common.runtime.convert import require, timings_to_proto, usage_to_proto
+from services.common.runtime.lease_convert import (
     budget_to_proto,
     inventory_from_proto,
     key_from_proto,
     key_to_proto,
     lease_to_proto,
 )
-from services.common.leases import BudgetRecord, LeaseRecord, ResultKey
-from services.common.pb import common_pb2, engine_pb2
+from services.common.values.errors import FailedPrecondition, PayloadTooLarge
+from services.common.values.generation import GenerationRequest
+from services.common.values.leases import BudgetRecord, LeaseRecord, ResultKey
 from services.engine_agent.backend import Allocated, EngineBackend, Finished
 from services.engine_agent.leases.provider import LeaseProvider
 

@@ -14,17 +14,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 from opentelemetry import context as otel_context
 
-from services.common.errors import (
+from services.common.pb import engine_pb2
+from services.common.runtime.grpc_errors import status_for
+from services.common.values.errors import (
     AlreadyExists,
     DeadlineExceeded,
     DynbranchError,
     InvalidArgument,
     ResourceExhausted,
 )
-from services.common.generation import GenerationRequest
-from services.common.grpc_errors import status_for
-from services.common.pb import engine_pb2
-from services.common.tracing import incoming_context
+from services.common.values.generation import GenerationRequest
+from services.common.values.tracing import incoming_context
 
 METHOD = "/dynbranch.v1.EngineAgent/GenerateMux"
 #: The longest wait a start message may ask for (its timeout_s).

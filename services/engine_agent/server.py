@@ -6,9 +6,9 @@ import logging
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from services.common.cli_args import Flag, service_main
 from services.common.pb import engine_pb2, engine_pb2_grpc
-from services.common.server import ServiceRuntime
+from services.common.runtime.cli_args import Flag, service_main
+from services.common.runtime.server import ServiceRuntime
 from services.engine_agent.backend import EngineBackend
 from services.engine_agent.backends import BACKEND_NAMES, make_backend
 from services.engine_agent.config import EngineAgentSettings

@@ -11,7 +11,8 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.common.convert import (
+from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
+from services.common.runtime.convert import (
     chat_from_proto,
     priority_from_proto,
     require,
@@ -20,11 +21,10 @@ from services.common.convert import (
     tool_calls_to_proto,
     usage_to_proto,
 )
-from services.common.errors import InvalidArgument, PayloadTooLarge, Unavailable
-from services.common.generation import GenerationRequest, LoadReport
-from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
-from services.common.records import make_header
-from services.common.tracing import incoming_context
+from services.common.runtime.records import make_header
+from services.common.values.errors import InvalidArgument, PayloadTooLarge, Unavailable
+from services.common.values.generation import GenerationRequest, LoadReport
+from services.common.values.tracing import incoming_context
 from services.engine_agent.backend import (
     Allocated,
     EngineBackend,

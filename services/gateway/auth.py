@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from services.common.errors import Unauthenticated
+from services.common.values.errors import Unauthenticated
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from services.common.clients import DEFAULT_DEADLINE_S, open_channel
 from services.common.pb import delivery_pb2, gateway_pb2, gateway_pb2_grpc
+from services.common.runtime.clients import DEFAULT_DEADLINE_S, open_channel
 
 
 class GatewayClient:

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from services.common.config import ServiceSettings
+from services.common.values.config import ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):

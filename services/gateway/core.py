@@ -10,15 +10,14 @@ from dataclasses import dataclass
 
 import yaml
 
-from services.common.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
-from services.gateway.adapters.router import unknown_model
+from services.common.values.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
 from services.gateway.ports import EnginePort, LibraryPort
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.stages import StageService
 from services.gateway.templates import StageKind, Template, TemplateRegistry, parse_template
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.corpus import Corpus, Document
-from services.gateway.values import Answer, Demand
+from services.gateway.values import Answer, Demand, unknown_model
 
 log = logging.getLogger(__name__)
 

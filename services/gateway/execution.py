@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from services.common import clock
-from services.common.errors import DynbranchError, InvalidArgument, NotFound
-from services.common.generation import (
+from services.common.values import clock
+from services.common.values.errors import DynbranchError, InvalidArgument, NotFound
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     Priority,
@@ -29,8 +29,8 @@ from services.common.generation import (
     Timings,
     Usage,
 )
-from services.common.reads import ReadSet, RecordRead
-from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.common.values.reads import ReadSet, RecordRead
+from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.gateway.ports import EnginePort, Execution
 from services.gateway.templates import Stage, StageKind, TemplateRegistry
 from services.gateway.tools.base import Tool, ToolResult

@@ -11,11 +11,11 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.common.candidates import FillEstimate, RankedCandidate
-from services.common.chat import ToolCall
-from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
-from services.common.reads import Claimed, HoldNotice, ReadSet, Served, Shadow
-from services.common.reuse_name import ReuseName
+from services.common.values.candidates import FillEstimate, RankedCandidate
+from services.common.values.chat import ToolCall
+from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
+from services.common.values.reads import Claimed, HoldNotice, ReadSet, Served, Shadow
+from services.common.values.reuse_name import ReuseName
 
 
 @dataclass(frozen=True, slots=True)

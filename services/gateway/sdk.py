@@ -25,9 +25,9 @@ from pathlib import Path
 
 import yaml
 
-from services.common.clients import open_channel
-from services.common.convert import sampling_to_proto
 from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
+from services.common.runtime.clients import open_channel
+from services.common.runtime.convert import sampling_to_proto
 from services.gateway.templates import Template, TemplateRegistry, load_builtin, parse_template
 from services.gateway.templates.render import (
     RenderedStage,

@@ -9,10 +9,10 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from services.admission.client import RemoteAdmission, StaticAdmission
-from services.common.cli_args import Flag, service_main
-from services.common.errors import InvalidArgument
 from services.common.pb import gateway_pb2, gateway_pb2_grpc
-from services.common.server import ServiceRuntime
+from services.common.runtime.cli_args import Flag, service_main
+from services.common.runtime.server import ServiceRuntime
+from services.common.values.errors import InvalidArgument
 from services.delivery.client import DeliveryClient
 from services.gateway.adapters.engines import EnginePool
 from services.gateway.adapters.library import RemoteLibrary

@@ -8,12 +8,17 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from services.common.clients import deadline
-from services.common.convert import require, sampling_from_proto, timings_to_proto, usage_to_proto
-from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.lease_convert import key_from_proto
 from services.common.pb import common_pb2, delivery_pb2, gateway_pb2, gateway_pb2_grpc
-from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
+from services.common.runtime.clients import deadline
+from services.common.runtime.convert import (
+    require,
+    sampling_from_proto,
+    timings_to_proto,
+    usage_to_proto,
+)
+from services.common.runtime.lease_convert import key_from_proto
+from services.common.values.errors import FailedPrecondition, InvalidArgument
+from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.delivery.client import DeliveryClient
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore

@@ -29,12 +29,12 @@ from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
-from services.common import clock
-from services.common.errors import DeadlineExceeded
-from services.common.generation import Priority
-from services.common.reads import Served
-from services.common.reuse_name import ReuseName
-from services.common.tracing import maybe_span
+from services.common.values import clock
+from services.common.values.errors import DeadlineExceeded
+from services.common.values.generation import Priority
+from services.common.values.reads import Served
+from services.common.values.reuse_name import ReuseName
+from services.common.values.tracing import maybe_span
 from services.gateway.execution import Executor, StageRun
 from services.gateway.ports import LibraryPort
 from services.gateway.speculation.branches import BranchManager

@@ -9,10 +9,12 @@ import enum
 import itertools
 import json
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from services.common.chat import ChatSpec, ToolCall
-from services.common.generation import FinishReason, Sampling, Timings, Usage
+from services.common.values.chat import ChatSpec, ToolCall
+from services.common.values.errors import InvalidArgument
+from services.common.values.generation import FinishReason, Sampling, Timings, Usage
 
 
 class Source(enum.IntEnum):
@@ -158,5 +160,12 @@ class StoredResult:
             raise ValueError(f"not a stored stage result: {exc}") from None
 
 
+def unknown_model(model: str, served: Iterable[str]) -> InvalidArgument:
+    """The error for a demand naming a model no engine serves (lists what is served)."""
+    known = ", ".join(sorted(set(served))) or "none"
+    return InvalidArgument("demand.model", f"unknown model {model!r} (served: {known})")
+
+
 __all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "Source", "StoredResult",
-           "charge_wait", "end_wait_account", "new_request_id", "start_wait_account"]
+           "charge_wait", "end_wait_account", "new_request_id", "start_wait_account",
+           "unknown_model"]

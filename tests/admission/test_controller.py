@@ -338,7 +338,7 @@ def test_credit_requires_the_consumed_entry_to_name_the_admitted_producer() -> N
 
 def test_the_gateway_client_sends_projected_exec_gain_and_tokens() -> None:
     from services.admission.client import estimate_fields as fields
-    from services.common.candidates import FillEstimate
+    from services.common.values.candidates import FillEstimate
 
     est = {"h1": FillEstimate(4.0, prompt_tokens=850, peak_tokens=1106, stages=1)}
     assert fields("h1", est, window_s=2.5) == {"est_exec_s": 4.0, "est_gain_s": 2.5,

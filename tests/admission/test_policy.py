@@ -10,10 +10,10 @@ import pytest
 from services.admission.config import AdmissionSettings
 from services.admission.policy import FixedPolicy
 from services.admission.server import build_runtime
-from services.common.candidates import RankedCandidate
-from services.common.clients import open_channel
 from services.common.pb import admission_pb2, admission_pb2_grpc
-from services.common.records import make_header
+from services.common.runtime.clients import open_channel
+from services.common.runtime.records import make_header
+from services.common.values.candidates import RankedCandidate
 
 
 def test_fixed_policy_admits_the_top_k_by_rank() -> None:

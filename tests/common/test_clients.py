@@ -7,8 +7,8 @@ import json
 import grpc
 import pytest
 
-from services.common import clients
 from services.common.pb import engine_pb2_grpc
+from services.common.runtime import clients
 
 
 def _declared() -> set[tuple[str, str]]:

@@ -8,7 +8,7 @@ from typing import ClassVar
 import pytest
 from pydantic import ValidationError
 
-from services.common.config import ConfigError, ServiceSettings, load_settings
+from services.common.values.config import ConfigError, ServiceSettings, load_settings
 
 
 class DemoSettings(ServiceSettings):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.common.record_guard import GUARD_FAULTS, SequenceGuard
+from services.common.values.record_guard import GUARD_FAULTS, SequenceGuard
 
 NOW = 1000.0
 

@@ -15,11 +15,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.common import errors
-from services.common.clients import open_channel
-from services.common.config import ServiceSettings
 from services.common.pb import admission_pb2, admission_pb2_grpc
-from services.common.server import ServiceRuntime
+from services.common.runtime.clients import open_channel
+from services.common.runtime.server import ServiceRuntime
+from services.common.values import errors
+from services.common.values.config import ServiceSettings
 
 NAME = "dynbranch.v1.Admission"
 RAISES = {

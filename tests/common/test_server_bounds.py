@@ -9,8 +9,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common.config import ServiceSettings
-from services.common.server import ServiceRuntime
+from services.common.runtime.server import ServiceRuntime
+from services.common.values.config import ServiceSettings
 
 
 def _held_method(release: asyncio.Event) -> grpc.GenericRpcHandler:

@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from services.common import tls
-from services.common.clients import wait_serving
-from services.common.tls import TlsError, TlsFiles
+from services.common.runtime import tls
+from services.common.runtime.clients import wait_serving
+from services.common.runtime.tls import TlsError, TlsFiles
 from services.csl.client import CslClient
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from services.common.reads import ReadSet, RecordRead, Shadow
-from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.common.values.reads import ReadSet, RecordRead, Shadow
+from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.csl.library import LibraryOptions, SubgraphLibrary
 
 FP = StageFingerprint("routing", "handler", 1, "test-model", max_tokens=64)

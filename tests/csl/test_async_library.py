@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common.errors import Unavailable
-from services.common.reads import ReadSet
+from services.common.values.errors import Unavailable
+from services.common.values.reads import ReadSet
 from services.csl.async_library import AsyncSubgraphLibrary
 from tests.csl.factories import FakeClock, library, name, reads, shadow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from services.common.reads import ReadSet, Served
+from services.common.values.reads import ReadSet, Served
 from services.csl.client import CslClient
 from services.csl.errors import StoreCorrupt, StoreForeign, StoreLocked, StoreMissing
 from services.csl.library import LibraryOptions, SubgraphLibrary
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from services.common.reads import ReadSet
+    from services.common.values.reads import ReadSet
     from services.csl.library import SubgraphLibrary
     from tests.csl.factories import name, reads, shadow
     lib = SubgraphLibrary(sys.argv[1])  # defaults: fsync on commit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.common.reads import ReadSet
+from services.common.values.reads import ReadSet
 from services.csl.entries import EntryMeta
 from services.csl.eviction import EvictionPolicy
 from tests.csl.factories import FakeClock, library, name, reads

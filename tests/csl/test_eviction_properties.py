@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from services.common.reads import ReadSet, RecordRead, Served
-from services.common.reuse_name import ReuseName
+from services.common.values.reads import ReadSet, RecordRead, Served
+from services.common.values.reuse_name import ReuseName
 from tests.csl.factories import FakeClock, library, name
 
 NAMES = [name(i, "a") for i in range(8)]

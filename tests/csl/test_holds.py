@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from services.common.errors import ResourceExhausted
-from services.common.reads import HoldEvent
-from services.common.reuse_name import name_key
+from services.common.values.errors import ResourceExhausted
+from services.common.values.reads import HoldEvent
+from services.common.values.reuse_name import name_key
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.holds import HoldRegistry
 from tests.csl.factories import library, name, shadow

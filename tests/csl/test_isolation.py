@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.errors import InvalidArgument
-from services.common.reads import ReadSet
-from services.common.reuse_name import ReuseName
+from services.common.values.errors import InvalidArgument
+from services.common.values.reads import ReadSet
+from services.common.values.reuse_name import ReuseName
 from services.csl.library import SubgraphLibrary
 from tests.csl.factories import name, reads, shadow
 

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from services.common.errors import InvalidArgument, Unavailable
-from services.common.reads import ReadSet, Served
+from services.common.values.errors import InvalidArgument, Unavailable
+from services.common.values.reads import ReadSet, Served
 from services.csl.library import SubgraphLibrary
 from tests.csl.factories import FakeClock, name, reads, shadow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from services.common.reuse_name import name_key
+from services.common.values.reuse_name import name_key
 from services.csl.name_feed import _coalesce, name_feed
 from tests.csl.factories import library, name, reads
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common.errors import InvalidArgument, ResourceExhausted
-from services.common.reads import ReadSet
+from services.common.values.errors import InvalidArgument, ResourceExhausted
+from services.common.values.reads import ReadSet
 from services.csl.client import CslClient, PutPipe
 from services.csl.config import CslSettings
 from services.csl.library import SubgraphLibrary

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.common.reads import ReadSet
+from services.common.values.reads import ReadSet
 from services.csl.client import CslClient, PutPipe
 from tests.csl.factories import name
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from services.common.reads import ReadSet
+from services.common.values.reads import ReadSet
 from services.csl.client import CslClient, PutPipe
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.errors import InvalidArgument
 from services.common.pb import common_pb2
-from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.common.values.errors import InvalidArgument
+from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
 
 BASE = StageFingerprint("routing", "router", 3, "qwen3-32b", temperature=0.0, top_p=1.0,
                         top_k=0, seed=None, max_tokens=256, stop=("\n\n",), ignore_eos=False)
@@ -69,7 +69,7 @@ def test_same_inputs_give_the_same_name() -> None:
 
 
 def test_name_is_the_same_in_another_process() -> None:
-    code = ("from services.common.reuse_name import StageFingerprint, reuse_name;"
+    code = ("from services.common.values.reuse_name import StageFingerprint, reuse_name;"
             "fp = StageFingerprint('routing', 'router', 3, 'qwen3-32b', max_tokens=256,"
             " stop=('\\n\\n',));"
             "print(reuse_name('acme', fp, b'hello').digest)")

@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.pb import common_pb2, csl_pb2
-from services.common.reads import ReadSet, Served
+from services.common.values.reads import ReadSet, Served
 from services.csl.client import CslClient
 from services.csl.config import CslSettings
 from services.csl.errors import StoreCorrupt

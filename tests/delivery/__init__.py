@@ -6,7 +6,13 @@ this change owns; they build frames, lease and budget records for one engine, ``
 
 from __future__ import annotations
 
-from services.common.leases import BudgetRecord, LeaseRecord, LeaseState, ResultKey, prefix_digest
+from services.common.values.leases import (
+    BudgetRecord,
+    LeaseRecord,
+    LeaseState,
+    ResultKey,
+    prefix_digest,
+)
 from services.delivery.frames import Frame
 
 ENGINE = "engine-0"

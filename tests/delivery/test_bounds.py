@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from services.common.errors import ResourceExhausted
-from services.common.leases import ResultKey
+from services.common.values.errors import ResourceExhausted
+from services.common.values.leases import ResultKey
 from services.delivery.config import DeliverySettings
 from services.delivery.frames import Frame
 from services.delivery.policies import MAX_TOOLS, Choice, TailAwarePolicy

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.leases import LeaseState
+from services.common.values.leases import LeaseState
 from services.delivery.frames import Frame, Inventory
 from services.delivery.link import PacedLink
 from services.delivery.policies import (

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.common.leases import LEASE_TRANSITIONS, LeaseState
+from services.common.values.leases import LEASE_TRANSITIONS, LeaseState
 from services.delivery.records import LeaseBook
 from tests.delivery import ENGINE, FakeClock, budget, frame, key, lease
 

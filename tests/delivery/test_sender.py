@@ -13,7 +13,7 @@ from typing import Any
 import aiotools
 import pytest
 
-from services.common.leases import InventoryView, ResultKey
+from services.common.values.leases import InventoryView, ResultKey
 from services.delivery.frames import Frame, Inventory
 from services.delivery.link import PacedLink
 from services.delivery.sender import Sender

@@ -13,16 +13,16 @@ from typing import Any
 import grpc
 import pytest
 
-from services.common.errors import FailedPrecondition, Unavailable
-from services.common.generation import (
+from services.common.pb import common_pb2, delivery_pb2
+from services.common.values.errors import FailedPrecondition, Unavailable
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     Sampling,
     Timings,
     Usage,
 )
-from services.common.leases import InventoryView, ResultKey
-from services.common.pb import common_pb2, delivery_pb2
+from services.common.values.leases import InventoryView, ResultKey
 from services.delivery.client import DeliveryClient
 from services.delivery.config import DeliverySettings
 from services.delivery.sender import Sender

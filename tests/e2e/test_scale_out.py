@@ -10,8 +10,8 @@ import time
 import pytest
 
 from loadgen.bench.scaleout import Tally, run_workflow
-from services.common.reads import ReadSet, RecordRead
-from services.common.reuse_name import StageFingerprint, reuse_name
+from services.common.values.reads import ReadSet, RecordRead
+from services.common.values.reuse_name import StageFingerprint, reuse_name
 from services.gateway.adapters.sharded_library import ShardedLibrary
 from services.gateway.sdk import DynbranchClient
 from services.launcher import Mesh, MeshSpec

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from services.common.generation import GenerationRequest
+from services.common.values.generation import GenerationRequest
 from services.engine_agent.backend import EngineBackend, GenerationEvent, TokenDelta
 
 #: The event that ends every stream.

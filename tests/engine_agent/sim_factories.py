@@ -5,7 +5,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from services.common.generation import GenerationRequest, Priority, Sampling
+from services.common.values.generation import GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Finished, GenerationEvent
 from services.engine_agent.backends.sim import SimBackend
 from services.engine_agent.sim.cost_model import CostPreset, get_preset

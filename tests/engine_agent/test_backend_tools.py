@@ -12,11 +12,11 @@ import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from services.common.chat import ChatSpec, ToolChoice, canonical_json
-from services.common.convert import chat_to_proto
-from services.common.errors import InvalidArgument
-from services.common.generation import FinishReason, GenerationRequest, Sampling
 from services.common.pb import engine_pb2
+from services.common.runtime.convert import chat_to_proto
+from services.common.values.chat import ChatSpec, ToolChoice, canonical_json
+from services.common.values.errors import InvalidArgument
+from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Finished
 from services.engine_agent.backends.sglang import SglangBackend
 from services.engine_agent.backends.sim import SimBackend

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from services.engine_agent.backends.tiny_model import TinyModelConfig
-from services.engine_agent.sim.calibrate import (
+from services.engine_agent.calibrate import (
     PRESET_DIR,
     Fit,
     StepSample,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.leases import (
+from services.common.values.errors import FailedPrecondition, InvalidArgument
+from services.common.values.leases import (
     BudgetRecord,
     InventoryEntry,
     InventoryView,

@@ -13,8 +13,8 @@ import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.common.errors import InvalidArgument
 from services.common.pb import engine_pb2
+from services.common.values.errors import InvalidArgument
 from services.engine_agent.mux_servicer import MuxSession
 
 CODE = {c.value[0]: c for c in grpc.StatusCode}

@@ -10,14 +10,14 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from services.common.errors import (
+from services.common.values.errors import (
     AlreadyExists,
     InvalidArgument,
     PayloadTooLarge,
     Unavailable,
     Unimplemented,
 )
-from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
+from services.common.values.generation import FinishReason, GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import (
     LEASES_UNAVAILABLE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.common.generation import GenerationRequest, Priority, Sampling
+from services.common.values.generation import GenerationRequest, Priority, Sampling
 from services.engine_agent.backends.openai import OpenAIBackend
 from services.engine_agent.backends.remote.backend import RemoteSettings
 from services.engine_agent.backends.sglang import SglangBackend

@@ -26,8 +26,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from services.common.errors import InvalidArgument, PayloadTooLarge, Unimplemented
-from services.common.generation import FinishReason, GenerationRequest, Sampling
+from services.common.values.errors import InvalidArgument, PayloadTooLarge, Unimplemented
+from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import RemoteSettings
 from services.engine_agent.backends.sglang import SglangBackend, finish_reason, sampling_params

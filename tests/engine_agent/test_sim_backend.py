@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from services.common.errors import Unavailable
-from services.common.generation import FinishReason, Priority
+from services.common.values.errors import Unavailable
+from services.common.values.generation import FinishReason, Priority
 from services.engine_agent.backend import (
     Allocated,
     EngineBackend,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
-from services.common.generation import FinishReason, Priority
+from services.common.values.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
+from services.common.values.generation import FinishReason, Priority
 from services.engine_agent.backend import TokenDelta
 from services.engine_agent.backends.sim import SimBackend
 from services.engine_agent.sim.cost_model import get_preset

@@ -10,7 +10,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.common.server import ServiceRuntime
+from services.common.runtime.server import ServiceRuntime
 from services.gateway.sdk import DynbranchClient
 from tests.factories import csl_service, engine_agent, gateway
 

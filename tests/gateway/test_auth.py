@@ -12,8 +12,8 @@ import grpc
 import httpx
 import pytest
 
-from services.common.errors import Unauthenticated
 from services.common.pb import gateway_pb2
+from services.common.values.errors import Unauthenticated
 from services.gateway.auth import LOCAL_TENANT, Authenticator
 from services.gateway.client import GatewayClient
 from tests.factories import MODEL, call_request, csl_service, engine_agent, gateway

@@ -13,8 +13,8 @@ import grpc
 import httpx
 import pytest
 
-from services.common.errors import ResourceExhausted
-from services.common.generation import Sampling
+from services.common.values.errors import ResourceExhausted
+from services.common.values.generation import Sampling
 from services.gateway.client import GatewayClient
 from services.gateway.templates import Template, TemplateRegistry, load_builtin
 from services.gateway.values import Demand

@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from services.admission.client import StaticAdmission
 from services.common.pb import gateway_pb2
-from services.common.reads import Served
-from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.common.values.reads import Served
+from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.gateway.execution import DecodePace
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor

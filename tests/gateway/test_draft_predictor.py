@@ -7,8 +7,8 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from services.common.errors import Unavailable
-from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
+from services.common.values.errors import Unavailable
+from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
 from services.gateway.ports import Execution
 from services.gateway.speculation.draft import DraftPredictor
 from services.gateway.speculation.predictors import PredictionContext

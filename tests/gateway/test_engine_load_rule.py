@@ -7,9 +7,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from services.common.generation import LoadReport
 from services.common.pb import common_pb2
-from services.common.records import make_header
+from services.common.runtime.records import make_header
+from services.common.values.generation import LoadReport
 from services.gateway.adapters.engines import LOAD_MAX_AGE_S, EnginePool
 from services.gateway.adapters.router import EngineState
 

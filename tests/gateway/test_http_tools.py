@@ -13,7 +13,7 @@ import jsonschema
 import openai
 import pytest
 
-from services.common.chat import ChatSpec, ToolChoice, canonical_json
+from services.common.values.chat import ChatSpec, ToolChoice, canonical_json
 from services.engine_agent.sim.tools import SchemaSampler, parse_tool_calls, scripted_output
 from services.gateway.http.chat import parse_chat, render_chat
 from tests.factories import MODEL, csl_service, engine_agent

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
-from services.common.generation import GenerationRequest, Sampling
+from services.common.values.generation import GenerationRequest, Sampling
 from services.gateway.adapters.engines import EnginePool
 from tests.factories import MODEL, engine_agent
 

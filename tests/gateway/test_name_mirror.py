@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from services.common.pb import gateway_pb2
-from services.common.reuse_name import ReuseName
+from services.common.values.reuse_name import ReuseName
 from services.gateway.adapters.name_mirror import NameMirror
 from services.gateway.sdk import DynbranchClient
 from tests.csl.factories import name

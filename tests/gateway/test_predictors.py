@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 from services.gateway.speculation.predictors import (
     CompositePredictor,
     FrequencyPrior,
@@ -227,7 +227,7 @@ def test_default_predictor_puts_the_lexical_match_first_among_offered() -> None:
 
 
 def test_a_name_that_matches_two_fill_steps_is_ambiguous_and_matches_none() -> None:
-    from services.common.reuse_name import ReuseName
+    from services.common.values.reuse_name import ReuseName
     from services.gateway.speculation.state import Branch, Fill, FillStep
     from services.gateway.templates import load_builtin
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.errors import InvalidArgument, NotFound
-from services.common.reuse_name import StageFingerprint, reuse_name
+from services.common.values.errors import InvalidArgument, NotFound
+from services.common.values.reuse_name import StageFingerprint, reuse_name
 from services.gateway.templates import StageKind, Template, load_builtin, parse_template
 from services.gateway.templates.render import (
     render_candidate_stage,

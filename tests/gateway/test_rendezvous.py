@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 from services.gateway.adapters.rendezvous import Rendezvous
 
 KEYS = [f"acme{i:064x}".encode() for i in range(6000)]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from services.common.pb import gateway_pb2
-from services.common.server import ServiceRuntime
+from services.common.runtime.server import ServiceRuntime
 from services.gateway.sdk import DynbranchClient
 from services.gateway.servicer import CoreCollector
 from tests.factories import csl_service, engine_agent, gateway

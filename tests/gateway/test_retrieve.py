@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.values.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.gateway.tools import Corpus, Document, RecordVersion, RetrieveTool
 from services.gateway.tools.base import BUILTIN_TOOLS
 from services.gateway.tools.loaders import (

@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
-from services.common.convert import sampling_to_proto
 from services.common.pb import gateway_pb2
+from services.common.runtime.convert import sampling_to_proto
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime as build_csl
 from services.engine_agent.client import EngineAgentClient

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from services.common.errors import Unavailable
-from services.common.reads import ReadSet, RecordRead, Shadow
-from services.common.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.common.server import ServiceRuntime
+from services.common.runtime.server import ServiceRuntime
+from services.common.values.errors import Unavailable
+from services.common.values.reads import ReadSet, RecordRead, Shadow
+from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime
 from services.gateway.adapters.sharded_library import ShardedLibrary
@@ -166,7 +166,7 @@ async def test_a_dependent_of_an_unknown_producer_on_another_shard_is_refused(
 ])
 def test_shard_settings_fail_start_up_naming_the_key(settings: dict[str, str],
                                                      message: str) -> None:
-    from services.common.config import ConfigError, load_settings
+    from services.common.values.config import ConfigError, load_settings
     from services.gateway.config import GatewaySettings
 
     environ = {"DYNBRANCH_GATEWAY_ENGINES": '["e:1"]', "DYNBRANCH_GATEWAY_AUTH": "false",

@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from services.common.errors import DeadlineExceeded, Unavailable
-from services.common.generation import GenerationRequest, Sampling
+from services.common.values.errors import DeadlineExceeded, Unavailable
+from services.common.values.generation import GenerationRequest, Sampling
 from services.gateway.ports import Execution
 from services.gateway.values import Demand, Source
 from tests.gateway.local_ports import MODEL, Core, local_core

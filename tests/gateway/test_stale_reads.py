@@ -243,7 +243,7 @@ async def test_a_csl_restarted_on_an_older_store_under_a_running_gateway_serves_
 
 
 def test_stored_results_carry_their_corpus_reads_and_old_encodings_still_decode() -> None:
-    from services.common.generation import FinishReason, Usage
+    from services.common.values.generation import FinishReason, Usage
     from services.gateway.values import StoredResult
 
     with_reads = StoredResult("[1] A\ntext", FinishReason.STOP, Usage(0, 0, 0),

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from services.common.values.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from services.gateway.templates import (
     CandidateSpace,
     Semantics,

@@ -23,7 +23,7 @@ from loadgen.bench.fidelity import (
     step_errors,
     workload,
 )
-from services.engine_agent.sim.calibrate import StepSample, tiny_model_spec
+from services.engine_agent.calibrate import StepSample, tiny_model_spec
 from services.engine_agent.sim.tokenizer import encode
 
 

@@ -26,7 +26,7 @@ import pytest_asyncio
 
 from loadgen.lads_replay import RunResult, run_on
 from loadgen.workloads.lads import LadsCall, LadsWorkflow, LadsWorkload
-from services.common.leases import ResultKey
+from services.common.values.leases import ResultKey
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings
 from services.engine_agent.leases.port import Handoff

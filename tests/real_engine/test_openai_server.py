@@ -14,8 +14,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from services.common.errors import Unimplemented
-from services.common.generation import FinishReason, GenerationRequest, Sampling
+from services.common.values.errors import Unimplemented
+from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import OpenAIBackend, RemoteSettings
 from services.engine_agent.backends.remote.engine_metrics import parse_metrics

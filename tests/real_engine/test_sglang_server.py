@@ -17,8 +17,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from services.common.errors import Unavailable
-from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
+from services.common.values.errors import Unavailable
+from services.common.values.generation import FinishReason, GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.remote.backend import RemoteSettings
 from services.engine_agent.backends.remote.engine_metrics import SGLANG

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
-from services.common.generation import FinishReason, GenerationRequest, Priority, Sampling
+from services.common.values.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
+from services.common.values.generation import FinishReason, GenerationRequest, Priority, Sampling
 from services.engine_agent.backend import Allocated, EngineBackend, Finished, Queued, TokenDelta
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings
@@ -263,7 +263,7 @@ async def test_request_errors(backend: VllmBackend) -> None:
 
 async def test_calibration_measures_and_fits_this_engine(backend: VllmBackend, tmp_path) -> None:
     from services.engine_agent.backends.sim import SimBackend
-    from services.engine_agent.sim.calibrate import (
+    from services.engine_agent.calibrate import (
         Grid,
         calibrate_backend,
         engine_limits,

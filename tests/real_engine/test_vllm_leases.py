@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from services.common.errors import FailedPrecondition
-from services.common.generation import GenerationRequest, Sampling
+from services.common.values.errors import FailedPrecondition
+from services.common.values.generation import GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, TokenDelta
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import pytest_asyncio
 
-from services.common.chat import ChatSpec, ToolChoice, canonical_json
-from services.common.generation import FinishReason, GenerationRequest, Sampling
+from services.common.values.chat import ChatSpec, ToolChoice, canonical_json
+from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Finished
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings

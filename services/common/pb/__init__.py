@@ -1,1 +1,1 @@
-"""Generated protobuf and gRPC stubs (python -m services.common.protogen); do not edit."""
+"""Generated protobuf and gRPC stubs (python -m services.common.runtime.protogen); do not edit."""

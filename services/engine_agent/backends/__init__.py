@@ -2,8 +2,8 @@
 
 Layout:
 
-* ``registry``: ``BACKENDS``, the one list of backend names; ``factory.make_backend``, the one
-  place that builds one (importing its module only then);
+* ``factory``: ``make_backend``, the one place that builds one by its name in
+  ``services.engine_agent.registry.BACKENDS`` (importing its module only then);
 * ``sim``: ``SimBackend``, over the simulated engine (``services.engine_agent.sim``) that tests
   and the demo use;
 * ``vllm/``: vLLM's ``AsyncLLM`` embedded in this process (``backend``), the engine-core plugin
@@ -28,6 +28,6 @@ processes through it and must stay cheap to import.
 """
 
 from services.engine_agent.backends.factory import make_backend
-from services.engine_agent.backends.registry import BACKEND_NAMES, BACKENDS
+from services.engine_agent.registry import BACKEND_NAMES, BACKENDS
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "make_backend"]

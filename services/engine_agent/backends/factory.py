@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from services.engine_agent.backends.registry import resolve, spec
+from services.engine_agent.registry import resolve, spec
 
 if TYPE_CHECKING:
     from services.engine_agent.backend import EngineBackend

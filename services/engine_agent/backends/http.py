@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 
 import httpx
 
-from services.common.errors import (
+from services.common.values.errors import (
     DynbranchError,
     InvalidArgument,
     NotFound,

@@ -21,9 +21,14 @@ from typing import Any
 
 import httpx
 
-from services.common.chat import ToolCall, ToolChoice
-from services.common.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge, Unavailable
-from services.common.generation import FinishReason, GenerationRequest, Priority, Usage
+from services.common.values.chat import ToolCall, ToolChoice
+from services.common.values.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PayloadTooLarge,
+    Unavailable,
+)
+from services.common.values.generation import FinishReason, GenerationRequest, Priority, Usage
 from services.engine_agent.backend import (
     Finished,
     GenerationEvent,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from services.common.errors import Unavailable
+from services.common.values.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 

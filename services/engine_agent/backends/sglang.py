@@ -33,8 +33,8 @@ from typing import Any
 
 import httpx
 
-from services.common.errors import InvalidArgument, Unavailable
-from services.common.generation import (
+from services.common.values.errors import InvalidArgument, Unavailable
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,

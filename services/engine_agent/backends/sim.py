@@ -13,8 +13,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from services.common.generation import FinishReason, GenerationRequest, LoadReport
-from services.common.leases import KAPPA_CHUNK_TOKENS
+from services.common.values.generation import FinishReason, GenerationRequest, LoadReport
+from services.common.values.leases import KAPPA_CHUNK_TOKENS
 from services.engine_agent.backend import BackendInfo, Finished, GenerationEvent, PrefixLookup
 from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
 from services.engine_agent.sim.cost_model import CostPreset, StepWork, get_preset, load_preset_file

@@ -12,8 +12,8 @@ import contextlib
 import itertools
 from collections.abc import Callable
 
-from services.common.errors import InvalidArgument
-from services.common.leases import BudgetRecord, LeaseRecord, LeaseState, ResultKey
+from services.common.values.errors import InvalidArgument
+from services.common.values.leases import BudgetRecord, LeaseRecord, LeaseState, ResultKey
 from services.engine_agent.leases.budget import Budget, exclusive_blocks
 from services.engine_agent.leases.port import LeasePort, PoolState
 from services.engine_agent.leases.state import (

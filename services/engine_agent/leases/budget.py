@@ -12,7 +12,7 @@ D(t) = |∪ P_i|. With F(t) free blocks, U(t) protected blocks and headroom H:
 
 Our copy of the paper lost the equations' typesetting; the forms above are our reading of the
 surrounding text ("the safe ceiling from free blocks and headroom H", "the fit condition"), and
-``engine_queue_delay`` in ``services.common.leases`` is our reading of T̂'s engine term.
+``engine_queue_delay`` in ``services.common.values.leases`` is our reading of T̂'s engine term.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from services.common.leases import InventoryView, ResultKey, engine_queue_delay
+from services.common.values.leases import InventoryView, ResultKey, engine_queue_delay
 
 #: The LADS paper's headroom H and the pool it was set for (§5.1: 12,316 configured blocks, one
 #: of them vLLM's null block).

@@ -27,8 +27,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from services.common.leases import BudgetRecord, InventoryView, LeaseState, ResultKey
+from services.common.values.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.values.leases import BudgetRecord, InventoryView, LeaseState, ResultKey
 from services.engine_agent.leases.book import LeaseBook, Record
 from services.engine_agent.leases.budget import (
     Budget,

@@ -10,8 +10,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
 
-from services.common.errors import InvalidArgument
-from services.common.leases import LeaseRecord, LeaseState, ResultKey
+from services.common.values.errors import InvalidArgument
+from services.common.values.leases import LeaseRecord, LeaseState, ResultKey
 from services.engine_agent.leases.port import ResidentPrefix
 
 LeaseMode = Literal["lads", "ttl", "none"]

@@ -2,8 +2,9 @@
 KV cache manager over it (``kv_cache``), sequences (``sequence``), the scheduler
 (``scheduler``), the engine and its step loop (``engine``), the cost model and its presets
 (``cost_model``, ``step_cost``, ``presets/``), the tokenizer (``tokenizer``), simulated tool calls
-(``tools``) and the engine's lease port (``leases``). ``calibrate`` fits a preset to a real
-engine. Protocol-free: nothing here imports gRPC, HTTP or the generated stubs."""
+(``tools``) and the engine's lease port (``leases``). ``calibrate_fit`` fits a preset to timings a
+real engine gave (``services.engine_agent.calibrate`` measures them). Protocol-free: nothing
+here imports gRPC, HTTP or the generated stubs."""
 
 from services.engine_agent.sim.block_pool import BlockPool, KVBlock, hash_full_blocks
 from services.engine_agent.sim.cost_model import get_preset, load_preset_file

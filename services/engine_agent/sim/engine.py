@@ -16,8 +16,13 @@ import random
 import time
 from collections.abc import Callable
 
-from services.common.errors import AlreadyExists, InvalidArgument, PayloadTooLarge, Unavailable
-from services.common.generation import (
+from services.common.values.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    PayloadTooLarge,
+    Unavailable,
+)
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from services.common.leases import prefix_digest
+from services.common.values.leases import prefix_digest
 from services.engine_agent.leases.port import Handoff, ResidentPrefix
 from services.engine_agent.sim.block_pool import BlockPool, KVBlock, hash_full_blocks
 from services.engine_agent.sim.kv_cache import KVCacheManager

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from services.common.generation import Priority
+from services.common.values.generation import Priority
 from services.engine_agent.sim.cost_model import StepWork
 from services.engine_agent.sim.kv_cache import KVCacheManager
 from services.engine_agent.sim.sequence import SeqState, Sequence

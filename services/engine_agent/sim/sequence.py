@@ -6,7 +6,7 @@ import asyncio
 import enum
 from collections import deque
 
-from services.common.generation import FinishReason, GenerationRequest
+from services.common.values.generation import FinishReason, GenerationRequest
 from services.engine_agent.backend import Finished, GenerationEvent, TokenDelta
 from services.engine_agent.sim.block_pool import KVBlock
 from services.engine_agent.sim.tokenizer import EOS_TOKEN_ID, PseudoText

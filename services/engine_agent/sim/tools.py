@@ -24,7 +24,7 @@ import random
 import re
 from typing import Any
 
-from services.common.chat import ChatSpec, ToolCall, ToolChoice, canonical_json
+from services.common.values.chat import ChatSpec, ToolCall, ToolChoice, canonical_json
 
 #: Words string values are made of.
 _WORDS = ("north", "river", "city", "blue", "report", "alpha", "market", "paris", "green",

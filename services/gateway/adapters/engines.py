@@ -12,9 +12,12 @@ from collections.abc import Callable
 
 import grpc
 
-from services.common.convert import chat_to_proto, sampling_to_proto, tool_calls_from_proto
-from services.common.errors import Unavailable
-from services.common.generation import (
+from services.common.pb import common_pb2, engine_pb2
+from services.common.runtime.convert import chat_to_proto, sampling_to_proto, tool_calls_from_proto
+from services.common.runtime.grpc_errors import error_from_rpc
+from services.common.runtime.records import published_s
+from services.common.values.errors import Unavailable
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,
@@ -22,11 +25,8 @@ from services.common.generation import (
     Timings,
     Usage,
 )
-from services.common.grpc_errors import error_from_rpc
-from services.common.pb import common_pb2, engine_pb2
-from services.common.record_guard import SequenceGuard
-from services.common.records import published_s
-from services.common.tracing import outgoing_metadata
+from services.common.values.record_guard import SequenceGuard
+from services.common.values.tracing import outgoing_metadata
 from services.engine_agent.client import EngineAgentClient
 from services.gateway.adapters.router import EngineState, Router
 from services.gateway.ports import Execution

@@ -14,10 +14,10 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 
 import grpc
 
-from services.common.errors import Unavailable
 from services.common.pb import csl_pb2
-from services.common.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
-from services.common.reuse_name import ReuseName
+from services.common.values.errors import Unavailable
+from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
+from services.common.values.reuse_name import ReuseName
 from services.csl.client import CslClient, PutPipe
 from services.gateway.adapters.name_mirror import NameMirror
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.common.reuse_name import ReuseName, name_key
+from services.common.values.reuse_name import ReuseName, name_key
 
 
 class NameMirror:

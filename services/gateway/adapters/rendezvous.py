@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 
 
 class Rendezvous:

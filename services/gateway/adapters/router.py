@@ -13,8 +13,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from services.common.errors import InvalidArgument, Unavailable
-from services.common.generation import LoadReport
+from services.common.values.errors import Unavailable
+from services.common.values.generation import LoadReport
+from services.gateway.values import unknown_model
 
 #: An affine engine is kept while its score is within this much of the best one.
 AFFINITY_MARGIN = 0.25
@@ -46,12 +47,6 @@ class EngineState:
         mine = self.outstanding - self.outstanding_fills
         kv = (load.kv_blocks_used - load.fill_kv_blocks) / max(load.kv_blocks_total, 1)
         return (busy + mine) / slots + kv
-
-
-def unknown_model(model: str, served: Iterable[str]) -> InvalidArgument:
-    """The error for a demand naming a model no engine serves (lists what is served)."""
-    known = ", ".join(sorted(set(served))) or "none"
-    return InvalidArgument("demand.model", f"unknown model {model!r} (served: {known})")
 
 
 def _serving(engines: Iterable[EngineState], model: str) -> list[EngineState]:
@@ -103,4 +98,4 @@ class Router:
             self._affinity.popitem(last=False)
 
 
-__all__ = ["AFFINITY_MARGIN", "EngineState", "Router", "pick_engine", "unknown_model"]
+__all__ = ["AFFINITY_MARGIN", "EngineState", "Router", "pick_engine"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.chat import ToolCall
-from services.common.errors import (
+from services.common.values.chat import ToolCall
+from services.common.values.errors import (
     AlreadyExists,
     DeadlineExceeded,
     DynbranchError,
@@ -19,7 +19,7 @@ from services.common.errors import (
     Unavailable,
     Unimplemented,
 )
-from services.common.generation import FinishReason, Usage
+from services.common.values.generation import FinishReason, Usage
 from services.gateway.http.schema import ApiRequest
 from services.gateway.values import Answer
 

@@ -2,7 +2,8 @@
 
 :func:`parse_chat` validates the chat-shaped fields the way OpenAI does (every bad field refused
 by name) and returns the prompt and, when the request uses tool calling or JSON output, a
-:class:`~services.common.chat.ChatSpec` for the engine. The prompt is a fixed ChatML rendering,
+:class:`~services.common.values.chat.ChatSpec` for the engine. The prompt is a fixed ChatML
+rendering,
 so the same conversation always renders the same bytes and reuses the same library entry; with
 tools it follows Qwen3's (hermes-style) chat template: the tools as JSON lines inside ``<tools>``
 in the system turn, an assistant's calls as ``<tool_call>`` blocks, tool results as
@@ -18,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.chat import ChatSpec, ToolChoice, canonical_json
-from services.common.errors import InvalidArgument
+from services.common.values.chat import ChatSpec, ToolChoice, canonical_json
+from services.common.values.errors import InvalidArgument
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 #: OpenAI's rule for function names.

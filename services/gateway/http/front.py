@@ -38,8 +38,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.common.errors import DynbranchError, InvalidArgument
-from services.common.tracing import has_span, incoming_context, maybe_span, workflow_context
+from services.common.values.errors import DynbranchError, InvalidArgument
+from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.http.bodies import (

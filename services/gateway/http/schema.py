@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.chat import ChatSpec
-from services.common.errors import InvalidArgument
-from services.common.generation import Sampling
+from services.common.values.chat import ChatSpec
+from services.common.values.errors import InvalidArgument
+from services.common.values.generation import Sampling
 from services.gateway.http.chat import ParsedChat, parse_chat, render_chat
 
 #: ``max_tokens`` when a completion request sets none (OpenAI's default).

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from services.common.errors import DynbranchError, Unavailable
+from services.common.values.errors import DynbranchError, Unavailable
 from services.gateway.http.bodies import (
     INTERNAL_ERROR,
     chunk_body,

@@ -17,18 +17,21 @@ the demand to run normally (DESIGN.md §5.6). Across gateway replicas, ``Replica
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import uuid
+from collections.abc import Coroutine
+from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from services.common import clock
-from services.common.candidates import FillEstimate, RankedCandidate
-from services.common.errors import InvalidArgument
-from services.common.reads import Served
-from services.common.reuse_name import ReuseName
-from services.common.tracing import maybe_span
+from services.common.values import clock
+from services.common.values.candidates import FillEstimate, RankedCandidate
+from services.common.values.errors import InvalidArgument
+from services.common.values.reads import Served
+from services.common.values.reuse_name import ReuseName
+from services.common.values.tracing import maybe_span
 from services.gateway.execution import Executor
 from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.speculation.fills import FillRunner
@@ -170,7 +173,7 @@ class BranchManager:
                     fill = Fill(candidate, rank)
                     branch.fills[candidate] = fill
                     fill.task = self._spawn(self.fills.run(branch, fill), f"fill:{branch.id}")
-                    fill.task.add_done_callback(lambda _t, b=branch: self._maybe_final(b))
+                    fill.task.add_done_callback(functools.partial(self._final_after, branch))
                     self.counters["fills_issued"] += 1
         finally:
             branch.ready.set()
@@ -342,7 +345,10 @@ class BranchManager:
 
     # -- tasks --------------------------------------------------------------------------------
 
-    def _spawn(self, coro, name: str) -> asyncio.Task[None]:  # noqa: ANN001
+    def _final_after(self, branch: Branch, _task: asyncio.Task[None]) -> None:
+        self._maybe_final(branch)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._reap)

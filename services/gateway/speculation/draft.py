@@ -20,9 +20,9 @@ import itertools
 import logging
 from collections.abc import Callable
 
-from services.common.candidates import RankedCandidate
-from services.common.errors import DynbranchError
-from services.common.generation import GenerationRequest, Priority, Sampling
+from services.common.values.candidates import RankedCandidate
+from services.common.values.errors import DynbranchError
+from services.common.values.generation import GenerationRequest, Priority, Sampling
 from services.gateway.ports import EnginePort
 from services.gateway.speculation.predictors import PredictionContext, ranked
 

@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
-from services.common.errors import DynbranchError, InvalidArgument
-from services.common.generation import Priority
-from services.common.reads import ReadSet, Shadow
-from services.common.reuse_name import ReuseName
-from services.common.tracing import maybe_span
+from services.common.values.errors import DynbranchError, InvalidArgument
+from services.common.values.generation import Priority
+from services.common.values.reads import ReadSet, Shadow
+from services.common.values.reuse_name import ReuseName
+from services.common.values.tracing import maybe_span
 from services.gateway.execution import Executor
 from services.gateway.ports import LibraryPort
 from services.gateway.speculation.state import (

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from services.common.candidates import RankedCandidate
-from services.common.errors import InvalidArgument
+from services.common.values.candidates import RankedCandidate
+from services.common.values.errors import InvalidArgument
 from services.gateway.templates import CandidateSpace, DecisionPoint
 
 

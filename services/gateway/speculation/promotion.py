@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
-from services.common import clock
-from services.common.reads import Served
-from services.common.reuse_name import ReuseName
-from services.common.tracing import maybe_span
+from services.common.values import clock
+from services.common.values.reads import Served
+from services.common.values.reuse_name import ReuseName
+from services.common.values.tracing import maybe_span
 from services.gateway.ports import LibraryPort
 from services.gateway.speculation.state import (
     REFUSALS,

@@ -15,8 +15,8 @@ import contextlib
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from services.common.reads import HoldEvent, HoldNotice, Served
-from services.common.reuse_name import ReuseName
+from services.common.values.reads import HoldEvent, HoldNotice, Served
+from services.common.values.reuse_name import ReuseName
 from services.gateway.execution import Executor
 from services.gateway.ports import LibraryPort
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep, scope_of

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from services.common import clock
-from services.common.reuse_name import ReuseName
+from services.common.values import clock
+from services.common.values.reuse_name import ReuseName
 from services.gateway.templates import DecisionPoint, Semantics, Template
 
 

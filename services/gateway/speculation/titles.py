@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from services.common.candidates import RankedCandidate
+from services.common.values.candidates import RankedCandidate
 from services.gateway.speculation.predictors import PredictionContext, ranked
 
 #: Words that open a clause but name nothing: a lone one never counts as a title mention.

@@ -13,7 +13,12 @@ from typing import Any
 
 import yaml
 
-from services.common.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
+from services.common.values.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    NotFound,
+    ResourceExhausted,
+)
 from services.gateway.templates.model import (
     PLACEHOLDER,
     Binding,

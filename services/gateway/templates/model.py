@@ -45,8 +45,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import InvalidArgument, NotFound
-from services.common.generation import Sampling
+from services.common.values.errors import InvalidArgument, NotFound
+from services.common.values.generation import Sampling
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 Scalar = str | int | float | bool | None

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from services.common.generation import Sampling
+from services.common.values.generation import Sampling
 from services.gateway.templates.graph import check_graph
 from services.gateway.templates.model import (
     Binding,
@@ -88,7 +88,7 @@ class _At:
             self.fail("must be an integer")
         if not lo <= self.value <= hi:
             self.fail(f"must be >= {lo}" if self.value < lo else f"must be <= {hi}")
-        return self.value
+        return int(self.value)
 
     def number(self, lo: float, hi: float = math.inf, lo_open: bool = False) -> float:
         if isinstance(self.value, bool) or not isinstance(self.value, int | float):

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import InvalidArgument
-from services.common.generation import Sampling
+from services.common.values.errors import InvalidArgument
+from services.common.values.generation import Sampling
 from services.gateway.templates import (
     PLACEHOLDER,
     Binding,
@@ -40,7 +40,7 @@ class RenderedStage:
 
     ``input`` is the prompt (llm) or the tool arguments (tool) as UTF-8 bytes; it is what the
     reuse name hashes. ``fingerprint_fields()`` gives the keyword arguments of
-    ``services.common.reuse_name.StageFingerprint``.
+    ``services.common.values.reuse_name.StageFingerprint``.
     """
 
     template_id: str

@@ -51,7 +51,7 @@ from typing import Any, Self
 
 import lmdb
 
-from services.common.errors import (
+from services.common.values.errors import (
     DynbranchError,
     FailedPrecondition,
     InvalidArgument,

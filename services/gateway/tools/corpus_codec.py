@@ -7,7 +7,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 from services.gateway.tools.base import RecordVersion
 
 MAX_DOC_ID_BYTES = 400  # LMDB keys are at most 511 bytes

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.values.errors import FailedPrecondition, InvalidArgument
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.bm25 import InvertedIndex
 from services.gateway.tools.corpus_codec import U64, decode_doc, encode_doc

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from services.common.errors import NotFound
+from services.common.values.errors import NotFound
 from services.gateway.tools.corpus import Corpus, Document
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

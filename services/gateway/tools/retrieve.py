@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 from services.gateway.tools.base import ToolResult
 from services.gateway.tools.corpus import Corpus, Hit
 
@@ -76,7 +76,7 @@ class RetrieveTool:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= self.max_k:
             raise InvalidArgument("args.k", f"must be an integer in [1, {self.max_k}]")
-        return value
+        return int(value)
 
 
 def format_hits(hits: tuple[Hit, ...]) -> str:

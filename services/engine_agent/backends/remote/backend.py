@@ -23,14 +23,14 @@ from typing import Any
 
 import httpx
 
-from services.common.errors import (
+from services.common.values.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     Unavailable,
     Unimplemented,
 )
-from services.common.generation import (
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.generation import LoadReport
+from services.common.values.generation import LoadReport
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.common.errors import (
+from services.common.values.errors import (
     AlreadyExists,
     DynbranchError,
     FailedPrecondition,
@@ -28,7 +28,7 @@ from services.common.errors import (
     PayloadTooLarge,
     Unavailable,
 )
-from services.common.generation import (
+from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,

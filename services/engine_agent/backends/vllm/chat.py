@@ -14,8 +14,8 @@ import json
 import uuid
 from typing import Any
 
-from services.common.chat import ChatSpec, ToolCall, ToolChoice, canonical_json
-from services.common.errors import InvalidArgument
+from services.common.values.chat import ChatSpec, ToolCall, ToolChoice, canonical_json
+from services.common.values.errors import InvalidArgument
 
 #: vLLM's tool parser for the model family (``--tool-call-parser`` of ``vllm serve``).
 DEFAULT_TOOL_PARSER = "hermes"

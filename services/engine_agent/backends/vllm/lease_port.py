@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
+from services.common.values.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
 from services.engine_agent.backends.vllm.leases import LeaseEngine
 from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
 

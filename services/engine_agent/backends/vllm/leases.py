@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.values.errors import FailedPrecondition, InvalidArgument
 from services.engine_agent.backend import Allocated, BackendInfo, PrefixLookup
 
 

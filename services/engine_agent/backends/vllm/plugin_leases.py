@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.leases import KAPPA_CHUNK_TOKENS, prefix_digest
+from services.common.values.leases import KAPPA_CHUNK_TOKENS, prefix_digest
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.common.errors import DynbranchError, InvalidArgument, Unavailable
-from services.common.generation import Sampling, Timings
+from services.common.values.errors import DynbranchError, InvalidArgument, Unavailable
+from services.common.values.generation import Sampling, Timings
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,21 +16,21 @@ import math
 
 import grpc
 
-from services.common.convert import sampling_to_proto
-from services.common.errors import (
-    DynbranchError,
-    InvalidArgument,
-)
-from services.common.generation import FinishReason, GenerationRequest, Timings, Usage
-from services.common.grpc_errors import error_from_rpc
-from services.common.lease_convert import (
+from services.common.pb import engine_pb2
+from services.common.runtime.convert import sampling_to_proto
+from services.common.runtime.grpc_errors import error_from_rpc
+from services.common.runtime.lease_convert import (
     budget_from_proto,
     inventory_to_proto,
     key_to_proto,
     lease_from_proto,
 )
-from services.common.leases import BudgetRecord, InventoryView, LeaseRecord, ResultKey
-from services.common.pb import engine_pb2
+from services.common.values.errors import (
+    DynbranchError,
+    InvalidArgument,
+)
+from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
+from services.common.values.leases import BudgetRecord, InventoryView, LeaseRecord, ResultKey
 from services.delivery.service import Observe, Readiness, Received
 from services.engine_agent.client import EngineAgentClient
 

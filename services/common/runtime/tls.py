@@ -7,7 +7,7 @@ client verifies servers against it; with ``tls_client_auth`` a server requires a
 certificate signed by it). In Kubernetes the files are mounted from Secrets.
 
 A process's outgoing channels all use one client identity, installed at service start
-(``configure_client``) and read by ``services.common.clients.open_channel``. Key material is
+(``configure_client``) and read by ``services.common.runtime.clients.open_channel``. Key material is
 read once, never logged, and never part of an error message (errors name the setting and path).
 """
 

@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc._cython import cygrpc
 
-from services.common.errors import (
+from services.common.values.errors import (
     AlreadyExists,
     DeadlineExceeded,
     DynbranchError,

@@ -2,7 +2,8 @@
 timings, a generation request and an engine's load report (DESIGN.md §3).
 
 The engine agent's backends produce these, the gateway builds and reads them, and the proto
-converters in ``services.common.convert`` map them to and from ``dynbranch.v1`` messages. Plain
+converters in ``services.common.runtime.convert`` map them to and from ``dynbranch.v1`` messages.
+Plain
 frozen values; nothing here imports a service.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from services.common.chat import ChatSpec
+from services.common.values.chat import ChatSpec
 
 
 class Priority(enum.IntEnum):

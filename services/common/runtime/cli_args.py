@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from services.common.config import ConfigError, ServiceSettings, load_settings
-from services.common.server import run_service
-from services.common.telemetry import configure_logging
-from services.common.tls import TlsError
+from services.common.runtime.server import run_service
+from services.common.runtime.tls import TlsError
+from services.common.values.config import ConfigError, ServiceSettings, load_settings
+from services.common.values.telemetry import configure_logging
 
 
 def add_service_args(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from services.common import tls
+from services.common.runtime import tls
 
 #: Methods safe to retry, per fully-qualified service. Anything absent is never retried.
 IDEMPOTENT: dict[str, tuple[str, ...]] = {
@@ -55,7 +55,7 @@ def channel_options(max_message_bytes: int = 4 * 1024 * 1024) -> list[tuple[str,
 
 def open_channel(target: str, max_message_bytes: int = 4 * 1024 * 1024) -> grpc.aio.Channel:
     """An aio channel to a mesh service on ``target`` (``host:port``): TLS (mutual when this
-    process has a certificate) once a service configured ``services.common.tls``, else
+    process has a certificate) once a service configured ``services.common.runtime.tls``, else
     plaintext."""
     files = tls.client_files()
     if files.calls:

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from services.common.errors import InvalidArgument
-from services.common.reuse_name import ReuseName
+from services.common.values.errors import InvalidArgument
+from services.common.values.reuse_name import ReuseName
 
 MAX_RECORD_ID_BYTES = 1024
 

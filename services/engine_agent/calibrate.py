@@ -9,7 +9,7 @@ file. The model keeps the engine's real architecture; what is fitted is named fo
 attention pair and per KV read token (the fitting maths is in ``calibrate_fit``).
 
     dynbranch calibrate                       # starts the embedded vLLM on the tiny model
-    python -m services.engine_agent.sim.calibrate --name tiny-cpu --out PATH
+    python -m services.engine_agent.calibrate --name tiny-cpu --out PATH
 
 The default output is ``services/engine_agent/sim/presets/<name>.yaml``; ``cost_model`` loads it
 with ``load_preset_file``. Measuring repeats every point and keeps medians: about 30 s after the
@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from services.common.generation import GenerationRequest, Sampling
+from services.common.values.generation import GenerationRequest, Sampling
 from services.engine_agent.backend import Finished, TokenDelta
 from services.engine_agent.sim.calibrate_fit import (
     Fit,
@@ -47,7 +47,7 @@ from services.engine_agent.sim.step_cost import CostPreset, ModelSpec
 
 logger = logging.getLogger(__name__)
 
-PRESET_DIR = Path(__file__).resolve().parent / "presets"
+PRESET_DIR = Path(__file__).resolve().parent / "sim" / "presets"
 
 
 # ---- text with a known token count --------------------------------------------------------
@@ -170,7 +170,7 @@ def write_preset(preset: CostPreset, samples: Sequence[StepSample], path: Path) 
     from services.engine_agent.sim.cost_model import preset_to_dict  # the file format's owner
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = ("# Fitted by `dynbranch calibrate` (services/engine_agent/sim/calibrate.py); the\n"
+    header = ("# Fitted by `dynbranch calibrate` (services/engine_agent/calibrate.py); the\n"
               "# measurements it was fitted to follow the preset. Regenerate, don't edit.\n")
     body = {"presets": [preset_to_dict(preset)],
             "measurements": [dataclasses.asdict(s) | {"predicted_s": round(predicted(preset, s),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from services.common.chat import ChatSpec, ToolCall, ToolChoice
-from services.common.errors import InvalidArgument
-from services.common.generation import Priority, Sampling, Timings, Usage
 from services.common.pb import common_pb2
+from services.common.values.chat import ChatSpec, ToolCall, ToolChoice
+from services.common.values.errors import InvalidArgument
+from services.common.values.generation import Priority, Sampling, Timings, Usage
 
 #: Upper bound on stop strings per request, and on each one's length.
 MAX_STOP_STRINGS = 16

@@ -1,4 +1,4 @@
-"""Regenerate the Python stubs from ``protos/`` (``python -m services.common.protogen``).
+"""Regenerate the Python stubs from ``protos/`` (``python -m services.common.runtime.protogen``).
 
 protoc writes absolute imports (``from dynbranch.v1 import common_pb2``) that mirror the proto
 package; we rewrite them to the in-repo package ``services.common.pb`` so the stubs need no
@@ -15,12 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROTO_ROOT = REPO / "protos"
 PROTO_DIR = PROTO_ROOT / "dynbranch" / "v1"
-OUT_DIR = Path(__file__).resolve().parent / "pb"
+OUT_DIR = Path(__file__).resolve().parents[1] / "pb"
 _IMPORT = re.compile(r"^from dynbranch\.v1 import (\w+) as", re.MULTILINE)
-_INIT = ('"""Generated protobuf and gRPC stubs (python -m services.common.protogen); '
+_INIT = ('"""Generated protobuf and gRPC stubs (python -m services.common.runtime.protogen); '
          'do not edit."""\n')
 
 

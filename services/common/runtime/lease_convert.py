@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.common.convert import require
-from services.common.errors import InvalidArgument
-from services.common.leases import (
+from services.common.pb import common_pb2
+from services.common.runtime.convert import require
+from services.common.runtime.records import make_header, published_s
+from services.common.values.errors import InvalidArgument
+from services.common.values.leases import (
     BudgetRecord,
     InventoryEntry,
     InventoryView,
@@ -14,8 +16,6 @@ from services.common.leases import (
     LeaseState,
     ResultKey,
 )
-from services.common.pb import common_pb2
-from services.common.records import make_header, published_s
 
 MAX_ID = 256
 

@@ -12,7 +12,8 @@
     ├── DeadlineExceeded                DEADLINE_EXCEEDED
     └── Unimplemented                   UNIMPLEMENTED
 
-Core modules raise these without importing grpc; ``services.common.grpc_errors`` maps them to
+Core modules raise these without importing grpc; ``services.common.runtime.grpc_errors`` maps them
+to
 status codes at the edge. ``status`` is the name of a ``grpc.StatusCode`` member.
 """
 

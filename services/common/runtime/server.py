@@ -24,10 +24,10 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry
 
-from services.common import tls
-from services.common.config import ServiceSettings
-from services.common.grpc_errors import ErrorInterceptor
-from services.common.telemetry import MetricsEndpoint, make_tracer_provider
+from services.common.runtime import tls
+from services.common.runtime.grpc_errors import ErrorInterceptor
+from services.common.values.config import ServiceSettings
+from services.common.values.telemetry import MetricsEndpoint, make_tracer_provider
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ a pending tool result, the records an engine publishes about its prefix leases a
 and the causal view of the sender's inventory the engine replenishes from. Times are seconds on
 the publisher's clock (``time.time()`` in a mesh, the event loop's clock in a replay); records
 are versioned by ``sequence`` (per lease) and ``generation`` (per budget evaluation). Nothing here
-imports a service; ``services.common.convert`` maps them to and from ``dynbranch.v1`` messages.
+imports a service; ``services.common.runtime.convert`` maps them to and from ``dynbranch.v1``
+messages.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import grpc
 
 from services.admission.load_view import EngineLoad, LoadTracker
 from services.common.pb import common_pb2
-from services.common.records import published_s
+from services.common.runtime.records import published_s
 from services.engine_agent.client import EngineAgentClient
 
 log = logging.getLogger(__name__)

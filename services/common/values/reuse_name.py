@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument
 
 #: Bumped whenever the encoding changes; part of every digest, so old and new names never mix.
 SCHEME = b"dynbranch/reuse-name/v1"

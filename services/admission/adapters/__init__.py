@@ -1,0 +1,1 @@
+"""The gRPC edges of what admission calls: the engines' load streams (``engine_load``)."""
