@@ -29,13 +29,16 @@ class ArmSpec:
     #: The priced controller starts from state learned on the train split (``bench arms``
     #: trains it on other workflows first; a restart with ``state_path`` in production).
     warm: bool = False
+    #: One of the paper's four mechanism arms (floor, C1, C2, both): run by name, it keeps the
+    #: run's own admission setting rather than this spec's (``arms.ARMS``).
+    mechanism: bool = False
 
 
 ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
-    ArmSpec("floor", False, False),
-    ArmSpec("c1", True, False),
-    ArmSpec("c2", False, True),
-    ArmSpec("full", True, True, "priced"),
+    ArmSpec("floor", False, False, mechanism=True),
+    ArmSpec("c1", True, False, mechanism=True),
+    ArmSpec("c2", False, True, mechanism=True),
+    ArmSpec("full", True, True, "priced", mechanism=True),
     ArmSpec("full_warm", True, True, "priced", warm=True),
     ArmSpec("fixed", True, True, "fixed"),
     ArmSpec("fixed1", True, True, "fixed", settings=(("top_k", 1),)),

@@ -59,14 +59,12 @@ from services.gateway.speculation.promotion import PROMOTION_COUNTERS
 
 log = logging.getLogger(__name__)
 
-#: Arm name → (c1, c2).
-ARMS: dict[str, tuple[bool, bool]] = {
-    "floor": (False, False), "c1": (True, False), "c2": (False, True), "full": (True, True),
-}
+#: Mechanism arm name → (c1, c2) (``ArmSpec.mechanism``).
+ARMS: dict[str, tuple[bool, bool]] = {n: (s.c1, s.c2) for n, s in ARM_SPECS.items() if s.mechanism}
 #: The meshes an arm can run on (module docstring).
 CLOCKS = ("virtual", "live", "processes")
 #: Smallest time scale of the live mesh: below it the mesh's own CPU time, multiplied by
-#: ``1 / time_scale``, moves the ratios more than the effects they measure (issue 24).
+#: ``1 / time_scale``, moves the ratios more than the effects they measure.
 LIVE_MIN_TIME_SCALE = 0.5
 COUNTERS = ("opened", "fills_issued", "fills_consumed", "stages_promoted", "fills_discarded",
             "fills_aborted", "canonical_engine_ms", "fill_engine_ms", "ambiguous", "joined",

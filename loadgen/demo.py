@@ -38,7 +38,7 @@ SOURCE_NAMES = {gateway_pb2.RESULT_SOURCE_ENGINE: "engine",
 
 
 @dataclass(slots=True)
-class Outcome:
+class DemoOutcome:
     """One workflow's result as the demo reports it."""
 
     ok: bool
@@ -48,7 +48,7 @@ class Outcome:
     error: str = ""
 
 
-async def _workflow(db: DynbranchClient, i: int, gate: asyncio.Semaphore) -> Outcome:
+async def _workflow(db: DynbranchClient, i: int, gate: asyncio.Semaphore) -> DemoOutcome:
     query, choice = REQUESTS[i % len(REQUESTS)]
     inputs = {"functions": json.dumps([{"name": f} for f in FUNCTIONS]), "query": query}
     wf = f"demo-{i}"
@@ -62,14 +62,14 @@ async def _workflow(db: DynbranchClient, i: int, gate: asyncio.Semaphore) -> Out
             executor = await db.call_stage("routing", "executor", workflow_id=wf, inputs=inputs,
                                            outputs={"handler": handler.text}, candidate=choice)
         except grpc.aio.AioRpcError as err:
-            return Outcome(False, time.perf_counter() - start,
+            return DemoOutcome(False, time.perf_counter() - start,
                            error=f"{err.code().name}: {err.details()}")
     replies = (router, handler, executor)
-    return Outcome(True, time.perf_counter() - start, [SOURCE_NAMES[r.source] for r in replies],
+    return DemoOutcome(True, time.perf_counter() - start, [SOURCE_NAMES[r.source] for r in replies],
                    sum(r.timings.total_s for r in replies))
 
 
-def simulated_s(spec: MeshSpec, outcome: Outcome) -> float:
+def simulated_s(spec: MeshSpec, outcome: DemoOutcome) -> float:
     """A workflow's latency in simulated seconds: wall / time scale, or (time scale 0: engines
     do not wait) the engines' reported stage times, summed along the serial chain."""
     if spec.time_scale > 0:
@@ -77,7 +77,7 @@ def simulated_s(spec: MeshSpec, outcome: Outcome) -> float:
     return outcome.engine_s
 
 
-def summarize(spec: MeshSpec, outcomes: list[Outcome], wall_s: float) -> str:
+def summarize(spec: MeshSpec, outcomes: list[DemoOutcome], wall_s: float) -> str:
     """Human-readable summary of a demo run."""
     ok = [o for o in outcomes if o.ok]
     scale = (f"time scale {spec.time_scale}: 1 wall s = {1 / spec.time_scale:.0f} simulated s"

@@ -1,4 +1,4 @@
-"""Value equivalence on a real engine, honestly (issue 24, item 7; DESIGN.md §5.1).
+"""Value equivalence on a real engine, honestly (DESIGN.md §5.1).
 
 Promotion returns exactly what canonical execution would *if execution is deterministic*. Greedy
 decoding on vLLM's CPU kernels is not batch-invariant: a request decoded beside others can take

@@ -56,7 +56,7 @@ class RetryPolicy:
 
 
 @dataclass(slots=True)
-class Outcome:
+class ItemOutcome:
     """What one item returned, and when (``time.monotonic`` seconds)."""
 
     key: int
@@ -97,9 +97,9 @@ class Harness:
             client.use_builtin("routing")
         self.policy = policy
 
-    async def run_item(self, key: int) -> Outcome:
+    async def run_item(self, key: int) -> ItemOutcome:
         """Run item ``key`` to its end; never raises for a failed call (the item is lost)."""
-        out = Outcome(key, kind_of(key), time.monotonic())
+        out = ItemOutcome(key, kind_of(key), time.monotonic())
         try:
             if out.kind == "plain":
                 out.texts = (await self._call(out, self._plain(key)),)
@@ -118,7 +118,7 @@ class Harness:
         prompt = f"Summarize support ticket {key} for the on-call engineer: {query}"
         return lambda c: c.call(prompt, MODEL, max_tokens=PLAIN_MAX_TOKENS)
 
-    async def _routing(self, out: Outcome) -> tuple[str, ...]:
+    async def _routing(self, out: ItemOutcome) -> tuple[str, ...]:
         query, choice = REQUESTS[out.key % len(REQUESTS)]
         inputs = {"functions": json.dumps([{"name": f} for f in FUNCTIONS]),
                   "query": f"{query} (fault case {out.key})"}
@@ -133,7 +133,7 @@ class Harness:
                 outputs["handler"] = text
         return tuple(texts)
 
-    async def _tool(self, out: Outcome) -> tuple[str, ...]:
+    async def _tool(self, out: ItemOutcome) -> tuple[str, ...]:
         wf, history = f"fault-tool-{out.key}", f"{TOOL_HISTORY} Session {out.key}."
         sampling = common_pb2.SamplingParams(max_tokens=16, ignore_eos=True)
         demand = common_pb2.StageDemand(model=MODEL, prompt=history, sampling=sampling,
@@ -150,7 +150,7 @@ class Harness:
             request, timeout=self.policy.call_timeout_s), text=lambda r: r.finished.text)
         return first, delivered
 
-    async def _call(self, out: Outcome, call: Call | Deliver,
+    async def _call(self, out: ItemOutcome, call: Call | Deliver,
                     text: Callable[[Any], str] = lambda r: r.text) -> str:
         """One call with bounded retries, each attempt on the next replica."""
         for attempt in range(self.policy.attempts):
@@ -172,10 +172,10 @@ class Harness:
 
 
 async def drive(harness: Harness, keys: Iterator[int], concurrency: int,
-                stop: asyncio.Event | None = None) -> list[Outcome]:
+                stop: asyncio.Event | None = None) -> list[ItemOutcome]:
     """Closed loop: ``concurrency`` workers take the next key until ``keys`` runs out or
     ``stop`` is set; items already started run to their end."""
-    outcomes: list[Outcome] = []
+    outcomes: list[ItemOutcome] = []
 
     async def worker() -> None:
         while stop is None or not stop.is_set():
@@ -188,4 +188,4 @@ async def drive(harness: Harness, keys: Iterator[int], concurrency: int,
     return outcomes
 
 
-__all__ = ["Harness", "Outcome", "RETRYABLE", "RetryPolicy", "drive", "kind_of"]
+__all__ = ["Harness", "ItemOutcome", "RETRYABLE", "RetryPolicy", "drive", "kind_of"]

@@ -1,5 +1,5 @@
 """A TCP proxy on loopback whose behaviour switches at run time: the network faults of
-``dynbranch bench faults`` (issue 13).
+``dynbranch bench faults``.
 
 It forwards bytes both ways between each accepted connection and ``target``, so it sits under
 gRPC (HTTP/2 over plaintext TCP in the local mesh) without knowing it. Modes:

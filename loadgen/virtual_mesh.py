@@ -7,7 +7,7 @@ code runs in one process on a stdlib event loop whose clock is virtual (``aiotoo
 as the LADS replay): the gateway core exactly as ``services.gateway.server.build_core`` wires it
 (templates, C1, C2, the predictors, the retrieve tool over the LMDB corpus), the subgraph library
 (``SubgraphLibrary`` behind ``AsyncSubgraphLibrary``), the admission policy
-(``services.admission.server.build_policy`` over a ``LoadTracker`` fed with the engines' load)
+(``services.admission.policies.build_policy`` over a ``LoadTracker`` fed with the engines' load)
 and the simulated engines (``SimBackend`` at time scale 1: one virtual second is one simulated
 second). The client is the SDK itself, its stub swapped for an in-process one that converts
 requests with the servicer's own functions.
@@ -41,9 +41,9 @@ from opentelemetry.trace import NoOpTracer
 from services.admission import state_store
 from services.admission.client import estimate_fields
 from services.admission.config import AdmissionSettings
-from services.admission.controller import Outcome, Policy, PricedController, proposal
+from services.admission.controller import AdmissionPolicy, BranchOutcome, PricedController, proposal
 from services.admission.load_view import EngineLoad, LoadTracker
-from services.admission.server import build_policy
+from services.admission.policies import build_policy
 from services.common.pb import gateway_pb2
 from services.common.values.candidates import FillEstimate, RankedCandidate
 from services.common.values.errors import DeadlineExceeded, Unavailable
@@ -226,7 +226,7 @@ class VirtualLibrary:
 class VirtualAdmission:
     """``AdmissionPort`` over an in-process admission policy, timed on the loop's clock."""
 
-    def __init__(self, policy: Policy, hop_s: float) -> None:
+    def __init__(self, policy: AdmissionPolicy, hop_s: float) -> None:
         self.policy = policy
         self.hop_s = hop_s
 
@@ -254,7 +254,7 @@ class VirtualAdmission:
                      fill_cost_s: float, setup_s: float, final: bool = True,
                      consumed: Sequence[str] = (), wait_s: float = 0.0) -> None:
         await hop(self.hop_s)
-        self.policy.report(Outcome(branch_id, selected, max(saved_s, 0.0),
+        self.policy.report(BranchOutcome(branch_id, selected, max(saved_s, 0.0),
                                    max(fill_cost_s, 0.0), max(setup_s, 0.0), final=final,
                                    consumed=tuple(consumed), wait_s=max(wait_s, 0.0)))
 
@@ -342,7 +342,7 @@ class VirtualMesh:
     core: GatewayCore
     client: InProcessClient
     backends: list[SimBackend]
-    policy: Policy | None
+    policy: AdmissionPolicy | None
     hop_s: float
 
 

@@ -968,7 +968,7 @@ def test_dockerfile_installs_the_project_and_runs_as_non_root() -> None:
 
 def test_the_gpu_overlay_runs_vllm_with_batch_invariant_kernels(builds: dict[str, Docs]) -> None:
     # Value equivalence on a real engine needs a fill decoded beside other requests to equal the
-    # canonical request decoded alone: vLLM's batch-invariant kernels (issue 24, item 7).
+    # canonical request decoded alone: vLLM's batch-invariant kernels.
     engine = find(builds["gpu"], "StatefulSet", "dynbranch-engine")
     vllm = vllm_container(engine)
     assert vllm is not None

@@ -50,9 +50,9 @@ EDGES: dict[str, tuple[str, ...]] = {
     "admission": (),
     "csl": ("convert",),  # the servicer's proto <-> value conversion
     "delivery": (),
-    # the engine agent's transport sits at its top: the multiplexed Generate stream (both ends),
-    # the lease RPCs, and the calibration command that drives a real engine
-    "engine_agent": ("mux_servicer", "mux_client", "lease_servicer", "calibrate"),
+    # the engine agent's transport sits at its top: the multiplexed Generate stream (both ends)
+    # and the calibration command that drives a real engine
+    "engine_agent": ("mux_servicer", "mux_client", "calibrate"),
     "gateway": ("http", "sdk"),  # the OpenAI-compatible HTTP front; the client SDK
 }
 EDGE_NAMES = ("servicer", "server", "client", "__main__")

@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.arm_set import ARM_SPECS
 from loadgen.workloads import WORKLOADS
+from services.admission.policies import POLICIES as ADMISSION_POLICIES
+from services.delivery.policies import POLICIES as DELIVERY_POLICIES
 from services.engine_agent.config import EngineAgentSettings
+from services.engine_agent.leases.state import LEASE_MODES
 from services.engine_agent.registry import BACKEND_NAMES, BACKENDS, resolve, spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,48 +31,77 @@ REGISTRIES = {
     "workload": (frozenset(WORKLOADS), {
         # the paper's published figures, per workload (dynbranch §5.2)
         "loadgen/report_summary.py"}),
+    "admission policy": (frozenset(ADMISSION_POLICIES), {"services/admission/policies.py"}),
+    "delivery policy": (frozenset(DELIVERY_POLICIES), {"services/delivery/policies.py"}),
+    "lease mode": (frozenset(LEASE_MODES), {"services/engine_agent/leases/state.py"}),
+    "arm": (frozenset(ARM_SPECS), {"loadgen/arm_set.py"}),
 }
 
 
-def literal_lists(tree: ast.AST) -> list[tuple[int, set[str]]]:
-    """Every literal collection's string members (dict keys for dicts), with its line."""
+def literal_lists(tree: ast.AST) -> list[tuple[int, set[str], bool]]:
+    """Every literal collection's string members (dict keys for dicts), with its line, and
+    whether it is a table or a choice list by form: a dict, a ``choices=`` value or a
+    ``Literal[...]`` subscript."""
+    tables: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "choices":
+            tables.add(id(node.value))
+        elif isinstance(node, ast.Subscript) and getattr(node.value, "id", "") == "Literal":
+            tables.add(id(node.slice))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             items = node.elts
         elif isinstance(node, ast.Dict):
             items = [k for k in node.keys if k is not None]
+            tables.add(id(node))
         else:
             continue
         found.append((node.lineno, {e.value for e in items
-                                    if isinstance(e, ast.Constant) and isinstance(e.value, str)}))
+                                    if isinstance(e, ast.Constant) and isinstance(e.value, str)},
+                      id(node) in tables))
     return found
 
 
-def copies(names: frozenset[str], allowed: set[str]) -> list[str]:
+def copy_lines(source: str, names: frozenset[str]) -> list[tuple[int, list[str]]]:
+    """Lines of ``source`` holding a copy of ``names``: the whole list, or a table or choice
+    list keyed by two or more of them (a run choosing some arms or policies by name is a
+    selection, not a copy)."""
     out = []
-    for folder in ("services", "loadgen"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if "/pb/" in rel or rel in allowed:
-                continue
-            for line, members in literal_lists(ast.parse(path.read_text())):
-                if len(members & names) >= 2:
-                    out.append(f"{rel}:{line}: {sorted(members & names)}")
+    for line, members, table in literal_lists(ast.parse(source)):
+        named = members & names
+        if len(named) >= 2 and (named == names or table):
+            out.append((line, sorted(named)))
     return out
+
+
+def copies(names: frozenset[str]) -> list[str]:
+    # a registry of one kind may share names with another (the ``fixed`` arm runs the ``fixed``
+    # policy); what it lists is its own kind's
+    allowed = {f for _, files in REGISTRIES.values() for f in files}
+    return [f"{rel}:{line}: {named}"
+            for folder in ("services", "loadgen") for path in sorted((ROOT / folder).rglob("*.py"))
+            if "/pb/" not in (rel := path.relative_to(ROOT).as_posix()) and rel not in allowed
+            for line, named in copy_lines(path.read_text(), names)]
 
 
 @pytest.mark.parametrize("kind", sorted(REGISTRIES))
 def test_names_are_listed_once(kind: str) -> None:
-    names, allowed = REGISTRIES[kind]
-    assert copies(names, allowed) == []
+    assert copies(REGISTRIES[kind][0]) == []
 
 
-def test_the_check_finds_a_planted_copy(tmp_path: Path) -> None:
-    planted = ast.parse('CHOICES = ["sim", "vllm"]\nRATES = {"routing": 1, "hci": 2}\n')
-    lists = literal_lists(planted)
-    assert any(len(m & frozenset(BACKENDS)) >= 2 for _, m in lists)
-    assert any(len(m & frozenset(WORKLOADS)) >= 2 for _, m in lists)
+def test_the_check_finds_a_planted_copy() -> None:
+    planted = ('import argparse\nfrom typing import Literal\n'
+               'p = argparse.ArgumentParser()\n'
+               'p.add_argument("--b", choices=["sim", "vllm"])\n'
+               'RATES = {"routing": 1, "hci": 2}\n'
+               'Mode = Literal["lads", "ttl"]\n'
+               f'ALL = {tuple(WORKLOADS)!r}\n'
+               'SOME = ("routing", "hci")\n')
+    found = {(kind, line) for kind, (names, _) in REGISTRIES.items()
+             for line, _ in copy_lines(planted, names)}
+    assert ("backend", 4) in found and ("workload", 5) in found and ("lease mode", 6) in found
+    assert ("workload", 7) in found and ("workload", 8) not in found  # a selection is no copy
 
 
 def test_every_backend_names_a_builder_and_its_modules_exist() -> None:

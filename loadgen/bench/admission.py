@@ -76,9 +76,9 @@ def decision_latency(n: int) -> dict[str, float]:
 
 
 def _outcome(branch: str, selected: str) -> Any:
-    from services.admission.controller import Outcome
+    from services.admission.controller import BranchOutcome
 
-    return Outcome(branch, selected, saved_s=1.5, fill_cost_s=2.0, setup_s=0.01)
+    return BranchOutcome(branch, selected, saved_s=1.5, fill_cost_s=2.0, setup_s=0.01)
 
 
 async def grpc_latency(n: int) -> dict[str, float]:

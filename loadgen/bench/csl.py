@@ -72,7 +72,7 @@ def _rate(fn: Any, args: list[Any]) -> float:
 
 def _lookup_figures(lib: SubgraphLibrary, names: list[ReuseName], rounds: int) -> dict[str, Any]:
     env, db = lib._store.env, lib._store.entries_db
-    lkeys = {n: lib._names[name_key(n)].lkey for n in names}
+    lkeys = {n: lib._confirmed.names[name_key(n)].lkey for n in names}
 
     def raw_get(key: bytes) -> bytes | None:
         txn = env.begin(db=db)

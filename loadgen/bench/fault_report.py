@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.fault_load import Outcome
+from loadgen.fault_load import ItemOutcome
 from loadgen.stats import quantile
 
 
@@ -32,7 +32,7 @@ class CellRun:
     """What happened in one cell (times are ``time.monotonic`` seconds)."""
 
     cell: Cell
-    outcomes: list[Outcome]
+    outcomes: list[ItemOutcome]
     t_fault: float
     t_heal: float
     #: The target engine's load view when it was killed (engine kills only).
@@ -55,11 +55,11 @@ def _ratio(value: float | None, base: float | None) -> float | None:
     return round(value / base, 2) if value is not None and base else None
 
 
-def _errors(outcomes: Iterable[Outcome]) -> dict[str, int]:
+def _errors(outcomes: Iterable[ItemOutcome]) -> dict[str, int]:
     return dict(sum((o.errors for o in outcomes), Counter()))
 
 
-def floor_summary(floor: list[Outcome]) -> dict[str, Any]:
+def floor_summary(floor: list[ItemOutcome]) -> dict[str, Any]:
     """The floor's own figures: p50 latency per kind, and whether it lost anything."""
     p50 = {kind: _p([o.latency_s for o in floor if o.ok and o.kind == kind], 0.5)
            for kind in ("routing", "plain", "tool")}
@@ -83,7 +83,7 @@ def _stall_s(run: CellRun) -> float:
     return round(max(b - a for a, b in zip(ends, [*ends[1:], last], strict=True)), 3)
 
 
-def summarize(run: CellRun, floor: dict[int, Outcome], base: dict[str, Any]) -> dict[str, Any]:
+def summarize(run: CellRun, floor: dict[int, ItemOutcome], base: dict[str, Any]) -> dict[str, Any]:
     """One cell's row: lost, wrong against the floor, retries, errors, latency, recovery."""
     outs = run.outcomes
     verified = [o for o in outs if o.ok and o.key in floor and floor[o.key].ok]

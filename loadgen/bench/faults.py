@@ -1,5 +1,5 @@
 """Fault matrix: SIGKILL and restart each service, or delay / drop its traffic, under a running
-mixed workload on the local mesh (issue 13, item 1).
+mixed workload on the local mesh.
 
 The mesh runs as processes on loopback (``services.launcher``): two sim engine agents (a model of
 an engine, not a real one), the csl, admission, delivery and two gateway replicas, with a
@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 
 from loadgen.bench.fault_report import Cell, CellRun, floor_summary, print_table, summarize
-from loadgen.fault_load import Harness, Outcome, RetryPolicy, drive
+from loadgen.fault_load import Harness, ItemOutcome, RetryPolicy, drive
 from loadgen.faultproxy import FaultProxy
 from services.common.runtime.clients import wait_serving
 from services.engine_agent.client import EngineAgentClient
@@ -201,7 +201,7 @@ async def run_cell(fm: FaultMesh, cell: Cell, index: int) -> CellRun:
     return CellRun(cell, outcomes, t_fault, t_heal, at_kill, counters, crashed)
 
 
-async def run_floor(params: Params, keys: list[int]) -> tuple[list[Outcome], list[str]]:
+async def run_floor(params: Params, keys: list[int]) -> tuple[list[ItemOutcome], list[str]]:
     """Every key once on the no-reuse floor: its own mesh, no library, no fill, no faults
     (delivery only: tool rounds return their results through it).
     Also the services found exited at its end (none, unless one crashed or was killed from

@@ -21,11 +21,11 @@ from typing import Any
 
 from loadgen.lads_replay import RunResult, run_policy
 from loadgen.workloads.lads import LadsWorkload, cohort_workload, web_burst_workload
+from services.delivery.policies import POLICIES as DELIVERY_POLICIES
 from services.engine_agent.leases.budget import scaled_headroom
 from services.engine_agent.sim.cost_model import get_preset
 
-POLICIES = ("fifo", "size_first", "cache_first", "tail_aware", "ttl_pin", "lads_no_turnover",
-            "lads")
+POLICIES = tuple(DELIVERY_POLICIES)
 PAPER_PRESET = "qwen2.5-7b-rtxpro5000"
 PRESETS = (PAPER_PRESET, "qwen3-32b-h200")
 SEEDS = {"cohort": (1, 2, 3, 4, 5), "web_burst": (1, 2, 3)}

@@ -1,4 +1,4 @@
-"""``dynbranch bench load``: many concurrent workflows through one gateway (issue 13, item 2).
+"""``dynbranch bench load``: many concurrent workflows through one gateway.
 
 The mesh runs one process per service on loopback (``services.launcher``): two sim engine agents
 at zero step time (preset ``zero``, time scale 0: every figure is the mesh's own cost, the engine

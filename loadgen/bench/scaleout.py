@@ -1,5 +1,5 @@
 """Scale-out: promotion with one gateway and with two replicas behind one library, and with the
-library sharded three ways, one shard killed mid-run (issue 12, items 3 and 4).
+library sharded three ways, one shard killed mid-run.
 
 Each configuration starts the mesh as processes on loopback (sim engines: a model of an engine,
 not a real one), runs the same Routing workflows (router → handler → executor, the choice taken

@@ -1,4 +1,4 @@
-"""``dynbranch bench soak --minutes N``: a long mixed run that must leak nothing (issue 13, item 6).
+"""``dynbranch bench soak --minutes N``: a long mixed run that must leak nothing.
 
 One in-process mesh (every service a real ``grpc.aio`` server on loopback, in this process so
 that its asyncio tasks, descriptors and memory are this process's): the csl with a small byte

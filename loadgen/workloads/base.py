@@ -48,7 +48,7 @@ SOURCE_NAMES = {0: "unspecified", 1: "engine", 2: "library", 3: "promoted_fill",
 
 
 #: Simulated seconds a call may spend outside the engine (gateway, hops, the harness) before it
-#: counts as a stall (issue 24: stalls of 2-10 s were seen on the live mesh).
+#: counts as a stall (stalls of 2-10 s were seen on the live mesh).
 STALL_S = 0.25
 
 

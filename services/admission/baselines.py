@@ -1,7 +1,7 @@
-"""The baseline admission policies the priced controller is compared with (issue: selectable
-per run), behind the same ``Policy`` calls:
+"""The baseline admission policies the priced controller is compared with (selectable per run,
+``AdmissionSettings.policy``), behind the same ``AdmissionPolicy`` calls:
 
-- ``fixed``: open every branch, admit the top K by rank (``policy.FixedPolicy``; K = 2, and
+- ``fixed``: open every branch, admit the top K by rank (``fixed_rule.TopKRule``; K = 2, and
   ``fixed1`` is the same with K = 1);
 - ``always``: open every branch and admit every predicted candidate;
 - ``threshold``: a static p* on the fill gate (the paper's fixed-threshold control, §5.4);
@@ -16,21 +16,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.admission.controller import Admission, Outcome, Proposal
+from services.admission.controller import Admission, BranchOutcome, Proposal
+from services.admission.fixed_rule import TOP_K, TopKRule
 from services.admission.generation_gate import GateDecision
 from services.admission.load_view import LoadTracker
-from services.admission.policy import FixedPolicy
 from services.common.values.candidates import RankedCandidate
 from services.common.values.errors import InvalidArgument
 
+#: The paper's static control (§5.5): an engine needs this many free running slots, and at most
+#: this many waiting requests, for a branch to open.
+MIN_FREE_SLOTS = 3
+MAX_QUEUE = 2
+#: The threshold baseline's static p*.
+P_STAR = 0.5
+
 
 class FixedAdapter:
-    """The fixed policy (``policy.FixedPolicy``: open every branch, admit the top K) behind the
+    """The fixed policy (``fixed_rule.TopKRule``: open every branch, admit the top K) behind the
     same three calls as the priced controller."""
 
     name = "fixed"
 
-    def __init__(self, policy: FixedPolicy) -> None:
+    def __init__(self, policy: TopKRule) -> None:
         self.policy = policy
 
     def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
@@ -44,7 +51,7 @@ class FixedAdapter:
                                       for p in proposals])
         return Admission(decision.admitted, 0.0, decision.reason)
 
-    def report(self, outcome: Outcome) -> bool:
+    def report(self, outcome: BranchOutcome) -> bool:
         return True
 
     def account(self) -> dict[str, Any]:
@@ -66,7 +73,7 @@ class AlwaysPolicy:
         return Admission(tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)),
                          0.0, "always: every candidate")
 
-    def report(self, outcome: Outcome) -> bool:
+    def report(self, outcome: BranchOutcome) -> bool:
         return True
 
     def account(self) -> dict[str, Any]:
@@ -80,7 +87,7 @@ class ThresholdPolicy(AlwaysPolicy):
 
     name = "threshold"
 
-    def __init__(self, p_star: float = 0.5) -> None:
+    def __init__(self, p_star: float = P_STAR) -> None:
         if not 0 <= p_star <= 1:
             raise InvalidArgument("p_star", "must be in [0, 1]")
         self.p_star = p_star
@@ -101,8 +108,9 @@ class LoadThresholdPolicy(AlwaysPolicy):
 
     name = "load_threshold"
 
-    def __init__(self, tracker: LoadTracker, top_k: int = 2, min_free_slots: int = 3,
-                 max_queue: int = 2, slots: int = 0) -> None:
+    def __init__(self, tracker: LoadTracker, top_k: int = TOP_K,
+                 min_free_slots: int = MIN_FREE_SLOTS, max_queue: int = MAX_QUEUE,
+                 slots: int = 0) -> None:
         if min_free_slots < 0 or max_queue < 0 or slots < 0:
             raise InvalidArgument("min_free_slots", "min_free_slots, max_queue and slots must "
                                                     "be >= 0")

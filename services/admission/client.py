@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import grpc
 
-from services.admission.policy import FixedPolicy
+from services.admission.fixed_rule import TopKRule
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.runtime.clients import open_channel
 from services.common.runtime.records import make_header
@@ -101,7 +101,7 @@ class StaticAdmission:
     """``AdmissionPort`` in-process: the admission service's fixed policy, without a hop."""
 
     def __init__(self, open_branches: bool = True, top_k: int = 2) -> None:
-        self.policy = FixedPolicy(open_branches=open_branches, top_k=top_k)
+        self.policy = TopKRule(open_branches=open_branches, top_k=top_k)
         #: The latest reports, for inspection (bounded: the oldest are dropped).
         self.reports: deque[tuple[str, str, float]] = deque(maxlen=MAX_KEPT_REPORTS)
 

@@ -22,8 +22,8 @@ posteriors update for every predicted candidate of a settled branch; usability o
 fills of the selected candidate. Every per-branch record is bounded (oldest forgotten);
 ``ledger`` keeps the per-branch account a run is judged by, and ``state``/``restore`` carry what
 was learned across restarts (``state_store``). The baselines (``baselines``) answer the same
-three calls (``Policy``), so a run selects one by name; ``replay`` scores recorded decisions
-against the exact oracle.
+three calls (``AdmissionPolicy``), so a run selects one by name; ``replay`` scores recorded
+decisions against the exact oracle.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from scipy.special import betaincinv
 from services.admission.fill_gate import FillCandidate, FillDecision, admit
 from services.admission.generation_gate import GateDecision, GenerationGate, context
 from services.admission.ledger import Ledger, Priced
-from services.admission.load_view import LoadSnapshot, LoadTracker
+from services.admission.load_view import WINDOW_S, LoadSnapshot, LoadTracker
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves
 from services.common.values.errors import InvalidArgument
 
@@ -67,7 +67,7 @@ class Proposal:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class BranchOutcome:
     """A settled branch (proto ``ReportOutcomeRequest``); seconds are engine seconds."""
 
     branch_id: str
@@ -109,7 +109,7 @@ class Snapshot:
 class ControllerSettings:
     """Tunables of the priced controller (defaults: the paper's, where it gives one)."""
 
-    window_s: float = 8.0
+    window_s: float = WINDOW_S
     n0: int = 4
     #: Fills a cold branch beyond the class's cold trials in flight may admit (the bounded
     #: fan-out of cold exploration).
@@ -266,7 +266,7 @@ class PricedController:
         learned = st.gain_ms.get(key, _Mean()).mean
         return learned if learned is not None else self.settings.default_gain_ms
 
-    def _pending_credit_ms(self, st: _ClassStats, b: _Branch, outcome: Outcome) -> float:
+    def _pending_credit_ms(self, st: _ClassStats, b: _Branch, outcome: BranchOutcome) -> float:
         """What a provisional report credits a branch whose selected candidate was admitted
         but not yet consumed: its expected gain (usability mean × gain). The final report
         replaces this with the measured return."""
@@ -362,7 +362,7 @@ class PricedController:
 
     # -- feedback ---------------------------------------------------------------------------------
 
-    def report(self, outcome: Outcome) -> bool:
+    def report(self, outcome: BranchOutcome) -> bool:
         """Feedback of a branch. The first report (provisional or final) updates selection for
         every predicted candidate, releases the branch's reservations and gives Action 0 the
         branch's return so far (Eq. 4), so its trial stops counting as pending; the final one
@@ -403,7 +403,7 @@ class PricedController:
         self.gate.settle(b.branch_class, outcome.branch_id, target)
         return True
 
-    def _learn(self, st: _ClassStats, b: _Branch, outcome: Outcome, consumed: bool) -> None:
+    def _learn(self, st: _ClassStats, b: _Branch, outcome: BranchOutcome, consumed: bool) -> None:
         """Usability, gain and cost from a final report."""
         proposal = next((p for p in b.proposals if p.candidate == outcome.selected), None)
         if outcome.selected in b.admitted:
@@ -461,7 +461,7 @@ class PricedController:
 STATE_VERSION = 2
 
 
-class Policy(Protocol):
+class AdmissionPolicy(Protocol):
     """What the admission servicer asks of any policy (priced or a baseline)."""
 
     name: str
@@ -476,7 +476,7 @@ class Policy(Protocol):
         """Action 1."""
         ...
 
-    def report(self, outcome: Outcome) -> bool:
+    def report(self, outcome: BranchOutcome) -> bool:
         """Delayed feedback of a settled branch."""
         ...
 
@@ -503,6 +503,7 @@ def finite(value: float, name: str) -> float:
 
 
 __all__ = [
-    "PROBABILITY_BINS", "STATE_VERSION", "Admission", "ControllerSettings", "Outcome", "Policy",
-    "PricedController", "Proposal", "Snapshot", "finite", "proposal", "selection_key",
+    "PROBABILITY_BINS", "STATE_VERSION", "Admission", "AdmissionPolicy", "BranchOutcome",
+    "ControllerSettings", "PricedController", "Proposal", "Snapshot", "finite", "proposal",
+    "selection_key",
 ]

@@ -77,11 +77,21 @@ class LoadSnapshot:
         return max(self.envelope, 0.0) * self.slots_per_engine
 
 
+#: Defaults of the tracker (and of ``AdmissionSettings``): H, the co-residency window of the
+#: envelope (s); the oldest report still used (s); the shares of slots and of the KV pool fills
+#: may hold.
+WINDOW_S = 8.0
+MAX_AGE_S = 5.0
+FILL_SHARE = 0.5
+KV_BUDGET_SHARE = 0.25
+
+
 class LoadTracker:
     """Latest reports per engine, the pressure history, reservations, and the envelope."""
 
-    def __init__(self, window_s: float = 8.0, max_age_s: float = 5.0, fill_share: float = 0.5,
-                 kv_budget_share: float = 0.25, max_samples: int = 4096) -> None:
+    def __init__(self, window_s: float = WINDOW_S, max_age_s: float = MAX_AGE_S,
+                 fill_share: float = FILL_SHARE, kv_budget_share: float = KV_BUDGET_SHARE,
+                 max_samples: int = 4096) -> None:
         if not window_s > 0:
             raise InvalidArgument("window_s", "must be > 0")
         if not 0 < fill_share <= 1 or not 0 < kv_budget_share <= 1:

@@ -13,17 +13,10 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from services.admission import replay as replay_file
 from services.admission import state_store
 from services.admission.adapters.engine_load import LoadWatcher
-from services.admission.baselines import (
-    AlwaysPolicy,
-    FixedAdapter,
-    LoadThresholdPolicy,
-    ThresholdPolicy,
-)
 from services.admission.config import AdmissionSettings
-from services.admission.controller import ControllerSettings, Policy, PricedController
+from services.admission.controller import AdmissionPolicy, PricedController
 from services.admission.load_view import LoadTracker
-from services.admission.policy import FixedPolicy
-from services.admission.pricing import PriceCurves
+from services.admission.policies import build_policy
 from services.admission.servicer import AdmissionServicer
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.runtime.cli_args import Flag, service_main
@@ -33,36 +26,13 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = admission_pb2.DESCRIPTOR.services_by_name["Admission"].full_name
 
 
-def build_policy(settings: AdmissionSettings, tracker: LoadTracker) -> Policy:
-    """The configured policy: priced (C3) or one of the baselines."""
-    if settings.policy == "fixed":
-        return FixedAdapter(FixedPolicy(open_branches=settings.open_branches, top_k=settings.top_k))
-    if settings.policy == "always":
-        return AlwaysPolicy()
-    if settings.policy == "threshold":
-        return ThresholdPolicy(settings.p_star)
-    if settings.policy == "load_threshold":
-        return LoadThresholdPolicy(tracker, settings.top_k, settings.min_free_slots,
-                                   settings.max_queue, settings.static_slots)
-    return PricedController(
-        tracker, PriceCurves(slot_stretch=settings.slot_stretch, kv_stretch=settings.kv_stretch,
-                             prefill_s_per_token=settings.prefill_s_per_token),
-        ControllerSettings(window_s=settings.window_s, n0=settings.n0,
-                           cold_fanout=settings.cold_fanout,
-                           class_prior_ms=settings.class_prior_ms,
-                           audit_rate=settings.audit_rate, seed=settings.seed,
-                           default_gain_ms=settings.default_gain_ms,
-                           fill_kv_blocks=settings.fill_kv_blocks,
-                           max_snapshots=settings.max_snapshots))
-
-
 class AdmissionRuntime(ServiceRuntime):
     """The admission service's runtime; ``policy`` is the policy it serves (in-process tests and
     benchmarks read its records)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.policy: Policy | None = None
+        self.policy: AdmissionPolicy | None = None
 
 
 async def build_runtime(settings: AdmissionSettings, *,
@@ -130,4 +100,4 @@ def main(argv: list[str] | None = None) -> int:
                                  {"action": "append", "metavar": "HOST:PORT"})])
 
 
-__all__ = ["SERVICE_NAME", "AdmissionRuntime", "build_policy", "build_runtime", "main"]
+__all__ = ["SERVICE_NAME", "AdmissionRuntime", "build_runtime", "main"]

@@ -9,20 +9,20 @@ from collections import OrderedDict
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from services.admission.controller import Outcome, Policy, finite, proposal
+from services.admission.controller import AdmissionPolicy, BranchOutcome, finite, proposal
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.runtime.convert import require
 from services.common.values.errors import InvalidArgument
 
 MAX_CANDIDATES = 256
-#: Outcome keys remembered to answer duplicates (applied=false).
+#: BranchOutcome keys remembered to answer duplicates (applied=false).
 MAX_REMEMBERED_REPORTS = 100_000
 
 
 class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
     """Answers OpenBranch, AdmitFills and ReportOutcome with the configured policy."""
 
-    def __init__(self, policy: Policy, registry: CollectorRegistry) -> None:
+    def __init__(self, policy: AdmissionPolicy, registry: CollectorRegistry) -> None:
         self.policy = policy
         self.opened = Counter("dynbranch_admission_branches_total", "OpenBranch answers",
                               ["open"], registry=registry)
@@ -75,7 +75,7 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
         while len(self._reported) > MAX_REMEMBERED_REPORTS:  # bounded: forget the oldest
             self._reported.popitem(last=False)
         self.outcomes.labels(str(bool(request.selected)).lower()).inc()
-        self.policy.report(Outcome(branch, request.selected,
+        self.policy.report(BranchOutcome(branch, request.selected,
                                    finite(request.saved_s, "saved_s"),
                                    finite(request.fill_cost_s, "fill_cost_s"),
                                    finite(request.setup_s, "setup_s"),

@@ -16,20 +16,22 @@ from services.common.values.reads import ReadSet, RecordRead
 from services.csl import codec
 from services.csl.entries import EntryMeta, RecordKey, record_keys, tenant_of_key
 from services.csl.eviction import EvictionPolicy
-from services.csl.name_watch import NameListener
 from services.csl.reverse_index import ReverseIndex
 from services.csl.store import Store
 from services.csl.versions import VersionTable
+
+#: Receives confirmed name keys added and removed, on the thread that changed them.
+NameListener = Callable[[list[bytes], list[bytes]], None]
 
 
 class ConfirmedSet:
     """Confirmed entries: indexes, eviction, byte budget and their LMDB rows (caller locks)."""
 
-    def __init__(self, store: Store, budget_bytes: int, listeners: list[NameListener]) -> None:
+    def __init__(self, store: Store, budget_bytes: int) -> None:
         self.store = store
         self.budget_bytes = budget_bytes
-        #: Called with name keys added and removed on every change (the library's list).
-        self.listeners = listeners
+        #: Called with name keys added and removed on every change (``watch_names``).
+        self.listeners: list[NameListener] = []
         self.names: dict[bytes, EntryMeta] = {}
         self.entries: dict[int, EntryMeta] = {}
         self.index = ReverseIndex()
@@ -185,4 +187,4 @@ def read_keys(tenant: str, reads: Iterable[RecordRead]) -> tuple[RecordKey, ...]
     return tuple(dict.fromkeys(k for r in reads for k in record_keys(tenant, r.record_id)))
 
 
-__all__ = ["ConfirmedSet", "read_keys"]
+__all__ = ["ConfirmedSet", "NameListener", "read_keys"]

@@ -1,4 +1,4 @@
-"""Placeholders of running fill steps, shared by every gateway replica (issue 12, item 4).
+"""Placeholders of running fill steps, shared by every gateway replica.
 
 A gateway that starts a fill step holds a placeholder under the step's reuse name for as long as
 its ``HoldFill`` stream is open. Another replica whose demand derives that name (its branch was

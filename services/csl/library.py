@@ -43,9 +43,8 @@ from services.common.values.errors import (
 )
 from services.common.values.reads import Claimed, ReadSet, RecordRead, Served, Shadow, check_cost
 from services.common.values.reuse_name import ReuseName, name_key, validate_tenant
-from services.csl.confirmed_set import ConfirmedSet, read_keys
-from services.csl.entries import EntryMeta, LibraryStats, RecordKey, WriteOutcome
-from services.csl.name_watch import NameListener, NameWatch
+from services.csl.confirmed_set import ConfirmedSet, NameListener, read_keys
+from services.csl.entries import LibraryStats, RecordKey, WriteOutcome
 from services.csl.options import LibraryOptions, MiB
 from services.csl.shadows import HeldShadow, ShadowStore
 from services.csl.store import Store
@@ -56,7 +55,7 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__  # builds a Served without NamedTuple.__new__'s argument handling
 
 
-class SubgraphLibrary(NameWatch):
+class SubgraphLibrary:
     """Confirmed entries on LMDB, shadows in memory, versions, reverse index and eviction."""
 
     def __init__(self, path: str | Path, options: LibraryOptions | None = None,
@@ -69,14 +68,7 @@ class SubgraphLibrary(NameWatch):
         self._store = Store(path, options.store_options())
         self._begin = self._store.env.begin
         self._db = self._store.entries_db
-        self._listeners: list[NameListener] = []
-        self._confirmed = ConfirmedSet(self._store, options.budget_bytes, self._listeners)
-        # Aliases of the confirmed set's structures, for the lock-free lookup path, ``NameWatch``
-        # and introspection; ``close`` empties ``_names`` so that lookups miss from then on.
-        self._names: dict[bytes, EntryMeta] = self._confirmed.names
-        self._entries = self._confirmed.entries
-        self._index = self._confirmed.index
-        self._policy = self._confirmed.policy
+        self._confirmed = ConfirmedSet(self._store, options.budget_bytes)
         self._shadows = ShadowStore(options.shadow_budget_bytes)
         self._hits = self._misses = self._promotions = self._discarded = self._expired = 0
         try:
@@ -85,13 +77,28 @@ class SubgraphLibrary(NameWatch):
             self._store.close()
             raise
 
+    # -- watching the confirmed names ----------------------------------------------------------
+
+    def watch_names(self, listener: NameListener) -> list[bytes]:
+        """Call ``listener(added, removed)`` (name keys) on every change of the confirmed set,
+        from the mutating thread; returns the current set, consistent with the first call."""
+        with self._mutex:
+            self._confirmed.listeners.append(listener)
+            return list(self._confirmed.names)
+
+    def unwatch_names(self, listener: NameListener) -> None:
+        """Stop calling ``listener``."""
+        with self._mutex:
+            if listener in self._confirmed.listeners:
+                self._confirmed.listeners.remove(listener)
+
     # -- serving path -----------------------------------------------------------------------
 
     def lookup(self, name: ReuseName) -> Served | None:
         """Serve a fresh confirmed entry under exactly this name, or None (a miss)."""
         epoch = self._epoch
         key = name_key(name)
-        meta = self._names.get(key)
+        meta = self._confirmed.names.get(key)
         if meta is None or epoch & 1:
             self._misses += 1
             return None
@@ -102,7 +109,7 @@ class SubgraphLibrary(NameWatch):
             self._misses += 1
             return None
         meta.freq += 1  # EvictionPolicy.touch, inlined: this is the hot path
-        meta.prio = self._policy.clock + meta.freq * meta.value
+        meta.prio = self._confirmed.policy.clock + meta.freq * meta.value
         self._hits += 1
         return _new_tuple(Served, (value[meta.result_offset:], meta.cost_s))
 
@@ -115,7 +122,7 @@ class SubgraphLibrary(NameWatch):
         key = name_key(name)
         with self._mutex:
             self._check_open()
-            if key in self._names:
+            if key in self._confirmed.names:
                 return True  # idempotent: same name, same inputs, same (deterministic) result
             producers = self._resolve(name.tenant, read_set, branch_id=None)
             if producers is None:
@@ -141,7 +148,7 @@ class SubgraphLibrary(NameWatch):
                 try:
                     check_cost(cost_s, "cost_s")
                     key = name_key(name)
-                    if key in self._names:
+                    if key in self._confirmed.names:
                         out.append(True)
                         continue
                     producers = self._resolve(name.tenant, read_set, branch_id=None)
@@ -153,7 +160,7 @@ class SubgraphLibrary(NameWatch):
                     cost_s, self._versions.seq, puts, deletes)
                 if install:
                     install()
-                    installed.append((len(out), self._names[key].eid))
+                    installed.append((len(out), self._confirmed.names[key].eid))
                 out.append(bool(install))
             if not puts and not deletes:
                 return out
@@ -289,7 +296,8 @@ class SubgraphLibrary(NameWatch):
     def stats(self) -> LibraryStats:
         """Sizes and cumulative counters."""
         return LibraryStats(
-            entries=len(self._entries), shadows=len(self._shadows), bytes=self._confirmed.bytes,
+            entries=len(self._confirmed.entries), shadows=len(self._shadows),
+            bytes=self._confirmed.bytes,
             budget_bytes=self.options.budget_bytes, shadow_bytes=self._shadows.bytes,
             hits=self._hits, misses=self._misses, promotions=self._promotions,
             invalidations=self._confirmed.invalidations, evictions=self._confirmed.evictions,
@@ -307,7 +315,7 @@ class SubgraphLibrary(NameWatch):
         with self._mutex:
             if not self._closed:
                 self._closed = True
-                self._names = {}
+                self._confirmed.names.clear()  # lookups miss from now on
                 self._store.close()
 
     def __enter__(self) -> Self:
@@ -334,7 +342,7 @@ class SubgraphLibrary(NameWatch):
             if producer.tenant not in ("", tenant):
                 raise InvalidArgument("read_set.producers", "names another tenant's entry")
             pkey = name_key(producer)
-            meta = self._names.get(pkey)
+            meta = self._confirmed.names.get(pkey)
             held = self._shadows.get(pkey, branch_id) if branch_id and meta is None else None
             if meta is None and held is None:
                 return None
@@ -354,7 +362,7 @@ class SubgraphLibrary(NameWatch):
         return (held.expires_at > self._clock()
                 and self._versions.is_valid(held.shadow.name.tenant, rs.reads, rs.complete,
                                             held.stored_seq)
-                and all(p in self._entries for p in held.producers))
+                and all(p in self._confirmed.entries for p in held.producers))
 
     def _may_become_promotable(self, held: HeldShadow) -> bool:
         """True when only a producer that is still a shadow of the branch stands in the way:
@@ -364,11 +372,12 @@ class SubgraphLibrary(NameWatch):
         return (held.expires_at > self._clock()
                 and self._versions.is_valid(held.shadow.name.tenant, rs.reads, rs.complete,
                                             held.stored_seq)
-                and all(p in self._entries or self._shadows.holds(p) for p in held.producers))
+                and all(p in self._confirmed.entries or self._shadows.holds(p)
+                        for p in held.producers))
 
     def _confirm(self, held: HeldShadow) -> None:
         """Store a promoted shadow as a confirmed entry under its own incarnation id."""
-        if held.key in self._names:
+        if held.key in self._confirmed.names:
             return  # a canonical put got there first; it holds the same result
         sh = held.shadow
         try:
@@ -382,8 +391,8 @@ class SubgraphLibrary(NameWatch):
         loaded = self._store.load()
         self._versions = VersionTable(loaded.versions, loaded.seq)
         dropped = self._confirmed.load(loaded.entries, self._versions)
-        log.info("csl store loaded", extra={"path": str(self.path), "entries": len(self._entries),
-                                            "dropped": dropped})
+        log.info("csl store loaded", extra={"path": str(self.path), "dropped": dropped,
+                                            "entries": len(self._confirmed.entries)})
 
 
 __all__ = ["LibraryOptions", "MiB", "SubgraphLibrary"]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from services.common.values.config import ServiceSettings
+from services.delivery.policies import POLICIES
 
 #: One engine agent: ``engine_id=host:port`` (the id must equal the agent's own ``engine_id``:
 #: its lease records carry it, and the sender refuses records that name another engine).
@@ -38,8 +39,7 @@ class DeliverySettings(ServiceSettings):
     engines: list[str] = Field(default_factory=list, description=(
         "engine agents results return to, as ENGINE_ID=HOST:PORT (JSON list in env); none: "
         "every Deliver is refused until the service is restarted with engines"))
-    policy: Literal["fifo", "size_first", "cache_first", "lads", "lads_no_turnover",
-                    "tail_aware", "ttl_pin"] = Field(
+    policy: str = Field(
         "lads", description="delivery policy (LADS §3.3; the others are the paper's baselines); "
         "the engines' lease_mode must match: lads for lads*, ttl for ttl_pin")
     link_bytes_per_s: float = Field(1.25e8, gt=0, le=1e12, allow_inf_nan=False, description=(
@@ -57,6 +57,13 @@ class DeliverySettings(ServiceSettings):
     max_pending_results: int = Field(4096, ge=1, le=1_000_000, description=(
         "results held at once, from Deliver to their continuation's end; one more is refused "
         "with RESOURCE_EXHAUSTED"))
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICIES:
+            raise ValueError(f"unknown policy {value!r}; known: {', '.join(POLICIES)}")
+        return value
 
     @field_validator("engines")
     @classmethod

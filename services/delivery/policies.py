@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 from services.common.values.leases import BudgetRecord, LeaseState, ResultKey, engine_queue_delay
 from services.delivery.frames import Frame
 from services.delivery.link import PacedLink
-from services.delivery.records import LeaseBook, LeaseEvidence
+from services.delivery.records import LeaseEvidence, RecordBook
 
 #: Committed protection occupancy U/C that turns the turnover override on (LADS §3.6).
 DEFAULT_THETA = 0.75
@@ -36,7 +36,7 @@ class DecisionView:
     now: float
     frames: tuple[Frame, ...]
     link: PacedLink
-    book: LeaseBook
+    book: RecordBook
 
     def __post_init__(self) -> None:
         if not self.frames:
@@ -52,7 +52,7 @@ class Choice:
 
 
 @runtime_checkable
-class Policy(Protocol):
+class DeliveryPolicy(Protocol):
     """A delivery policy for one engine's link."""
 
     name: str
@@ -266,13 +266,14 @@ class TtlPinPolicy(FifoPolicy):
     leases = "ttl"
 
 
-POLICIES: dict[str, Callable[[], Policy]] = {
-    cls.name: cls for cls in (FifoPolicy, SizeFirstPolicy, CacheFirstPolicy, LadsPolicy,
-                              LadsNoTurnoverPolicy, TailAwarePolicy, TtlPinPolicy)
+#: Policy name → class, the baselines first and LADS last (the order of ``bench lads``' table).
+POLICIES: dict[str, Callable[[], DeliveryPolicy]] = {
+    cls.name: cls for cls in (FifoPolicy, SizeFirstPolicy, CacheFirstPolicy, TailAwarePolicy,
+                              TtlPinPolicy, LadsNoTurnoverPolicy, LadsPolicy)
 }
 
 
-def make_policy(name: str) -> Policy:
+def make_policy(name: str) -> DeliveryPolicy:
     """A fresh policy instance by name (ValueError naming ``policy`` for an unknown one)."""
     try:
         return POLICIES[name]()
@@ -282,6 +283,6 @@ def make_policy(name: str) -> Policy:
 
 __all__ = [
     "DEFAULT_EXPECTED_OUTPUT", "DEFAULT_THETA", "OUTPUT_WEIGHT", "POLICIES", "CacheFirstPolicy",
-    "Choice", "DecisionView", "FifoPolicy", "LadsNoTurnoverPolicy", "LadsPolicy", "Policy",
+    "Choice", "DecisionView", "FifoPolicy", "LadsNoTurnoverPolicy", "LadsPolicy", "DeliveryPolicy",
     "SizeFirstPolicy", "TailAwarePolicy", "TtlPinPolicy", "cache_first", "make_policy",
 ]

@@ -45,7 +45,7 @@ class LeaseEvidence:
     budget_generation: int
 
 
-class LeaseBook:
+class RecordBook:
     """One engine's latest valid budget record and per-result lease records."""
 
     __slots__ = ("engine_id", "max_age_s", "rejected", "_clock", "_budget", "_budget_guard",
@@ -157,4 +157,4 @@ def _matches(rec: LeaseRecord, frame: Frame) -> bool:
             and rec.payload_digest == frame.payload_digest)
 
 
-__all__ = ["FUTURE_TOLERANCE_S", "REJECT_REASONS", "LeaseBook", "LeaseEvidence"]
+__all__ = ["FUTURE_TOLERANCE_S", "REJECT_REASONS", "RecordBook", "LeaseEvidence"]

@@ -26,14 +26,14 @@ from services.common.values.leases import (
 )
 from services.delivery.frames import Frame, Inventory
 from services.delivery.link import DEFAULT_FRAMING_BYTES, DEFAULT_WINDOW, PacedLink
-from services.delivery.policies import Choice, DecisionView, Policy, make_policy
-from services.delivery.records import LeaseBook
+from services.delivery.policies import Choice, DecisionView, DeliveryPolicy, make_policy
+from services.delivery.records import RecordBook
 
 log = logging.getLogger(__name__)
 
 Receive = Callable[[Frame], Awaitable[None]]
 InventoryListener = Callable[[InventoryView], None]
-PolicyFactory = Callable[[], Policy]
+PolicyFactory = Callable[[], DeliveryPolicy]
 
 #: Margin past a budget's staleness time before a held engine is re-decided: timers may fire up
 #: to one clock resolution early, and a re-check that still sees the budget fresh would re-arm.
@@ -67,7 +67,8 @@ class _Lane:
 
     __slots__ = ("engine_id", "inventory", "link", "book", "policy", "sequence", "stats")
 
-    def __init__(self, engine_id: str, link: PacedLink, book: LeaseBook, policy: Policy) -> None:
+    def __init__(self, engine_id: str, link: PacedLink, book: RecordBook,
+                 policy: DeliveryPolicy) -> None:
         self.engine_id = engine_id
         self.inventory = Inventory()
         self.link = link
@@ -96,7 +97,7 @@ class Sender:
         self.policy_name: str = probe.name
         self.leases: str = probe.leases  # the engine-side lease mode the policy needs
         PacedLink(link_bytes_per_s, framing_bytes, window)  # fail fast, naming the bad field
-        LeaseBook("", max_age_s=max_record_age_s, clock=clock)
+        RecordBook("", max_age_s=max_record_age_s, clock=clock)
         self._link_args = (link_bytes_per_s, framing_bytes, window)
         self._max_age = max_record_age_s
         self._clock = clock
@@ -193,7 +194,7 @@ class Sender:
         """Per-engine counters."""
         return {engine: lane.stats for engine, lane in self._lanes.items()}
 
-    def policy_of(self, engine_id: str) -> Policy:
+    def policy_of(self, engine_id: str) -> DeliveryPolicy:
         """The policy instance deciding for ``engine_id``'s link."""
         return self._lane(engine_id).policy
 
@@ -304,7 +305,7 @@ class Sender:
         lane = self._lanes.get(engine_id)
         if lane is None:
             rate, framing, window = self._link_args
-            book = LeaseBook(engine_id, max_age_s=self._max_age, clock=self._clock)
+            book = RecordBook(engine_id, max_age_s=self._max_age, clock=self._clock)
             lane = _Lane(engine_id, PacedLink(rate, framing, window), book, self._factory())
             self._lanes[engine_id] = lane
         return lane
@@ -319,7 +320,7 @@ class Sender:
                 log.exception("inventory listener failed", extra={"engine_id": lane.engine_id})
 
 
-def _hold_expiry(book: LeaseBook, now: float) -> float | None:
+def _hold_expiry(book: RecordBook, now: float) -> float | None:
     """When a hold lifts by itself: the budget record that justified it goes stale."""
     expiry = book.budget_expiry()
     if expiry is None or expiry + HOLD_MARGIN_S <= now:

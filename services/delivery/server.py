@@ -13,8 +13,8 @@ from services.common.runtime.cli_args import Flag, service_main
 from services.common.runtime.server import ServiceRuntime
 from services.delivery.adapters.engines import EngineLink
 from services.delivery.config import DeliverySettings
+from services.delivery.core import DeliveryCore
 from services.delivery.sender import Sender
-from services.delivery.service import DeliveryCore
 from services.delivery.servicer import DeliveryServicer
 
 SERVICE_NAME = delivery_pb2.DESCRIPTOR.services_by_name["Delivery"].full_name

@@ -14,7 +14,7 @@ from services.common.runtime.convert import (
 from services.common.runtime.lease_convert import key_from_proto
 from services.common.values.errors import InvalidArgument, PayloadTooLarge
 from services.common.values.generation import GenerationRequest, Priority
-from services.delivery.service import Delivered, DeliveryCore, ToolResult
+from services.delivery.core import Delivered, DeliveryCore, ToolResult
 
 #: Largest history and continuation prompt accepted (the engine agent's history bound).
 MAX_TEXT_BYTES = 8 * 1024 * 1024

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from services.common.values.config import ServiceSettings
+from services.engine_agent.leases.state import LeaseMode
 from services.engine_agent.registry import BACKEND_NAMES
 
 
@@ -36,7 +37,7 @@ class EngineAgentSettings(ServiceSettings):
         "no priority is sent. vLLM servers run fills later with 1 (--scheduling-policy "
         "priority), SGLang with -1 (--enable-priority-scheduling, higher values first)"))
     # LADS prefix leases (backends with a LeasePort: sim, embedded vllm)
-    lease_mode: Literal["lads", "ttl", "none"] = Field(
+    lease_mode: LeaseMode = Field(
         "lads", description="lads: budgeted FIFO prefix leases; ttl: the Continuum TTL-pin "
         "baseline; none: cache hints only")
     lease_lifetime_s: float = Field(8.0, gt=0, le=3600,

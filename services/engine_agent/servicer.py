@@ -1,8 +1,15 @@
-"""EngineAgent gRPC servicer: protos ↔ ``EngineBackend`` values only (STYLE.md §2)."""
+"""EngineAgent gRPC servicer: protos ↔ ``EngineBackend`` values only (STYLE.md §2).
+
+Generation (``Generate``, ``GenerateMux``, ``Abort``), the load stream and prefix lookups go to
+the backend; the LADS methods (``ToolStarted``, ``ResultReady``, ``ReceiveResult``,
+``WithdrawResult``, ``SyncInventory``, ``WatchLeases``) go to the lease provider and to
+``leases.receipts.Receipts``, which runs each received result's continuation once.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import AsyncIterator
 
@@ -21,9 +28,22 @@ from services.common.runtime.convert import (
     tool_calls_to_proto,
     usage_to_proto,
 )
+from services.common.runtime.lease_convert import (
+    budget_to_proto,
+    inventory_from_proto,
+    key_from_proto,
+    key_to_proto,
+    lease_to_proto,
+)
 from services.common.runtime.records import make_header
-from services.common.values.errors import InvalidArgument, PayloadTooLarge, Unavailable
+from services.common.values.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PayloadTooLarge,
+    Unavailable,
+)
 from services.common.values.generation import GenerationRequest, LoadReport
+from services.common.values.leases import BudgetRecord, LeaseRecord
 from services.common.values.tracing import incoming_context
 from services.engine_agent.backend import (
     Allocated,
@@ -33,11 +53,12 @@ from services.engine_agent.backend import (
     Queued,
     TokenDelta,
 )
-from services.engine_agent.lease_servicer import LeaseRpcs
 from services.engine_agent.leases.provider import LeaseProvider
+from services.engine_agent.leases.receipts import Receipts
 from services.engine_agent.mux_servicer import MuxSession
 
 MAX_REQUEST_ID = 128
+MAX_HISTORY_BYTES = 8 * 1024 * 1024
 
 
 class EngineMetrics:
@@ -104,7 +125,7 @@ def load_to_proto(engine_id: str, sequence: int, model: str, load: LoadReport,
         prefix_hit_tokens=load.prefix_hit_tokens, leases_supported=leases_supported)
 
 
-class EngineAgentServicer(LeaseRpcs, engine_pb2_grpc.EngineAgentServicer):
+class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
     """Maps the EngineAgent service onto one backend (and its lease provider, if any)."""
 
     def __init__(self, engine_id: str, backend: EngineBackend, metrics: EngineMetrics,
@@ -119,7 +140,8 @@ class EngineAgentServicer(LeaseRpcs, engine_pb2_grpc.EngineAgentServicer):
         self.max_prompt_bytes = max_prompt_bytes
         self.load_interval_s = load_interval_s
         self._load_seq = itertools.count()
-        self._init_leases(provider)
+        self.provider = provider
+        self.receipts = Receipts(backend, provider) if provider is not None else None
 
     def _to_request(self, request: engine_pb2.GenerateRequest) -> GenerationRequest:
         info = self.backend.info
@@ -230,6 +252,104 @@ class EngineAgentServicer(LeaseRpcs, engine_pb2_grpc.EngineAgentServicer):
             max_model_len=info.max_model_len, block_size=info.block_size,
             kv_blocks_total=info.kv_blocks_total, max_running=info.max_running,
             leases_supported=info.leases_supported, simulated=info.simulated)
+
+
+    # -- LADS (papers/lads.txt §3.4-3.7) --------------------------------------------------------
+
+    def _leases(self) -> tuple[LeaseProvider, Receipts]:
+        if self.provider is None or self.receipts is None:
+            raise FailedPrecondition(f"backend {self.backend.info.backend!r} has no lease provider")
+        return self.provider, self.receipts
+
+    async def ToolStarted(self, request: engine_pb2.ToolStartedRequest,
+                          context: grpc.aio.ServicerContext) -> engine_pb2.ToolStartedResponse:
+        provider, _ = self._leases()
+        pinned = await provider.tool_started(key_from_proto(request.key),
+                                             _history(request.history), request.tool)
+        return engine_pb2.ToolStartedResponse(pinned=pinned)
+
+    async def ResultReady(self, request: engine_pb2.ResultReadyRequest,
+                          context: grpc.aio.ServicerContext) -> engine_pb2.ResultDescriptor:
+        provider, receipts = self._leases()
+        key = key_from_proto(request.key)
+        payload_digest = require(request.payload_digest, "payload_digest", 128)
+        if receipts.registered(key, payload_digest):
+            # Its continuation is already registered here: nothing is pending, nothing to lease.
+            d = await provider.lookup(key, _history(request.history))
+        else:
+            d = await provider.ready(key, _history(request.history), payload_digest)
+        reply = engine_pb2.ResultDescriptor(key=key_to_proto(key),
+                                            resident_blocks=d.resident_blocks,
+                                            resident_tokens=d.resident_tokens,
+                                            prefix_digest=d.prefix_digest)
+        if d.lease is not None:
+            reply.lease.CopyFrom(lease_to_proto(d.lease))
+        return reply
+
+    async def ReceiveResult(self, request: engine_pb2.ReceiveResultRequest,
+                            context: grpc.aio.ServicerContext
+                            ) -> engine_pb2.ReceiveResultResponse:
+        _, receipts = self._leases()
+        key = key_from_proto(request.key)
+        payload_digest = require(request.payload_digest, "payload_digest", 128)
+        continuation = request.continuation
+        if not continuation.request_id:
+            continuation.request_id = f"lads/{key}"
+        done = await receipts.receive(key, payload_digest, request.prefix_digest,
+                                      self._to_request(continuation))
+        return engine_pb2.ReceiveResultResponse(
+            finished=engine_pb2.Finished(reason=int(done.finished.reason),
+                                         usage=usage_to_proto(done.finished.usage),
+                                         timings=timings_to_proto(done.finished.timings),
+                                         text=done.finished.text),
+            bound=done.bound, receipt_to_allocation_s=done.receipt_to_allocation_s)
+
+    async def WithdrawResult(self, request: engine_pb2.WithdrawResultRequest,
+                             context: grpc.aio.ServicerContext
+                             ) -> engine_pb2.WithdrawResultResponse:
+        provider, _ = self._leases()
+        withdrawn = await provider.withdraw(key_from_proto(request.key))
+        return engine_pb2.WithdrawResultResponse(withdrawn=withdrawn)
+
+    async def SyncInventory(self, request: common_pb2.InventoryView,
+                            context: grpc.aio.ServicerContext
+                            ) -> engine_pb2.SyncInventoryResponse:
+        provider, _ = self._leases()
+        accepted = provider.sync_inventory(inventory_from_proto(request))
+        return engine_pb2.SyncInventoryResponse(accepted=accepted)
+
+    async def WatchLeases(self, request: engine_pb2.WatchLeasesRequest,
+                          context: grpc.aio.ServicerContext
+                          ) -> AsyncIterator[engine_pb2.LeaseUpdate]:
+        provider, _ = self._leases()
+        queue: asyncio.Queue[LeaseRecord | BudgetRecord] = asyncio.Queue(maxsize=4096)
+
+        def push(record: LeaseRecord | BudgetRecord) -> None:
+            with contextlib.suppress(asyncio.QueueFull):  # a slow watcher loses old records
+                queue.put_nowait(record)
+
+        unsubscribe = provider.subscribe(push)
+        try:
+            while True:
+                record = await queue.get()
+                if isinstance(record, BudgetRecord):
+                    yield engine_pb2.LeaseUpdate(budget=budget_to_proto(record))
+                else:
+                    yield engine_pb2.LeaseUpdate(lease=lease_to_proto(record))
+        finally:
+            unsubscribe()
+
+    async def close_leases(self) -> None:
+        """Cancel running continuations (shutdown); the provider closes separately."""
+        if self.receipts is not None:
+            await self.receipts.close()
+
+
+def _history(history: str) -> str:
+    require(history, "history")
+    if len(history.encode()) > MAX_HISTORY_BYTES:
+        raise PayloadTooLarge("history", f"larger than {MAX_HISTORY_BYTES} bytes")
+    return history
 
 
 __all__ = ["EngineAgentServicer", "EngineMetrics", "event_to_proto", "load_to_proto"]

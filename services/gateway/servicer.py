@@ -24,7 +24,7 @@ from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.templates import StageKind
 from services.gateway.tools.corpus import Document
-from services.gateway.values import Answer, Demand, Source, new_request_id
+from services.gateway.values import Answer, AnswerSource, Demand, new_request_id
 
 
 class CoreCollector(Collector):
@@ -69,7 +69,7 @@ class GatewayMetrics:
                                  registry=registry,
                                  buckets=(.001, .0025, .005, .01, .05, .1, .5, 1, 5, 30, 120))
 
-        self._by_source = {s: self.calls.labels(s.name.lower()) for s in Source}
+        self._by_source = {s: self.calls.labels(s.name.lower()) for s in AnswerSource}
 
     def observe(self, answer: Answer) -> None:
         """Account one answered demand."""

@@ -42,8 +42,8 @@ from services.gateway.templates import Stage
 from services.gateway.values import (
     ZERO_TIMINGS,
     Answer,
+    AnswerSource,
     Demand,
-    Source,
     StoredResult,
     charge_wait,
     end_wait_account,
@@ -116,33 +116,33 @@ class StageService:
             return self._answer_served(d, stored, source, name, start)
         run, joined = await self._execute(d, stage, name, timeout_s, on_delta)
         if joined:
-            return self._answer_served(d, run.stored, Source.JOINED, name, start)
+            return self._answer_served(d, run.stored, AnswerSource.JOINED, name, start)
         if name is not None and self.features.c1 and run.storable:
             self._store(name, run)
         return self._answer_run(d, run, name, start)
 
     async def _reuse(self, d: Demand, stage: Stage | None, name: ReuseName | None,
-                     timeout_s: float) -> tuple[Served | None, Source]:
+                     timeout_s: float) -> tuple[Served | None, AnswerSource]:
         claimable = False
         if self.branches is not None and self.features.c2 and stage is not None:
             served = await self.branches.handle(d, stage, name, timeout_s)
             if served is not None:
-                return served, Source.PROMOTED_FILL
+                return served, AnswerSource.PROMOTED_FILL
             claimable = self.branches.claimable(d, stage, name)
         if name is None:
-            return None, Source.ENGINE
+            return None, AnswerSource.ENGINE
         if self.features.c1:
             served = await self._lookup(name)
             if served is not None:
-                return served, Source.LIBRARY
+                return served, AnswerSource.LIBRARY
         if claimable and self.branches is not None and stage is not None:  # another replica's
             with maybe_span(self.tracer, "csl.claim", attributes={
                     "dynbranch.reuse_name": str(name)}) as span:
                 served = await self.branches.claim_elsewhere(d, stage, name, timeout_s)
                 span.set_attribute("dynbranch.promoted", served is not None)
             if served is not None:
-                return served, Source.PROMOTED_FILL
-        return None, Source.ENGINE
+                return served, AnswerSource.PROMOTED_FILL
+        return None, AnswerSource.ENGINE
 
     async def _execute(self, d: Demand, stage: Stage | None, name: ReuseName | None,
                        timeout_s: float, on_delta: Callable[[str], None] | None
@@ -233,7 +233,7 @@ class StageService:
             return None
         return stored
 
-    def _answer_served(self, d: Demand, stored: StoredResult, source: Source,
+    def _answer_served(self, d: Demand, stored: StoredResult, source: AnswerSource,
                        name: ReuseName | None, start: float) -> Answer:
         return Answer(d.request_id, stored.text, stored.finish_reason, stored.usage, ZERO_TIMINGS,
                       source, "", clock.now() - start, str(name or ""),
@@ -242,8 +242,8 @@ class StageService:
     def _answer_run(self, d: Demand, run: StageRun, name: ReuseName | None,
                     start: float) -> Answer:
         s = run.stored
-        return Answer(d.request_id, s.text, s.finish_reason, s.usage, run.timings, Source.ENGINE,
-                      run.engine_id, clock.now() - start, str(name or ""),
+        return Answer(d.request_id, s.text, s.finish_reason, s.usage, run.timings,
+                      AnswerSource.ENGINE, run.engine_id, clock.now() - start, str(name or ""),
                       tool_calls=s.tool_calls)
 
 

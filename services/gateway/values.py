@@ -17,7 +17,7 @@ from services.common.values.errors import InvalidArgument
 from services.common.values.generation import FinishReason, Sampling, Timings, Usage
 
 
-class Source(enum.IntEnum):
+class AnswerSource(enum.IntEnum):
     """Where an answer came from (values match ``dynbranch.v1.ResultSource``)."""
 
     ENGINE = 1
@@ -68,7 +68,7 @@ class Answer:
     finish_reason: FinishReason
     usage: Usage
     timings: Timings
-    source: Source
+    source: AnswerSource
     engine_id: str = ""
     gateway_s: float = 0.0
     reuse_name: str = ""
@@ -166,6 +166,6 @@ def unknown_model(model: str, served: Iterable[str]) -> InvalidArgument:
     return InvalidArgument("demand.model", f"unknown model {model!r} (served: {known})")
 
 
-__all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "Source", "StoredResult",
+__all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "AnswerSource", "StoredResult",
            "charge_wait", "end_wait_account", "new_request_id", "start_wait_account",
            "unknown_model"]

@@ -1,4 +1,4 @@
-"""Admission's load view keeps no key per model named only in requests (issue 13, item 2)."""
+"""Admission's load view keeps no key per model named only in requests."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import pytest
 
 from services.admission.baselines import AlwaysPolicy, LoadThresholdPolicy, ThresholdPolicy
 from services.admission.controller import (
+    BranchOutcome,
     ControllerSettings,
-    Outcome,
     PricedController,
     Proposal,
     selection_key,
@@ -117,7 +117,7 @@ def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-
     for i in range(6):
         c.open_branch(f"b{i}", "r/router", "t/r/router", MODEL, 100.0)
         c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
-        c.report(Outcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
+        c.report(BranchOutcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
                          consumed=(f"fill/b{i}/h1/0",)))
     path = tmp_path / "state.json"
     state_store.save(path, c.state())
@@ -190,9 +190,9 @@ def test_admissions_are_reserved_and_released_when_the_branch_settles() -> None:
     free = t.snapshot(MODEL, 100.0).fill_slots_free
     got = c.admit("b1", "r/router", proposals(), MODEL, 100.0)
     assert got.admitted and t.snapshot(MODEL, 100.0).fill_slots_free == free - len(got.admitted)
-    assert c.report(Outcome("b1", "h1", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
+    assert c.report(BranchOutcome("b1", "h1", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
     assert t.snapshot(MODEL, 100.0).fill_slots_free == free
-    assert not c.report(Outcome("b1", "h1", 1.0, 1.0, 0.0))  # settled once
+    assert not c.report(BranchOutcome("b1", "h1", 1.0, 1.0, 0.0))  # settled once
 
 
 def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_selected_fills(
@@ -200,7 +200,7 @@ def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_s
     c = controller(tracker_at(running=4))
     for i in range(30):  # the rank-1 candidate is always the one selected
         c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
-        c.report(Outcome(f"b{i}", "h2", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0,
+        c.report(BranchOutcome(f"b{i}", "h2", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0,
                          consumed=(f"fill/b{i}/h2/0",)))
     st = c.stats["r/router"]
     h1, h2 = selection_key(0, 0.6), selection_key(1, 0.25)  # by the predictor's probability
@@ -246,7 +246,7 @@ def test_recorded_decisions_replay_against_the_exact_oracle() -> None:
                          settings=ControllerSettings(audit_rate=0.0, n0=0, max_snapshots=100))
     for i in range(20):
         c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
-        c.report(Outcome(f"b{i}", "h1", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
+        c.report(BranchOutcome(f"b{i}", "h1", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0))
     figures = replay(list(c.snapshots))
     assert figures["snapshots"] == 20 and figures["positive"] > 0
     assert 0.0 <= figures["set_match"] <= 1.0
@@ -259,17 +259,17 @@ def test_a_provisional_report_ends_the_trial_and_the_final_one_revises_it() -> N
     assert c.open_branch("b1", "r/router", "", MODEL, 100.0).open
     c.admit("b1", "r/router", proposals(), MODEL, 100.0)
     assert c.gate.classes["r/router"].pending == 1
-    assert c.report(Outcome("b1", "h1", saved_s=0.0, fill_cost_s=0.0, setup_s=0.01,
+    assert c.report(BranchOutcome("b1", "h1", saved_s=0.0, fill_cost_s=0.0, setup_s=0.01,
                             final=False))
     trial = c.gate.classes["r/router"].trials["b1"]
     assert c.gate.classes["r/router"].pending == 0 and trial.target is not None
     provisional = trial.target
     assert c.stats["r/router"].usability.success == 0  # not yet known
-    assert c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
+    assert c.report(BranchOutcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
                             consumed=("fill/b1/h1/0", "fill/b1/h1/1")))
     assert trial.target > provisional and c.stats["r/router"].usability.success == 1
     assert c.gate.classes["r/router"].n == 1  # revised, not a second sample
-    assert not c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01))
+    assert not c.report(BranchOutcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01))
 
 
 def test_admission_only_while_the_resolution_window_remains() -> None:
@@ -326,12 +326,12 @@ async def test_the_service_records_decisions_and_the_replay_command_scores_them(
 def test_credit_requires_the_consumed_entry_to_name_the_admitted_producer() -> None:
     c = controller(tracker_at(running=4))
     c.admit("b1", "r/router", proposals(), MODEL, 100.0)
-    c.report(Outcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
+    c.report(BranchOutcome("b1", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
                      consumed=("fill/b9/h1/0",)))  # another branch's fill: no credit
     st = c.stats["r/router"]
     assert "single" not in st.gain_ms and st.usability.failure == 1
     c.admit("b2", "r/router", proposals(), MODEL, 100.0)
-    c.report(Outcome("b2", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
+    c.report(BranchOutcome("b2", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.0,
                      consumed=("fill/b2/h1/0",)))
     assert st.gain_ms["single"].n == 1 and st.usability.success == 1
 
@@ -368,13 +368,13 @@ def test_a_provisional_report_credits_an_admitted_winner_its_expected_gain() -> 
     assert c.open_branch("b1", "r/router", "", MODEL, 100.0).open
     admitted = c.admit("b1", "r/router", proposals(), MODEL, 100.0).admitted
     assert "h1" in admitted
-    assert c.report(Outcome("b1", "h1", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
+    assert c.report(BranchOutcome("b1", "h1", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
                             final=False))
     assert c.gate.classes["r/router"].trials["b1"].target > 0
     assert c.open_branch("b2", "r/router", "", MODEL, 100.0).open  # the class stays open
     # a winner that was not admitted is credited nothing
     c.admit("b2", "r/router", proposals(), MODEL, 100.0)
-    assert c.report(Outcome("b2", "zz", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
+    assert c.report(BranchOutcome("b2", "zz", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
                             final=False))
     assert c.gate.classes["r/router"].trials["b2"].target < 0
 
@@ -416,7 +416,7 @@ async def test_the_admission_service_keeps_what_it_learned_across_a_restart(
     for i in range(6):
         learned.open_branch(f"b{i}", "r/router", "acme/r/router", MODEL, 100.0)
         learned.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
-        learned.report(Outcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
+        learned.report(BranchOutcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
                                consumed=(f"fill/b{i}/h1/0",)))
     await first.shutdown()  # the close hook saves
     assert path.exists()

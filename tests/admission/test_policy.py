@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from services.admission.config import AdmissionSettings
-from services.admission.policy import FixedPolicy
+from services.admission.fixed_rule import TopKRule
 from services.admission.server import build_runtime
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.runtime.clients import open_channel
@@ -18,13 +18,13 @@ from services.common.values.candidates import RankedCandidate
 
 def test_fixed_policy_admits_the_top_k_by_rank() -> None:
     cands = [RankedCandidate("c", 2), RankedCandidate("a", 0), RankedCandidate("b", 1)]
-    assert FixedPolicy(top_k=2).admit(cands).admitted == ("a", "b")
-    assert FixedPolicy(top_k=0).admit(cands).admitted == ()
-    assert FixedPolicy(top_k=9).admit(cands).admitted == ("a", "b", "c")
+    assert TopKRule(top_k=2).admit(cands).admitted == ("a", "b")
+    assert TopKRule(top_k=0).admit(cands).admitted == ()
+    assert TopKRule(top_k=9).admit(cands).admitted == ("a", "b", "c")
 
 
 def test_fixed_policy_can_keep_every_branch_closed() -> None:
-    assert FixedPolicy(open_branches=False).open_branch("routing/router")[0] is False
+    assert TopKRule(open_branches=False).open_branch("routing/router")[0] is False
 
 
 async def test_service_answers_open_admit_and_deduplicates_outcomes() -> None:

@@ -1,5 +1,5 @@
 """Every service's gRPC server bounds the RPCs it runs at once: one more is refused with
-RESOURCE_EXHAUSTED by gRPC itself, never queued (issue 13, item 2)."""
+RESOURCE_EXHAUSTED by gRPC itself, never queued."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Version catch-up and claims by name: what a shard that missed writes, and a gateway replica
-that did not open a branch, rely on (issue 12)."""
+that did not open a branch, rely on."""
 
 from __future__ import annotations
 

@@ -83,5 +83,5 @@ def test_evicting_a_producer_evicts_its_dependents_and_their_references(tmp_path
         for i in range(10, 20):
             lib.put(name(i), b"x" * 1000, ReadSet.pure(), cost_s=10.0)
         assert lib.lookup(name(1)) is None and lib.lookup(name(2)) is None
-        assert lib._index.references() == 0
+        assert lib._confirmed.index.references() == 0
         assert lib.write_records("acme", ["doc", "other"]).invalidated == 0

@@ -106,9 +106,10 @@ class EvictingMachine(RuleBasedStateMachine):
     def sizes_disk_and_index_stay_consistent(self) -> None:
         lib = self.lib
         assert lib.stats().bytes <= BUDGET
-        assert sorted(lib._store.eids()) == sorted(lib._entries)
-        refs = sum(len(m.rkeys) + len(m.producers) + m.incomplete for m in lib._entries.values())
-        assert lib._index.references() == refs
+        assert sorted(lib._store.eids()) == sorted(lib._confirmed.entries)
+        refs = sum(len(m.rkeys) + len(m.producers) + m.incomplete
+                   for m in lib._confirmed.entries.values())
+        assert lib._confirmed.index.references() == refs
 
 
 EvictingMachine.TestCase.settings = settings(

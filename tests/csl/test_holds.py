@@ -1,5 +1,5 @@
 """Fill placeholders across gateway replicas: a claim waits for a running fill's shadow, a
-holder hears what became of its step, and nothing leaks across workflows (issue 12, item 4)."""
+holder hears what became of its step, and nothing leaks across workflows."""
 
 from __future__ import annotations
 

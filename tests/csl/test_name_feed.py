@@ -21,7 +21,7 @@ async def test_feed_sends_snapshot_then_additions_and_invalidations(tmp_path: Pa
     await asyncio.to_thread(lib.write_records, "acme", ["doc/a"])
     assert (await asyncio.wait_for(anext(feed), 2)).removed == (name_key(name(1)),)
     await feed.aclose()
-    assert lib._listeners == []  # noqa: SLF001 - unsubscribed on close
+    assert lib._confirmed.listeners == []  # noqa: SLF001 - unsubscribed on close
     lib.close()
 
 

@@ -243,7 +243,7 @@ class LibraryMachine(RuleBasedStateMachine):
         stats = self.lib.stats()
         assert stats.entries == len(self.live_names())
         assert stats.shadows == len(self.shadows)
-        assert sorted(self.lib._store.eids()) == sorted(self.lib._entries)
+        assert sorted(self.lib._store.eids()) == sorted(self.lib._confirmed.entries)
 
 
 LibraryMachine.TestCase.settings = settings(

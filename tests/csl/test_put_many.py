@@ -58,11 +58,11 @@ def test_an_entry_evicted_by_a_later_one_of_its_batch_is_not_left_on_disk(
         out = lib.put_many([(name(i), bytes([i]) * 900, ReadSet.pure(), float(i))
                             for i in range(12)])
         assert all(o is True for o in out)
-        live = sorted(m.eid for m in lib._entries.values())
+        live = sorted(m.eid for m in lib._confirmed.entries.values())
         assert sorted(lib._store.eids()) == live  # disk holds exactly the live entries
         assert lib.stats().bytes <= 4096
     with library(tmp_path / "csl", budget_bytes=4096) as reopened:  # reloads the same
-        assert sorted(m.eid for m in reopened._entries.values()) == live
+        assert sorted(m.eid for m in reopened._confirmed.entries.values()) == live
 
 
 def test_a_failed_commit_refuses_the_whole_batch_and_forgets_it(

@@ -1,5 +1,5 @@
 """The gateway's store pipe to the csl is bounded: a stalled stream refuses stores at once
-(a missed reuse) instead of queueing them without end (issue 13, item 2)."""
+(a missed reuse) instead of queueing them without end."""
 
 from __future__ import annotations
 

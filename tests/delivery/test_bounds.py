@@ -1,4 +1,4 @@
-"""Delivery's per-result tables are bounded and say what happens when full (issue 13, item 2)."""
+"""Delivery's per-result tables are bounded and say what happens when full."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from services.common.values.errors import ResourceExhausted
 from services.common.values.leases import ResultKey
 from services.delivery.config import DeliverySettings
+from services.delivery.core import DeliveryCore
 from services.delivery.frames import Frame
 from services.delivery.policies import MAX_TOOLS, Choice, TailAwarePolicy
 from services.delivery.sender import Sender
-from services.delivery.service import DeliveryCore
-from tests.delivery.test_service import ENGINE, FakePort, tool_result
+from tests.delivery.test_core import ENGINE, FakePort, tool_result
 
 
 async def test_results_past_max_pending_are_refused_and_room_returns_when_they_finish() -> None:

@@ -14,22 +14,22 @@ from services.delivery.policies import (
     CacheFirstPolicy,
     Choice,
     DecisionView,
+    DeliveryPolicy,
     FifoPolicy,
     LadsPolicy,
-    Policy,
     SizeFirstPolicy,
     TailAwarePolicy,
     make_policy,
 )
-from services.delivery.records import LeaseBook
+from services.delivery.records import RecordBook
 from tests.delivery import ENGINE, FRAMING, RATE, FakeClock, budget, frame, key, lease
 
 PRESSURE = {"capacity": 100, "protected": 80}
 
 
-def book_with(*records: object, clock: FakeClock | None = None) -> LeaseBook:
+def book_with(*records: object, clock: FakeClock | None = None) -> RecordBook:
     """A lease book that has accepted ``records`` (budgets first) at time 0."""
-    book = LeaseBook(ENGINE, clock=clock or FakeClock(0.0))
+    book = RecordBook(ENGINE, clock=clock or FakeClock(0.0))
     for rec in records:
         accepted = book.observe_budget(rec) if hasattr(rec, "generation") \
             else book.observe_lease(rec)
@@ -37,16 +37,16 @@ def book_with(*records: object, clock: FakeClock | None = None) -> LeaseBook:
     return book
 
 
-def view(frames: list[Frame], book: LeaseBook | None = None, now: float = 0.0,
+def view(frames: list[Frame], book: RecordBook | None = None, now: float = 0.0,
          link: PacedLink | None = None) -> DecisionView:
     inv = Inventory()
     for f in frames:
         inv.add(f)
     return DecisionView(now, inv.frames(), link or PacedLink(RATE, FRAMING),
-                        book or LeaseBook(ENGINE, clock=FakeClock()))
+                        book or RecordBook(ENGINE, clock=FakeClock()))
 
 
-def drain(policy: Policy, frames: list[Frame], book: LeaseBook) -> list[Choice]:
+def drain(policy: DeliveryPolicy, frames: list[Frame], book: RecordBook) -> list[Choice]:
     """Commit every frame in the order ``policy`` chooses; the committed choices."""
     left = list(frames)
     out: list[Choice] = []
@@ -204,12 +204,12 @@ def test_lads_falls_back_to_cache_first_once_the_budget_is_stale() -> None:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[list[Frame], LeaseBook]:
+def scenarios(draw: st.DrawFn) -> tuple[list[Frame], RecordBook]:
     """A random inventory with random (valid or corrupt) lease records and budget pressure."""
     n = draw(st.integers(1, 7))
     frames = [frame(i, size=draw(st.integers(0, 6000)), resident=draw(st.integers(0, 2)),
                     ready_at=draw(st.sampled_from([0.0, 0.1, 0.2]))) for i in range(n)]
-    book = LeaseBook(ENGINE, clock=FakeClock(0.0))
+    book = RecordBook(ENGINE, clock=FakeClock(0.0))
     denied = tuple(f.key for f in frames if draw(st.booleans())) + (key(99),)
     book.observe_budget(budget(1, protected=draw(st.integers(0, 100)), denied=denied,
                                waiting=draw(st.integers(0, 20)), kappa_s=0.5))
@@ -225,7 +225,7 @@ def scenarios(draw: st.DrawFn) -> tuple[list[Frame], LeaseBook]:
 
 @settings(max_examples=200, deadline=None)
 @given(scenarios())
-def test_no_two_consecutive_committed_promotions(scenario: tuple[list[Frame], LeaseBook]) -> None:
+def test_no_two_consecutive_committed_promotions(scenario: tuple[list[Frame], RecordBook]) -> None:
     frames, book = scenario
     committed = drain(LadsPolicy(), frames, book)
     pairs = zip(committed, committed[1:], strict=False)
@@ -234,7 +234,7 @@ def test_no_two_consecutive_committed_promotions(scenario: tuple[list[Frame], Le
 
 @settings(max_examples=100, deadline=None)
 @given(scenarios(), st.booleans())
-def test_lads_without_valid_evidence_is_cache_first(scenario: tuple[list[Frame], LeaseBook],
+def test_lads_without_valid_evidence_is_cache_first(scenario: tuple[list[Frame], RecordBook],
                                                     corrupt: bool) -> None:
     frames, _ = scenario
     records = [lease(f, payload_digest="x") for f in frames] if corrupt else []
@@ -246,7 +246,7 @@ def test_lads_without_valid_evidence_is_cache_first(scenario: tuple[list[Frame],
 
 @settings(max_examples=100, deadline=None)
 @given(scenarios())
-def test_lads_with_a_stale_budget_is_cache_first(scenario: tuple[list[Frame], LeaseBook]) -> None:
+def test_lads_with_a_stale_budget_is_cache_first(scenario: tuple[list[Frame], RecordBook]) -> None:
     frames, book = scenario
     later = view(frames, book, now=2.0)
     assert LadsPolicy().choose(later) == CacheFirstPolicy().choose(later)

@@ -1,5 +1,5 @@
 """The local mesh as processes: two gateway replicas over three csl shards, one shard killed
-(SIGKILL) mid-run and started again (issue 12, items 3 and 4). Every workflow answers, and the
+(SIGKILL) mid-run and started again. Every workflow answers, and the
 restarted shard, which missed a record write while it was down, never serves its stale entry."""
 
 from __future__ import annotations

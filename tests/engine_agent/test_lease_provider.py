@@ -369,18 +369,15 @@ async def test_a_lease_due_within_a_timer_resolution_ends_now() -> None:
     await backend.close()
 
 
-async def test_remembered_receipts_never_forget_a_running_continuation(monkeypatch) -> None:
-    from services.engine_agent import lease_servicer
-    from services.engine_agent.lease_servicer import LeaseRpcs
+async def test_remembered_receipts_never_forget_a_running_continuation() -> None:
+    from services.engine_agent.leases.receipts import Receipts
 
-    monkeypatch.setattr(lease_servicer, "MAX_REMEMBERED", 2)
-    rpcs = LeaseRpcs()
-    rpcs._init_leases(None)
+    receipts = Receipts(None, None, max_remembered=2)  # type: ignore[arg-type]
     running = asyncio.get_running_loop().create_future()
     done = asyncio.get_running_loop().create_future()
     done.set_result(None)
-    rpcs._remember(key(1), ("d", running))  # type: ignore[arg-type]
-    rpcs._remember(key(2), ("d", done))  # type: ignore[arg-type]
-    rpcs._remember(key(3), ("d", done))  # type: ignore[arg-type]
-    assert list(rpcs._receipts) == [key(1), key(3)]  # the finished oldest went, not the running
+    receipts._remember(key(1), ("d", running))  # type: ignore[arg-type]
+    receipts._remember(key(2), ("d", done))  # type: ignore[arg-type]
+    receipts._remember(key(3), ("d", done))  # type: ignore[arg-type]
+    assert receipts.remembered() == [key(1), key(3)]  # the finished oldest went, not the running
     running.cancel()

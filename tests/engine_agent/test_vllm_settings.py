@@ -1,5 +1,5 @@
 """The embedded vLLM backend's environment (no vLLM import): batch-invariant kernels are on
-exactly where vLLM has them, unless a setting says otherwise (issue 24, item 7)."""
+exactly where vLLM has them, unless a setting says otherwise."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every per-request table of the gateway is bounded and says what happens when full
-(issue 13, item 2): in-flight demands, background stores, branch records, templates."""
+"""Every per-request table of the gateway is bounded and says what happens when full:
+in-flight demands, background stores, branch records, templates."""
 
 from __future__ import annotations
 

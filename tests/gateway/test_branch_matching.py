@@ -1,4 +1,4 @@
-"""Which fills a demand may be served from (dynbranch §3.3; issue 23).
+"""Which fills a demand may be served from (dynbranch §3.3).
 
 A settled exclusive branch's losers match nothing from the pick on, so a workflow whose next
 branch fills a candidate the previous branch lost promotes that fill instead of counting the
@@ -28,7 +28,7 @@ from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
 from services.gateway.templates import Semantics, TemplateRegistry, load_builtin
-from services.gateway.values import Demand, Source
+from services.gateway.values import AnswerSource, Demand
 from tests.gateway.local_ports import local_core, routing_demand
 from tests.gateway.mesh import mesh
 
@@ -64,7 +64,7 @@ async def test_second_branch_promotes_the_candidate_the_first_branch_lost() -> N
         (first,) = await _filled(core.branches, 1)
         winner, loser = _by_rank(first)[:2]
         handler = await core.stages.run(_demand("wf", "handler", winner), 30)
-        assert handler.source is Source.PROMOTED_FILL
+        assert handler.source is AnswerSource.PROMOTED_FILL
         await core.stages.run(_demand("wf", "executor", winner, {"handler": handler.text}), 30)
         # The next turn at the same point: the winner is not predicted again, so the first
         # branch's loser is now this branch's first candidate (the candidate sets overlap).
@@ -72,7 +72,7 @@ async def test_second_branch_promotes_the_candidate_the_first_branch_lost() -> N
         second = next(b for b in await _filled(core.branches, 2) if b is not first)
         assert loser in second.fills, (loser, _by_rank(second))
         again = await core.stages.run(_demand("wf", "handler", loser), 30)
-        assert again.source is Source.PROMOTED_FILL
+        assert again.source is AnswerSource.PROMOTED_FILL
         counters = core.branches.counters
         assert counters["ambiguous"] == 0 and counters["promotion_refused_ambiguous"] == 0
         assert second.fills[loser].steps[0].claimed and second.outcome == "promoted"
@@ -294,7 +294,7 @@ async def test_the_final_report_goes_out_once_the_winner_is_promoted() -> None:
         (branch,) = await _filled(core.branches, 1)
         winner = _by_rank(branch)[0]
         handler = await core.stages.run(_demand("wf", "handler", winner), 30)
-        assert handler.source is Source.PROMOTED_FILL and not branch.retired
+        assert handler.source is AnswerSource.PROMOTED_FILL and not branch.retired
         await core.stages.run(_demand("wf", "executor", winner, {"handler": handler.text}), 30)
         for _ in range(200):  # the losers' aborts end, the chain is promoted: final
             if len([r for r in core.admission.reports if r[0] == branch.id]) == 2:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from services.common.pb import gateway_pb2
 from services.gateway.templates import load_builtin
-from services.gateway.values import Demand, Source
+from services.gateway.values import AnswerSource, Demand
 from tests.gateway.local_ports import MODEL, Core, local_core, routing_demand
 from tests.gateway.mesh import mesh
 
@@ -38,7 +38,7 @@ def _demand(tenant: str, workflow: str, stage: str, inputs: dict[str, str], *,
 
 
 async def _workflow(core: Core, tenant: str, workflow: str, query: int, choice: str,
-                    pause_s: float) -> tuple[list[str], list[Source]]:
+                    pause_s: float) -> tuple[list[str], list[AnswerSource]]:
     inputs = _inputs(query)
     router = await core.stages.run(_demand(tenant, workflow, "router", inputs), 30)
     await asyncio.sleep(pause_s)
@@ -85,10 +85,10 @@ async def test_shadow_is_invisible_to_other_workflows_and_tenants() -> None:
         for tenant, workflow in (("acme", "wf-2"), ("globex", "wf-1")):
             other = await core.stages.run(_demand(tenant, workflow, "handler", inputs,
                                                   choice="get_weather"), 30)
-            assert other.source is Source.ENGINE
+            assert other.source is AnswerSource.ENGINE
         own = await core.stages.run(_demand("acme", "wf-1", "handler", inputs,
                                             choice="get_weather"), 30)
-        assert own.source is Source.PROMOTED_FILL and own.text == other.text
+        assert own.source is AnswerSource.PROMOTED_FILL and own.text == other.text
 
 
 async def test_lost_library_degrades_to_engine_execution() -> None:

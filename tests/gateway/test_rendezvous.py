@@ -1,4 +1,4 @@
-"""Rendezvous hashing of reuse names onto csl shards (issue 12, item 3)."""
+"""Rendezvous hashing of reuse names onto csl shards."""
 
 from __future__ import annotations
 

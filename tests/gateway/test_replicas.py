@@ -1,4 +1,4 @@
-"""Gateway replicas behind one library (or its shards) and one engine pool (issue 12, item 4):
+"""Gateway replicas behind one library (or its shards) and one engine pool:
 a branch opened on replica A and demanded on replica B still promotes, B waits on A's running
 fill instead of running the stage again, and A hears of it (credits the fill, aborts losers)."""
 

@@ -1,4 +1,4 @@
-"""The gateway's library over three csl shards on real servers (issue 12, item 3): names live on
+"""The gateway's library over three csl shards on real servers: names live on
 their rendezvous shard, writes reach every shard, a lost shard is a miss, never an error or a
 stale hit, and a shard that missed writes catches up before it serves again."""
 

@@ -1,4 +1,4 @@
-"""Single-flight for identical demands (issue 23, item 2; stages.StageService._execute).
+"""Single-flight for identical demands (stages.StageService._execute).
 
 A demand whose exact reuse name is executing canonically right now, for the same tenant, waits
 for that execution's answer instead of running again; it runs itself when that execution fails
@@ -18,7 +18,7 @@ import pytest
 from services.common.values.errors import DeadlineExceeded, Unavailable
 from services.common.values.generation import GenerationRequest, Sampling
 from services.gateway.ports import Execution
-from services.gateway.values import Demand, Source
+from services.gateway.values import AnswerSource, Demand
 from tests.gateway.local_ports import MODEL, Core, local_core
 
 GREEDY = Sampling(max_tokens=48, temperature=0.0)
@@ -60,11 +60,11 @@ async def test_two_identical_concurrent_demands_cost_one_engine_execution() -> N
         first, second = await asyncio.gather(core.stages.run(_demand(), 30),
                                              core.stages.run(_demand(), 30))
         assert engines.calls == 1
-        assert {first.source, second.source} == {Source.ENGINE, Source.JOINED}
+        assert {first.source, second.source} == {AnswerSource.ENGINE, AnswerSource.JOINED}
         assert first.text == second.text and first.reuse_name == second.reuse_name
         assert core.stages.joined == 1
         third = await core.stages.run(_demand(), 30)  # after: the stored result
-        assert third.source is Source.LIBRARY and engines.calls == 1
+        assert third.source is AnswerSource.LIBRARY and engines.calls == 1
 
 
 async def test_other_tenants_and_sampled_demands_never_join() -> None:
@@ -74,14 +74,14 @@ async def test_other_tenants_and_sampled_demands_never_join() -> None:
             core.stages.run(_demand("acme"), 30), core.stages.run(_demand("globex"), 30),
             core.stages.run(_demand("acme", sampled), 30),
             core.stages.run(_demand("acme", sampled), 30))
-        assert [a.source for a in answers[1:]] == [Source.ENGINE] * 3
+        assert [a.source for a in answers[1:]] == [AnswerSource.ENGINE] * 3
         assert engines.calls == 4 and core.stages.joined == 0
 
 
 async def test_without_c1_identical_demands_each_run() -> None:
     async with _core(c1=False) as (core, engines):
         answers = await asyncio.gather(*(core.stages.run(_demand(), 30) for _ in range(2)))
-        assert [a.source for a in answers] == [Source.ENGINE] * 2 and engines.calls == 2
+        assert [a.source for a in answers] == [AnswerSource.ENGINE] * 2 and engines.calls == 2
 
 
 async def test_a_failed_first_execution_leaves_the_waiter_to_run_itself() -> None:
@@ -92,7 +92,7 @@ async def test_a_failed_first_execution_leaves_the_waiter_to_run_itself() -> Non
         second = await core.stages.run(_demand(), 30)
         with pytest.raises(Unavailable):
             await first
-        assert second.source is Source.ENGINE and engines.calls == 2
+        assert second.source is AnswerSource.ENGINE and engines.calls == 2
 
 
 async def test_a_cancelled_first_execution_leaves_the_waiter_to_run_itself() -> None:
@@ -103,7 +103,7 @@ async def test_a_cancelled_first_execution_leaves_the_waiter_to_run_itself() -> 
         await asyncio.sleep(0.005)
         first.cancel()
         answer = await second
-        assert first.cancelled() and answer.source is Source.ENGINE and engines.calls == 2
+        assert first.cancelled() and answer.source is AnswerSource.ENGINE and engines.calls == 2
         assert answer.text == (await core.stages.run(_demand(), 30)).text
 
 
@@ -117,4 +117,4 @@ async def test_a_waiter_never_waits_past_its_own_deadline() -> None:
         with pytest.raises(DeadlineExceeded):
             await core.stages.run(_demand(sampling=long), 0.05)
         assert loop.time() - start < 1.0
-        assert (await first).source is Source.ENGINE and engines.calls == 1
+        assert (await first).source is AnswerSource.ENGINE and engines.calls == 1

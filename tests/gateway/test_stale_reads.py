@@ -1,4 +1,4 @@
-"""No stale retrieval, end to end (issue 16, DESIGN.md §5.3): a rewritten document is returned
+"""No stale retrieval, end to end (DESIGN.md §5.3): a rewritten document is returned
 at its latest text after every acknowledged write — across statistics refreshes, with C1 and C2
 off and on, under concurrent writers and readers, and across a csl that lost or rolled back its
 store while the corpus kept its versions."""

@@ -28,9 +28,10 @@ def test_admission_baselines_are_the_full_arm_with_another_policy() -> None:
     full = ARM_SPECS["full"]
     assert full.admission == "priced" and (full.c1, full.c2) == (True, True)
     for name in ("fixed", "fixed1", "fixed3", "always", "threshold", "load_threshold"):
-        assert replace(ARM_SPECS[name], name="full", admission="priced", settings=()) == full
+        assert replace(ARM_SPECS[name], name="full", admission="priced", settings=(),
+                       mechanism=True) == full
     assert dict(ARM_SPECS["fixed1"].settings) == {"top_k": 1}
-    assert replace(ARM_SPECS["full_warm"], name="full", warm=False) == full
+    assert replace(ARM_SPECS["full_warm"], name="full", warm=False, mechanism=True) == full
     assert ARM_SPECS["whole_request"].whole_request_cache
     assert "whole_request" in QUICK_ARMS
 

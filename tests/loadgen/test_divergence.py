@@ -1,4 +1,4 @@
-"""Classifying a real engine's divergences from the floor (issue 24, item 7): the engine's own
+"""Classifying a real engine's divergences from the floor: the engine's own
 variation and near ties pass, anything else fails (no engine here: a stated gap function)."""
 
 from __future__ import annotations

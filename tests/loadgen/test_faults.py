@@ -14,7 +14,7 @@ import pytest
 
 from loadgen.bench.fault_report import floor_summary, summarize
 from loadgen.bench.faults import QUICK, Cell, CellRun, FaultMesh, run_cell, run_floor
-from loadgen.fault_load import Outcome, kind_of
+from loadgen.fault_load import ItemOutcome, kind_of
 from loadgen.faultproxy import FaultProxy, Mode
 
 
@@ -124,8 +124,8 @@ async def test_csl_kill_and_engine_path_reset_lose_nothing_and_match_the_floor(
 
 
 def _outcome(key: int, start: float, end: float, texts: tuple[str, ...] | None,
-             retries: int = 0) -> Outcome:
-    out = Outcome(key, kind_of(key), start, end, texts, retries)
+             retries: int = 0) -> ItemOutcome:
+    out = ItemOutcome(key, kind_of(key), start, end, texts, retries)
     if texts is None:
         out.errors["UNAVAILABLE"] = retries + 1
     return out

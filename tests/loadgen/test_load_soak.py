@@ -1,4 +1,4 @@
-"""``bench load`` and ``bench soak`` (issue 13, items 2 and 6): their arithmetic, a small load
+"""``bench load`` and ``bench soak``: their arithmetic, a small load
 run with zero errors, and the soak's leak checks (2 minutes; ``DYNBRANCH_SOAK_MINUTES=30`` in
 the slow suite's long run)."""
 

@@ -1,4 +1,4 @@
-"""The experiment mesh on a virtual clock (issue 24): repeatable to the digit, blind to the mesh's
+"""The experiment mesh on a virtual clock: repeatable to the digit, blind to the mesh's
 own CPU time, in agreement with the live mesh, and with a stall detector that can fire."""
 
 from __future__ import annotations

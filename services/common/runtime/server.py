@@ -191,7 +191,7 @@ def freeze_startup_heap() -> None:
     caches built at start) out of the cyclic collector's sight (``gc.freeze``). A long-lived
     startup heap otherwise makes every full collection scan it: on the in-process experiment
     mesh those collections paused the loop for 65-100 ms (1.3-2.0 simulated s at time scale
-    0.05, issue 24's stalls). Objects are still freed by reference counting."""
+    0.05). Objects are still freed by reference counting."""
     gc.collect()
     gc.freeze()
 

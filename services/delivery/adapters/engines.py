@@ -31,7 +31,7 @@ from services.common.values.errors import (
 )
 from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
 from services.common.values.leases import BudgetRecord, InventoryView, LeaseRecord, ResultKey
-from services.delivery.service import Observe, Readiness, Received
+from services.delivery.core import Observe, Readiness, Received
 from services.engine_agent.client import EngineAgentClient
 
 log = logging.getLogger(__name__)

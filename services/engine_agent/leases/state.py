@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from services.common.values.errors import InvalidArgument
 from services.common.values.leases import LeaseRecord, LeaseState, ResultKey
 from services.engine_agent.leases.port import ResidentPrefix
 
 LeaseMode = Literal["lads", "ttl", "none"]
+#: The lease modes, in one place (``LeaseMode`` is the list; this tuple is derived from it).
+LEASE_MODES: tuple[str, ...] = get_args(LeaseMode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +32,9 @@ class LeaseSettings:
     max_pending_s: float = 600.0  # forget a result nobody delivered or withdrew after this
 
     def __post_init__(self) -> None:
-        if self.mode not in ("lads", "ttl", "none"):
-            raise InvalidArgument("lease_mode", f"must be lads, ttl or none, got {self.mode!r}")
+        if self.mode not in LEASE_MODES:
+            raise InvalidArgument("lease_mode", f"must be one of {', '.join(LEASE_MODES)}, "
+                                                f"got {self.mode!r}")
         for name in ("lifetime_s", "interval_s", "ttl_max_expected_s", "max_pending_s"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(name, "must be positive")

@@ -1,4 +1,4 @@
-"""Bringing a library shard that may have missed record writes back in line (issue 12, item 3).
+"""Bringing a library shard that may have missed record writes back in line.
 
 A shard misses a write when it is down, cut off or too slow while the write fans out. Its entries
 that read a written record would then look fresh to it, so until it has caught up it serves

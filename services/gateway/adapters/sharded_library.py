@@ -1,4 +1,4 @@
-"""The gateway's library port over N csl shards (issue 12, item 3).
+"""The gateway's library port over N csl shards.
 
 Each shard is a whole csl service with its own LMDB environment. A reuse name lives on the shard
 rendezvous hashing picks (``rendezvous.py``), so lookups, stores, shadows, promotions, claims and

@@ -60,7 +60,7 @@ from services.gateway.http.stream import (
     unless_disconnected,
 )
 from services.gateway.templates import Stage, StageKind
-from services.gateway.values import Answer, Demand, Source, new_request_id
+from services.gateway.values import Answer, AnswerSource, Demand, new_request_id
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ class HttpFront:
         return answer
 
     @staticmethod
-    def _headers(source: Source, reuse_name: str, rid: str) -> dict[str, str]:
+    def _headers(source: AnswerSource, reuse_name: str, rid: str) -> dict[str, str]:
         headers = {HEADER_SOURCE: source.name.lower(), "x-request-id": rid}
         if reuse_name:
             headers[HEADER_REUSE_NAME] = reuse_name
@@ -354,7 +354,7 @@ class HttpFront:
                 answer = outcome(calls[picks[first[0]]])  # raises the call's error
                 source, name = answer.source, answer.reuse_name
             else:
-                source, name = Source.ENGINE, self._reuse_name(demands[picks[first[0]]])
+                source, name = AnswerSource.ENGINE, self._reuse_name(demands[picks[first[0]]])
         except BaseException:
             for call in calls:
                 call.cancel()

@@ -115,7 +115,7 @@ class BranchManager:
         except TimeoutError:
             pass
 
-    # -- across gateway replicas (issue 12, item 4): ``ReplicaLink`` --------------------------
+    # -- across gateway replicas: ``ReplicaLink`` --------------------------
 
     def claimable(self, d: Demand, stage: Stage, name: ReuseName | None) -> bool:
         """Whether another replica may hold the branch this demand belongs to."""

@@ -1,4 +1,4 @@
-"""Early fill across gateway replicas (issue 12, item 4; dynbranch §3.3, DESIGN.md §4).
+"""Early fill across gateway replicas (dynbranch §3.3, DESIGN.md §4).
 
 A workflow's demands may reach a replica other than the one that opened its branch. The library
 links them: each running fill step's placeholder is held in the workflow's scope, another

@@ -25,9 +25,9 @@ from services.gateway.templates.model import (
     CandidateSpace,
     ChainStep,
     DecisionPoint,
+    PlaceholderSource,
     Scalar,
     Semantics,
-    Source,
     Stage,
     StageKind,
     Template,
@@ -125,6 +125,7 @@ class TemplateRegistry:
 
 __all__ = [
     "PLACEHOLDER", "Binding", "CandidateSpace", "ChainStep", "DecisionPoint", "Scalar",
-    "Semantics", "Source", "Stage", "StageKind", "Template", "TemplateError", "TemplateRegistry",
+    "PlaceholderSource", "Semantics", "Stage", "StageKind", "Template", "TemplateError",
+    "TemplateRegistry",
     "Window", "builtin_names", "load_builtin", "load_template", "parse_template", "placeholders",
 ]

@@ -89,7 +89,7 @@ class TemplateError(InvalidArgument):
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
+class PlaceholderSource:
     """Where a placeholder's value comes from: ``candidate``, ``input`` or a stage ``output``."""
 
     kind: str
@@ -100,7 +100,7 @@ class Source:
             self.kind, f"stages.{self.name}.output")
 
 
-Binding = tuple[tuple[str, Source], ...]
+Binding = tuple[tuple[str, PlaceholderSource], ...]
 
 
 @dataclass(frozen=True, slots=True)

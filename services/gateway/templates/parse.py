@@ -21,9 +21,9 @@ from services.gateway.templates.model import (
     CandidateSpace,
     ChainStep,
     DecisionPoint,
+    PlaceholderSource,
     Scalar,
     Semantics,
-    Source,
     Stage,
     StageKind,
     Template,
@@ -224,13 +224,15 @@ def _parse_bind(node: _At) -> Binding:
     return tuple((k, _parse_source(node.at(k))) for k in sorted(_mapping(node)))
 
 
-def _parse_source(node: _At) -> Source:
+def _parse_source(node: _At) -> PlaceholderSource:
     match = _SOURCE.fullmatch(node.text())
     if match is None:
         node.fail("must be 'candidate', 'input.<name>' or 'stages.<id>.output'")
     if match.group(1):
-        return Source("input", match.group(1))
-    return Source("output", match.group(2)) if match.group(2) else Source("candidate")
+        return PlaceholderSource("input", match.group(1))
+    if match.group(2):
+        return PlaceholderSource("output", match.group(2))
+    return PlaceholderSource("candidate")
 
 
 def _parse_decision(node: _At, tid: str, by_id: Mapping[str, Stage]) -> DecisionPoint:

@@ -25,7 +25,7 @@ standalone, from the corpus's own monotone sequence; with the CSL, the caller fi
 and passes them to ``write_documents(versions=...)``, so the two stores agree. A search in
 between sees the old text at old versions, which the CSL already holds stale: a miss, not a
 wrong hit. The gateway passes each record's current corpus version as the write's floor, and
-reconciles with a CSL that lost writes (``corpus_records``).
+reconciles with a CSL that lost writes (``records_above``, ``adopt_versions``).
 A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint of stages
 that read it, since its version-0 records are not comparable with the old ones.
 
@@ -78,7 +78,6 @@ from services.gateway.tools.corpus_codec import (
     refuse_duplicate,
     u64,
 )
-from services.gateway.tools.corpus_records import CorpusRecords
 
 SCHEMA = b"dynbranch.corpus/1"
 
@@ -91,7 +90,7 @@ class _Plan:
     refresh: bool
 
 
-class Corpus(CorpusRecords):
+class Corpus:
     """A named, versioned document corpus with BM25 search and exact read-sets."""
 
     def __init__(self, path: str | Path, name: str, *, create: bool = True,
@@ -179,6 +178,120 @@ class Corpus(CorpusRecords):
         corpus is reopened, when ``get`` returns None for it)."""
         with self._lock:
             return dict(self._doc_versions)
+
+    # --- records and versions ----------------------------------------------------------------
+    # Record ids (``corpus/<name>/doc/<id>``, ``corpus/<name>/term/<term>``,
+    # ``corpus/<name>/stats``), the current version of each, the records above a library's write
+    # sequence, and the version-only write that reconciles the corpus with a library that lost
+    # writes (``records_above``, ``adopt_versions``; ``GatewayCore.reconcile``).
+
+    def doc_record(self, doc_id: str) -> str:
+        """Record id of a document."""
+        return f"corpus/{self.name}/doc/{doc_id}"
+
+    def term_record(self, term: str) -> str:
+        """Record id of a term's posting list."""
+        return f"corpus/{self.name}/term/{term}"
+
+    def stats_record(self) -> str:
+        """Record id of the statistics snapshot."""
+        return f"corpus/{self.name}/stats"
+
+    def versions_of(self, record_ids: Sequence[str]) -> list[int]:
+        """The corpus's current versions of ``record_ids``, in order (``version_of`` each)."""
+        with self._lock:
+            return [self._current(r) for r in record_ids]
+
+    def records_above(self, seq: int) -> tuple[RecordVersion, ...]:
+        """Every record the corpus holds at a version above ``seq``, sorted by id.
+
+        A library whose write sequence is ``seq`` cannot know these versions: it lost or rolled
+        back writes (``GatewayCore.reconcile``).
+        """
+        with self._lock:
+            out = [RecordVersion(self.doc_record(d), v) for d, v in self._doc_versions.items()
+                   if v > seq]
+            out += [RecordVersion(self.term_record(t), v)
+                    for t, v in self._term_versions.items() if v > seq]
+            if self._stats_version > seq:
+                out.append(RecordVersion(self.stats_record(), self._stats_version))
+        return tuple(sorted(out, key=lambda r: r.record_id))
+
+    def adopt_versions(self, versions: Mapping[str, int]) -> None:
+        """Move records to new versions without changing any text (a version-only write).
+
+        Used to reconcile with a library that lost writes: the library bumps the records (above
+        the corpus's versions, invalidating whatever read them), and the corpus adopts those
+        versions, so that searches become storable again. Each version must be above the
+        current one; a removed document's record is accepted and ignored. One transaction.
+        """
+        with self._lock:
+            docs: dict[str, int] = {}
+            terms: dict[str, int] = {}
+            stats_version = None
+            for record_id, version in versions.items():
+                kind, key = self._split(record_id)
+                if not record_id.startswith(self._prefix) or kind not in ("doc", "term", "stats"):
+                    raise InvalidArgument("versions", f"{record_id!r} is not a record of "
+                                          f"corpus {self.name!r}")
+                if kind == "doc":
+                    if key in self._index:
+                        docs[key] = version
+                elif kind == "term":
+                    terms[key] = version
+                else:
+                    stats_version = version
+            self._check_above(versions)
+            seq = max([self._seq, *versions.values()])
+            try:
+                with self._env.begin(write=True) as txn:
+                    for doc_id, version in docs.items():
+                        doc, _ = decode_doc(doc_id.encode(),
+                                            txn.get(doc_id.encode(), db=self._docs))
+                        txn.put(doc_id.encode(), encode_doc(doc, version), db=self._docs)
+                    for term, version in terms.items():
+                        txn.put(term.encode(), U64.pack(version), db=self._terms)
+                    txn.put(b"seq", U64.pack(seq), db=self._meta)
+                    if stats_version is not None:
+                        txn.put(b"stats_version", U64.pack(stats_version), db=self._meta)
+            except BaseException:
+                self._load_state()
+                raise
+            self._doc_versions.update(docs)
+            self._term_versions.update(terms)
+            if stats_version is not None:
+                self._stats_version = stats_version
+            self._seq = seq
+
+    def version_of(self, record_id: str) -> int:
+        """The corpus's current version of one of its records (0: never written).
+
+        A removed document keeps its last version until the corpus is reopened.
+        """
+        with self._lock:
+            return self._current(record_id)
+
+    @property
+    def _prefix(self) -> str:
+        return f"corpus/{self.name}/"
+
+    def _split(self, record_id: str) -> tuple[str, str]:
+        """``(kind, key)`` of a record id of this corpus ("doc", "term" or "stats")."""
+        kind, _, key = record_id[len(self._prefix):].partition("/")
+        return kind, key
+
+    def _current(self, record_id: str) -> int:
+        kind, key = self._split(record_id)
+        if kind == "doc":
+            return self._doc_versions.get(key, 0)
+        return self._term_versions.get(key, 0) if kind == "term" else self._stats_version
+
+    def _check_above(self, versions: Mapping[str, int]) -> None:
+        """Refuse a version that is not above the record's current one (or not a u64)."""
+        for record_id, version in versions.items():
+            if not self._current(record_id) < version < 2**64:
+                raise FailedPrecondition(f"version {version} of {record_id} is not above "
+                                         f"the current {self._current(record_id)}")
 
     # --- documents -------------------------------------------------------------------------
 

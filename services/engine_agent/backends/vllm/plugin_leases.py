@@ -45,7 +45,7 @@ class _Lease:
 
 
 @dataclass(slots=True)
-class LeaseBook:
+class HeldLeases:
     """Lease state of one engine core (lives in the engine-core process)."""
 
     leases: dict[str, _Lease] = field(default_factory=dict)
@@ -59,11 +59,11 @@ class LeaseBook:
     last_step: tuple[float, int, list[str]] | None = None  # (t, tokens, request ids)
 
 
-def book(core: Any) -> LeaseBook:
+def book(core: Any) -> HeldLeases:
     """The core's lease book, created on first use."""
     lb = getattr(core, _LEASES_ATTR, None)
     if lb is None:
-        lb = LeaseBook()
+        lb = HeldLeases()
         setattr(core, _LEASES_ATTR, lb)
     return lb
 
@@ -86,7 +86,7 @@ def leased_blocks(core: Any) -> int:
 # ---- release and expiry -------------------------------------------------------------------
 
 
-def _release(core: Any, lb: LeaseBook, lease_id: str) -> int:
+def _release(core: Any, lb: HeldLeases, lease_id: str) -> int:
     lease = lb.leases.pop(lease_id, None)
     if lease is None:
         return 0
@@ -103,7 +103,7 @@ def _release(core: Any, lb: LeaseBook, lease_id: str) -> int:
     return sum(len(g) for g in lease.blocks)
 
 
-def _unbind(lb: LeaseBook, lease_id: str, lease: _Lease) -> str | None:
+def _unbind(lb: HeldLeases, lease_id: str, lease: _Lease) -> str | None:
     """Drop a lease's binding; the request id it was bound under (None: it was not)."""
     bound_as, lease.bound = lease.bound, None
     if bound_as is not None and lb.bound.get(bound_as) == lease_id:
@@ -255,7 +255,7 @@ def _engine_request_id(core: Any, request_id: str) -> str | None:
     return next((rid for rid in requests if len(rid) == size and rid.startswith(prefix)), None)
 
 
-def _bound_key(lb: LeaseBook, engine_id: str) -> str | None:
+def _bound_key(lb: HeldLeases, engine_id: str) -> str | None:
     """The id a lease was bound under: the engine id itself, or ours before AsyncLLM's suffix."""
     if engine_id in lb.bound:
         return engine_id
@@ -268,7 +268,7 @@ def _request_blocks(core: Any, engine_id: str) -> tuple[list[Any], ...]:
     return manager(core).coordinator.get_blocks(engine_id)
 
 
-def _hand_off(core: Any, lb: LeaseBook, lease_id: str, engine_id: str) -> None:
+def _hand_off(core: Any, lb: HeldLeases, lease_id: str, engine_id: str) -> None:
     """Release the lease iff the request references every leased block; record the outcome."""
     lease = lb.leases[lease_id]
     bound_as = _unbind(lb, lease_id, lease)
@@ -390,7 +390,7 @@ LEASE_UTILITIES = (
 )
 
 __all__ = [
-    "LEASE_UTILITIES", "LeaseBook", "block_digest", "block_size", "book", "grant",
+    "LEASE_UTILITIES", "HeldLeases", "block_digest", "block_size", "book", "grant",
     "hand_off_scheduled", "leased_blocks", "manager", "measure_kappa", "renew", "sweep",
     "sweep_after_step",
 ]

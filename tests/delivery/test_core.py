@@ -25,9 +25,9 @@ from services.common.values.generation import (
 from services.common.values.leases import InventoryView, ResultKey
 from services.delivery.client import DeliveryClient
 from services.delivery.config import DeliverySettings
+from services.delivery.core import DeliveryCore, Readiness, Received, ToolResult
 from services.delivery.sender import Sender
 from services.delivery.server import build_runtime as build_delivery
-from services.delivery.service import DeliveryCore, Readiness, Received, ToolResult
 from services.engine_agent.backends.sim import SimBackend
 from services.engine_agent.client import EngineAgentClient
 from services.engine_agent.config import EngineAgentSettings

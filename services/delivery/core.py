@@ -7,7 +7,7 @@ frame to the sender; a resubmission with the same payload waits for that same de
 runs the continuation twice; another payload for the same key is refused. Finished deliveries are
 remembered (bounded) so a resubmission after completion gets the same answer. A delivery that
 fails (the engine unreachable, a deadline) is forgotten, so the harness, which still holds its
-observation, can submit it again. No gRPC here: the engines sit behind ``EnginePort``.
+observation, can submit it again. No gRPC here: the engines sit behind ``ResultEnginePort``.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Delivered:
     promoted: bool = False  # its commitment departed from Cache-first (quota turnover)
 
 
-class EnginePort(Protocol):
+class ResultEnginePort(Protocol):
     """One engine agent's LADS calls, as the core needs them (``EngineLink`` over gRPC)."""
 
     engine_id: str
@@ -139,9 +139,9 @@ class _Entry:
 
 
 class DeliveryCore:
-    """Idempotent tool-result delivery over a ``Sender`` and one ``EnginePort`` per engine."""
+    """Idempotent tool-result delivery over a ``Sender`` and one ``ResultEnginePort`` per engine."""
 
-    def __init__(self, engines: Mapping[str, EnginePort], make_sender: SenderFactory, *,
+    def __init__(self, engines: Mapping[str, ResultEnginePort], make_sender: SenderFactory, *,
                  remember: int = MAX_REMEMBERED, max_pending: int = MAX_PENDING) -> None:
         self.engines = dict(engines)
         receive: Receive = self._receive
@@ -179,7 +179,7 @@ class DeliveryCore:
 
     # -- the three calls -------------------------------------------------------------------
 
-    def engine(self, engine_id: str) -> EnginePort:
+    def engine(self, engine_id: str) -> ResultEnginePort:
         """The engine named ``engine_id``, or the only one when it is empty."""
         if not self.engines:
             raise FailedPrecondition("no engine agents are configured (setting engines)")
@@ -235,7 +235,7 @@ class DeliveryCore:
 
     # -- the flow --------------------------------------------------------------------------
 
-    def _begin(self, result: ToolResult, port: EnginePort, payload_digest: str) -> _Entry:
+    def _begin(self, result: ToolResult, port: ResultEnginePort, payload_digest: str) -> _Entry:
         if self._closed:
             raise Unavailable("delivery is shutting down")
         if len(self._pending) >= self.max_pending:
@@ -249,7 +249,7 @@ class DeliveryCore:
                                          name=f"delivery-ready-{result.key}")
         return entry
 
-    async def _ready(self, result: ToolResult, port: EnginePort, entry: _Entry) -> None:
+    async def _ready(self, result: ToolResult, port: ResultEnginePort, entry: _Entry) -> None:
         """ResultReady on the engine, then the frame into the sender's inventory."""
         try:
             ready = await port.result_ready(result.key, result.history, entry.payload_digest,
@@ -329,5 +329,5 @@ async def _quietly(withdrawal: Awaitable[bool]) -> None:
         log.info("engine withdrawal failed: %s", exc)
 
 
-__all__ = ["MAX_PENDING", "MAX_REMEMBERED", "Delivered", "DeliveryCore", "EnginePort",
+__all__ = ["MAX_PENDING", "MAX_REMEMBERED", "Delivered", "DeliveryCore", "ResultEnginePort",
            "Readiness", "Received", "ToolResult"]
