@@ -3,14 +3,16 @@ published about them (``papers/lads.txt`` §3.4–3.7; DESIGN.md §3 engine_agen
 
 Mechanism only: tracking a result, granting, ending and retiring a lease, draining handoffs,
 counting references, and publishing budget and lease records to listeners. When to grant, expire
-or revoke is the policy of ``lease_provider.py``, which owns one book and calls down into it.
+or revoke is the policy of ``provider.py``, which owns one book and calls down into it through
+the methods below; the book's state is its own (``pending`` is a read-only view).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from services.common.values.errors import InvalidArgument
 from services.common.values.leases import BudgetRecord, LeaseRecord, LeaseState, ResultKey
@@ -36,15 +38,15 @@ class LeaseBook:
                  settings: LeaseSettings, clock: Callable[[], float]) -> None:
         self.port, self.engine_id, self.settings = port, engine_id, settings
         self._tokenize, self._clock = tokenize, clock
-        self.pending: dict[ResultKey, Pending] = {}
+        self._pending: dict[ResultKey, Pending] = {}
         self._by_lease: dict[str, Pending] = {}
         self._outstanding: dict[str, int] = {}  # lease id -> references not yet released
         self.tools = ToolTimes(settings.ttl_alpha)
         self._listeners: list[Callable[[Record], None]] = []
         self._ids = itertools.count(1)
         self._generation = 0
-        self.budget = Budget(0, 0, 0, 0)  # B(t), set by the provider's evaluation
-        self.tick = Tick()
+        self._budget = Budget(0, 0, 0, 0)  # B(t), set by the provider's evaluation
+        self._tick = Tick()
         self.stats = LeaseStats()
         self.last_budget: BudgetRecord | None = None
 
@@ -52,6 +54,45 @@ class LeaseBook:
         """Call ``listener`` with every record published; returns the unsubscribe function."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    # --- the provider's evaluation ---------------------------------------------------------------
+
+    @property
+    def pending(self) -> Mapping[ResultKey, Pending]:
+        """The pending results, by key (a read-only view)."""
+        return MappingProxyType(self._pending)
+
+    def get(self, key: ResultKey) -> Pending | None:
+        """The pending result of ``key``, if tracked."""
+        return self._pending.get(key)
+
+    @property
+    def budget(self) -> Budget:
+        """B(t), as the provider's last evaluation set it."""
+        return self._budget
+
+    def set_budget(self, budget: Budget) -> None:
+        """Take the provider's evaluation of B(t)."""
+        self._budget = budget
+
+    def start(self, now: float) -> None:
+        """Start integrating the budget's time-weighted terms at ``now``."""
+        self._tick.at = now
+
+    def begin_denials(self) -> None:
+        """Start a new replenishment: the denials of the last one are forgotten."""
+        self._tick.denied = []
+
+    def deny(self, key: ResultKey) -> None:
+        """Record that B(t) denied ``key`` protection in this replenishment (evidence)."""
+        self._tick.denied.append(key)
+
+    async def release_all(self) -> None:
+        """End every lease (released) and forget every pending result (shutdown)."""
+        await self.drain_handoffs()
+        for pending in list(self._pending.values()):
+            await self.end_lease(pending, LeaseState.RELEASED)
+        self._pending.clear()
 
     # --- results and leases ------------------------------------------------------------------
     @property
@@ -61,7 +102,7 @@ class LeaseBook:
 
     def protected_blocks(self) -> frozenset[int]:
         """The blocks referenced by live leases."""
-        held = [p.lease.blocks for p in self.pending.values() if p.held and p.lease]
+        held = [p.lease.blocks for p in self._pending.values() if p.held and p.lease]
         return frozenset().union(*held) if held else frozenset()
 
     async def track(self, key: ResultKey, history: str, payload_digest: str) -> Pending:
@@ -72,7 +113,7 @@ class LeaseBook:
         prefix = await self.port.resident(ids)
         pending = Pending(key, self._clock(), next(self._ids), ids, payload_digest, prefix,
                            cold=not prefix.block_ids)
-        self.pending[key] = pending
+        self._pending[key] = pending
         return pending
 
     def describe(self, p: Pending) -> Descriptor:
@@ -99,7 +140,7 @@ class LeaseBook:
         self.stats.regrants += not first
         self.stats.added_refs += len(p.prefix.block_ids)
         self._outstanding[lease_id] = len(p.prefix.block_ids)
-        if self.settings.mode == "lads" and self.protected > self.budget.target:
+        if self.settings.mode == "lads" and self.protected > self._budget.target:
             self.stats.grants_over_target += 1
         self._emit_lease(p, now)
         return True
@@ -136,7 +177,7 @@ class LeaseBook:
 
     def forget(self, p: Pending) -> None:
         """Stop tracking ``p``."""
-        self.pending.pop(p.key, None)
+        self._pending.pop(p.key, None)
         self.tools.forget(p.key)
         if p.lease is not None:
             self._by_lease.pop(p.lease.lease_id, None)
@@ -144,7 +185,7 @@ class LeaseBook:
     # --- records -----------------------------------------------------------------------------
     def integrate(self, now: float) -> None:
         """Add U(t) over the time since the last tick to the protection integral."""
-        tick = self.tick
+        tick = self._tick
         self.stats.protection_block_s += tick.protected * max(0.0, now - tick.at)
         tick.at = now
         tick.protected = self.protected
@@ -152,17 +193,17 @@ class LeaseBook:
     def publish(self, now: float, state: PoolState) -> BudgetRecord:
         """Publish a budget record for this evaluation and a record per live lease."""
         self._generation += 1
-        protected = self.tick.protected = self.protected
-        b = self.budget
+        protected = self._tick.protected = self.protected
+        b = self._budget
         record = BudgetRecord(
             self.engine_id, self._generation, now, b.target, protected,
             max(b.target, protected), state.free_blocks, self.settings.headroom_blocks,
-            b.demand, tuple(self.tick.denied), state.waiting, state.running, state.max_running,
+            b.demand, tuple(self._tick.denied), state.waiting, state.running, state.max_running,
             state.kappa_s)
         self.last_budget = record
         self._emit(record)
         exclusive = self._exclusive()
-        for p in self.pending.values():
+        for p in self._pending.values():
             if p.held:
                 self._emit(self._lease_record(p, now, exclusive))
         return record
@@ -173,7 +214,7 @@ class LeaseBook:
 
     def _exclusive(self) -> dict[str, int]:
         """E_i of every live lease."""
-        return exclusive_blocks({q.lease.lease_id: q.lease.blocks for q in self.pending.values()
+        return exclusive_blocks({q.lease.lease_id: q.lease.blocks for q in self._pending.values()
                                  if q.held and q.lease is not None})
 
     def _lease_record(self, p: Pending, now: float, exclusive: dict[str, int]) -> LeaseRecord:

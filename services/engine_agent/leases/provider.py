@@ -17,7 +17,7 @@ per-tool moving average of the tool's duration, only when that estimate is under
 ``none`` mode only answers the readiness lookup (the cache hint) and leases nothing.
 
 This module holds the policy (when to grant, expire and revoke); its ``LeaseBook``
-(``lease_book.py``) holds the pending results, their leases and the records published about them.
+(``book.py``) holds the pending results, their leases and the records published about them.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class LeaseProvider:
     async def start(self) -> None:
         """Start the periodic evaluation; idempotent."""
         if self._task is None:  # in every mode: budget records carry the engine's feedback
-            self._book.tick.at = self._clock()
+            self._book.start(self._clock())
             self._task = asyncio.get_running_loop().create_task(self._run(), name="leases")
 
     async def close(self) -> None:
@@ -85,10 +85,7 @@ class LeaseProvider:
             task.cancel()
             await asyncio.wait([task])
         async with self._lock:
-            await self._book.drain_handoffs()
-            for pending in list(self._book.pending.values()):
-                await self._book.end_lease(pending, LeaseState.RELEASED)
-            self._book.pending.clear()
+            await self._book.release_all()
 
     async def _run(self) -> None:
         while True:
@@ -130,7 +127,7 @@ class LeaseProvider:
         """The tool result is ready: evaluate, try a lease, describe the prefix to the sender."""
         self._book.tools.finished(key, self._clock())
         async with self._lock:
-            pending = self._book.pending.get(key)
+            pending = self._book.get(key)
             if pending is not None and pending.payload_digest not in ("", payload_digest):
                 raise FailedPrecondition(f"result {key} is already pending with another payload")
             if pending is None:
@@ -147,7 +144,7 @@ class LeaseProvider:
         True when a held lease was bound; the continuation runs either way (never lost).
         """
         async with self._lock:
-            pending = self._book.pending.get(key)
+            pending = self._book.get(key)
             if pending is None:
                 raise NotFound(f"no pending result {key} on engine {self.engine_id}")
             if payload_digest != pending.payload_digest:
@@ -163,7 +160,7 @@ class LeaseProvider:
         """The continuation got its first allocation: the result is no longer pending."""
         async with self._lock:
             await self._book.drain_handoffs()
-            pending = self._book.pending.get(key)
+            pending = self._book.get(key)
             if pending is None:
                 return
             pending.allocated = True
@@ -174,7 +171,7 @@ class LeaseProvider:
         """The result was cancelled (or its workflow died): release its lease, forget it."""
         async with self._lock:
             await self._book.drain_handoffs()
-            pending = self._book.pending.get(key)
+            pending = self._book.get(key)
             if pending is None:
                 return False
             await self._book.end_lease(pending, LeaseState.RELEASED)
@@ -208,7 +205,7 @@ class LeaseProvider:
             revoked = self.stats.revocations
             state = await self._revoke_for_headroom(state)
             await self._refresh_prefixes()
-            self._book.budget = self._evaluate_budget(now, state)
+            self._book.set_budget(self._evaluate_budget(now, state))
             if self.stats.revocations == revoked and not self._short(state):
                 state = await self._replenish(now, state)  # never grant what was just revoked
         record = self._book.publish(now, state)
@@ -233,7 +230,7 @@ class LeaseProvider:
 
     async def _replenish(self, now: float, state: PoolState) -> PoolState:
         """FIFO grants under B(t) and the headroom; budget denials are recorded as evidence."""
-        self._book.tick.denied = []
+        self._book.begin_denials()
         free = state.free_blocks
         for p in sorted(self._book.pending.values(), key=lambda p: (p.ready_at, p.key, p.seq)):
             if p.held or p.cold or p.allocated or not p.prefix.block_ids:
@@ -246,7 +243,7 @@ class LeaseProvider:
             delta = len(blocks - protected)
             takes = len((blocks & p.prefix.free) - protected)
             if len(protected) + delta > self._book.budget.target:
-                self._book.tick.denied.append(p.key)
+                self._book.deny(p.key)
                 self.stats.denials += 1
                 continue
             if free - takes < self.settings.headroom_blocks:

@@ -10,13 +10,14 @@ A demand whose name matches exactly one promotable fill step promotes that step'
 name and fresh read-set, checked atomically by the library; ``promotion.py`` says which steps
 count: never a settled exclusive branch's loser), waiting a bounded interval when the step is
 still running; chained steps are promoted one demand at a time. Anything that goes wrong leaves
-the demand to run normally (DESIGN.md §5.6). Across gateway replicas, ``ReplicaLink``
-(``replicas.py``) claims other replicas' shadows and follows this gateway's held fills.
+the demand to run normally (DESIGN.md §5.6). Across gateway replicas, the manager claims other
+replicas' shadows and follows this gateway's held fills (its "across gateway replicas" part).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -29,7 +30,7 @@ from opentelemetry.trace import Tracer
 from services.common.values import clock
 from services.common.values.candidates import FillEstimate, RankedCandidate
 from services.common.values.errors import InvalidArgument
-from services.common.values.reads import Served
+from services.common.values.reads import HoldEvent, HoldNotice, Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
 from services.gateway.execution import Executor
@@ -37,12 +38,12 @@ from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
 from services.gateway.speculation.promotion import PROMOTION_COUNTERS, Promotions
-from services.gateway.speculation.replicas import ReplicaLink
 from services.gateway.speculation.state import (
     Branch,
     BranchSettings,
     Fill,
     FillStep,
+    scope_of,
 )
 from services.gateway.templates import DecisionPoint, Stage, StageKind, Template, Window
 from services.gateway.values import Demand
@@ -70,10 +71,7 @@ class BranchManager:
                          "promoted_elsewhere": 0, "claimed_elsewhere": 0,
                          "skipped_library_down": 0, **PROMOTION_COUNTERS}
         self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort)
-        self.replicas = ReplicaLink(executor, library, settings, self._by_workflow, self.counters,
-                                    resolve=self._resolve, abort=self._abort, spawn=self._spawn,
-                                    outcome=self.promotions.outcome)
-        self.fills = FillRunner(executor, library, settings, tracer, hold=self.replicas.hold)
+        self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold)
 
     # -- entry from the canonical path -------------------------------------------------------
 
@@ -115,16 +113,97 @@ class BranchManager:
         except TimeoutError:
             pass
 
-    # -- across gateway replicas: ``ReplicaLink`` --------------------------
+    # -- across gateway replicas (dynbranch §3.3, DESIGN.md §4) --------------------------------
+    # A workflow's demands may reach a replica other than the one that opened its branch. The
+    # library links them: each running fill step's placeholder is held in the workflow's scope,
+    # another replica's demand claims the step's shadow through that scope, and a demand for a
+    # first stage of the branch's subgraph settles the scope. This manager is both sides of that
+    # exchange: it claims other replicas' shadows for this gateway's demands, and follows this
+    # gateway's holds to learn what other replicas did with its shadows.
 
     def claimable(self, d: Demand, stage: Stage, name: ReuseName | None) -> bool:
-        """Whether another replica may hold the branch this demand belongs to."""
-        return self.replicas.claimable(d, stage, name)
+        """Whether another replica may hold the branch this demand belongs to: a stage that a
+        decision point of its template fills, in a workflow with no branch here at such a
+        point (a branch here is this workflow's: its fills were matched locally)."""
+        if name is None or not d.workflow_id:
+            return False
+        points = [p for p in self.executor.registry.get(d.template_id).decisions
+                  if _fills(p, stage.id)]
+        if not points:
+            return False
+        return not any(b.template.id == d.template_id and _fills(b.point, stage.id)
+                       for b in self._by_workflow.get((d.tenant, d.workflow_id), ()))
 
     async def claim_elsewhere(self, d: Demand, stage: Stage, name: ReuseName,
                               timeout_s: float) -> Served | None:
-        """Promote another replica's shadow under ``name`` for this demand's workflow."""
-        return await self.replicas.claim_elsewhere(d, stage, name, timeout_s)
+        """Promote another replica's shadow under ``name`` for this demand's workflow, waiting
+        a bounded interval while its fill still runs (its placeholder is held in the library);
+        None on a miss. A first stage of a branch's subgraph also settles the workflow's held
+        fills, so the replica that opened the branch resolves it and aborts its losers."""
+        claimed = await self.library.claim(name, scope_of(d.tenant, d.workflow_id),
+                                           min(self.settings.fill_wait_s, timeout_s))
+        if claimed is not None:
+            self.counters["claimed_elsewhere"] += 1
+        template = self.executor.registry.get(d.template_id)
+        if any(_starts(p, stage.id) for p in template.decisions):
+            keep = (claimed.branch_id, claimed.candidate) if claimed is not None else ("", "")
+            self._spawn(self._settle_scope(d, stage, *keep), f"settle:{d.workflow_id}")
+        return Served(claimed.result, claimed.cost_s) if claimed is not None else None
+
+    async def _settle_scope(self, d: Demand, stage: Stage, keep_branch: str,
+                            keep_candidate: str) -> None:
+        await self.library.settle_scope(scope_of(d.tenant, d.workflow_id), d.template_id,
+                                        stage.id, keep_branch, keep_candidate)
+
+    def hold(self, branch: Branch, fill: Fill, step: FillStep) -> None:
+        """Hold a fill step's placeholder while its branch lives (the fill runner's ``hold``)."""
+        if branch.retired:
+            return
+        step.hold = self._spawn(self._follow_hold(branch, fill, step), f"hold:{branch.id}")
+
+    async def _follow_hold(self, branch: Branch, fill: Fill, step: FillStep) -> None:
+        """Hold the step's placeholder; learn what other replicas did with its shadow."""
+        assert step.name is not None
+        events = self.library.hold(step.name, branch.id, fill.candidate,
+                                   scope_of(branch.tenant, branch.workflow_id),
+                                   self.settings.branch_ttl_s)
+        async with contextlib.aclosing(events):
+            async for notice in events:
+                if notice.kind is HoldEvent.PROMOTED:
+                    self._promoted_elsewhere(branch, fill, step)
+                    return
+                if notice.kind is HoldEvent.SETTLED and self._settled(branch, fill, notice):
+                    return
+
+    def _settled(self, branch: Branch, fill: Fill, notice: HoldNotice) -> bool:
+        """Apply a settlement heard through the library; True when ``fill`` lost (its hold
+        ends; an independent branch's loser keeps its shadow, and its hold, until expiry)."""
+        if notice.stage_id:  # a replica demanded a first stage of this workflow
+            if (branch.resolved or notice.template_id != branch.template.id
+                    or notice.stage_id not in branch.first_stages()):
+                return False
+            keep = notice.keep_candidate if notice.keep_branch == branch.id else ""
+            self._resolve(branch, keep)
+            return branch.exclusive and keep != fill.candidate
+        if not branch.resolved:  # the branch itself was settled against this candidate
+            self._abort(fill, "settled by another gateway")
+        return True
+
+    def _promoted_elsewhere(self, branch: Branch, fill: Fill, step: FillStep) -> None:
+        """Another replica's demand promoted the step: credit the fill, resolve the branch."""
+        if step.claimed or step.claiming:
+            return  # promoted by a demand on this gateway: counted there
+        step.claimed = True
+        fill.promoted.append(step.producer)
+        branch.saved_s += step.cost_s
+        self.counters["stages_promoted"] += 1
+        self.counters["promoted_elsewhere"] += 1
+        if not fill.consumed:
+            fill.consumed = True
+            self.counters["fills_consumed"] += 1
+        if not branch.resolved and fill.steps and fill.steps[0] is step:
+            self._resolve(branch, fill.candidate)
+        self.promotions.outcome(branch, fill, step, "promoted")
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -365,6 +444,19 @@ class BranchManager:
             self._retire(branch)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _fills(point: DecisionPoint, stage_id: str) -> bool:
+    """Whether a candidate chain of ``point`` runs ``stage_id``."""
+    chains = (point.subgraph, *(c for _, c in point.per_candidate))
+    return any(step.stage == stage_id for chain in chains for step in chain)
+
+
+def _starts(point: DecisionPoint, stage_id: str) -> bool:
+    """Whether ``stage_id`` starts a candidate chain of ``point`` (its demand resolves it)."""
+    chains = (point.subgraph, *(c for _, c in point.per_candidate))
+    return any(chain and chain[0].stage == stage_id for chain in chains)
+
 
 
 __all__ = ["Branch", "BranchManager", "BranchSettings", "Fill", "FillStep"]
