@@ -165,6 +165,7 @@ class VirtualLibrary:
     def __init__(self, library: AsyncSubgraphLibrary, hop_s: float) -> None:
         self.library = library
         self.hop_s = hop_s
+        self.resyncs = 0  # in-process: never lost
 
     def available(self) -> bool:
         return True

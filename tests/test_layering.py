@@ -324,6 +324,19 @@ def test_the_gateway_demand_path_only_imports_downward() -> None:
     assert upward_imports(graph()) == []
 
 
+def speculation_entries(g: Graph) -> list[str]:
+    """The demand path (``stages``, ``execution``) importing speculation: it reaches early fill
+    only through ``ports.SpeculationPort``, called once per demand."""
+    return [f"{src} -> {dst}" for src in ("services.gateway.stages", "services.gateway.execution")
+            for dst in sorted(g.get(src, ())) if dst.startswith("services.gateway.speculation")]
+
+
+def test_the_demand_path_reaches_speculation_only_through_its_port() -> None:
+    assert speculation_entries(graph()) == []
+    assert speculation_entries(_with(("services.gateway.stages",
+                                      "services.gateway.speculation.branches")))
+
+
 def test_every_gateway_module_has_a_layer_and_every_package_a_docstring() -> None:
     assert unlayered(modules()) == []
     for init in SERVICES.rglob("__init__.py"):
@@ -339,7 +352,7 @@ def _with(edge: tuple[str, str], g: Graph | None = None) -> dict[str, frozenset[
 
 
 def test_a_planted_cycle_is_caught_in_services_and_in_loadgen() -> None:
-    bad = _with(("services.gateway.speculation.branches", "services.gateway.stages"))
+    bad = _with(("services.gateway.execution", "services.gateway.stages"))
     assert any("services.gateway.stages" in c for c in cycles(bad))
     assert upward_imports(bad)
     loop = _with(("loadgen.bench.fault_report", "loadgen.bench.faults"))

@@ -1,12 +1,19 @@
 """The gateway's composition root, protocol-free: demands in, answers out; templates, writes and
-branch settlements. The gRPC servicer and the OpenAI-compatible HTTP front both call this."""
+branch settlements. The gRPC servicer and the OpenAI-compatible HTTP front call only this
+object's methods.
+
+One demand flows one way: the edge resolves its stage into the ``Demand`` (``stage``),
+``call`` checks it and hands it to the demand path (``stages.StageService``), which calls
+speculation once and the library and engines below it. Nothing below calls up into the core:
+the core reads what it must act on (a served result refused as stale, a library that came back
+from a restart) from counters after each demand and write, and schedules a reconcile then."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -14,7 +21,14 @@ from services.common.values.errors import InvalidArgument, PayloadTooLarge, Reso
 from services.gateway.ports import EnginePort, LibraryPort
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.stages import StageService
-from services.gateway.templates import StageKind, Template, TemplateRegistry, parse_template
+from services.gateway.templates import (
+    DecisionPoint,
+    Stage,
+    StageKind,
+    Template,
+    TemplateRegistry,
+    parse_template,
+)
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.corpus import Corpus, Document
 from services.gateway.values import Answer, Demand, unknown_model
@@ -40,6 +54,18 @@ class Limits:
     max_in_flight: int = 4096
 
 
+@dataclass(frozen=True, slots=True)
+class CoreStats:
+    """Counters of the core's parts, for metrics (read at scrape time)."""
+
+    branches: dict[str, int] = field(default_factory=dict)
+    #: The library's name mirror: (synced, lookups skipped); None without one.
+    mirror: tuple[bool, int] | None = None
+    #: A sharded library's shards: (target, trusted); None when not sharded.
+    shards: tuple[tuple[str, bool], ...] | None = None
+    library: dict[str, int] = field(default_factory=dict)
+
+
 class GatewayCore:
     """Everything the gateway does, behind the wire formats."""
 
@@ -61,6 +87,48 @@ class GatewayCore:
         #: Demands being answered now, and demands refused because ``max_in_flight`` were.
         self.in_flight = 0
         self.refused_overload = 0
+        #: What the core last saw of the library's restarts and of stale refusals.
+        self._resyncs_seen = library.resyncs if library is not None else 0
+        self._stale_seen = 0
+
+    # -- what the edges ask ---------------------------------------------------------------------
+
+    def stage(self, template_id: str, stage_id: str) -> Stage:
+        """The registered stage ``template_id``/``stage_id`` (``NotFound`` names what is
+        missing): how an edge resolves a demand's stage into the ``Demand``."""
+        return self.registry.get(template_id).stage(stage_id)
+
+    def decisions(self, template_id: str) -> tuple[DecisionPoint, ...]:
+        """The decision points of a registered template."""
+        return tuple(self.registry.get(template_id).decisions)
+
+    def models(self) -> set[str]:
+        """Models served by at least one engine."""
+        return self.engines.models()
+
+    def reuse_name(self, d: Demand) -> str:
+        """The reuse name the demand path derives for ``d`` ("" when it has none)."""
+        executor = self.stages.executor
+        d = executor.resolved(d)
+        return str(executor.demand_name(d, d.stage) or "")
+
+    async def locate_history(self, affinity_key: str, model: str, history: str,
+                             timeout_s: float) -> str:
+        """The engine holding a workflow's history (``EnginePort.locate_history``)."""
+        return await self.engines.locate_history(affinity_key, model, history, timeout_s)
+
+    def stats(self) -> CoreStats:
+        """Branch and library counters (metrics)."""
+        mirror = getattr(self.library, "mirror", None)
+        shards = getattr(self.library, "shards", None)
+        return CoreStats(
+            branches=dict(self.branches.counters) if self.branches is not None else {},
+            mirror=(mirror.synced, mirror.skipped) if mirror is not None else None,
+            shards=(tuple((s.target, s.trusted) for s in shards) if shards is not None
+                    else None),
+            library=dict(getattr(self.library, "counters", {})) if shards is not None else {})
+
+    # -- demands ----------------------------------------------------------------------------------
 
     def check(self, d: Demand) -> None:
         """Refuse a malformed demand, naming the field."""
@@ -75,12 +143,12 @@ class GatewayCore:
         if bool(d.template_id) != bool(d.stage_id):
             raise InvalidArgument("demand.stage_id" if d.template_id else "demand.template_id",
                                   "template_id and stage_id go together")
-        for field, items in (("inputs", d.inputs), ("outputs", d.outputs),
-                             ("offered", d.offered)):
+        for name, items in (("inputs", d.inputs), ("outputs", d.outputs),
+                            ("offered", d.offered)):
             if len(items) > self.limits.max_map_entries:
-                raise InvalidArgument(f"demand.{field}",
+                raise InvalidArgument(f"demand.{name}",
                                       f"at most {self.limits.max_map_entries} entries")
-        stage = self.stages.stage_of(d)
+        stage = d.stage
         if stage is None or stage.kind is StageKind.LLM:
             self.check_model(d.model)
             if d.sampling is None:
@@ -104,6 +172,7 @@ class GatewayCore:
 
         At ``limits.max_in_flight`` demands in flight, one more is refused at once with
         ``ResourceExhausted`` (gRPC RESOURCE_EXHAUSTED, HTTP 429): overload never queues."""
+        d = self.stages.executor.resolved(d)  # in-process callers; an edge resolved it already
         self.check(d)
         if self.in_flight >= self.limits.max_in_flight:
             self.refused_overload += 1
@@ -114,6 +183,16 @@ class GatewayCore:
             return await self.stages.run(d, timeout_s, on_delta)
         finally:
             self.in_flight -= 1
+            self._act_on_counters()
+
+    def _act_on_counters(self) -> None:
+        """Reconcile when the library came back from a restart or a served result was refused
+        as stale since the last look (the events the parts below report by counting)."""
+        resyncs = self.library.resyncs if self.library is not None else 0
+        stale = self.stages.refused_stale
+        if resyncs != self._resyncs_seen or stale != self._stale_seen:
+            self._resyncs_seen, self._stale_seen = resyncs, stale
+            self.schedule_reconcile()
 
     def register_template(self, text: str) -> Template:
         """Parse and register a YAML template; errors name the template and the path."""
@@ -134,6 +213,7 @@ class GatewayCore:
             raise InvalidArgument("upserts", "this gateway has no retrieval corpus")
         if self.library is None:
             raise InvalidArgument("record_ids", "this gateway has no library to invalidate")
+        self._act_on_counters()
         async with self._write_lock:
             written: list[RecordVersion] = []
             if upserts or removals:
@@ -251,4 +331,4 @@ class GatewayCore:
         await self.stages.close()
 
 
-__all__ = ["GatewayCore", "Limits"]
+__all__ = ["CoreStats", "GatewayCore", "Limits"]

@@ -13,6 +13,7 @@ path (``stages.StageService``) both build on. May import: ``services.common``, t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -146,11 +147,12 @@ class Executor:
 
     # -- names -------------------------------------------------------------------------------
 
-    def stage_of(self, d: Demand) -> Stage | None:
-        """The template stage a tagged demand names (None for untagged demands)."""
-        if not d.tagged:
-            return None
-        return self.registry.get(d.template_id).stage(d.stage_id)
+    def resolved(self, d: Demand) -> Demand:
+        """``d`` with the template stage it names (``NotFound`` for an unknown one); ``d``
+        itself when untagged or already resolved, so a demand is resolved once."""
+        if not d.tagged or d.stage is not None:
+            return d
+        return dataclasses.replace(d, stage=self.registry.get(d.template_id).stage(d.stage_id))
 
     def fingerprint(self, template_id: str, stage_id: str, stage_version: int, model: str,
                     sampling: Sampling | None, stage: Stage | None) -> StageFingerprint:

@@ -16,6 +16,7 @@ from services.common.values.chat import ToolCall
 from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
 from services.common.values.reads import Claimed, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName
+from services.gateway.values import Demand
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,11 @@ class LibraryPort(Protocol):
     async def write_seq(self) -> int:
         """The last version the library handed out (raises when unreachable)."""
 
+    #: Times the library came back from a loss that may have lost writes (a csl restart: its
+    #: name feed resubscribed); the core reconciles the corpus when it moves. 0 when the port
+    #: repairs itself (the sharded library) or cannot be lost (in-process).
+    resyncs: int
+
 
 class EnginePort(Protocol):
     """Engine agents as the gateway uses them."""
@@ -102,6 +108,31 @@ class EnginePort(Protocol):
         holds most of ``history``."""
 
 
+class Speculation(Protocol):
+    """What early fill (C2) holds for one demand (``SpeculationPort.speculate``'s answer): a
+    promoted fill step's result now, another replica's fill to claim after a library miss, and
+    where the demand's answer goes (fills that read the deciding stage's output start then)."""
+
+    #: A matching fill step's result, promoted for this demand; None when there is none.
+    served: Served | None
+
+    async def claim_elsewhere(self, timeout_s: float) -> Served | None:
+        """Promote another gateway replica's fill under the demand's name (waiting a bounded
+        interval while it still runs); None when there is none (or the demand is not one
+        another replica could hold)."""
+
+    def answered(self, text: str) -> None:
+        """The demand was answered with ``text``."""
+
+
+class SpeculationPort(Protocol):
+    """Early fill (C2) as the demand path calls it: once per demand, before the library."""
+
+    async def speculate(self, d: Demand, name: ReuseName | None,
+                        timeout_s: float) -> Speculation:
+        """Settle and open this demand's branches; promote a matching fill step."""
+
+
 class AdmissionPort(Protocol):
     """The admission service (C3) as the gateway uses it."""
 
@@ -125,4 +156,5 @@ class AdmissionPort(Protocol):
         retirement): what its fills saved, cost, and the waits that did not pay."""
 
 
-__all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort"]
+__all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort", "Speculation",
+           "SpeculationPort"]

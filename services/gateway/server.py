@@ -185,7 +185,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                                                 branch_ttl_s=settings.branch_ttl_s,
                                                 max_branches=settings.max_branches),
                                  runtime.tracer)
-    stages = StageService(executor=executor, library=library, branches=branches,
+    stages = StageService(executor=executor, library=library, speculation=branches,
                           tracer=runtime.tracer, max_pending_stores=settings.max_pending_stores)
     core = GatewayCore(registry=registry, stages=stages, branches=branches, library=library,
                        engines=engines, corpus=corpus,
@@ -193,8 +193,6 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                                      max_in_flight=settings.max_in_flight))
     runtime.on_close(core.close)
     if corpus is not None and library is not None:
-        library.on_resync = core.schedule_reconcile
-        stages.on_stale = core.schedule_reconcile
         await core.reconcile_at_start()
     return core
 

@@ -34,27 +34,26 @@ class CoreCollector(Collector):
         self.core = core
 
     def collect(self):  # type: ignore[no-untyped-def]  # noqa: ANN201
-        branches = self.core.branches
-        for key, value in (branches.counters.items() if branches is not None else ()):
+        stats = self.core.stats()
+        for key, value in stats.branches.items():
             yield CounterMetricFamily(f"dynbranch_gateway_branch_{key}",
                                       f"Branch lifecycle count: {key}", value=value)
-        mirror = getattr(self.core.library, "mirror", None)
-        if mirror is not None:
+        if stats.mirror is not None:
+            synced, skipped = stats.mirror
             yield GaugeMetricFamily("dynbranch_gateway_name_mirror_synced",
                                     "1 when the library name mirror is synced",
-                                    value=int(mirror.synced))
+                                    value=int(synced))
             yield CounterMetricFamily("dynbranch_gateway_lookups_skipped",
                                       "Library lookups skipped by the name mirror",
-                                      value=mirror.skipped)
-        shards = getattr(self.core.library, "shards", None)
-        if shards is not None:  # a sharded library: which shards serve, and their repairs
+                                      value=skipped)
+        if stats.shards is not None:  # a sharded library: which shards serve, and their repairs
             trusted = GaugeMetricFamily("dynbranch_gateway_csl_shard_trusted",
                                         "1 while a csl shard serves (0: under suspicion)",
                                         labels=["shard"])
-            for shard in shards:
-                trusted.add_metric([shard.target], int(shard.trusted))
+            for target, is_trusted in stats.shards:
+                trusted.add_metric([target], int(is_trusted))
             yield trusted
-            for key, value in self.core.library.counters.items():
+            for key, value in stats.library.items():
                 yield CounterMetricFamily(f"dynbranch_gateway_csl_shard_{key}",
                                           f"Sharded library count: {key}", value=value)
 
@@ -94,10 +93,9 @@ def trace_parent(metadata, tenant: str, workflow_id: str):  # noqa: ANN001, ANN2
 
 def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDemand) -> Demand:
     """A validated core demand from the wire (sampling checked for llm stages only)."""
-    is_tool = False
-    if msg.template_id and msg.stage_id:
-        stage = core.registry.get(msg.template_id).stage(msg.stage_id)
-        is_tool = stage.kind is StageKind.TOOL
+    stage = core.stage(msg.template_id, msg.stage_id) if msg.template_id and msg.stage_id \
+        else None
+    is_tool = stage is not None and stage.kind is StageKind.TOOL
     if not is_tool:
         core.check_model(msg.model)
     sampling = None if is_tool else sampling_from_proto(
@@ -108,7 +106,7 @@ def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDeman
         workflow_id=msg.workflow_id, agent_id=msg.agent_id, template_id=msg.template_id,
         stage_id=msg.stage_id, stage_version=msg.stage_version,
         inputs=tuple(sorted(msg.inputs.items())), outputs=tuple(sorted(msg.outputs.items())),
-        offered=tuple(msg.offered), observation=msg.observation)
+        offered=tuple(msg.offered), observation=msg.observation, stage=stage)
 
 
 def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
@@ -192,7 +190,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         forwarded.CopyFrom(request)
         forwarded.key.workflow_id = scoped
         if not forwarded.engine_id:
-            forwarded.engine_id = await self.core.engines.locate_history(
+            forwarded.engine_id = await self.core.locate_history(
                 scoped, request.model, request.history, deadline(context, 0.5, cap_s=0.5))
         try:
             return await self.delivery.deliver(forwarded, timeout_s=deadline(context, 600.0))

@@ -1,9 +1,12 @@
 """The canonical demand path: one stage demand from the core down to an answer (DESIGN.md §3).
 
 ``StageService.run`` is the gateway's hot path, top to bottom: derive the reuse name
-(``execution``); let speculation promote a matching shadow or wait briefly for a matching fill
-(``speculation``, C2); probe the library (C1); otherwise execute (``execution``) and store the
-result with its read-set. Stores run in owned background tasks so an answer never waits for
+(``execution``); call speculation once (``ports.SpeculationPort``, C2), which may promote a
+matching shadow or wait briefly for a matching fill; probe the library (C1); after a miss, claim
+another replica's fill if speculation said one may hold it; otherwise execute (``execution``)
+and store the result with its read-set; tell speculation the answer. Nothing here calls up into
+the core: a served result refused as stale is counted (``refused_stale``), and the core acts on
+the count. Stores run in owned background tasks so an answer never waits for
 them; a demand for a name whose store is still in flight awaits that store first.
 
 Single-flight (with C1 on): a demand whose exact reuse name is executing canonically on this
@@ -36,8 +39,7 @@ from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
 from services.gateway.execution import Executor, StageRun
-from services.gateway.ports import LibraryPort
-from services.gateway.speculation.branches import BranchManager
+from services.gateway.ports import LibraryPort, Speculation, SpeculationPort
 from services.gateway.templates import Stage
 from services.gateway.values import (
     ZERO_TIMINGS,
@@ -57,35 +59,27 @@ class StageService:
     """Runs stage demands for the gateway: speculation, library, execution, store."""
 
     def __init__(self, *, executor: Executor, library: LibraryPort,
-                 branches: BranchManager | None, tracer: Tracer,
+                 speculation: SpeculationPort | None, tracer: Tracer,
                  max_pending_stores: int = 4096) -> None:
         self.executor = executor
         self.library = library
-        self.branches = branches
         self.features = executor.features
+        #: Early fill (C2), when on.
+        self.speculation = speculation if self.features.c2 else None
         self.tracer = tracer
         self._stores: dict[ReuseName, asyncio.Task[bool]] = {}
         #: Stores in flight at most; past it a result is answered but not stored (counted in
         #: ``stores_dropped``): a store only saves later work, so it is the thing to shed.
         self.max_pending_stores = max_pending_stores
         self.stores_dropped = 0
-        #: Served results refused because a corpus record they read moved on since.
+        #: Served results refused because a corpus record they read moved on since (the core
+        #: reconciles the csl with the corpus when this moves).
         self.refused_stale = 0
-        #: Called on such a refusal (the gateway reconciles the csl with the corpus).
-        self.on_stale: Callable[[], None] | None = None
         #: Canonical executions running now, by tenant and reuse name; each resolves to its
         #: run when storable, else None (single-flight, module docstring).
         self._executing: dict[tuple[str, ReuseName], asyncio.Future[StageRun | None]] = {}
         #: Demands answered by an identical demand's execution instead of their own.
         self.joined = 0
-
-    def stage_of(self, d: Demand) -> Stage | None:
-        """The template stage a tagged demand names (None for untagged demands)."""
-        return self.executor.stage_of(d)
-
-    def demand_name(self, d: Demand, stage: Stage | None) -> ReuseName | None:
-        """The reuse name of a canonical demand, when C1 or C2 is on."""
-        return self.executor.demand_name(d, stage)
 
     async def run(self, d: Demand, timeout_s: float,
                   on_delta: Callable[[str], None] | None = None) -> Answer:
@@ -95,54 +89,52 @@ class StageService:
         work arrives whole in the returned ``Answer`` only.
         """
         start = clock.now()
+        d = self.executor.resolved(d)  # a no-op for a demand resolved where it came in
         waited, token = start_wait_account()
         try:
-            answer = await self._run(d, timeout_s, on_delta, start)
+            answer, spec = await self._run(d, timeout_s, on_delta, start)
         finally:
             end_wait_account(token)
         if waited[0]:
             answer = dataclasses.replace(answer, waited_s=waited[0])
-        if self.branches is not None and self.features.c2:
-            self.branches.on_output(d, answer.text)
+        if spec is not None:
+            spec.answered(answer.text)
         return answer
 
     async def _run(self, d: Demand, timeout_s: float, on_delta: Callable[[str], None] | None,
-                   start: float) -> Answer:
-        stage = self.stage_of(d)
-        name = self.demand_name(d, stage)
-        served, source = await self._reuse(d, stage, name, timeout_s)
+                   start: float) -> tuple[Answer, Speculation | None]:
+        stage = d.stage
+        name = self.executor.demand_name(d, stage)
+        served, source, spec = await self._reuse(d, name, timeout_s)
         stored = self._current(served, name) if served is not None else None
         if stored is not None:
-            return self._answer_served(d, stored, source, name, start)
+            return self._answer_served(d, stored, source, name, start), spec
         run, joined = await self._execute(d, stage, name, timeout_s, on_delta)
         if joined:
-            return self._answer_served(d, run.stored, AnswerSource.JOINED, name, start)
+            return self._answer_served(d, run.stored, AnswerSource.JOINED, name, start), spec
         if name is not None and self.features.c1 and run.storable:
             self._store(name, run)
-        return self._answer_run(d, run, name, start)
+        return self._answer_run(d, run, name, start), spec
 
-    async def _reuse(self, d: Demand, stage: Stage | None, name: ReuseName | None,
-                     timeout_s: float) -> tuple[Served | None, AnswerSource]:
-        claimable = False
-        if self.branches is not None and self.features.c2 and stage is not None:
-            served = await self.branches.handle(d, stage, name, timeout_s)
-            if served is not None:
-                return served, AnswerSource.PROMOTED_FILL
-            claimable = self.branches.claimable(d, stage, name)
+    async def _reuse(self, d: Demand, name: ReuseName | None, timeout_s: float
+                     ) -> tuple[Served | None, AnswerSource, Speculation | None]:
+        """Speculation (once), then the library, then another replica's fill."""
+        spec = None
+        if self.speculation is not None and d.stage is not None:
+            spec = await self.speculation.speculate(d, name, timeout_s)
+            if spec.served is not None:
+                return spec.served, AnswerSource.PROMOTED_FILL, spec
         if name is None:
-            return None, AnswerSource.ENGINE
+            return None, AnswerSource.ENGINE, spec
         if self.features.c1:
             served = await self._lookup(name)
             if served is not None:
-                return served, AnswerSource.LIBRARY
-        if claimable and self.branches is not None and stage is not None:  # another replica's
-            with maybe_span(self.tracer, "csl.claim", attributes={
-                    "dynbranch.reuse_name": str(name)}) as span:
-                served = await self.branches.claim_elsewhere(d, stage, name, timeout_s)
-                span.set_attribute("dynbranch.promoted", served is not None)
+                return served, AnswerSource.LIBRARY, spec
+        if spec is not None:  # another replica's fill, after a library miss
+            served = await spec.claim_elsewhere(timeout_s)
             if served is not None:
-                return served, AnswerSource.PROMOTED_FILL
-        return None, AnswerSource.ENGINE
+                return served, AnswerSource.PROMOTED_FILL, spec
+        return None, AnswerSource.ENGINE, spec
 
     async def _execute(self, d: Demand, stage: Stage | None, name: ReuseName | None,
                        timeout_s: float, on_delta: Callable[[str], None] | None
@@ -228,8 +220,6 @@ class StageService:
             self.refused_stale += 1
             log.warning("refused a served result whose corpus reads are no longer current",
                         extra={"reuse_name": str(name or "")})
-            if self.on_stale is not None:
-                self.on_stale()
             return None
         return stored
 

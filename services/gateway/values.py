@@ -11,9 +11,13 @@ import json
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from services.common.values.chat import ChatSpec, ToolCall
 from services.common.values.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from services.gateway.templates.model import Stage
 from services.common.values.generation import FinishReason, Sampling, Timings, Usage
 
 
@@ -52,6 +56,9 @@ class Demand:
     observation: str = ""
     #: Tool calling or JSON output (OpenAI chat requests): part of the reuse name.
     chat: ChatSpec | None = None
+    #: The template stage a tagged demand names, resolved once where the demand enters the
+    #: gateway (the edge, or ``GatewayCore.call`` for in-process callers); None when untagged.
+    stage: Stage | None = field(default=None, compare=False)
 
     @property
     def tagged(self) -> bool:

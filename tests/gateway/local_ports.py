@@ -102,7 +102,7 @@ async def local_core(c1: bool = True, c2: bool = True, engines: int = 2,
             branches = BranchManager(executor, LocalLibrary(lib), admission, default_predictor(3),
                                      BranchSettings(fill_wait_s=fill_wait_s), tracer)
             stack.push_async_callback(branches.close)
-        stages = StageService(executor=executor, library=LocalLibrary(lib), branches=branches,
+        stages = StageService(executor=executor, library=LocalLibrary(lib), speculation=branches,
                               tracer=tracer)
         stack.push_async_callback(stages.close)
         yield Core(stages, branches, local_engines, admission)

@@ -47,8 +47,11 @@ class RemoteLibrary:
         self._timeouts = 0
         self.mirror = NameMirror()
         self._watch: asyncio.Task[None] | None = None
-        #: Called when the name feed is lost and resubscribed (what a csl restart looks like):
-        #: the gateway then checks that the library still knows the corpus's versions.
+        #: Times the name feed was lost and resubscribed (what a csl restart looks like): the
+        #: core then checks that the library still knows the corpus's versions
+        #: (``LibraryPort.resyncs``).
+        self.resyncs = 0
+        #: Called at each such resubscription (the sharded library suspects the shard then).
         self.on_resync: Callable[[], None] | None = None
 
     def start(self) -> None:
@@ -71,6 +74,7 @@ class RemoteLibrary:
                     log.warning("csl name feed lost (%s): probing every name until it is back",
                                 err.code().name)
             self.mirror.reset()
+            self.resyncs += 1
             if self.on_resync is not None:
                 self.on_resync()
             await asyncio.sleep(0.5)

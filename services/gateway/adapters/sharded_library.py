@@ -80,8 +80,8 @@ class ShardedLibrary:
         self._last_top = 0
         self._wake = asyncio.Event()
         self._audit_task: asyncio.Task[None] | None = None
-        #: Called when a shard's name feed was lost and resubscribed (see ``RemoteLibrary``).
-        self.on_resync: Callable[[], None] | None = None
+        #: Times a shard's name feed was lost and resubscribed (``LibraryPort.resyncs``).
+        self.resyncs = 0
         self.counters = {"suspect_misses": 0, "repairs": 0, "repair_invalidated": 0,
                          "folded": 0, "write_quorum_failures": 0}
 
@@ -105,8 +105,7 @@ class ShardedLibrary:
         def resynced() -> None:
             shard.suspect("name feed lost")
             self._wake.set()
-            if self.on_resync is not None:
-                self.on_resync()
+            self.resyncs += 1
         return resynced
 
     def _serving(self, name: ReuseName) -> Shard | None:

@@ -176,7 +176,7 @@ class HttpFront:
             self.auth.tenant(request.headers.get("authorization"))
         except DynbranchError as exc:
             return error_response(exc)
-        data = [self._model(m) for m in sorted(self.core.engines.models())]
+        data = [self._model(m) for m in sorted(self.core.models())]
         return JSONResponse({"object": "list", "data": data})
 
     async def get_model(self, request: Request) -> Response:
@@ -268,7 +268,7 @@ class HttpFront:
                       prompt=req.prompt, sampling=sampling, template_id=template_id,
                       stage_id=stage_id, stage_version=stage.version if stage else 0,
                       inputs=ctx.inputs, outputs=ctx.outputs, offered=offered,
-                      observation=observation, chat=req.chat_spec, **tags)
+                      observation=observation, chat=req.chat_spec, stage=stage, **tags)
 
     def _settle_from_history(self, demand: Demand, req: ApiRequest) -> None:
         """A tagged request whose conversation ends in the results of one function's calls
@@ -278,7 +278,7 @@ class HttpFront:
         if len(called) != 1 or not demand.tagged or not demand.workflow_id:
             return
         selected = called.pop()
-        for point in self.core.registry.get(demand.template_id).decisions:
+        for point in self.core.decisions(demand.template_id):
             if point.offered:
                 self.core.settle(demand.tenant, demand.workflow_id, point.coordinate, selected)
 
@@ -296,12 +296,12 @@ class HttpFront:
         template_id, _, stage_id = value.partition("/")
         if not template_id or not stage_id:
             raise InvalidArgument(HEADER_STAGE, f"expected 'template_id/stage_id', got {value!r}")
-        return template_id, stage_id, self.core.registry.get(template_id).stage(stage_id)
+        return template_id, stage_id, self.core.stage(template_id, stage_id)
 
     def _check_model(self, model: str) -> None:
         if not model:
             raise InvalidArgument("model", "required")
-        served = self.core.engines.models()
+        served = self.core.models()
         if model not in served:
             known = ", ".join(sorted(served)) or "none"
             raise ModelNotFound(f"The model {model!r} does not exist (served: {known})")
@@ -365,8 +365,7 @@ class HttpFront:
 
     def _reuse_name(self, demand: Demand) -> str:
         """The name an engine-streamed answer will carry (the core derives the same one)."""
-        stages = self.core.stages
-        return str(stages.demand_name(demand, stages.stage_of(demand)) or "")
+        return self.core.reuse_name(demand)
 
 
 def _feed(queue: asyncio.Queue[Item], indices: list[int], done: bool = False

@@ -23,6 +23,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import Tracer
@@ -74,6 +75,17 @@ class BranchManager:
         self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold)
 
     # -- entry from the canonical path -------------------------------------------------------
+
+    async def speculate(self, d: Demand, name: ReuseName | None,
+                        timeout_s: float) -> BranchVerdict:
+        """``SpeculationPort.speculate``: settle and open this demand's branches, promote a
+        matching fill step, and say whether another replica may hold its fill."""
+        stage = d.stage
+        if stage is None:
+            return BranchVerdict(self, d, None, name)
+        served = await self.handle(d, stage, name, timeout_s)
+        claimable = served is None and self.claimable(d, stage, name)
+        return BranchVerdict(self, d, stage, name, served, claimable)
 
     async def handle(self, d: Demand, stage: Stage, name: ReuseName | None,
                      timeout_s: float) -> Served | None:
@@ -446,6 +458,34 @@ class BranchManager:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
+@dataclass(slots=True)
+class BranchVerdict:
+    """``ports.Speculation``: what the branch manager holds for one demand."""
+
+    manager: BranchManager
+    demand: Demand
+    stage: Stage | None
+    name: ReuseName | None
+    served: Served | None = None
+    #: Whether another replica may hold this demand's fill (looked for after a library miss).
+    claimable: bool = False
+
+    async def claim_elsewhere(self, timeout_s: float) -> Served | None:
+        """See ``ports.Speculation.claim_elsewhere``."""
+        if not self.claimable or self.stage is None or self.name is None:
+            return None
+        with maybe_span(self.manager.tracer, "csl.claim", attributes={
+                "dynbranch.reuse_name": str(self.name)}) as span:
+            served = await self.manager.claim_elsewhere(self.demand, self.stage, self.name,
+                                                        timeout_s)
+            span.set_attribute("dynbranch.promoted", served is not None)
+        return served
+
+    def answered(self, text: str) -> None:
+        """See ``ports.Speculation.answered``: the branch this demand opened may start."""
+        self.manager.on_output(self.demand, text)
+
+
 def _fills(point: DecisionPoint, stage_id: str) -> bool:
     """Whether a candidate chain of ``point`` runs ``stage_id``."""
     chains = (point.subgraph, *(c for _, c in point.per_candidate))
@@ -459,4 +499,4 @@ def _starts(point: DecisionPoint, stage_id: str) -> bool:
 
 
 
-__all__ = ["Branch", "BranchManager", "BranchSettings", "Fill", "FillStep"]
+__all__ = ["Branch", "BranchManager", "BranchVerdict", "BranchSettings", "Fill", "FillStep"]
