@@ -43,18 +43,17 @@ from loadgen.stats import quantile
 from loadgen.virtual_mesh import DEFAULT_HOP_S, run_virtual, virtual_mesh
 from loadgen.workloads.base import STALL_S, SimClock, WorkflowResult, Workload
 from loadgen.workloads.schedule import Arrival, Schedule
-from services.admission.config import AdmissionSettings
-from services.admission.server import build_runtime as build_admission
+from services.admission import AdmissionSettings
+from services.admission import build_runtime as build_admission
 from services.common.runtime.server import freeze_startup_heap
 from services.common.values.generation import Priority
-from services.csl.config import CslSettings
-from services.csl.server import build_runtime as build_csl
+from services.csl import CslSettings
+from services.csl import build_runtime as build_csl
+from services.engine_agent import EngineAgentSettings
+from services.engine_agent import build_runtime as build_engine
 from services.engine_agent.backends import make_backend
-from services.engine_agent.config import EngineAgentSettings
-from services.engine_agent.server import build_runtime as build_engine
-from services.gateway.config import GatewaySettings
-from services.gateway.sdk import DynbranchClient
-from services.gateway.server import build_runtime as build_gateway
+from services.gateway import DynbranchClient, GatewaySettings
+from services.gateway import build_runtime as build_gateway
 from services.gateway.speculation.promotion import PROMOTION_COUNTERS
 
 log = logging.getLogger(__name__)

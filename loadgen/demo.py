@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from services.common.pb import gateway_pb2
-from services.gateway.sdk import DynbranchClient
+from services.gateway import DynbranchClient
 from services.launcher import Mesh, MeshSpec
 
 FUNCTIONS = ["refund_payment", "track_parcel", "open_return", "reset_device"]

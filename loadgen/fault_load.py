@@ -26,7 +26,7 @@ import grpc
 
 from loadgen.demo import FUNCTIONS, REQUESTS
 from services.common.pb import common_pb2, delivery_pb2, gateway_pb2
-from services.gateway.sdk import DynbranchClient
+from services.gateway import DynbranchClient
 
 MODEL = "qwen3-32b"
 PLAIN_EVERY = 4

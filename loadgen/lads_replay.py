@@ -27,14 +27,16 @@ from aiotools import VirtualClock
 from loadgen.workloads.lads import LadsWorkflow, LadsWorkload
 from services.common.values.generation import GenerationRequest, Sampling
 from services.common.values.leases import ResultKey, digest
-from services.delivery.frames import Frame
-from services.delivery.policies import make_policy
-from services.delivery.sender import Sender
-from services.engine_agent.backend import Allocated, Finished
-from services.engine_agent.backends.sim import SimBackend
-from services.engine_agent.leases.budget import scaled_headroom
-from services.engine_agent.leases.provider import LeaseProvider, LeaseSettings
-from services.engine_agent.sim.cost_model import get_preset
+from services.delivery import Frame, Sender, make_policy
+from services.engine_agent import (
+    Allocated,
+    Finished,
+    LeaseProvider,
+    LeaseSettings,
+    SimBackend,
+    get_preset,
+    scaled_headroom,
+)
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.engine_agent.registry import BACKENDS, MESH_BACKENDS, tiny_model_path
+from services.engine_agent import BACKENDS, MESH_BACKENDS, tiny_model_path
 
 #: The engines the experiment mesh runs on (``BackendSpec.mesh``).
 ENGINES = MESH_BACKENDS

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.workloads.base import Trace
-from services.gateway.templates import Window
+from services.gateway import Window
 
 #: ``StageRecord.source`` of a call answered by the whole-request cache.
 CACHE_SOURCE = "whole_request_cache"

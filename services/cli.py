@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any
 
-from services.engine_agent.registry import BACKEND_NAMES, MESH_BACKENDS, SERVER_BACKENDS
+from services.engine_agent import BACKEND_NAMES, MESH_BACKENDS, SERVER_BACKENDS
 
 SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_agent.server",
             "csl": "services.csl.server", "admission": "services.admission.server",
@@ -102,7 +102,7 @@ async def _call(args: argparse.Namespace) -> int:
     import grpc
 
     from services.common.pb import common_pb2, gateway_pb2
-    from services.gateway.client import GatewayClient
+    from services.gateway import GatewayClient
 
     demand = common_pb2.StageDemand(model=args.model, prompt=args.prompt,
                                     sampling=common_pb2.SamplingParams(

@@ -52,8 +52,13 @@ def _quantiles(samples: list[float]) -> tuple[float, float]:
 
 def decision_latency(n: int) -> dict[str, float]:
     """Action 0 and Action 1 timings of the priced controller in-process, in µs."""
-    from services.admission.controller import ControllerSettings, PricedController, Proposal
-    from services.admission.load_view import EngineLoad, LoadTracker
+    from services.admission import (
+        ControllerSettings,
+        EngineLoad,
+        LoadTracker,
+        PricedController,
+        Proposal,
+    )
 
     tracker = LoadTracker()
     tracker.observe(EngineLoad("e0", "m", 1, 100.0, 20, 2, 48, 1000, 4096, 4, 256), 100.0)
@@ -76,15 +81,14 @@ def decision_latency(n: int) -> dict[str, float]:
 
 
 def _outcome(branch: str, selected: str) -> Any:
-    from services.admission.controller import BranchOutcome
+    from services.admission import BranchOutcome
 
     return BranchOutcome(branch, selected, saved_s=1.5, fill_cost_s=2.0, setup_s=0.01)
 
 
 async def grpc_latency(n: int) -> dict[str, float]:
     """AdmitFills round trips to an in-process admission service (priced policy), in ms."""
-    from services.admission.config import AdmissionSettings
-    from services.admission.server import build_runtime
+    from services.admission import AdmissionSettings, build_runtime
     from services.common.pb import admission_pb2, admission_pb2_grpc
     from services.common.runtime.clients import open_channel
     from services.common.runtime.records import make_header

@@ -30,8 +30,7 @@ from typing import Any
 
 from services.common.values.reads import ReadSet, RecordRead
 from services.common.values.reuse_name import ReuseName, StageFingerprint, name_key, reuse_name
-from services.csl.client import CslClient
-from services.csl.library import LibraryOptions, SubgraphLibrary
+from services.csl import CslClient, LibraryOptions, SubgraphLibrary
 
 FP = StageFingerprint("bench", "stage", 1, "bench-model", max_tokens=256)
 RESULT = b"r" * 512

@@ -42,7 +42,7 @@ from loadgen.bench.fault_report import Cell, CellRun, floor_summary, print_table
 from loadgen.fault_load import Harness, ItemOutcome, RetryPolicy, drive
 from loadgen.faultproxy import FaultProxy
 from services.common.runtime.clients import wait_serving
-from services.engine_agent.client import EngineAgentClient
+from services.engine_agent import EngineAgentClient
 from services.launcher import Mesh, MeshSpec
 
 #: Keys of one cell's items start at ``cell index × KEY_STRIDE``.

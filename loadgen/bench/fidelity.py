@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from services.common.values.generation import GenerationRequest, Sampling
-from services.engine_agent.backend import Finished
+from services.engine_agent import CostPreset, Finished
 from services.engine_agent.calibrate import Grid
-from services.engine_agent.sim.step_cost import CostPreset
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +229,7 @@ def drift(before: Sequence[Any], after: Sequence[Any]) -> dict[str, float]:
 
 def committed_preset() -> CostPreset:
     """The committed ``tiny-cpu`` preset (fitted wherever ``dynbranch calibrate`` last ran)."""
-    from services.engine_agent.sim.cost_model import load_preset_file
+    from services.engine_agent import load_preset_file
 
     return next(p for p in load_preset_file(PRESET_FILE, register=False) if p.name == PRESET)
 
@@ -238,7 +237,7 @@ def committed_preset() -> CostPreset:
 async def run_sim(specs: Sequence[Spec], real: dict[str, Rendered],
                   preset: CostPreset | None = None) -> list[Result]:
     """The mix on the sim (default: the committed preset), same token counts and sharing."""
-    from services.engine_agent.backends.sim import SimBackend
+    from services.engine_agent import SimBackend
 
     backend = SimBackend(preset or committed_preset(), time_scale=SIM_TIME_SCALE, model="tiny")
     await backend.start()

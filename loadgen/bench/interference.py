@@ -29,7 +29,7 @@ from typing import Any
 
 from loadgen.bench.fidelity import sim_text
 from services.common.values.generation import GenerationRequest, Priority, Sampling
-from services.engine_agent.backend import Finished, TokenDelta
+from services.engine_agent import Finished, TokenDelta
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 async def measure(quick: bool) -> dict[str, Any]:
     """The stretch table and the fitted slopes."""
-    from services.engine_agent.backends.sim import SimBackend
+    from services.engine_agent import SimBackend
 
     backend = SimBackend(PRESET, time_scale=0.002 if quick else 0.01, model=MODEL)
     await backend.start()

@@ -21,9 +21,8 @@ from typing import Any
 
 from loadgen.lads_replay import RunResult, run_policy
 from loadgen.workloads.lads import LadsWorkload, cohort_workload, web_burst_workload
-from services.delivery.policies import POLICIES as DELIVERY_POLICIES
-from services.engine_agent.leases.budget import scaled_headroom
-from services.engine_agent.sim.cost_model import get_preset
+from services.delivery import POLICIES as DELIVERY_POLICIES
+from services.engine_agent import get_preset, scaled_headroom
 
 POLICIES = tuple(DELIVERY_POLICIES)
 PAPER_PRESET = "qwen2.5-7b-rtxpro5000"

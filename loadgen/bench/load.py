@@ -36,7 +36,7 @@ from typing import Any
 from loadgen.stats import quantile
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace
-from services.gateway.sdk import DynbranchClient
+from services.gateway import DynbranchClient
 from services.launcher import Mesh, MeshSpec
 
 MODEL = "qwen3-32b"  # the routing template's model

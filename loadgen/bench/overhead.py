@@ -21,8 +21,8 @@ from loadgen.bench.echo_server import METHOD as ECHO_METHOD
 from loadgen.bench.load import cpu_seconds
 from services.common.pb import common_pb2, engine_pb2, gateway_pb2
 from services.common.runtime.clients import open_channel
-from services.engine_agent.client import EngineAgentClient
-from services.gateway.client import GatewayClient
+from services.engine_agent import EngineAgentClient
+from services.gateway import GatewayClient
 from services.launcher import Mesh, MeshSpec
 
 PROMPT = "Route this request to billing, shipping, returns or technical: my card was charged twice."

@@ -22,7 +22,7 @@ import grpc
 
 from loadgen.demo import FUNCTIONS, REQUESTS
 from services.common.pb import gateway_pb2
-from services.gateway.sdk import DynbranchClient
+from services.gateway import DynbranchClient
 from services.launcher import Mesh, MeshSpec
 
 PROMOTED = gateway_pb2.RESULT_SOURCE_PROMOTED_FILL

@@ -43,18 +43,15 @@ from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace, Workload
 from services.common.pb import common_pb2, delivery_pb2, gateway_pb2
-from services.csl.config import CslSettings
-from services.csl.server import build_runtime as build_csl
-from services.delivery.config import DeliverySettings
-from services.delivery.server import build_runtime as build_delivery
+from services.csl import CslSettings
+from services.csl import build_runtime as build_csl
+from services.delivery import DeliverySettings
+from services.delivery import build_runtime as build_delivery
+from services.engine_agent import EngineAgentSettings
+from services.engine_agent import build_runtime as build_engine
 from services.engine_agent.backends import make_backend
-from services.engine_agent.config import EngineAgentSettings
-from services.engine_agent.server import build_runtime as build_engine
-from services.gateway.client import GatewayClient
-from services.gateway.config import GatewaySettings
-from services.gateway.sdk import DynbranchClient
-from services.gateway.server import build_runtime as build_gateway
-from services.gateway.tools.corpus import Corpus
+from services.gateway import Corpus, DynbranchClient, GatewayClient, GatewaySettings
+from services.gateway import build_runtime as build_gateway
 from services.gateway.tools.loaders import hotpotqa_documents, musique_documents
 
 MODEL = "qwen3-32b"

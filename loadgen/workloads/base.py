@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from services.gateway.sdk import DynbranchClient
+from services.gateway import DynbranchClient
 from services.gateway.tools.loaders import DataUnavailable, data_path, read_jsonl
 
 #: Share of a data set's instances in the train split (the rest is the test split).

@@ -6,9 +6,25 @@ below it, never one above (``tests/test_layering.py`` checks it):
 - edges: ``server`` (entry point and wiring), ``servicer`` (gRPC), ``http/`` (OpenAI-compatible
   front), ``auth`` (API keys to tenants); ``client`` and ``sdk`` are what harnesses import.
 - ``core``: the protocol-free composition root (demands, templates, writes, settlements).
-- ``stages``: the canonical demand path (speculation, library probe, execution, store).
-- ``speculation/``: early fill (C2): branches, fills, their state and the candidate predictors.
+- ``stages``: the canonical demand path (speculation once, library probe, execution, store).
+- ``speculation/``: early fill (C2), behind ``ports.SpeculationPort``: branches, fills, their
+  state and the candidate predictors.
 - ``execution``: naming and running one stage on an engine or a builtin tool.
 - ``adapters/``: the ports over the other services (engine agents with routing, the csl).
 - ``ports``, ``values``, ``templates/``, ``tools/``: the vocabulary everything above builds on.
+
+The face below is the in-process API (``services.common.values.face``).
 """
+
+from services.common.values.face import lazy_face
+
+__all__, __getattr__ = lazy_face(__name__, {
+    "Answer": "values", "AnswerSource": "values", "BranchManager": "speculation.branches",
+    "BranchSettings": "speculation.state", "CoreStats": "core", "Corpus": "tools.corpus",
+    "Demand": "values", "DynbranchClient": "sdk", "EngineState": "adapters.router",
+    "Execution": "ports", "Executor": "execution", "Features": "execution",
+    "GatewayClient": "client", "GatewayCore": "core", "GatewaySettings": "config",
+    "LOCAL_TENANT": "auth", "Limits": "core", "Router": "adapters.router",
+    "StageService": "stages", "TemplateRegistry": "templates", "Window": "templates",
+    "build_core": "server", "build_runtime": "server",
+})

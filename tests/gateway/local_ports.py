@@ -1,8 +1,9 @@
 """In-process ports for gateway core tests: engines over SimBackends, the library over LMDB.
 
-The virtual mesh's ports (``loadgen.virtual_mesh``) at no hop cost, on the test's own loop and
-clock. They let property tests drive the real StageService and BranchManager through thousands
-of interleavings in seconds, without sockets.
+The gateway's in-process adapters (``services.gateway.adapters.inproc``, what the virtual mesh
+runs on) at no hop cost, on the test's own loop and clock. They let property tests drive the
+real StageService and BranchManager through thousands of interleavings in seconds, without
+sockets.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from loadgen.virtual_mesh import VirtualEngines, VirtualLibrary
 from services.admission.client import StaticAdmission
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.library import LibraryOptions, SubgraphLibrary
 from services.engine_agent.backends.sim import SimBackend
+from services.gateway.adapters.inproc import InprocEngines, InprocLibrary
 from services.gateway.execution import Executor, Features
 from services.gateway.speculation.branches import BranchManager, BranchSettings
 from services.gateway.speculation.predictors import default_predictor
@@ -55,14 +56,14 @@ def routing_demand(tenant: str, workflow: str, stage: str, inputs: dict[str, str
                   outputs=tuple(sorted(outputs.items())), offered=ROUTING_FUNCTIONS)
 
 
-def LocalEngines(backends: Sequence[SimBackend]) -> VirtualEngines:  # noqa: N802
+def LocalEngines(backends: Sequence[SimBackend]) -> InprocEngines:  # noqa: N802
     """``EnginePort`` over in-process sim backends, routed like the real pool, no hop cost."""
-    return VirtualEngines(backends, hop_s=0.0)
+    return InprocEngines(backends, hop_s=0.0)
 
 
-def LocalLibrary(library: AsyncSubgraphLibrary) -> VirtualLibrary:  # noqa: N802
+def LocalLibrary(library: AsyncSubgraphLibrary) -> InprocLibrary:  # noqa: N802
     """``LibraryPort`` over an in-process library, no hop cost."""
-    return VirtualLibrary(library, hop_s=0.0)
+    return InprocLibrary(library, hop_s=0.0)
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Core:
 
     stages: StageService
     branches: BranchManager | None
-    engines: VirtualEngines
+    engines: InprocEngines
     admission: StaticAdmission
 
 
