@@ -1,0 +1,61 @@
+"""Action 0 (``generation_gate``, dynbranch Eq. 5): a cold class opens every branch until n0
+trials settled (bounding the fan-out beyond n0 in flight), a learned class opens by its score,
+audits reopen a closed one, and what was learned survives a restart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.admission.generation_gate import DIM, GenerationGate, context
+from services.common.values.errors import InvalidArgument
+
+X = context(canonical_h=32.0, canonical_now=32.0, consumption=0.5, waiting=0.0, fills=0.0)
+
+
+def test_a_cold_class_opens_until_n0_trials_settled_and_bounds_what_is_in_flight() -> None:
+    gate = GenerationGate(n0=2, audit_rate=0.0)
+    first, second, third = (gate.decide("c", f"b{i}", X) for i in range(3))
+    assert first.open and not first.bounded and first.kind == "cold"
+    assert second.open and not second.bounded
+    assert third.open and third.bounded and third.kind == "cold_bounded"
+    assert gate.decide("c", "b0", X).kind == "known"
+
+
+def test_a_learned_class_opens_by_its_score_and_closes_after_losses() -> None:
+    gate = GenerationGate(n0=2, audit_rate=0.0, exploration=0.0)
+    for i in range(6):
+        assert gate.decide("losing", f"b{i}", X).open if i < 2 else True
+        gate.settle("losing", f"b{i}", -500.0)
+    verdict = gate.decide("losing", "next", X)
+    assert not verdict.open and verdict.kind == "refused" and verdict.score < 0
+    for i in range(2):
+        gate.decide("paying", f"p{i}", X)
+        gate.settle("paying", f"p{i}", 800.0)
+    assert gate.decide("paying", "next", X).open
+
+
+def test_an_audit_reopens_a_closed_class_now_and_then() -> None:
+    gate = GenerationGate(n0=1, audit_rate=1.0, exploration=0.0)
+    gate.decide("c", "b0", X)
+    gate.settle("c", "b0", -1000.0)
+    verdict = gate.decide("c", "b1", X)
+    assert verdict.open and verdict.audit and verdict.kind == "audit"
+
+
+def test_an_optimistic_prior_keeps_a_class_open_through_small_losses() -> None:
+    gate = GenerationGate(n0=0, audit_rate=0.0, prior=1000.0, exploration=0.0)
+    for i in range(6):
+        assert gate.decide("c", f"b{i}", X).open
+        gate.settle("c", f"b{i}", -50.0)
+
+
+def test_learned_state_round_trips_and_a_bad_context_is_refused() -> None:
+    gate = GenerationGate(n0=1, audit_rate=0.0)
+    gate.decide("c", "b0", X)
+    assert gate.settle("c", "b0", 300.0) and not gate.settle("c", "nope", 1.0)
+    again = GenerationGate(n0=1, audit_rate=0.0)
+    assert again.restore(gate.state()) == 1
+    assert again.score("c", X) == pytest.approx(gate.score("c", X))
+    with pytest.raises(InvalidArgument, match="context"):
+        gate.decide("c", "b1", np.zeros(DIM + 1))
