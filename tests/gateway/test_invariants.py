@@ -4,7 +4,7 @@
 2 non-interference: a shadow is never observable before a matching demand of its own workflow
   and tenant promotes it;
 6 a lost library or admission service is a miss or a fallback, never a wrong answer.
-(3 freshness: tests/gateway/test_freshness.py and tests/csl; 4 losers: test_branches.py;
+(3 freshness: tests/gateway/test_freshness.py and tests/csl; 4 losers: speculation/test_branches.py;
 5 lease accounting lands with LADS delivery.)
 """
 

@@ -19,7 +19,7 @@ from services.common.runtime.server import ServiceRuntime
 from services.gateway.sdk import DynbranchClient
 from services.gateway.servicer import CoreCollector
 from tests.factories import csl_service, engine_agent, gateway
-from tests.gateway.test_branches import _floor_texts
+from tests.gateway.speculation.test_branches import _floor_texts
 
 PROMOTED = gateway_pb2.RESULT_SOURCE_PROMOTED_FILL
 FUNCTIONS = ["get_weather", "book_flight", "convert_currency"]

@@ -145,5 +145,5 @@ class ToolTimes:
         self._started.pop(key, None)
 
 
-__all__ = ["Descriptor", "Lease", "LeaseMode", "LeaseSettings", "LeaseStats", "Pending", "Tick",
-           "ToolTimes"]
+__all__ = ["LEASE_MODES", "Descriptor", "Lease", "LeaseMode", "LeaseSettings", "LeaseStats",
+           "Pending", "Tick", "ToolTimes"]

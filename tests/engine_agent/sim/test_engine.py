@@ -31,7 +31,7 @@ CORE = ["backends/sim.py", "sim", "leases"]
 
 
 def test_core_modules_import_no_grpc() -> None:
-    root = Path(__file__).parents[2] / "services" / "engine_agent"
+    root = Path(__file__).parents[3] / "services" / "engine_agent"
     paths = [p for name in CORE for p in ([root / name] if name.endswith(".py")
                                           else sorted((root / name).rglob("*.py")))]
     assert len(paths) > 10

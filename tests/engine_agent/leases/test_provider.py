@@ -367,17 +367,3 @@ async def test_a_lease_due_within_a_timer_resolution_ends_now() -> None:
     assert provider._next_wait() == provider.settings.interval_s  # nothing left to wake for
     await provider.close()
     await backend.close()
-
-
-async def test_remembered_receipts_never_forget_a_running_continuation() -> None:
-    from services.engine_agent.leases.receipts import Receipts
-
-    receipts = Receipts(None, None, max_remembered=2)  # type: ignore[arg-type]
-    running = asyncio.get_running_loop().create_future()
-    done = asyncio.get_running_loop().create_future()
-    done.set_result(None)
-    receipts._remember(key(1), ("d", running))  # type: ignore[arg-type]
-    receipts._remember(key(2), ("d", done))  # type: ignore[arg-type]
-    receipts._remember(key(3), ("d", done))  # type: ignore[arg-type]
-    assert receipts.remembered() == [key(1), key(3)]  # the finished oldest went, not the running
-    running.cancel()
