@@ -1,4 +1,6 @@
-"""Single-flight for identical demands (stages.StageService._execute).
+"""The canonical demand path (``stages.StageService``): speculation is called once per demand,
+before the library, and learns the answer through what it returned; single-flight for identical
+demands (``_execute``).
 
 A demand whose exact reuse name is executing canonically right now, for the same tenant, waits
 for that execution's answer instead of running again; it runs itself when that execution fails
@@ -9,6 +11,7 @@ sampling, and never with C1 off (the floor reuses nothing).
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -118,3 +121,45 @@ async def test_a_waiter_never_waits_past_its_own_deadline() -> None:
             await core.stages.run(_demand(sampling=long), 0.05)
         assert loop.time() - start < 1.0
         assert (await first).source is AnswerSource.ENGINE and engines.calls == 1
+
+
+class _Spec:
+    """A ``ports.Speculation`` that serves nothing and records what the demand path told it."""
+
+    served = None
+
+    def __init__(self) -> None:
+        self.claims: list[float] = []
+        self.answers: list[str] = []
+
+    async def claim_elsewhere(self, timeout_s: float):  # type: ignore[no-untyped-def]  # noqa: ANN201
+        self.claims.append(timeout_s)
+
+    def answered(self, text: str) -> None:
+        self.answers.append(text)
+
+
+class _Speculation:
+    def __init__(self) -> None:
+        self.calls: list[Demand] = []
+        self.spec = _Spec()
+
+    async def speculate(self, d: Demand, name, timeout_s: float) -> _Spec:  # type: ignore  # noqa
+        self.calls.append(d)
+        return self.spec
+
+
+async def test_speculation_is_called_once_per_demand_and_told_the_answer() -> None:
+    from tests.gateway.local_ports import routing_demand
+
+    async with local_core(c1=True, c2=True, engines=1) as core:
+        speculation = _Speculation()
+        core.stages.speculation = speculation  # type: ignore[assignment]
+        d = routing_demand("acme", "wf-1", "router", {
+            "functions": json.dumps([{"name": "get_weather"}]), "query": "Weather in Oslo?"})
+        answer = await core.stages.run(d, 30.0)
+        assert len(speculation.calls) == 1 and speculation.calls[0].stage is not None
+        assert speculation.spec.claims == [30.0]  # a library miss: another replica may hold it
+        assert speculation.spec.answers == [answer.text]
+        untagged = await core.stages.run(_demand(), 30.0)  # not a template stage: no call
+        assert len(speculation.calls) == 1 and untagged.source is AnswerSource.ENGINE

@@ -1,0 +1,90 @@
+"""The gateway's composition root (``core.GatewayCore``): malformed demands are refused naming
+the field, a demand's stage is resolved once on the way in, overload is refused at once, and the
+core acts on what the parts below count (a library restart, a stale refusal) by scheduling the
+reconcile itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+
+import pytest
+
+from services.common.values.errors import InvalidArgument, NotFound, ResourceExhausted
+from services.common.values.generation import Sampling
+from services.gateway.core import GatewayCore, Limits
+from services.gateway.values import Demand
+from tests.gateway.local_ports import MODEL, Core, local_core, routing_demand
+
+INPUTS = {"functions": json.dumps([{"name": "get_weather"}]), "query": "Weather in Oslo?"}
+
+
+def gateway(core: Core, **limits: int) -> GatewayCore:
+    return GatewayCore(registry=core.stages.executor.registry, stages=core.stages,
+                       branches=core.branches, library=core.stages.library,
+                       engines=core.engines, corpus=None, limits=Limits(**limits))
+
+
+def plain(**changes: object) -> Demand:
+    d = Demand(tenant="acme", request_id=uuid.uuid4().hex, model=MODEL, prompt="hi",
+               sampling=Sampling(max_tokens=4))
+    return dataclasses.replace(d, **changes)
+
+
+async def test_malformed_demands_are_refused_naming_the_field() -> None:
+    async with local_core(c2=False, engines=1) as core:
+        g = gateway(core)
+        for demand, field in ((plain(prompt=""), "demand.prompt"),
+                              (plain(template_id="routing"), "demand.stage_id"),
+                              (plain(model="gpt-17"), "demand.model"),
+                              (plain(sampling=None), "demand.sampling")):
+            with pytest.raises(InvalidArgument) as info:
+                g.check(g.stages.executor.resolved(demand))
+            assert info.value.field == field
+        with pytest.raises(NotFound):
+            await g.call(plain(template_id="routing", stage_id="nope"), 5.0)
+
+
+async def test_a_demands_stage_is_resolved_once_on_the_way_in() -> None:
+    async with local_core(c2=False, engines=1) as core:
+        g = gateway(core)
+        seen: list[Demand] = []
+        run = core.stages.run
+
+        async def spy(d, timeout_s, on_delta=None):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
+            seen.append(d)
+            return await run(d, timeout_s, on_delta)
+
+        core.stages.run = spy  # type: ignore[method-assign]
+        await g.call(routing_demand("acme", "wf", "router", INPUTS), 30.0)
+        assert seen[0].stage is g.stage("routing", "router")
+        resolved = seen[0]
+        assert g.stages.executor.resolved(resolved) is resolved  # a no-op once resolved
+        assert g.reuse_name(resolved) and g.models() == {MODEL}
+        assert [p.stage for p in g.decisions("routing")] == ["router"]
+
+
+async def test_overload_is_refused_at_once() -> None:
+    async with local_core(c2=False, engines=1) as core:
+        g = gateway(core, max_in_flight=0)
+        with pytest.raises(ResourceExhausted, match="max_in_flight"):
+            await g.call(plain(), 5.0)
+        assert g.refused_overload == 1
+
+
+async def test_the_core_reconciles_when_the_library_restarted_or_a_result_was_stale() -> None:
+    async with local_core(c2=True, engines=1) as core:
+        g = gateway(core)
+        scheduled: list[int] = []
+        g.schedule_reconcile = lambda: scheduled.append(1)  # type: ignore[method-assign]
+        await g.call(plain(), 5.0)
+        assert scheduled == []
+        g.library.resyncs += 1  # type: ignore[union-attr]
+        await g.call(plain(), 5.0)
+        assert scheduled == [1]
+        core.stages.refused_stale += 1
+        await g.call(plain(), 5.0)
+        await g.call(plain(), 5.0)
+        assert scheduled == [1, 1]  # once per change, not per demand
+        assert "opened" in g.stats().branches
