@@ -1,24 +1,11 @@
 """Workflow templates (DESIGN.md §3): the model (``model``), parsing (``parse``), graph checks
-(``graph``), rendering a stage into its exact input (``render``), the shipped workflows
-(``workflows/*.yaml``), loading from YAML files and the registry, behind one import.
+(``graph``), rendering a stage into its exact input (``render``), loading, the shipped workflows
+(``workflows/*.yaml``) and the registry (``registry``), behind one import.
 
 May import: ``services.common`` and the gateway's ``tools.base`` (builtin tool specs); every other
 gateway module may import templates.
 """
 
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
-
-import yaml
-
-from services.common.values.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    NotFound,
-    ResourceExhausted,
-)
 from services.gateway.templates.model import (
     PLACEHOLDER,
     Binding,
@@ -36,96 +23,17 @@ from services.gateway.templates.model import (
     placeholders,
 )
 from services.gateway.templates.parse import parse_template
-
-WORKFLOWS_DIR = Path(__file__).with_name("workflows")
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML loader that refuses duplicate keys instead of keeping the last one."""
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
-        for i, key in enumerate(keys):
-            if key in keys[:i]:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", node.value[i][0].start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_template(path: str | Path) -> Template:
-    """Read and validate one template YAML file."""
-    path = Path(path)
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
-    except FileNotFoundError:
-        raise NotFound(f"template file {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise TemplateError(path.stem, "<yaml>", " ".join(str(exc).split())) from None
-    return parse_template(data)
-
-
-def builtin_names() -> tuple[str, ...]:
-    """Names of the templates shipped in ``services/gateway/templates/workflows``."""
-    return tuple(sorted(p.stem for p in WORKFLOWS_DIR.glob("*.yaml")))
-
-
-def load_builtin(name: str) -> Template:
-    """Load a shipped template by name (``routing``, ``react``, ``subagent``, ``hci``)."""
-    if name not in builtin_names():
-        raise NotFound(f"no builtin template {name!r} (have: {', '.join(builtin_names())})")
-    return load_template(WORKFLOWS_DIR / f"{name}.yaml")
-
-
-class TemplateRegistry:
-    """Registered templates by id and version; a changed body needs a higher version."""
-
-    def __init__(self, max_templates: int = 1024) -> None:
-        self._by_id: dict[str, dict[int, Template]] = {}
-        #: Template versions kept at most; one more is refused (``ResourceExhausted``).
-        self.max_templates = max_templates
-        self._count = 0
-
-    def register(self, template: Template) -> Template:
-        """Register ``template``: a no-op for an identical body, refused for a conflicting one
-        and, past ``max_templates`` versions, refused as overload."""
-        versions = self._by_id.get(template.id, {})
-        known = versions.get(template.version)
-        if known is None and self._count >= self.max_templates:
-            raise ResourceExhausted(f"template {template.id}: {self.max_templates} template "
-                                    "versions are registered (max_templates)")
-        versions = self._by_id.setdefault(template.id, versions)
-        if known is not None and known != template:
-            raise AlreadyExists(f"template {template.id} version {template.version} is "
-                                "registered with a different body; register a higher version")
-        latest = max(versions, default=0)
-        if known is None and template.version < latest:
-            raise FailedPrecondition(f"template {template.id}: version {template.version} is "
-                                     f"older than the registered version {latest}")
-        if known is None:
-            self._count += 1
-        return versions.setdefault(template.version, template)
-
-    def get(self, template_id: str, version: int | None = None) -> Template:
-        """The template's given version, else its latest; ``NotFound`` when absent."""
-        versions = self._by_id.get(template_id, {})
-        found = versions.get(max(versions, default=0) if version is None else version)
-        if found is None:
-            raise NotFound(f"template {template_id!r}"
-                           f"{'' if version is None else f' version {version}'} is not registered")
-        return found
-
-    def decision(self, coordinate: str) -> DecisionPoint:
-        """The decision point at ``template_id/stage_id`` in the latest version."""
-        return self.get(coordinate.partition("/")[0]).decision(coordinate)
-
-    def ids(self) -> tuple[str, ...]:
-        """Registered template ids, sorted."""
-        return tuple(sorted(self._by_id))
-
+from services.gateway.templates.registry import (
+    WORKFLOWS_DIR,
+    TemplateRegistry,
+    builtin_names,
+    load_builtin,
+    load_template,
+)
 
 __all__ = [
-    "PLACEHOLDER", "Binding", "CandidateSpace", "ChainStep", "DecisionPoint", "Scalar",
-    "PlaceholderSource", "Semantics", "Stage", "StageKind", "Template", "TemplateError",
-    "TemplateRegistry",
-    "Window", "builtin_names", "load_builtin", "load_template", "parse_template", "placeholders",
+    "PLACEHOLDER", "WORKFLOWS_DIR", "Binding", "CandidateSpace", "ChainStep", "DecisionPoint",
+    "PlaceholderSource", "Scalar", "Semantics", "Stage", "StageKind", "Template", "TemplateError",
+    "TemplateRegistry", "Window", "builtin_names", "load_builtin", "load_template",
+    "parse_template", "placeholders",
 ]
