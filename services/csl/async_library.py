@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from services.common.values.errors import DynbranchError, Unavailable
-from services.common.values.reads import Claimed, ReadSet, Served, Shadow
+from services.common.values.reads import Claimed, ReadSet, RecordKey, Served, Shadow, WriteOutcome
 from services.common.values.reuse_name import ReuseName, name_key
-from services.csl.entries import LibraryStats, RecordKey, WriteOutcome
+from services.csl.entries import LibraryStats
 from services.csl.holds import HoldRegistry
 from services.csl.library import SubgraphLibrary
 

@@ -18,7 +18,15 @@ import grpc
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import open_channel
 from services.common.runtime.records import make_header
-from services.common.values.reads import Claimed, ReadSet, RecordRead, Served, Shadow
+from services.common.values.reads import (
+    Claimed,
+    ReadSet,
+    RecordKey,
+    RecordRead,
+    Served,
+    Shadow,
+    WriteOutcome,
+)
 from services.common.values.reuse_name import ReuseName
 from services.csl.convert import (
     name_to_proto,
@@ -26,7 +34,6 @@ from services.csl.convert import (
     shadow_to_proto,
     versions_to_proto,
 )
-from services.csl.entries import RecordKey, WriteOutcome
 
 log = logging.getLogger(__name__)
 
@@ -244,4 +251,4 @@ class PutPipe:
         self._fail_all()
 
 
-__all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient", "PutPipe", "RecordKey", "WriteOutcome"]
+__all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient", "PutPipe"]

@@ -18,8 +18,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from services.common.values.reads import RecordRead
-from services.csl.entries import RecordKey
+from services.common.values.reads import RecordKey, RecordRead
 
 _HEAD = struct.Struct(">dQBHII")
 _READ_LEN = struct.Struct(">H")

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from services.common.values.errors import ResourceExhausted
-from services.common.values.reads import ReadSet, RecordRead
+from services.common.values.reads import ReadSet, RecordKey, RecordRead
 from services.csl import codec
-from services.csl.entries import EntryMeta, RecordKey, record_keys, tenant_of_key
+from services.csl.entries import EntryMeta, record_keys, tenant_of_key
 from services.csl.eviction import EvictionPolicy
 from services.csl.reverse_index import ReverseIndex
 from services.csl.store import Store

@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from services.common.pb import common_pb2, csl_pb2
 from services.common.runtime.convert import require
 from services.common.values.errors import InvalidArgument, PayloadTooLarge
-from services.common.values.reads import ReadSet, RecordRead, Shadow, check_cost
+from services.common.values.reads import ReadSet, RecordKey, RecordRead, Shadow, check_cost
 from services.common.values.reuse_name import ReuseName, validate_tenant
-from services.csl.entries import RecordKey
 
 MAX_READS = 4096
 MAX_PRODUCERS = 256

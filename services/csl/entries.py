@@ -11,20 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.common.values.reads import RecordRead
+from services.common.values.reads import RecordKey
 from services.common.values.reuse_name import DIGEST_HEX_LEN
-
-#: ``(tenant, record_id)``: the identity of an external record in the version table.
-RecordKey = tuple[str, str]
-
-@dataclass(frozen=True, slots=True)
-class WriteOutcome:
-    """New versions of written records (request order) and how many entries a write removed."""
-
-    versions: tuple[RecordRead, ...]
-    invalidated: int
-    #: The write sequence before this write: a shard behind its peers shows it here.
-    prior_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,4 +73,4 @@ def record_keys(tenant: str, record_id: str) -> tuple[RecordKey, ...]:
     return (("", record_id),)
 
 
-__all__ = ["EntryMeta", "LibraryStats", "RecordKey", "WriteOutcome", "record_keys", "tenant_of_key"]
+__all__ = ["EntryMeta", "LibraryStats", "record_keys", "tenant_of_key"]

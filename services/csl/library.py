@@ -41,10 +41,19 @@ from services.common.values.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from services.common.values.reads import Claimed, ReadSet, RecordRead, Served, Shadow, check_cost
+from services.common.values.reads import (
+    Claimed,
+    ReadSet,
+    RecordKey,
+    RecordRead,
+    Served,
+    Shadow,
+    WriteOutcome,
+    check_cost,
+)
 from services.common.values.reuse_name import ReuseName, name_key, validate_tenant
 from services.csl.confirmed_set import ConfirmedSet, NameListener, read_keys
-from services.csl.entries import LibraryStats, RecordKey, WriteOutcome
+from services.csl.entries import LibraryStats
 from services.csl.options import LibraryOptions, MiB
 from services.csl.shadows import HeldShadow, ShadowStore
 from services.csl.store import Store

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.csl.entries import EntryMeta, RecordKey, tenant_of_key
+from services.common.values.reads import RecordKey
+from services.csl.entries import EntryMeta, tenant_of_key
 
 
 class ReverseIndex:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from services.common.values.reads import Shadow
-from services.csl.entries import RecordKey
+from services.common.values.reads import RecordKey, Shadow
 
 _ShadowKey = tuple[bytes, str]  # (name key, branch id)
 

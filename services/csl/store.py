@@ -25,8 +25,8 @@ from pathlib import Path
 import lmdb
 
 from services.common.values.errors import ResourceExhausted
+from services.common.values.reads import RecordKey
 from services.csl import codec
-from services.csl.entries import RecordKey
 from services.csl.errors import StoreCorrupt, StoreForeign, StoreLocked, StoreMissing
 
 log = logging.getLogger(__name__)

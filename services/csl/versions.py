@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from services.common.values.reads import RecordRead
-from services.csl.entries import RecordKey
+from services.common.values.reads import RecordKey, RecordRead
 
 
 class VersionTable:

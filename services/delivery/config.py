@@ -8,7 +8,9 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from services.common.values.config import ServiceSettings
+from services.delivery.link import DEFAULT_FRAMING_BYTES, DEFAULT_WINDOW
 from services.delivery.policies import POLICIES
+from services.delivery.records import MAX_RECORD_AGE_S
 
 #: One engine agent: ``engine_id=host:port`` (the id must equal the agent's own ``engine_id``:
 #: its lease records carry it, and the sender refuses records that name another engine).
@@ -45,10 +47,12 @@ class DeliverySettings(ServiceSettings):
     link_bytes_per_s: float = Field(1.25e8, gt=0, le=1e12, allow_inf_nan=False, description=(
         "R: pace of the return link to each engine in bytes/s (1 Gbit/s; the LADS benchmark "
         "uses 4000)"))
-    framing_bytes: int = Field(1028, ge=0, le=1 << 20,
+    framing_bytes: int = Field(DEFAULT_FRAMING_BYTES, ge=0, le=1 << 20,
                                description="h: framing bytes per frame (header + length prefix)")
-    window: int = Field(4, ge=1, le=1024, description="frames committed but not yet received")
-    max_record_age_s: float = Field(1.0, gt=0, le=60, allow_inf_nan=False, description=(
+    window: int = Field(DEFAULT_WINDOW, ge=1, le=1024,
+                        description="frames committed but not yet received")
+    max_record_age_s: float = Field(MAX_RECORD_AGE_S, gt=0, le=60, allow_inf_nan=False,
+                                    description=(
         "oldest lease or budget record the sender acts on; older: Cache-first fallback"))
     receive_timeout_s: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False, description=(
         "deadline of the engine's ReceiveResult (receipt until the continuation's end)"))

@@ -26,6 +26,8 @@ from services.common.values.leases import (
 from services.common.values.record_guard import SequenceGuard
 from services.delivery.frames import Frame
 
+#: Oldest lease or budget record the sender acts on, by default (``DeliverySettings``).
+MAX_RECORD_AGE_S = 1.0
 #: Clock skew tolerated on a record's ``published_at`` before it counts as from the future.
 FUTURE_TOLERANCE_S = 0.05
 
@@ -51,7 +53,7 @@ class RecordBook:
     __slots__ = ("engine_id", "max_age_s", "rejected", "_clock", "_budget", "_budget_guard",
                  "_leases")
 
-    def __init__(self, engine_id: str, *, max_age_s: float = 1.0,
+    def __init__(self, engine_id: str, *, max_age_s: float = MAX_RECORD_AGE_S,
                  clock: Callable[[], float]) -> None:
         if not max_age_s > 0:
             raise ValueError(f"max_age_s must be > 0, got {max_age_s!r}")
@@ -157,4 +159,5 @@ def _matches(rec: LeaseRecord, frame: Frame) -> bool:
             and rec.payload_digest == frame.payload_digest)
 
 
-__all__ = ["FUTURE_TOLERANCE_S", "REJECT_REASONS", "RecordBook", "LeaseEvidence"]
+__all__ = ["FUTURE_TOLERANCE_S", "MAX_RECORD_AGE_S", "REJECT_REASONS", "LeaseEvidence",
+           "RecordBook"]

@@ -7,8 +7,11 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from services.common.values.config import ServiceSettings
-from services.engine_agent.leases.state import LeaseMode
+from services.engine_agent.leases.state import LeaseMode, LeaseSettings
 from services.engine_agent.registry import BACKEND_NAMES
+
+#: The lease provider's defaults (LADS §5.1), the one copy the settings below take theirs from.
+_LEASES = LeaseSettings()
 
 
 class EngineAgentSettings(ServiceSettings):
@@ -38,13 +41,14 @@ class EngineAgentSettings(ServiceSettings):
         "priority), SGLang with -1 (--enable-priority-scheduling, higher values first)"))
     # LADS prefix leases (backends with a LeasePort: sim, embedded vllm)
     lease_mode: LeaseMode = Field(
-        "lads", description="lads: budgeted FIFO prefix leases; ttl: the Continuum TTL-pin "
+        _LEASES.mode, description="lads: budgeted FIFO prefix leases; ttl: the Continuum TTL-pin "
         "baseline; none: cache hints only")
-    lease_lifetime_s: float = Field(8.0, gt=0, le=3600,
+    lease_lifetime_s: float = Field(_LEASES.lifetime_s, gt=0, le=3600,
                                     description="ℓ: cumulative lease lifetime from first grant")
     lease_headroom_blocks: int = Field(-1, ge=-1, description=(
         "H: blocks kept free; -1 scales the LADS paper's 2,048 of 12,315 blocks to this pool"))
-    lease_interval_s: float = Field(0.1, gt=0, le=10, description="budget evaluation period")
+    lease_interval_s: float = Field(_LEASES.interval_s, gt=0, le=10,
+                                    description="budget evaluation period")
     # limits and reporting
     max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
     load_interval_s: float = Field(0.05, gt=0, le=60, description="default WatchLoad interval")

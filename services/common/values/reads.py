@@ -1,5 +1,6 @@
 """What a stage read and what it handed out, as every service names it: record reads, read-sets
-(provenance), fill shadows and served results (dynbranch §3.2–§3.3, DESIGN.md §5.3).
+(provenance), fill shadows and served results, record keys and write outcomes (dynbranch
+§3.2–§3.3, DESIGN.md §5.3).
 
 The gateway builds read-sets from its executions and stores them through the csl's client; the
 csl keeps them in its version table and reverse index. Plain frozen values; nothing here imports
@@ -126,4 +127,19 @@ def check_cost(cost_s: float, field_name: str) -> None:
         raise InvalidArgument(field_name, "must be a finite, non-negative number of seconds")
 
 
-__all__ = ["MAX_RECORD_ID_BYTES", "ReadSet", "RecordRead", "Served", "Shadow", "check_cost"]
+#: ``(tenant, record_id)``: the identity of an external record in the version table.
+RecordKey = tuple[str, str]
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """New versions of written records (request order) and how many entries a write removed."""
+
+    versions: tuple[RecordRead, ...]
+    invalidated: int
+    #: The write sequence before this write: a shard behind its peers shows it here.
+    prior_seq: int = 0
+
+
+
+__all__ = ["MAX_RECORD_ID_BYTES", "ReadSet", "RecordKey", "RecordRead", "Served", "Shadow",
+           "WriteOutcome", "check_cost"]

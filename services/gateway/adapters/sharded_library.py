@@ -32,9 +32,8 @@ from dataclasses import dataclass
 import grpc
 
 from services.common.values.errors import Unavailable
-from services.common.values.reads import Claimed, HoldNotice, ReadSet, Served, Shadow
+from services.common.values.reads import Claimed, HoldNotice, ReadSet, Served, Shadow, WriteOutcome
 from services.common.values.reuse_name import ReuseName, name_key
-from services.csl.client import WriteOutcome
 from services.gateway.adapters.library import RemoteLibrary
 from services.gateway.adapters.rendezvous import Rendezvous
 from services.gateway.adapters.shard_repair import catch_up, quorum, vouchers
