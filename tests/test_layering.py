@@ -366,7 +366,7 @@ def test_planted_boundary_violations_are_caught() -> None:
                                       "services.engine_agent.backend")))
     assert boundary_violations(_with(("services.common.values.errors",
                                       "services.common.runtime.grpc_errors")))
-    assert boundary_violations(_with(("services.gateway.core", "services.csl.library")))
+    assert boundary_violations(_with(("services.gateway.core", "services.csl.core")))
     assert not boundary_violations(_with(("services.gateway.core", "services.csl.client")))
     assert not boundary_violations(_with(("services.gateway.core", "services.csl")))
 
@@ -382,13 +382,13 @@ def test_planted_protocol_imports_in_a_core_are_caught() -> None:
 
 def test_planted_outward_imports_are_caught_in_every_service() -> None:
     for core, adapter, edge in (
-            ("services.admission.controller", "services.admission.adapters.engine_load",
+            ("services.admission.core", "services.admission.adapters.engine_load",
              "services.admission.servicer"),
             ("services.delivery.sender", "services.delivery.adapters.engines",
              "services.delivery.servicer"),
             ("services.engine_agent.sim.engine", "services.engine_agent.backends.sim",
              "services.engine_agent.mux_servicer"),
-            ("services.csl.library", "services.csl.convert", "services.csl.servicer"),
+            ("services.csl.core", "services.csl.convert", "services.csl.servicer"),
             ("services.gateway.stages", "services.gateway.adapters.engines",
              "services.gateway.http.front")):
         assert direction_violations(_with((core, edge))), (core, edge)
@@ -410,12 +410,12 @@ def test_rooms_are_by_folder_not_by_file_name_suffix() -> None:
 def test_type_checking_and_function_level_imports_are_in_the_graph(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                      "    from services.csl.library import SubgraphLibrary\n"
+                      "    from services.csl.core import SubgraphLibrary\n"
                       "def f():\n    import services.gateway.core\n"
                       "from .execution import Executor\n"
                       "from services.common.pb import engine_pb2\n")
     assert imports_of(source, modules(), package="services.gateway") == {
-        "services.csl.library", "services.gateway.core", "services.gateway.execution",
+        "services.csl.core", "services.gateway.core", "services.gateway.execution",
         "services.common.pb"}
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.admission.controller import Admission, BranchOutcome, Proposal
+from services.admission.core import Admission, BranchOutcome, Proposal
 from services.admission.fixed_rule import TOP_K, TopKRule
 from services.admission.generation_gate import GateDecision
 from services.admission.load_view import LoadTracker

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from services.admission.baselines import MAX_QUEUE, MIN_FREE_SLOTS, P_STAR
-from services.admission.controller import ControllerSettings
+from services.admission.core import ControllerSettings
 from services.admission.fixed_rule import TOP_K
 from services.admission.load_view import FILL_SHARE, KV_BUDGET_SHARE, MAX_AGE_S
 from services.admission.policies import POLICY_NAMES

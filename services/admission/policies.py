@@ -14,7 +14,7 @@ from services.admission.baselines import (
     LoadThresholdPolicy,
     ThresholdPolicy,
 )
-from services.admission.controller import AdmissionPolicy, ControllerSettings, PricedController
+from services.admission.core import AdmissionPolicy, ControllerSettings, PricedController
 from services.admission.fixed_rule import TopKRule
 from services.admission.load_view import LoadTracker
 from services.admission.pricing import PriceCurves

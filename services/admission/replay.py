@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.admission.controller import Snapshot
+from services.admission.core import Snapshot
 from services.admission.fill_gate import FillCandidate, oracle
 from services.admission.load_view import LoadSnapshot
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves

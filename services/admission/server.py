@@ -14,7 +14,7 @@ from services.admission import replay as replay_file
 from services.admission import state_store
 from services.admission.adapters.engine_load import LoadWatcher
 from services.admission.config import AdmissionSettings
-from services.admission.controller import AdmissionPolicy, PricedController
+from services.admission.core import AdmissionPolicy, PricedController
 from services.admission.load_view import LoadTracker
 from services.admission.policies import build_policy
 from services.admission.servicer import AdmissionServicer

@@ -9,7 +9,7 @@ from collections import OrderedDict
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from services.admission.controller import AdmissionPolicy, BranchOutcome, finite, proposal
+from services.admission.core import AdmissionPolicy, BranchOutcome, finite, proposal
 from services.common.pb import admission_pb2, admission_pb2_grpc
 from services.common.runtime.convert import require
 from services.common.values.errors import InvalidArgument

@@ -5,7 +5,7 @@ no lock). Every mutation runs on one dedicated worker thread, so LMDB write tran
 fsyncs (a 100,000-entry cascade included) never block the loop, and mutations reach the library
 in arrival order. Atomicity does not depend on that ordering: the library serializes mutations
 under its own lock, and a lookup that overlaps an invalidation observes the library's odd
-``_epoch`` and reports a miss (see ``library.py``). Hence:
+``_epoch`` and reports a miss (see ``core.py``). Hence:
 
 * promote vs write: both hold the lock, so a promotion either sees the bumped version (and
   refuses) or completes before the write starts (and the write's cascade then removes the new
@@ -27,9 +27,9 @@ from typing import TypeVar
 from services.common.values.errors import DynbranchError, Unavailable
 from services.common.values.reads import Claimed, ReadSet, RecordKey, Served, Shadow, WriteOutcome
 from services.common.values.reuse_name import ReuseName, name_key
+from services.csl.core import SubgraphLibrary
 from services.csl.entries import LibraryStats
 from services.csl.holds import HoldRegistry
-from services.csl.library import SubgraphLibrary
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from services.common.values.config import ServiceSettings
-from services.csl.library import LibraryOptions
+from services.csl.core import LibraryOptions
 
 MiB = 1 << 20
 

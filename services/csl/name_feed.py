@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from services.csl.library import SubgraphLibrary
+from services.csl.core import SubgraphLibrary
 
 SNAPSHOT_CHUNK = 4096
 #: Changes a slow subscriber may fall behind by before its feed ends (it then resyncs).

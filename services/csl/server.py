@@ -18,8 +18,8 @@ from services.common.runtime.cli_args import Flag, service_main
 from services.common.runtime.server import ServiceRuntime
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.config import CslSettings
+from services.csl.core import SubgraphLibrary
 from services.csl.errors import StoreError
-from services.csl.library import SubgraphLibrary
 from services.csl.servicer import LibraryCollector, SubgraphLibraryServicer
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from services.csl.convert import (
     versions_from_proto,
     versions_to_proto,
 )
-from services.csl.library import SubgraphLibrary
+from services.csl.core import SubgraphLibrary
 from services.csl.name_feed import FeedOverflow, NameBatch, name_feed
 
 log = logging.getLogger(__name__)

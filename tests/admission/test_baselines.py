@@ -10,7 +10,7 @@ from services.admission.baselines import (
     LoadThresholdPolicy,
     ThresholdPolicy,
 )
-from services.admission.controller import Proposal
+from services.admission.core import Proposal
 from services.admission.load_view import EngineLoad, LoadTracker
 
 PROPOSALS = [Proposal("b", 1, 0.3), Proposal("a", 0, 0.6), Proposal("c", 2, 0.1)]

@@ -13,7 +13,7 @@ from services.admission.baselines import (
     ThresholdPolicy,
 )
 from services.admission.config import AdmissionSettings
-from services.admission.controller import PricedController
+from services.admission.core import PricedController
 from services.admission.load_view import LoadTracker
 from services.admission.policies import POLICIES, POLICY_NAMES, build_policy
 
@@ -34,7 +34,7 @@ def test_the_settings_refuse_an_unknown_policy_naming_the_known_ones() -> None:
 
 
 def test_the_settings_defaults_are_the_cores() -> None:
-    from services.admission.controller import ControllerSettings
+    from services.admission.core import ControllerSettings
 
     s, c = AdmissionSettings(), ControllerSettings()
     assert (s.window_s, s.n0, s.cold_fanout, s.class_prior_ms, s.audit_rate, s.fill_kv_blocks) \

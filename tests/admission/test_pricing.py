@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.admission.controller import ControllerSettings, PricedController, Proposal
+from services.admission.core import ControllerSettings, PricedController, Proposal
 from services.admission.fill_gate import FillCandidate
 from services.admission.load_view import EngineLoad, LoadSnapshot, LoadTracker
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.admission.controller import BranchOutcome, ControllerSettings, PricedController
-from tests.admission.test_controller import MODEL, proposals, report, tracker_at
+from services.admission.core import BranchOutcome, ControllerSettings, PricedController
+from tests.admission.test_core import MODEL, proposals, report, tracker_at
 
 
 def test_recorded_decisions_replay_against_the_exact_oracle() -> None:

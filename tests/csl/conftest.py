@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.csl.library import SubgraphLibrary
+from services.csl.core import SubgraphLibrary
 from tests.csl.factories import FakeClock, library
 
 

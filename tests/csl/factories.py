@@ -7,7 +7,7 @@ from typing import Any
 
 from services.common.values.reads import ReadSet, RecordRead, Shadow
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.csl.library import LibraryOptions, SubgraphLibrary
+from services.csl.core import LibraryOptions, SubgraphLibrary
 
 FP = StageFingerprint("routing", "handler", 1, "test-model", max_tokens=64)
 

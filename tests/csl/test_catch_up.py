@@ -3,7 +3,7 @@ that did not open a branch, rely on."""
 
 from __future__ import annotations
 
-from services.csl.library import SubgraphLibrary
+from services.csl.core import SubgraphLibrary
 from tests.csl.factories import name, reads, shadow
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from services.common.values.reads import ReadSet, Served
 from services.csl.client import CslClient
+from services.csl.core import LibraryOptions, SubgraphLibrary
 from services.csl.errors import StoreCorrupt, StoreForeign, StoreLocked, StoreMissing
-from services.csl.library import LibraryOptions, SubgraphLibrary
 from tests.csl.factories import FakeClock, library, name, reads, shadow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 WRITER = textwrap.dedent("""
     import sys, time
     from services.common.values.reads import ReadSet
-    from services.csl.library import SubgraphLibrary
+    from services.csl.core import SubgraphLibrary
     from tests.csl.factories import name, reads, shadow
     lib = SubgraphLibrary(sys.argv[1])  # defaults: fsync on commit
     lib.put(name(1), b"kept", ReadSet.pure(), cost_s=3.0)

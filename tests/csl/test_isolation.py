@@ -7,7 +7,7 @@ import pytest
 from services.common.values.errors import InvalidArgument
 from services.common.values.reads import ReadSet
 from services.common.values.reuse_name import ReuseName
-from services.csl.library import SubgraphLibrary
+from services.csl.core import SubgraphLibrary
 from tests.csl.factories import name, reads, shadow
 
 

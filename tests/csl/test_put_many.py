@@ -12,7 +12,7 @@ from services.common.values.errors import InvalidArgument, ResourceExhausted
 from services.common.values.reads import ReadSet
 from services.csl.client import CslClient, PutPipe
 from services.csl.config import CslSettings
-from services.csl.library import SubgraphLibrary
+from services.csl.core import SubgraphLibrary
 from services.csl.server import build_runtime
 from services.csl.store import Store
 from tests.csl.factories import library, name, reads

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from services.admission.client import StaticAdmission
 from services.csl.async_library import AsyncSubgraphLibrary
-from services.csl.library import LibraryOptions, SubgraphLibrary
+from services.csl.core import LibraryOptions, SubgraphLibrary
 from services.engine_agent.backends.sim import SimBackend
 from services.gateway.adapters.inproc import InprocEngines, InprocLibrary
 from services.gateway.execution import Executor, Features

@@ -8,7 +8,7 @@ import pytest
 
 from services.common.values.errors import InvalidArgument, Unavailable
 from services.common.values.reads import ReadSet, Served
-from services.csl.library import SubgraphLibrary
+from services.csl.core import SubgraphLibrary
 from tests.csl.factories import FakeClock, name, reads, shadow
 
 

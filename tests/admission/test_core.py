@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from services.admission.baselines import AlwaysPolicy, LoadThresholdPolicy, ThresholdPolicy
-from services.admission.controller import (
+from services.admission.core import (
     BranchOutcome,
     ControllerSettings,
     PricedController,
