@@ -12,7 +12,7 @@ CORES = ("services/admission", "services/csl", "services/delivery", "services/en
          "services/engine_agent/leases", "services/gateway/speculation")
 #: The gateway's demand path outside ``speculation/``.
 DEMAND_PATH = ("services/gateway/core.py", "services/gateway/stages.py",
-               "services/gateway/execution.py")
+               "services/gateway/execution.py", "services/engine_agent/core.py")
 EDGES = {"__init__", "__main__", "server", "servicer", "client", "config", "convert"}
 #: Modules without behaviour of their own to test, and why.
 EXEMPT = {

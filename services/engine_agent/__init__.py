@@ -2,7 +2,8 @@
 
 Rooms: ``sim/`` (the simulated engine, shaped like vLLM's ``v1/core/``), ``leases/`` (the LADS
 lease provider), ``backends/`` (the backends, with ``remote/`` for the HTTP ones), the port a
-backend implements (``backend``), the table of backends (``registry``), and the transport at
+backend implements (``backend``), the table of backends (``registry``), the composition root
+(``core.EngineAgent``: a backend, its lease provider and receipts), and the transport at
 the top: ``servicer``, ``mux_servicer``, ``mux_client``, ``client``, ``server``, and
 ``calibrate`` (a command that drives a real engine). The face below is the in-process API
 (``services.common.values.face``); it imports nothing until a name is used, since the vLLM
@@ -13,7 +14,8 @@ from services.common.values.face import lazy_face
 
 __all__, __getattr__ = lazy_face(__name__, {
     "Allocated": "backend", "BACKENDS": "registry", "BACKEND_NAMES": "registry",
-    "CostPreset": "sim.step_cost", "EngineAgentClient": "client", "EngineAgentSettings": "config",
+    "CostPreset": "sim.step_cost", "EngineAgent": "core", "EngineAgentClient": "client",
+    "EngineAgentSettings": "config",
     "EngineBackend": "backend", "Finished": "backend", "LeaseProvider": "leases.provider",
     "LeaseSettings": "leases.provider", "MESH_BACKENDS": "registry", "SERVER_BACKENDS": "registry",
     "SimBackend": "backends.sim", "TokenDelta": "backend", "build_runtime": "server",

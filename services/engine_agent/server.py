@@ -12,9 +12,7 @@ from services.common.runtime.server import ServiceRuntime
 from services.engine_agent.backend import EngineBackend
 from services.engine_agent.backends import BACKEND_NAMES, make_backend
 from services.engine_agent.config import EngineAgentSettings
-from services.engine_agent.leases.budget import scaled_headroom
-from services.engine_agent.leases.port import LeasePort
-from services.engine_agent.leases.provider import LeaseProvider, LeaseSettings
+from services.engine_agent.core import EngineAgent
 from services.engine_agent.servicer import EngineAgentServicer, EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -25,34 +23,15 @@ async def build_runtime(settings: EngineAgentSettings, *, backend: EngineBackend
                         span_exporter: SpanExporter | None = None) -> ServiceRuntime:
     """A runtime serving the EngineAgent service over a started backend (not yet listening)."""
     runtime = ServiceRuntime("engine_agent", settings, span_exporter=span_exporter)
-    backend = backend or make_backend(settings)
-    await backend.start()
-    runtime.on_close(backend.close)
-    provider = lease_provider(settings, backend)
-    if provider is not None:
-        await provider.start()
-        runtime.on_close(provider.close)
-    servicer = EngineAgentServicer(settings.engine_id, backend, EngineMetrics(runtime.registry),
-                                   runtime.tracer, max_prompt_bytes=settings.max_prompt_bytes,
-                                   load_interval_s=settings.load_interval_s, provider=provider,
+    agent = EngineAgent.from_settings(settings, backend or make_backend(settings))
+    await agent.start()
+    runtime.on_close(agent.close)
+    servicer = EngineAgentServicer(agent, EngineMetrics(runtime.registry), runtime.tracer,
+                                   max_prompt_bytes=settings.max_prompt_bytes,
+                                   load_interval_s=settings.load_interval_s,
                                    max_mux_running=settings.max_concurrent_rpcs)
-    runtime.on_close(servicer.close_leases)
     runtime.add_service(engine_pb2_grpc.add_EngineAgentServicer_to_server, servicer, SERVICE_NAME)
     return runtime
-
-
-def lease_provider(settings: EngineAgentSettings, backend: EngineBackend) -> LeaseProvider | None:
-    """The LADS lease provider over the backend's block pool; None when it has no LeasePort."""
-    if not isinstance(backend, LeasePort) or not backend.info.leases_supported:
-        return None
-    headroom = settings.lease_headroom_blocks
-    if headroom < 0:
-        headroom = scaled_headroom(backend.info.kv_blocks_total)
-    lease_settings = LeaseSettings(mode=settings.lease_mode, lifetime_s=settings.lease_lifetime_s,
-                                   headroom_blocks=headroom, interval_s=settings.lease_interval_s)
-    return LeaseProvider(backend, engine_id=settings.engine_id,
-                         tokenize=backend.tokenize,  # type: ignore[attr-defined]
-                         settings=lease_settings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,6 @@ from services.common.runtime.lease_convert import (
 )
 from services.common.runtime.records import make_header
 from services.common.values.errors import (
-    FailedPrecondition,
     InvalidArgument,
     PayloadTooLarge,
     Unavailable,
@@ -47,12 +46,12 @@ from services.common.values.leases import BudgetRecord, LeaseRecord
 from services.common.values.tracing import incoming_context
 from services.engine_agent.backend import (
     Allocated,
-    EngineBackend,
     Finished,
     GenerationEvent,
     Queued,
     TokenDelta,
 )
+from services.engine_agent.core import EngineAgent
 from services.engine_agent.leases.provider import LeaseProvider
 from services.engine_agent.leases.receipts import Receipts
 from services.engine_agent.mux_servicer import MuxSession
@@ -126,22 +125,22 @@ def load_to_proto(engine_id: str, sequence: int, model: str, load: LoadReport,
 
 
 class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
-    """Maps the EngineAgent service onto one backend (and its lease provider, if any)."""
+    """Maps the EngineAgent service onto the agent (``core.EngineAgent``): its backend, and its
+    lease provider and receipts, if any."""
 
-    def __init__(self, engine_id: str, backend: EngineBackend, metrics: EngineMetrics,
-                 tracer: Tracer, *, max_prompt_bytes: int, load_interval_s: float,
-                 provider: LeaseProvider | None = None, max_mux_running: int = 16_384) -> None:
-        self.engine_id = engine_id
+    def __init__(self, agent: EngineAgent, metrics: EngineMetrics, tracer: Tracer, *,
+                 max_prompt_bytes: int, load_interval_s: float,
+                 max_mux_running: int = 16_384) -> None:
+        self.agent = agent
+        self.engine_id = agent.engine_id
         #: Generations one GenerateMux stream may run at once (one more is RESOURCE_EXHAUSTED).
         self.max_mux_running = max_mux_running
         self.tracer = tracer
-        self.backend = backend
+        self.backend = agent.backend
         self.metrics = metrics
         self.max_prompt_bytes = max_prompt_bytes
         self.load_interval_s = load_interval_s
         self._load_seq = itertools.count()
-        self.provider = provider
-        self.receipts = Receipts(backend, provider) if provider is not None else None
 
     def _to_request(self, request: engine_pb2.GenerateRequest) -> GenerationRequest:
         info = self.backend.info
@@ -257,9 +256,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
     # -- LADS (papers/lads.txt §3.4-3.7) --------------------------------------------------------
 
     def _leases(self) -> tuple[LeaseProvider, Receipts]:
-        if self.provider is None or self.receipts is None:
-            raise FailedPrecondition(f"backend {self.backend.info.backend!r} has no lease provider")
-        return self.provider, self.receipts
+        return self.agent.leases()
 
     async def ToolStarted(self, request: engine_pb2.ToolStartedRequest,
                           context: grpc.aio.ServicerContext) -> engine_pb2.ToolStartedResponse:
@@ -339,10 +336,6 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         finally:
             unsubscribe()
 
-    async def close_leases(self) -> None:
-        """Cancel running continuations (shutdown); the provider closes separately."""
-        if self.receipts is not None:
-            await self.receipts.close()
 
 
 def _history(history: str) -> str:

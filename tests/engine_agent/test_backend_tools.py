@@ -20,6 +20,7 @@ from services.common.values.generation import FinishReason, GenerationRequest, S
 from services.engine_agent.backend import Finished
 from services.engine_agent.backends.sglang import SglangBackend
 from services.engine_agent.backends.sim import SimBackend
+from services.engine_agent.core import EngineAgent
 from services.engine_agent.servicer import EngineAgentServicer, EngineMetrics
 from services.engine_agent.sim.tokenizer import pieces
 from tests.engine_agent.fake_engines import DONE, event_stream, sse
@@ -77,7 +78,7 @@ def test_servicer_refuses_a_chat_spec_for_a_backend_without_tools() -> None:
     backend = SglangBackend.from_settings(type("S", (), {
         "engine_url": "http://engine", "model": "tiny", "max_running": 0, "block_size": 0,
         "kv_blocks": 0, "kv_events_endpoint": "", "fill_priority": False})())
-    servicer = EngineAgentServicer("e0", backend, EngineMetrics(CollectorRegistry()),
+    servicer = EngineAgentServicer(EngineAgent("e0", backend), EngineMetrics(CollectorRegistry()),
                                    trace.get_tracer(__name__), max_prompt_bytes=1024,
                                    load_interval_s=1.0)
     request = engine_pb2.GenerateRequest(request_id="r", model="tiny", prompt="x",

@@ -2,7 +2,7 @@
 
 A backend that supports prefix leases (``BackendInfo.leases_supported``) implements this
 protocol: the sim backend over its ``BlockPool``, the embedded vLLM through the dynbranch general
-plugin on the engine core's thread. The provider (``lease_provider.py``) holds the policy —
+plugin on the engine core's thread. The provider (``provider.py``) holds the policy —
 budget, FIFO order, lifetime, revocation — and the port holds only the mechanism: exact extra
 references on exact blocks, and the allocation-time handoff check, which must run where the
 engine allocates (between steps, before the forward pass).

@@ -1,6 +1,6 @@
 """The lease provider's values: settings, the sender's descriptor, pending results, counters.
 
-Plain Python (``lease_provider.py`` holds the policy and ``lease_book.py`` the bookkeeping;
+Plain Python (``provider.py`` holds the policy and ``book.py`` the bookkeeping;
 STYLE.md §1).
 """
 

@@ -2,7 +2,7 @@
 
 Exact extra references on exact blocks (``BlockPool.touch`` / ``free``), all or nothing, and the
 allocation-time handoff check run by the engine loop right where it allocates (before the step's
-forward pass), like the vLLM plugin's schedule hook. The policy lives in ``lease_provider.py``.
+forward pass), like the vLLM plugin's schedule hook. The policy lives in ``leases/provider.py``.
 """
 
 from __future__ import annotations
