@@ -10,6 +10,8 @@ from services.common.values.config import ServiceSettings
 from services.csl.core import LibraryOptions
 
 MiB = 1 << 20
+#: The library's defaults, the one copy the settings below take theirs from.
+_LIB = LibraryOptions()
 
 
 class CslSettings(ServiceSettings):
@@ -19,17 +21,21 @@ class CslSettings(ServiceSettings):
 
     data_dir: str = Field("dynbranch-csl", min_length=1,
                           description="LMDB environment directory (relative to the working dir)")
-    create: bool = Field(True, description="create the store when the directory is new or empty; "
-                                           "never over existing data")
-    budget_bytes: int = Field(256 * MiB, ge=4096, description="byte budget of confirmed entries")
-    shadow_budget_bytes: int = Field(64 * MiB, ge=0, description="bytes of shadows held in memory")
-    shadow_ttl_s: float = Field(60.0, gt=0, le=86_400,
+    create: bool = Field(_LIB.create, description=(
+        "create the store when the directory is new or empty; never over existing data"))
+    budget_bytes: int = Field(_LIB.budget_bytes, ge=4096,
+                              description="byte budget of confirmed entries")
+    shadow_budget_bytes: int = Field(_LIB.shadow_budget_bytes, ge=0,
+                                     description="bytes of shadows held in memory")
+    shadow_ttl_s: float = Field(_LIB.shadow_ttl_s, gt=0, le=86_400,
                                 description="default lifetime of an unclaimed shadow")
     expire_interval_s: float = Field(1.0, gt=0, le=3600,
                                      description="how often expired shadows are swept")
-    map_size_bytes: int = Field(0, ge=0, description="LMDB map size; 0: max(1 GiB, 4 x budget)")
-    sync: bool = Field(True, description="fsync every commit (off: a machine crash may lose "
-                                         "the last commits; a process crash loses nothing)")
+    map_size_bytes: int = Field(_LIB.map_size, ge=0,
+                                description="LMDB map size; 0: max(1 GiB, 4 x budget)")
+    sync: bool = Field(_LIB.sync, description=(
+        "fsync every commit (off: a machine crash may lose the last commits; a process crash "
+        "loses nothing)"))
     max_result_bytes: int = Field(4 * MiB, ge=1, description="largest result accepted")
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from services.common.values.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
+from services.gateway.config import GatewaySettings
 from services.gateway.ports import EnginePort, LibraryPort
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.stages import StageService
@@ -43,15 +44,19 @@ RECONCILE_BATCH = 1024
 RECONCILE_RETRY_MAX_S = 10.0
 
 
+#: The gateway's settings fields: the limits' defaults are theirs (one copy of each).
+_DEFAULTS = GatewaySettings.model_fields
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Input bounds enforced on every demand."""
 
-    max_prompt_bytes: int = 1024 * 1024
-    max_request_id: int = 128
+    max_prompt_bytes: int = _DEFAULTS["max_prompt_bytes"].default
+    max_request_id: int = _DEFAULTS["max_request_id"].default
     max_map_entries: int = 256
     #: Demands answered at once; one more is refused with ``ResourceExhausted`` (never queued).
-    max_in_flight: int = 4096
+    max_in_flight: int = _DEFAULTS["max_in_flight"].default
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from services.common.values.generation import Priority
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
+from services.gateway.config import GatewaySettings
 from services.gateway.execution import Executor, StageRun
 from services.gateway.ports import LibraryPort, Speculation, SpeculationPort
 from services.gateway.templates import Stage
@@ -53,6 +54,8 @@ from services.gateway.values import (
 )
 
 log = logging.getLogger(__name__)
+#: Stores in flight at most, by default (``GatewaySettings.max_pending_stores``).
+MAX_PENDING_STORES: int = GatewaySettings.model_fields["max_pending_stores"].default
 
 
 class StageService:
@@ -60,7 +63,7 @@ class StageService:
 
     def __init__(self, *, executor: Executor, library: LibraryPort,
                  speculation: SpeculationPort | None, tracer: Tracer,
-                 max_pending_stores: int = 4096) -> None:
+                 max_pending_stores: int = MAX_PENDING_STORES) -> None:
         self.executor = executor
         self.library = library
         self.features = executor.features

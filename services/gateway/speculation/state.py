@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 
 from services.common.values import clock
 from services.common.values.reuse_name import ReuseName
+from services.gateway.config import GatewaySettings
 from services.gateway.templates import DecisionPoint, Semantics, Template
+
+#: The gateway's settings fields: every default below is theirs (one copy of each).
+_DEFAULTS = GatewaySettings.model_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,15 +20,15 @@ class BranchSettings:
     """Knobs of the branch lifecycle."""
 
     #: Longest a demand waits for a matching fill step that is still running.
-    fill_wait_s: float = 1.0
+    fill_wait_s: float = _DEFAULTS["fill_wait_s"].default
     #: Deadline of one fill step on an engine.
-    fill_timeout_s: float = 120.0
+    fill_timeout_s: float = _DEFAULTS["fill_timeout_s"].default
     #: Seconds an unclaimed shadow lives (independent branches keep theirs this long).
-    shadow_ttl_s: float = 60.0
+    shadow_ttl_s: float = _DEFAULTS["shadow_ttl_s"].default
     #: Seconds a branch is remembered after opening.
-    branch_ttl_s: float = 300.0
+    branch_ttl_s: float = _DEFAULTS["branch_ttl_s"].default
     #: Open branches kept at most (older ones retire first).
-    max_branches: int = 10_000
+    max_branches: int = _DEFAULTS["max_branches"].default
 
 
 @dataclass(slots=True)
