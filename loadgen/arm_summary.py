@@ -16,7 +16,7 @@ from loadgen.stats import (
     ratio_of_means,
     supported_quantiles,
 )
-from services.gateway.speculation.state import REFUSALS
+from services.gateway import REFUSALS
 
 FILL_KEYS = ("fills_issued", "fills_consumed", "stages_promoted", "fills_discarded")
 

@@ -49,12 +49,10 @@ from services.common.runtime.server import freeze_startup_heap
 from services.common.values.generation import Priority
 from services.csl import CslSettings
 from services.csl import build_runtime as build_csl
-from services.engine_agent import EngineAgentSettings
+from services.engine_agent import EngineAgentSettings, make_backend
 from services.engine_agent import build_runtime as build_engine
-from services.engine_agent.backends import make_backend
-from services.gateway import DynbranchClient, GatewaySettings
+from services.gateway import PROMOTION_COUNTERS, DynbranchClient, GatewaySettings
 from services.gateway import build_runtime as build_gateway
-from services.gateway.speculation.promotion import PROMOTION_COUNTERS
 
 log = logging.getLogger(__name__)
 

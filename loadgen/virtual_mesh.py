@@ -46,10 +46,10 @@ from services.admission import (
     LoadTracker,
     PricedController,
     build_policy,
+    estimate_fields,
     proposal,
     state_store,
 )
-from services.admission.client import estimate_fields
 from services.common.pb import gateway_pb2
 from services.common.values.candidates import FillEstimate, RankedCandidate
 from services.common.values.generation import LoadReport
@@ -60,11 +60,14 @@ from services.gateway import (
     DynbranchClient,
     GatewayCore,
     GatewaySettings,
+    InprocEngines,
+    InprocLibrary,
     TemplateRegistry,
+    answer_to_proto,
     build_core,
+    demand_from_proto,
+    hop,
 )
-from services.gateway.adapters.inproc import InprocEngines, InprocLibrary, hop
-from services.gateway.servicer import answer_to_proto, demand_from_proto
 
 log = logging.getLogger(__name__)
 

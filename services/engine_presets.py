@@ -21,8 +21,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.engine_agent.backends.servers import EngineServer
-from services.engine_agent.registry import BACKENDS, resolve, spec, tiny_model_path
+from services.engine_agent import BACKENDS, EngineServer, resolve, spec, tiny_model_path
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.values.generation import GenerationRequest, Sampling
-from services.engine_agent import CostPreset, Finished
-from services.engine_agent.calibrate import Grid
+from services.engine_agent import CostPreset, Finished, Grid
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ Rendered = tuple[str, int, int]  # (prompt, prefix tokens, suffix tokens)
 
 def real_renderer(tokenize: Callable[[str], Sequence[int]]) -> Callable[[Spec], Rendered]:
     """Text for the real engine's tokenizer; a shared prefix is the same text token for token."""
-    from services.engine_agent.calibrate import TokenText
+    from services.engine_agent import TokenText
 
     text = TokenText(tokenize)
 
@@ -189,8 +188,8 @@ class RealRun:
 async def run_real(specs: Sequence[Spec], grid: Grid) -> RealRun:
     """Start the embedded vLLM once; measure half the fit grid's repeats, run the validation
     mix, measure the other half: fit and validation then see the same machine conditions."""
-    from services.engine_agent.backends.vllm.backend import VllmBackend
-    from services.engine_agent.calibrate import (
+    from services.engine_agent import (
+        VllmBackend,
         calibrate_backend,
         engine_limits,
         tiny_engine_settings,
@@ -289,7 +288,7 @@ def compare(real: Sequence[Result], sim: Sequence[Result]) -> dict[str, Any]:
 
 def step_errors(preset: CostPreset, samples: Sequence[Any]) -> dict[str, float]:
     """A preset's per-step relative error on measured steps: mean and max of |error|."""
-    from services.engine_agent.sim.calibrate_fit import rel_errors
+    from services.engine_agent import rel_errors
 
     errs = [abs(e) for e in rel_errors(preset, samples)]
     return {"steps": len(errs), "mean_rel_err": statistics.fmean(errs),
@@ -298,7 +297,7 @@ def step_errors(preset: CostPreset, samples: Sequence[Any]) -> dict[str, float]:
 
 def step_table(preset: CostPreset, samples: Sequence[Any]) -> list[dict[str, Any]]:
     """Each measured step beside the preset's time for it (milliseconds)."""
-    from services.engine_agent.sim.calibrate_fit import predicted
+    from services.engine_agent import predicted
 
     return [{"kind": s.kind, "batch": s.batch, "context": s.context,
              "measured_ms": round(s.step_s * 1e3, 3),
@@ -347,7 +346,7 @@ def _print(result: dict[str, Any]) -> None:
 
 
 async def _run(quick: bool) -> dict[str, Any]:
-    from services.engine_agent.calibrate import fit_tiny
+    from services.engine_agent import fit_tiny
 
     started = time.monotonic()
     specs, grid = workload(quick), QUICK_FIT_GRID if quick else FIT_GRID

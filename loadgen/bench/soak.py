@@ -47,12 +47,17 @@ from services.csl import CslSettings
 from services.csl import build_runtime as build_csl
 from services.delivery import DeliverySettings
 from services.delivery import build_runtime as build_delivery
-from services.engine_agent import EngineAgentSettings
+from services.engine_agent import EngineAgentSettings, make_backend
 from services.engine_agent import build_runtime as build_engine
-from services.engine_agent.backends import make_backend
-from services.gateway import Corpus, DynbranchClient, GatewayClient, GatewaySettings
+from services.gateway import (
+    Corpus,
+    DynbranchClient,
+    GatewayClient,
+    GatewaySettings,
+    hotpotqa_documents,
+    musique_documents,
+)
 from services.gateway import build_runtime as build_gateway
-from services.gateway.tools.loaders import hotpotqa_documents, musique_documents
 
 MODEL = "qwen3-32b"
 WORKLOADS = tuple(WORKLOAD_CLASSES)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from loadgen.workloads import lads_web
 from loadgen.workloads.base import data_path, read_jsonl
-from services.engine_agent.sim.tokenizer import pieces, text_key
+from services.engine_agent import pieces, text_key
 
 HISTORY_LENGTHS = (8192, 12288, 20480, 22528)
 TOOL_SERVICE_S = 0.05

@@ -16,5 +16,5 @@ __all__, __getattr__ = lazy_face(__name__, {
     "ControllerSettings": "core", "EngineLoad": "load_view", "LoadTracker": "load_view",
     "POLICIES": "policies", "PricedController": "core", "Proposal": "core",
     "RemoteAdmission": "client", "StaticAdmission": "client", "build_policy": "policies",
-    "build_runtime": "server", "proposal": "core",
+    "build_runtime": "server", "estimate_fields": "client", "proposal": "core",
 })
