@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.engine_agent import BACKENDS, MESH_BACKENDS, tiny_model_path
+from services.engine_agent import BACKENDS, MESH_BACKENDS
 
 #: The engines the experiment mesh runs on (``BackendSpec.mesh``).
 ENGINES = MESH_BACKENDS
@@ -54,11 +54,6 @@ def engine_version(engine: str) -> str:
         found = sorted(p.name for s in site for p in s.glob("sglang-*.dist-info"))
         return found[0].removeprefix("sglang-").removesuffix(".dist-info") if found else "?"
     return ""
-
-
-def tiny_model(engine: str) -> str:
-    """The tiny model folder (built on first use, by whichever venv has torch)."""
-    return tiny_model_path(engine)
 
 
 async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
@@ -103,4 +98,4 @@ async def engine_state(backend: Any) -> dict[str, int]:
 
 
 __all__ = ["ENGINES", "MAX_MODEL_LEN", "RealEngine", "engine_state",
-           "engine_version", "real_backend", "tiny_model"]
+           "engine_version", "real_backend"]

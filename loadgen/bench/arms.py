@@ -36,12 +36,13 @@ from loadgen.arm_summary import (
 from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
 from loadgen.leak_guard import check
 from loadgen.oracle import OracleBound, oracle_bound
-from loadgen.real_engines import ENGINES, RealEngine, tiny_model
+from loadgen.real_engines import ENGINES, RealEngine
 from loadgen.virtual_mesh import DEFAULT_HOP_S
 from loadgen.workloads import WORKLOADS, build_schedule, get_workload
 from loadgen.workloads.base import Workload
 from loadgen.workloads.profiles import knobs, profile_options
 from loadgen.workloads.schedule import Schedule
+from services.engine_agent import tiny_model_path
 
 PRESET = "qwen3-32b-h200"
 #: Low-load arrival rates per simulated second (dynbranch Fig. 8: 0.12 req/s, HCI 0.3).
@@ -165,7 +166,7 @@ def _real(opts: Options) -> RealEngine | None:
         return None
     if opts.engine not in ENGINES:
         raise ValueError(f"unknown engine {opts.engine!r}; known: {', '.join(ENGINES)}")
-    return RealEngine(opts.engine, tiny_model(opts.engine))
+    return RealEngine(opts.engine, tiny_model_path(opts.engine))
 
 
 def _clock(opts: Options, real: RealEngine | None, default_scale: float) -> tuple[str, float]:

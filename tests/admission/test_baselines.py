@@ -3,32 +3,22 @@ and the static control's account shows when it refused."""
 
 from __future__ import annotations
 
-from services.admission.baselines import (
-    MAX_QUEUE,
-    MIN_FREE_SLOTS,
-    AlwaysPolicy,
-    LoadThresholdPolicy,
-    ThresholdPolicy,
-)
-from services.admission.core import Proposal
-from services.admission.load_view import EngineLoad, LoadTracker
-
-PROPOSALS = [Proposal("b", 1, 0.3), Proposal("a", 0, 0.6), Proposal("c", 2, 0.1)]
+from services.admission.baselines import AlwaysPolicy, LoadThresholdPolicy, ThresholdPolicy
+from tests.admission.test_core import MODEL, proposals, tracker_at
 
 
-def test_always_admits_every_candidate_by_rank_and_threshold_those_above_p_star() -> None:
-    assert AlwaysPolicy().admit("x", "r/r", PROPOSALS, "m", 0.0).admitted == ("a", "b", "c")
-    assert ThresholdPolicy(0.25).admit("x", "r/r", PROPOSALS, "m", 0.0).admitted == ("a", "b")
-
-
-def test_the_static_control_refuses_without_free_slots_and_counts_it() -> None:
-    tracker = LoadTracker()
-    policy = LoadThresholdPolicy(tracker, top_k=2)
-    tracker.observe(EngineLoad("e0", "m", 1, 0.0, 16 - MIN_FREE_SLOTS + 1, 0, 16, 0, 100, 0, 0),
-                    now=0.0)
-    assert not policy.open_branch("b1", "r/r", "t/r/r", "m", 0.0).open
-    tracker.observe(EngineLoad("e0", "m", 2, 0.1, 16 - MIN_FREE_SLOTS, MAX_QUEUE, 16, 0, 100, 0,
-                               0), now=0.1)
-    assert policy.open_branch("b2", "r/r", "t/r/r", "m", 0.1).open
-    assert policy.admit("b2", "r/r", PROPOSALS, "m", 0.1).admitted == ("a", "b")
-    assert policy.account() == {"gate": {"opened": 1, "refused": 1}}
+def test_baselines_answer_the_same_calls() -> None:
+    t = tracker_at(running=40)
+    assert AlwaysPolicy().admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2", "h3")
+    assert ThresholdPolicy(0.2).admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2")
+    low = LoadThresholdPolicy(tracker_at(running=4), top_k=2)  # 44 of 48 slots free
+    high = LoadThresholdPolicy(tracker_at(running=46))  # 2 free: fewer than 3
+    queued = LoadThresholdPolicy(tracker_at(running=4, waiting=3))  # a queue of 3 > 2
+    assert low.open_branch("b", "c", "", MODEL, 100.0).open
+    assert low.admit("b", "c", proposals(), MODEL, 100.0).admitted == ("h1", "h2")
+    assert not high.open_branch("b", "c", "", MODEL, 100.0).open
+    assert high.admit("b", "c", proposals(), MODEL, 100.0).admitted == ()
+    assert not queued.open_branch("b", "c", "", MODEL, 100.0).open
+    assert high.account() == {"gate": {"opened": 0, "refused": 1}}
+    run_below = LoadThresholdPolicy(t, slots=42)  # counted against 42 slots: 2 free
+    assert not run_below.open_branch("b", "c", "", MODEL, 100.0).open

@@ -1,11 +1,12 @@
-"""Load-priced admission (C3): load view, generation gate, priced fill gate, feedback, baselines."""
+"""Load-priced admission (C3): the priced controller (``core``): Action 0 over the gate, the
+priced fill gate, reservations, feedback and learned state. The load view, the gate itself,
+the ledger and the baselines have test modules of their own."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from services.admission.baselines import AlwaysPolicy, LoadThresholdPolicy, ThresholdPolicy
 from services.admission.core import (
     BranchOutcome,
     ControllerSettings,
@@ -32,60 +33,10 @@ def tracker_at(running: int, waiting: int = 0, now: float = 100.0) -> LoadTracke
     return t
 
 
-# --- load view -----------------------------------------------------------------------------------
-
-def test_stale_and_out_of_order_reports_are_rejected() -> None:
-    t = LoadTracker(max_age_s=5.0)
-    assert t.observe(report(2, 10.0), now=10.0)
-    assert not t.observe(report(2, 10.5), now=10.5)  # same sequence
-    assert not t.observe(report(1, 11.0), now=11.0)  # older sequence
-    assert not t.observe(report(3, 9.0), now=11.0)  # older sampling time
-    assert not t.observe(report(4, 1.0), now=11.0)  # too old
-    assert t.observe(report(5, 11.0), now=11.0) and t.rejected == 4
-
-
-def test_rising_load_counts_at_once_and_falling_load_relaxes_over_the_window() -> None:
-    t = LoadTracker(window_s=8.0)
-    for i in range(8):  # a quiet stretch
-        t.observe(report(i + 1, float(i), running=2), now=float(i))
-    t.observe(report(9, 8.0, running=48, waiting=24), now=8.0)  # a burst: ρ = 1.5
-    assert t.envelope(MODEL, 8.0) == pytest.approx(1.5)  # at once
-    t.observe(report(10, 9.0, running=2), now=9.0)  # the burst ends
-    snap_now, later, much_later = (t.envelope(MODEL, 9.0), t.envelope(MODEL, 16.5),
-                                   t.envelope(MODEL, 17.5))
-    quiet = 2 / 48
-    assert snap_now > later > quiet and snap_now < 1.5  # relaxes, not instantly
-    t.probe(17.5)
-    assert much_later == pytest.approx(quiet, abs=1e-9)  # a full window later: back to quiet
-
-
-def test_reservations_count_until_released() -> None:
-    t = tracker_at(running=4)
-    before = t.snapshot(MODEL, 100.0)
-    t.reserve(MODEL, "b1/h1", 64)
-    during = t.snapshot(MODEL, 100.0)
-    assert during.fill_slots_free == before.fill_slots_free - 1
-    assert during.kv_blocks_free == before.kv_blocks_free - 64
-    t.release(MODEL, "b1/h1")
-    assert t.snapshot(MODEL, 100.0) == before
-
-
 # --- generation gate -----------------------------------------------------------------------------
 
 def x(envelope: float = 0.2) -> np.ndarray:
     return context(envelope, envelope, 0.0, 0.0, 0.0)
-
-
-def test_a_cold_class_opens_every_branch_bounding_the_fan_out_beyond_its_trials() -> None:
-    g = GenerationGate(n0=2, audit_rate=0.0)
-    first, second = g.decide("c", "b1", x()), g.decide("c", "b2", x())
-    assert first.open and second.open and not first.bounded and not second.bounded
-    third = g.decide("c", "b3", x())  # two cold trials in flight: open, fan-out bounded
-    assert third.open and third.bounded and third.kind == "cold_bounded"
-    assert g.classes["c"].pending == 3 and set(g.classes["c"].trials) == {"b1", "b2", "b3"}
-    for b in ("b1", "b2"):  # n0 trials settle: the class is warm, the model decides
-        g.settle("c", b, 500.0)
-    assert g.decide("c", "b4", x()).kind == "priced"
 
 
 def test_a_bounded_cold_branch_admits_at_most_the_cold_fan_out() -> None:
@@ -96,18 +47,6 @@ def test_a_bounded_cold_branch_admits_at_most_the_cold_fan_out() -> None:
     assert c.open_branch("b2", "r/router", "", MODEL, 100.0).bounded  # b1 still in flight
     assert c.admit("b2", "r/router", proposals(), MODEL, 100.0).admitted == ("h1",)
     assert c.account()["gate"] == {"cold": 1, "cold_bounded": 1}
-
-
-def test_an_optimistic_class_prior_does_not_lock_shut_on_a_few_small_losses() -> None:
-    g = GenerationGate(n0=2, audit_rate=0.0, prior=1000.0)
-    for i in range(6):  # six branches lose 50 ms each (setup, nothing consumed)
-        assert g.decide("c", f"b{i}", x()).open
-        g.settle("c", f"b{i}", -50.0)
-    assert g.decide("c", "next", x()).open
-    for i in range(200):  # a class that keeps losing does close in the end, prior or not
-        if g.decide("c", f"m{i}", x()).open:
-            g.settle("c", f"m{i}", -50.0)
-    assert not g.decide("c", "last", x()).open
 
 
 def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -220,25 +159,6 @@ def test_bounded_branch_records() -> None:
     assert c.tracker.snapshot(MODEL, 100.0).fill_slots_free > 0  # forgotten ones released
 
 
-# --- baselines -----------------------------------------------------------------------------------
-
-def test_baselines_answer_the_same_calls() -> None:
-    t = tracker_at(running=40)
-    assert AlwaysPolicy().admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2", "h3")
-    assert ThresholdPolicy(0.2).admit("b", "c", proposals(), MODEL, 1.0).admitted == ("h1", "h2")
-    low = LoadThresholdPolicy(tracker_at(running=4), top_k=2)  # 44 of 48 slots free
-    high = LoadThresholdPolicy(tracker_at(running=46))  # 2 free: fewer than 3
-    queued = LoadThresholdPolicy(tracker_at(running=4, waiting=3))  # a queue of 3 > 2
-    assert low.open_branch("b", "c", "", MODEL, 100.0).open
-    assert low.admit("b", "c", proposals(), MODEL, 100.0).admitted == ("h1", "h2")
-    assert not high.open_branch("b", "c", "", MODEL, 100.0).open
-    assert high.admit("b", "c", proposals(), MODEL, 100.0).admitted == ()
-    assert not queued.open_branch("b", "c", "", MODEL, 100.0).open
-    assert high.account() == {"gate": {"opened": 0, "refused": 1}}
-    run_below = LoadThresholdPolicy(t, slots=42)  # counted against 42 slots: 2 free
-    assert not run_below.open_branch("b", "c", "", MODEL, 100.0).open
-
-
 def test_a_provisional_report_ends_the_trial_and_the_final_one_revises_it() -> None:
     c = PricedController(tracker_at(running=4),
                          settings=ControllerSettings(audit_rate=0.0, n0=2))
@@ -335,27 +255,6 @@ def test_a_provisional_report_credits_an_admitted_winner_its_expected_gain() -> 
     assert c.report(BranchOutcome("b2", "zz", saved_s=0.0, fill_cost_s=0.0, setup_s=0.004,
                             final=False))
     assert c.gate.classes["r/router"].trials["b2"].target < 0
-
-
-def test_the_ledger_says_whether_p_tilde_tracks_the_realised_selection_by_rank() -> None:
-    from services.admission.ledger import Ledger, Priced
-
-    ledger = Ledger(warm=2)
-    for i in range(12):  # rank 0 selected 3 times in 4, rank 1 once in 4, rank 2 never
-        ledger.opened(f"b{i}", "c", "priced", settled_before=i)
-        for rank, p in ((0, 0.7), (1, 0.3), (2, 0.05)):
-            ledger.priced(f"b{i}", f"h{rank}", Priced(rank, p, 5000.0, 300.0, rank < 2))
-        ledger.settle(f"b{i}", "h1" if i % 4 == 0 else "h0", consumed=True)
-    summary = ledger.summary()
-    assert summary["gate"] == {"priced": 12} and summary["admitted_per_opened"] == 2.0
-    assert summary["p_tilde_by_rank"]["0"] == {"n": 12, "p_tilde": 0.7, "realised": 0.75}
-    assert summary["p_tilde_within_2x_warm"] is True
-    bad = Ledger(warm=0)
-    for i in range(10):  # priced at 0.5, selected never: p̃ is far above 1/n
-        bad.opened(f"b{i}", "c", "priced", settled_before=i)
-        bad.priced(f"b{i}", "h0", Priced(0, 0.5, 5000.0, 300.0, True))
-        bad.settle(f"b{i}", "other", consumed=False)
-    assert bad.summary()["p_tilde_within_2x_warm"] is False
 
 
 async def test_the_admission_service_keeps_what_it_learned_across_a_restart(

@@ -22,9 +22,10 @@ import pytest
 
 from loadgen.arms import ArmResult, MeshConfig, in_process_mesh, run_schedule
 from loadgen.divergence import EPSILON, LogitProbe, classify, summary
-from loadgen.real_engines import RealEngine, tiny_model
+from loadgen.real_engines import RealEngine
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import SimClock
+from services.engine_agent import tiny_model_path
 from tests.real_engine.engines import require_sglang, require_vllm
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
@@ -64,7 +65,7 @@ async def test_routing_on_a_real_engine_equals_the_floor_but_for_the_engines_own
     assert len(set(keys)) < len(keys)  # an exact replay is in the schedule
     together = dataclasses.replace(schedule, arrival="poisson", arrivals=tuple(
         dataclasses.replace(a, at_s=0.0) for a in schedule.arrivals))  # all at once
-    model = tiny_model(engine)
+    model = tiny_model_path(engine)
     config = MeshConfig(engines=1, time_scale=1.0, real=RealEngine(engine, model))
     floor, _, floor_states = await _arm("floor", config, workload, schedule)
     rerun, _, _ = await _arm("floor", config, workload, together)
