@@ -76,6 +76,11 @@ class MeshSpec:
     #: ``(service name, address) -> address`` the gateways dial instead (a fault proxy in
     #: between, ``loadgen.faultproxy``); None: each service's own address.
     gateway_route: Callable[[str, str], str] | None = None
+    #: The same per gateway (``gateway``, ``gateway-1``, …), before ``gateway_route``: a fault
+    #: between one gateway and one service only (a one-sided partition).
+    gateway_routes: dict[str, Callable[[str, str], str]] = field(default_factory=dict)
+    #: Serving lease of each csl shard (``csl_shards`` > 1), and what the gateways assume.
+    csl_serving_lease_s: float = 1.0
 
 
 class Mesh:
@@ -171,7 +176,7 @@ class Mesh:
             *(self.spawn(f"engine-{i}", "services.engine_agent", a, timeout_s=(
                 ANNOUNCE_TIMEOUT_S if spec.backend == "sim" else REAL_ENGINE_ANNOUNCE_TIMEOUT_S))
               for i, a in enumerate(engine_args)),
-            *(self.spawn(name, f"services.{module}", [*common, *self._extra(name)])
+            *(self.spawn(name, f"services.{module}", [*common, *self._extra(name, spec)])
               for name, module in self._libraries(spec)))
         engines = [c for c in self.children if c.name.startswith("engine-")]
         if "admission" in spec.others:  # it follows the engines' load streams
@@ -180,7 +185,17 @@ class Mesh:
         if "delivery" in spec.others:  # it returns tool results to the engine by id
             await self.spawn("delivery", "services.delivery", [*common, *sum(
                 (["--engine", f"{c.name}={c.address}"] for c in engines), [])])
-        route = spec.gateway_route or (lambda _name, address: address)
+        gateways = ["gateway" if i == 0 else f"gateway-{i}" for i in range(spec.gateways)]
+        await asyncio.gather(*(self.spawn(g, "services.gateway",
+                                          self._gateway_args(spec, g, engines, common))
+                               for g in gateways))
+        await asyncio.gather(*(wait_serving(c.address) for c in self.children))
+
+    def _gateway_args(self, spec: MeshSpec, gateway: str, engines: list[Child],
+                      common: list[str]) -> list[str]:
+        """One gateway's flags: every service's address, through its routes."""
+        route = (spec.gateway_routes.get(gateway) or spec.gateway_route
+                 or (lambda _name, address: address))
         targets = sum((["--engine", route(c.name, c.address)] for c in engines), [])
         for name in ("csl", "admission", "delivery"):
             if name in spec.others and (name != "csl" or spec.csl_shards == 1):
@@ -188,12 +203,9 @@ class Mesh:
         if "csl" in spec.others and spec.csl_shards > 1:
             targets += sum((["--csl-shard", route(n, self.address(n))]
                             for n, _ in self._libraries(spec)), [])
-        gateway_args = [*targets, *common, "--set", "auth=false", "--set", "http_port=0",
-                        *sum((["--set", s] for s in spec.gateway_settings), [])]
-        await asyncio.gather(*(self.spawn("gateway" if i == 0 else f"gateway-{i}",
-                                          "services.gateway", gateway_args)
-                               for i in range(spec.gateways)))
-        await asyncio.gather(*(wait_serving(c.address) for c in self.children))
+            targets += ["--set", f"csl_serving_lease_s={spec.csl_serving_lease_s}"]
+        return [*targets, *common, "--set", "auth=false", "--set", "http_port=0",
+                *sum((["--set", s] for s in spec.gateway_settings), [])]
 
     @staticmethod
     def _libraries(spec: MeshSpec) -> list[tuple[str, str]]:
@@ -212,10 +224,14 @@ class Mesh:
             return []
         return ["--preset", spec.preset, "--time-scale", str(spec.time_scale)]
 
-    def _extra(self, name: str) -> list[str]:
-        """Per-service flags: a csl (or shard) keeps its LMDB environment in the run folder."""
-        if name == "csl" or name.startswith("csl-"):
+    def _extra(self, name: str, spec: MeshSpec) -> list[str]:
+        """Per-service flags: a csl (or shard) keeps its LMDB environment in the run folder; a
+        shard serves under a lease."""
+        if name == "csl":
             return ["--data-dir", str(self.run_dir / name)]
+        if name.startswith("csl-"):
+            return ["--data-dir", str(self.run_dir / name),
+                    "--set", f"serving_lease_s={spec.csl_serving_lease_s}"]
         return []
 
     async def stop(self, timeout_s: float = 10.0) -> None:

@@ -14,6 +14,9 @@ under its own lock, and a lookup that overlaps an invalidation observes the libr
   that overlaps the cascade misses; one that starts after it sees the entry gone;
 * lookup vs promote/put: the entry becomes visible only after its LMDB commit, and a lookup
   checks the stored incarnation id, so it sees the old state or the new one, never a mix.
+
+A shard serves (lookups, promotions, claims) only while its serving lease holds
+(``serving.py``), checked before each read; otherwise the call is a miss.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from services.common.values.errors import DynbranchError, Unavailable
+from services.common.values.errors import DynbranchError, FailedPrecondition, Unavailable
 from services.common.values.reads import Claimed, ReadSet, RecordKey, Served, Shadow, WriteOutcome
 from services.common.values.reuse_name import ReuseName, name_key
 from services.csl.core import SubgraphLibrary
 from services.csl.entries import LibraryStats
 from services.csl.holds import HoldRegistry
+from services.csl.serving import ServingLease
 
 T = TypeVar("T")
 
@@ -38,8 +42,11 @@ class AsyncSubgraphLibrary:
     """The library for one event loop: inline lookups, mutations on one worker thread."""
 
     def __init__(self, library: SubgraphLibrary, holds: HoldRegistry | None = None,
-                 executor: ThreadPoolExecutor | None = None) -> None:
+                 executor: ThreadPoolExecutor | None = None,
+                 lease: ServingLease | None = None) -> None:
         self.library = library
+        #: Whether this library may serve now (a shard's lease; always, for a single library).
+        self.lease = lease or ServingLease(0.0)
         #: Placeholders of running fills (they live on the loop, beside the streams holding them).
         self.holds = holds or HoldRegistry()
         #: Where mutations run: one writer thread (``executor`` replaces it, e.g. the inline
@@ -50,6 +57,8 @@ class AsyncSubgraphLibrary:
 
     def lookup(self, name: ReuseName) -> Served | None:
         """Serve a fresh confirmed entry or miss (inline: no thread hop on the hot path)."""
+        if not self._serving():
+            return None
         return self.library.lookup(name)
 
     async def put(self, name: ReuseName, result: bytes, read_set: ReadSet,
@@ -72,6 +81,8 @@ class AsyncSubgraphLibrary:
 
     async def promote(self, name: ReuseName, branch_id: str) -> Served | None:
         """See ``SubgraphLibrary.promote``; the step's holder is told."""
+        if not self._serving():
+            return None
         served = await self._run(self.library.promote, name, branch_id)
         if served is not None:
             self.holds.promoted(name_key(name), branch_id)
@@ -86,6 +97,8 @@ class AsyncSubgraphLibrary:
         key = name_key(name)
         while True:
             branches = self.holds.branches(key, scope)
+            if branches and not self._serving():
+                return None
             claimed = await self._run(self.library.claim, name, branches) if branches else None
             if claimed is not None:
                 self.holds.promoted(key, claimed.branch_id)
@@ -112,11 +125,21 @@ class AsyncSubgraphLibrary:
         """See ``SubgraphLibrary.versions_since`` (a scan of the table: off the loop)."""
         return await self._run(self.library.versions_since, seq, limit)
 
+    async def changed_since(self, after: int, limit: int
+                            ) -> tuple[list[tuple[RecordKey, int]], int, bool]:
+        """See ``SubgraphLibrary.changed_since``."""
+        return await self._run(self.library.changed_since, after, limit)
+
     async def write_records(self, tenant: str, record_ids: Sequence[str],
-                            floors: Sequence[int] = ()) -> WriteOutcome:
-        """See ``SubgraphLibrary.write_records``."""
+                            floors: Sequence[int] = (), version: int = 0) -> WriteOutcome:
+        """See ``SubgraphLibrary.write_records``. A shard takes a write numbered by its writer
+        only once a renewal granted its lease in this incarnation: before that it may have
+        restarted on an older copy and could accept a version it already gave another write."""
+        if version and self.lease.leased and not self.lease.established:
+            raise FailedPrecondition("this shard has not caught up since it started (no "
+                                     "serving-lease renewal granted yet); write to its peers")
         return await self._run(self.library.write_records, tenant, list(record_ids),
-                               list(floors))
+                               list(floors), version)
 
     async def expire(self) -> int:
         """See ``SubgraphLibrary.expire``."""
@@ -133,6 +156,12 @@ class AsyncSubgraphLibrary:
         self._closed = True
         await asyncio.get_running_loop().run_in_executor(None, self._worker.shutdown, True)
         self.library.close()
+
+    def _serving(self) -> bool:
+        if self.lease.serving():
+            return True
+        self.lease.refuse()
+        return False
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         if self._closed:

@@ -1,9 +1,9 @@
 """Typed async client of the csl service, with a deadline on every call.
 
-Lookup, Put, PutShadow, Discard, Stats, Versions and AdoptVersions are retried on UNAVAILABLE
-by the channel's declared policy (``services.common.runtime.clients.IDEMPOTENT``); Promote, Claim
-and
-WriteRecords are not.
+Lookup, Put, PutShadow, Discard, Stats, Versions, AdoptVersions, Changes and BeginRenewal are
+retried on UNAVAILABLE by the channel's declared policy
+(``services.common.runtime.clients.IDEMPOTENT``); Promote, Claim, WriteRecords and GrantServing
+are not.
 """
 
 from __future__ import annotations
@@ -98,18 +98,20 @@ class CslClient:
         return reply.discarded
 
     async def write_records(self, tenant: str, record_ids: Sequence[str],
-                            timeout_s: float = DEADLINE_S, floors: Sequence[int] = ()
-                            ) -> WriteOutcome:
+                            timeout_s: float = DEADLINE_S, floors: Sequence[int] = (),
+                            version: int = 0) -> WriteOutcome:
         """Bump record versions and invalidate their dependents; each new version is above the
-        record's entry in ``floors`` (the writer's own current version; missing ones 0)."""
+        record's entry in ``floors`` (the writer's own current version; missing ones 0).
+        ``version`` > 0: exactly that version for every record, or ``refused`` when it is not
+        above the library's write sequence."""
         padded = list(floors) + [0] * (len(record_ids) - len(floors))
         request = csl_pb2.WriteRecordsRequest(
-            header=self._header(self.producer), tenant=tenant,
+            header=self._header(self.producer), tenant=tenant, version=version,
             writes=[csl_pb2.RecordWrite(record_id=r, floor=f)
                     for r, f in zip(record_ids, padded, strict=True)])
         reply = await self.stub.WriteRecords(request, timeout=timeout_s)
         return WriteOutcome(tuple(RecordRead(v.record_id, v.version) for v in reply.versions),
-                            reply.invalidated, reply.prior_write_seq)
+                            reply.invalidated, reply.prior_write_seq, reply.refused)
 
     async def claim(self, name: ReuseName, scope: str, wait_s: float,
                     timeout_s: float) -> Claimed | None:
@@ -154,6 +156,26 @@ class CslClient:
         request = csl_pb2.AdoptVersionsRequest(header=self._header(self.producer),
                                                versions=versions_to_proto(versions))
         return (await self.stub.AdoptVersions(request, timeout=timeout_s)).invalidated
+
+    async def changes(self, after: int, timeout_s: float = DEADLINE_S, limit: int = 0
+                      ) -> csl_pb2.ChangesResponse:
+        """One page of records changed after stamp ``after`` (versions, next stamp, more,
+        incarnation, established)."""
+        return await self.stub.Changes(csl_pb2.ChangesRequest(after=after, limit=limit),
+                                       timeout=timeout_s)
+
+    async def begin_renewal(self, timeout_s: float = DEADLINE_S
+                            ) -> csl_pb2.BeginRenewalResponse:
+        """Begin a serving-lease renewal (incarnation, token, serving_lease_s, established)."""
+        return await self.stub.BeginRenewal(
+            csl_pb2.BeginRenewalRequest(renewer=self.producer), timeout=timeout_s)
+
+    async def grant_serving(self, incarnation: str, token: int, peers: int,
+                            timeout_s: float = DEADLINE_S) -> float:
+        """Grant a renewal begun with ``begin_renewal``; seconds of serving left."""
+        reply = await self.stub.GrantServing(csl_pb2.GrantServingRequest(
+            incarnation=incarnation, token=token, peers=peers), timeout=timeout_s)
+        return reply.serving_left_s
 
     async def stats(self, timeout_s: float = DEADLINE_S) -> csl_pb2.StatsResponse:
         """Counters and sizes."""

@@ -37,6 +37,9 @@ class CslSettings(ServiceSettings):
         "fsync every commit (off: a machine crash may lose the last commits; a process crash "
         "loses nothing)"))
     max_result_bytes: int = Field(4 * MiB, ge=1, description="largest result accepted")
+    serving_lease_s: float = Field(0.0, ge=0, le=3600, description=(
+        "serving lease of a shard (one of several libraries): it serves hits only this long "
+        "after a renewal copied its peers' changes in; 0: not a shard, always serves"))
 
     @model_validator(mode="after")
     def _map_fits_budget(self) -> CslSettings:

@@ -180,10 +180,13 @@ class SubgraphLibrary:
         return out
 
     def write_records(self, tenant: str, record_ids: Sequence[str],
-                      floors: Sequence[int] = ()) -> WriteOutcome:
+                      floors: Sequence[int] = (), version: int = 0) -> WriteOutcome:
         """Bump the versions of written records and invalidate every entry that depended on
         them (Proposition A.5); durable before it returns. Each new version is above the
-        record's ``floors`` entry (the writer's own current version; see ``VersionTable.bump``)."""
+        record's ``floors`` entry (the writer's own current version; see ``VersionTable.bump``).
+        ``version`` > 0: every record gets exactly that version, which the writer chose (so
+        that the shards of a library number one write alike), only if it is above the write
+        sequence; otherwise nothing changes and the outcome says ``refused``."""
         if not record_ids:
             raise InvalidArgument("writes", "at least one record")
         if len(floors) > len(record_ids) or any(not 0 <= f < 2**63 for f in floors):
@@ -191,11 +194,19 @@ class SubgraphLibrary:
         validate_tenant(tenant)
         for rid in record_ids:
             RecordRead(rid, 0)  # validates the id
+        if not 0 <= version < 2**63:
+            raise InvalidArgument("version", "must be in [0, 2^63)")
         with self._mutex:
             self._check_open()
             prior = self._versions.seq
+            if version and version <= prior:
+                return WriteOutcome((), 0, prior, refused=True)
             bumps, invalidated = self._apply_versions(
-                lambda: self._versions.bump(tenant, record_ids, floors))
+                (lambda: self._versions.bump(tenant, record_ids, floors)) if not version else
+                (lambda: [((tenant, r), version) for r in dict.fromkeys(record_ids)
+                          if self._versions.adopt((tenant, r), version)]))
+            if version:
+                bumps = [((tenant, r), version) for r in record_ids]
         return WriteOutcome(tuple(RecordRead(k[1], v) for k, v in bumps), invalidated, prior)
 
     def adopt_versions(self, versions: Sequence[tuple[RecordKey, int]]) -> int:
@@ -207,6 +218,8 @@ class SubgraphLibrary:
             RecordRead(rid, version)  # validates the id and the version
         with self._mutex:
             self._check_open()
+            if all(v <= self._versions.version(k) for k, v in versions):
+                return 0  # nothing to raise (a renewal's usual page): lookups never miss for it
             return self._apply_versions(
                 lambda: [(k, v) for k, v in versions if self._versions.adopt(k, v)])[1]
 
@@ -214,6 +227,12 @@ class SubgraphLibrary:
         """Records written (or adopted) above ``seq``, in version order, about ``limit``."""
         with self._mutex:
             return self._versions.since(seq, limit)
+
+    def changed_since(self, after: int, limit: int = 1024
+                      ) -> tuple[list[tuple[RecordKey, int]], int, bool]:
+        """Records changed after change stamp ``after`` (``VersionTable.changed_since``)."""
+        with self._mutex:
+            return self._versions.changed_since(after, limit)
 
     def _apply_versions(self, change: Callable[[], list[tuple[RecordKey, int]]]
                         ) -> tuple[list[tuple[RecordKey, int]], int]:

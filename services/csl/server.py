@@ -21,6 +21,7 @@ from services.csl.config import CslSettings
 from services.csl.core import SubgraphLibrary
 from services.csl.errors import StoreError
 from services.csl.servicer import LibraryCollector, SubgraphLibraryServicer
+from services.csl.serving import ServingLease
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = csl_pb2.DESCRIPTOR.services_by_name["SubgraphLibrary"].full_name
@@ -31,7 +32,8 @@ async def build_runtime(settings: CslSettings, *,
     """A runtime serving the SubgraphLibrary service over an opened store (not yet listening)."""
     library = await asyncio.to_thread(SubgraphLibrary, settings.data_dir,
                                       settings.library_options())
-    facade = AsyncSubgraphLibrary(library)
+    lease = ServingLease(settings.serving_lease_s)
+    facade = AsyncSubgraphLibrary(library, lease=lease)
     runtime = ServiceRuntime("csl", settings, span_exporter=span_exporter)
     sweeper = asyncio.create_task(_sweep(facade, settings.expire_interval_s))
 
@@ -42,7 +44,10 @@ async def build_runtime(settings: CslSettings, *,
         await facade.close()
 
     runtime.on_close(close)
-    runtime.registry.register(LibraryCollector(library))
+    runtime.registry.register(LibraryCollector(library, lease))
+    if lease.leased:
+        log.info("csl shard: serving only under a lease of %.3f s, renewed by the gateways",
+                 lease.lease_s, extra={"incarnation": lease.incarnation})
     servicer = SubgraphLibraryServicer(facade, runtime.tracer,
                                        max_result_bytes=settings.max_result_bytes)
     runtime.add_service(csl_pb2_grpc.add_SubgraphLibraryServicer_to_server, servicer,

@@ -39,6 +39,7 @@ from services.csl.convert import (
 )
 from services.csl.core import SubgraphLibrary
 from services.csl.name_feed import FeedOverflow, NameBatch, name_feed
+from services.csl.serving import ServingLease
 
 log = logging.getLogger(__name__)
 _MISS = csl_pb2.LookupResponse(hit=False)
@@ -69,11 +70,21 @@ _GAUGES = {
 }
 
 
+_LEASE_COUNTERS = {
+    "begun": "Serving-lease renewals begun",
+    "granted": "Serving-lease renewals granted",
+    "refused": "Serving-lease grants refused (another incarnation, unknown token, too late)",
+    "lapses": "Times the serving lease ran out before a renewal was granted",
+    "unserved": "Lookups, promotions and claims answered as misses while not serving",
+}
+
+
 class LibraryCollector(Collector):
     """Exports the library's own counters at scrape time, so the hit path pays nothing."""
 
-    def __init__(self, library: SubgraphLibrary) -> None:
+    def __init__(self, library: SubgraphLibrary, lease: ServingLease | None = None) -> None:
         self.library = library
+        self.lease = lease or ServingLease(0.0)
 
     def collect(self):  # type: ignore[no-untyped-def]
         stats = self.library.stats()
@@ -81,6 +92,12 @@ class LibraryCollector(Collector):
             yield CounterMetricFamily(f"dynbranch_csl_{key}", doc, value=getattr(stats, key))
         for key, doc in _GAUGES.items():
             yield GaugeMetricFamily(f"dynbranch_csl_{key}", doc, value=getattr(stats, key))
+        for key, doc in _LEASE_COUNTERS.items():
+            yield CounterMetricFamily(f"dynbranch_csl_lease_{key}", doc,
+                                      value=getattr(self.lease.counters, key))
+        yield GaugeMetricFamily("dynbranch_csl_serving_left_seconds",
+                                "Seconds of serving lease left (0: not serving; -1: not leased)",
+                                value=self.lease.left_s())
 
 
 class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
@@ -189,7 +206,8 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
                 "csl.write_records", context=incoming_context(context.invocation_metadata()),
                 attributes={"dynbranch.writes": len(record_ids)}) as span:
             outcome = await self.library.write_records(request.tenant, record_ids,
-                                                       floors_from_proto(request))
+                                                       floors_from_proto(request),
+                                                       request.version)
             span.set_attribute("dynbranch.invalidated", outcome.invalidated)
         log.info("records written", extra={"writer": request.header.producer or request.header.id,
                                            "sequence": request.header.sequence,
@@ -198,7 +216,8 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         return csl_pb2.WriteRecordsResponse(
             versions=[common_pb2.RecordVersion(record_id=v.record_id, version=v.version)
                       for v in outcome.versions],
-            invalidated=outcome.invalidated, prior_write_seq=outcome.prior_seq)
+            invalidated=outcome.invalidated, prior_write_seq=outcome.prior_seq,
+            refused=outcome.refused)
 
     async def Claim(self, request: csl_pb2.ClaimRequest,
                     context: grpc.aio.ServicerContext) -> csl_pb2.ClaimResponse:
@@ -261,13 +280,46 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         return csl_pb2.AdoptVersionsResponse(invalidated=invalidated,
                                              write_seq=self.library.stats().write_seq)
 
+    async def Changes(self, request: csl_pb2.ChangesRequest,
+                      context: grpc.aio.ServicerContext) -> csl_pb2.ChangesResponse:
+        limit = min(request.limit or MAX_VERSIONS_PAGE, MAX_VERSIONS_PAGE)
+        page, cursor, more = await self.library.changed_since(request.after, limit)
+        lease = self.library.lease
+        return csl_pb2.ChangesResponse(incarnation=lease.incarnation,
+                                       versions=versions_to_proto(page), next=cursor, more=more,
+                                       established=lease.established)
+
+    async def BeginRenewal(self, request: csl_pb2.BeginRenewalRequest,
+                           context: grpc.aio.ServicerContext) -> csl_pb2.BeginRenewalResponse:
+        lease = self.library.lease
+        token = lease.begin()
+        return csl_pb2.BeginRenewalResponse(incarnation=lease.incarnation, token=token,
+                                            serving_lease_s=lease.lease_s,
+                                            established=lease.established)
+
+    async def GrantServing(self, request: csl_pb2.GrantServingRequest,
+                           context: grpc.aio.ServicerContext) -> csl_pb2.GrantServingResponse:
+        incarnation = require(request.incarnation, "incarnation", MAX_ID_CHARS)
+        if request.token == 0:
+            raise InvalidArgument("token", "required")
+        lease = self.library.lease
+        was_serving = lease.left_s() > 0
+        left = lease.grant(incarnation, request.token)
+        if not was_serving:
+            log.info("serving lease granted: serving again", extra={
+                "peers": request.peers, "serving_left_s": round(left, 3)})
+        return csl_pb2.GrantServingResponse(serving_left_s=left)
+
     async def Stats(self, request: csl_pb2.StatsRequest,
                     context: grpc.aio.ServicerContext) -> csl_pb2.StatsResponse:
         s = self.library.stats()
+        lease = self.library.lease
         return csl_pb2.StatsResponse(
             entries=s.entries, shadows=s.shadows, bytes=s.bytes, budget_bytes=s.budget_bytes,
             hits=s.hits, misses=s.misses, promotions=s.promotions,
-            invalidations=s.invalidations, evictions=s.evictions, write_seq=s.write_seq)
+            invalidations=s.invalidations, evictions=s.evictions, write_seq=s.write_seq,
+            incarnation=lease.incarnation, serving_lease_s=lease.lease_s,
+            serving_left_s=lease.left_s())
 
     async def WatchNames(self, request: csl_pb2.WatchNamesRequest,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[csl_pb2.NameEvents]:

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from services.common.values.reads import RecordKey, RecordRead
+from services.csl.change_feed import ChangeFeed
 
 
 class VersionTable:
     """In-memory versions of external records; the store persists every bump."""
 
-    __slots__ = ("_last", "_seq", "_versions")
+    __slots__ = ("_last", "_seq", "_versions", "changes")
 
     def __init__(self, versions: Mapping[RecordKey, int] | None = None, seq: int = 0) -> None:
         self._versions: dict[RecordKey, int] = dict(versions or {})
@@ -26,6 +27,8 @@ class VersionTable:
         self._last: dict[str, int] = {}  # namespace -> its latest write
         for (tenant, _), version in self._versions.items():
             self._last[tenant] = max(self._last.get(tenant, 0), version)
+        #: Every record in the order it last changed (loaded ones first): what a peer copies.
+        self.changes = ChangeFeed(sorted(self._versions, key=self._versions.__getitem__))
 
     @property
     def seq(self) -> int:
@@ -74,6 +77,7 @@ class VersionTable:
             key = (tenant, record_id)
             self._versions[key] = self._last[tenant] = self._seq
             out.append((key, self._seq))
+        self.changes.touch(key for key, _ in out)
         return out
 
     def adopt(self, key: RecordKey, version: int) -> bool:
@@ -84,6 +88,7 @@ class VersionTable:
         self._versions[key] = version
         self._last[key[0]] = max(self._last.get(key[0], 0), version)
         self._seq = max(self._seq, version)
+        self.changes.touch((key,))
         return True
 
     def since(self, seq: int, limit: int) -> list[tuple[RecordKey, int]]:
@@ -95,6 +100,13 @@ class VersionTable:
         while 0 < end < len(newer) and newer[end][0] == newer[end - 1][0]:
             end += 1
         return [(k, v) for v, k in newer[:end]]
+
+    def changed_since(self, after: int, limit: int
+                      ) -> tuple[list[tuple[RecordKey, int]], int, bool]:
+        """Records whose latest change (a write or an adoption) came after change stamp
+        ``after``, with their versions; the stamp to ask from next; whether more remain."""
+        keys, cursor, more = self.changes.since(after, limit)
+        return [(k, self._versions[k]) for k in keys], cursor, more
 
 
 __all__ = ["VersionTable"]

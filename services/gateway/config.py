@@ -21,9 +21,13 @@ class GatewaySettings(ServiceSettings):
         "csl shard targets host:port (a JSON list or a comma list in env), instead of csl: "
         "each reuse name lives on the shard rendezvous hashing picks; record writes reach every "
         "shard"))
-    csl_audit_interval_s: float = Field(1.0, gt=0, le=600, description=(
-        "sharded csl: how often shards' write sequences are compared (a shard behind its peers "
-        "serves nothing until it caught up)"))
+    csl_serving_lease_s: float = Field(1.0, gt=0, le=600, description=(
+        "sharded csl: the shards' serving lease (their serving_lease_s, at least): a record "
+        "write some shard did not acknowledge waits this long, plus a drift margin, before it "
+        "is acknowledged"))
+    csl_renew_interval_s: float = Field(0.25, gt=0, le=600, description=(
+        "sharded csl: how often this gateway renews each shard's serving lease from its peers "
+        "(well below csl_serving_lease_s)"))
     admission: str = Field("", description="admission target; empty: in-process fixed policy")
     delivery: str = Field("", description=(
         "delivery target host:port for DeliverResult (LADS); empty: the gateway does not "

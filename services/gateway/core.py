@@ -66,7 +66,8 @@ class CoreStats:
     branches: dict[str, int] = field(default_factory=dict)
     #: The library's name mirror: (synced, lookups skipped); None without one.
     mirror: tuple[bool, int] | None = None
-    #: A sharded library's shards: (target, trusted); None when not sharded.
+    #: A sharded library's shards: (target, serving as this gateway last renewed it); None when
+    #: not sharded.
     shards: tuple[tuple[str, bool], ...] | None = None
     library: dict[str, int] = field(default_factory=dict)
 
@@ -129,7 +130,7 @@ class GatewayCore:
         return CoreStats(
             branches=dict(self.branches.counters) if self.branches is not None else {},
             mirror=(mirror.synced, mirror.skipped) if mirror is not None else None,
-            shards=(tuple((s.target, s.trusted) for s in shards) if shards is not None
+            shards=(tuple((s.target, s.serving) for s in shards) if shards is not None
                     else None),
             library=dict(getattr(self.library, "counters", {})) if shards is not None else {})
 

@@ -201,7 +201,8 @@ def open_library(settings: GatewaySettings) -> RemoteLibrary | ShardedLibrary | 
     """The library port: one csl, its shards (two or more), or none."""
     targets = settings.csl_shards or ([settings.csl] if settings.csl else [])
     if len(targets) > 1:
-        return ShardedLibrary(targets, audit_interval_s=settings.csl_audit_interval_s)
+        return ShardedLibrary(targets, serving_lease_s=settings.csl_serving_lease_s,
+                              renew_interval_s=settings.csl_renew_interval_s)
     return RemoteLibrary(targets[0]) if targets else None
 
 

@@ -46,13 +46,14 @@ class CoreCollector(Collector):
             yield CounterMetricFamily("dynbranch_gateway_lookups_skipped",
                                       "Library lookups skipped by the name mirror",
                                       value=skipped)
-        if stats.shards is not None:  # a sharded library: which shards serve, and their repairs
-            trusted = GaugeMetricFamily("dynbranch_gateway_csl_shard_trusted",
-                                        "1 while a csl shard serves (0: under suspicion)",
-                                        labels=["shard"])
-            for target, is_trusted in stats.shards:
-                trusted.add_metric([target], int(is_trusted))
-            yield trusted
+        if stats.shards is not None:  # a sharded library: which shards serve, and their renewals
+            serving = GaugeMetricFamily(
+                "dynbranch_gateway_csl_shard_serving",
+                "1 while this gateway's latest renewal of a csl shard's serving lease was "
+                "granted (0: not reachable, or too few of its peers)", labels=["shard"])
+            for target, is_serving in stats.shards:
+                serving.add_metric([target], int(is_serving))
+            yield serving
             for key, value in stats.library.items():
                 yield CounterMetricFamily(f"dynbranch_gateway_csl_shard_{key}",
                                           f"Sharded library count: {key}", value=value)

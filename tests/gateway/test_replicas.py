@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,9 @@ class Replicas:
 @asynccontextmanager
 async def replicas(root: Path, shards: int) -> AsyncIterator[Replicas]:
     async with AsyncExitStack() as stack:
-        libs = [await stack.enter_async_context(csl_service(root / f"csl-{i}", grace_s=0.2))
+        lease = {"serving_lease_s": 1.0} if shards > 1 else {}
+        libs = [await stack.enter_async_context(csl_service(root / f"csl-{i}", grace_s=0.2,
+                                                            **lease))
                 for i in range(shards)]
         engine = await stack.enter_async_context(engine_agent(
             engine_id="e0", model="qwen3-32b", preset="qwen3-32b-h200", time_scale=0.05))
@@ -49,11 +52,20 @@ async def replicas(root: Path, shards: int) -> AsyncIterator[Replicas]:
                   else {"csl_shards": [lib.address for lib in libs]})
         gws = [await stack.enter_async_context(gateway([engine.address], fill_wait_s=5.0,
                                                         **target)) for _ in range(2)]
+        if shards > 1:  # the shards serve once a renewal granted their leases
+            await _until(lambda: all(s.serving for g in gws for s in g.core.library.shards))
         clients = [DynbranchClient(g.address) for g in gws]
         for c in clients:
             c.use_builtin("routing")
             stack.push_async_callback(c.close)
         yield Replicas(gws, clients)
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("shards", [1, 3])
@@ -78,8 +90,8 @@ async def test_branch_opened_on_one_replica_promotes_on_the_other(tmp_path: Path
         assert counters["fills_consumed"] == 1 and counters["stages_promoted"] == 2
         if shards > 1:  # operators see which shards serve
             metrics = {m.name: m for m in CoreCollector(r.gateways[0].core).collect()}
-            trusted = metrics["dynbranch_gateway_csl_shard_trusted"].samples
-            assert [s.value for s in trusted] == [1, 1, 1]
+            serving = metrics["dynbranch_gateway_csl_shard_serving"].samples
+            assert [s.value for s in serving] == [1, 1, 1]
     assert [handler.text, executor.text] == await _floor_texts("book_flight")
 
 

@@ -1,6 +1,7 @@
 """The gateway's library over three csl shards on real servers: names live on
 their rendezvous shard, writes reach every shard, a lost shard is a miss, never an error or a
-stale hit, and a shard that missed writes catches up before it serves again."""
+stale hit; a shard serves only under a lease renewed from its peers, so one that missed writes
+(restarted, or cut off from the writing gateway only) never serves a stale entry."""
 
 from __future__ import annotations
 
@@ -11,15 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from services.common.runtime.clients import wait_serving
 from services.common.runtime.server import ServiceRuntime
 from services.common.values.errors import Unavailable
 from services.common.values.reads import ReadSet, RecordRead, Shadow
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.csl.client import CslClient
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime
 from services.gateway.adapters.sharded_library import ShardedLibrary
 
 FP = StageFingerprint("routing", "handler", 1, "test-model", max_tokens=64)
+#: The shards' serving lease in these tests (short: a write a shard misses waits it out).
+LEASE_S = 0.4
 
 
 def _name(i: int) -> ReuseName:
@@ -40,7 +45,8 @@ class Shards:
 
     async def start(self, i: int) -> None:
         settings = CslSettings(data_dir=str(self.root / f"csl-{i}"), port=self.ports[i],
-                               metrics_port=-1, grace_s=0.1, sync=False)
+                               metrics_port=-1, grace_s=0.1, sync=False,
+                               serving_lease_s=LEASE_S)
         runtime = await build_runtime(settings)
         self.ports[i] = await runtime.start()
         self.runtimes[i] = runtime
@@ -66,11 +72,16 @@ async def shards(tmp_path: Path) -> AsyncIterator[Shards]:
             await s.stop(i)
 
 
+def _library(targets: list[str]) -> ShardedLibrary:
+    return ShardedLibrary(targets, lookup_deadline_s=0.5, deadline_s=1.0,
+                          serving_lease_s=LEASE_S, renew_interval_s=0.05)
+
+
 @pytest.fixture
 async def lib(shards: Shards) -> AsyncIterator[ShardedLibrary]:
-    library = ShardedLibrary(shards.targets, lookup_deadline_s=0.5, deadline_s=1.0,
-                             audit_interval_s=0.05)
+    library = _library(shards.targets)
     library.start()
+    await _until(lambda: all(s.serving for s in library.shards))
     yield library
     await library.close()
 
@@ -95,10 +106,10 @@ async def test_each_name_lives_on_its_shard_and_writes_reach_every_shard(
     for shard in lib.shards:
         stats = await shard.remote.client.stats()
         assert stats.entries == sum(lib.owner(n) is shard for n in names) > 0
-    assert await lib.write_records("", ["doc-1", "doc-2"]) == (1, 2)
+    assert await lib.write_records("", ["doc-1", "doc-2"]) == (1, 1)  # one version per write
     for shard in lib.shards:
         page, _, seq = await shard.remote.client.versions_since(0)
-        assert seq == 2 and page == [(("", "doc-1"), 1), (("", "doc-2"), 2)]
+        assert seq == 1 and page == [(("", "doc-1"), 1), (("", "doc-2"), 1)]
     assert all([await lib.lookup(n) is not None for n in names])
 
 
@@ -119,7 +130,7 @@ async def test_a_write_without_a_quorum_fails_naming_the_count(
         shards: Shards, lib: ShardedLibrary) -> None:
     await shards.stop(1)
     await shards.stop(2)
-    with pytest.raises(Unavailable, match="1 of 3 shards, 2 needed"):
+    with pytest.raises(Unavailable, match=r"failed on 2 of 3 shards \(2 acknowledgements needed\)"):
         await lib.write_records("", ["doc-1"])
 
 
@@ -130,15 +141,96 @@ async def test_a_shard_that_missed_a_write_never_serves_the_stale_entry(
     assert await lib.put(stale, b"read doc-1 at 1", _reads(("doc-1", 1)), 0.1)
     await shards.stop(1)
     (version,) = await lib.write_records("", ["doc-1"])  # shard 1 misses it
+    assert lib.counters["commit_waits"] == 1
     await shards.start(1)  # same port, same store: it still holds the stale entry
-    await _until(lambda: not lib.shards[1].trusted)
-    assert await lib.lookup(stale) is None
-    await _until(lambda: lib.shards[1].trusted)  # caught up from its peers
-    assert lib.counters["repair_invalidated"] >= 1
-    assert await lib.lookup(stale) is None
-    assert await lib.shards[1].remote.client.lookup(stale) is None  # gone from the shard itself
+    await wait_serving(shards.targets[1])
+    async with CslClient(shards.targets[1]) as probe:
+        assert await probe.lookup(stale) is None  # not serving before a renewal
+        await _until(lambda: lib.shards[1].serving and lib.counters["renewal_invalidated"] >= 1
+                     and lib.shards[1].remote.available())
+        assert await lib.lookup(stale) is None
+        assert await probe.lookup(stale) is None  # gone from the shard itself
     assert await lib.put(stale, b"read doc-1 now", _reads(("doc-1", version)), 0.1)
     assert (await lib.lookup(stale)).result == b"read doc-1 now"
+
+
+async def test_a_shard_cut_off_from_the_writing_gateway_only_never_serves_a_stale_entry(
+        shards: Shards, lib: ShardedLibrary) -> None:
+    """Gateway A reaches shard 1 through a proxy that drops everything; gateway B (``lib``)
+    reaches it directly and reads right after A's write is acknowledged."""
+    from loadgen.faultproxy import FaultProxy
+
+    proxy = FaultProxy(shards.targets[1])
+    targets = [shards.targets[0], await proxy.start(), shards.targets[2]]
+    writer = _library(targets)
+    writer.start()
+    try:
+        await _until(lambda: all(s.serving for s in writer.shards))
+        stale = _owned_by(lib, 1, count=5)
+        assert all(lib.owner(n).target == shards.targets[1] for n in stale)
+        (v1,) = await writer.write_records("", ["doc-9"])
+        for n in stale:
+            assert await lib.put(n, f"read doc-9 at {v1}".encode(), _reads(("doc-9", v1)), 0.1)
+        assert all([await lib.lookup(n) is not None for n in stale])
+        proxy.blackhole()
+        for _ in range(3):
+            start = time.monotonic()
+            (v2,) = await writer.write_records("", ["doc-9"])  # shard 1 never sees it from A
+            assert time.monotonic() - start >= LEASE_S  # it waited shard 1's lease out
+            for n in stale:  # B, right after the acknowledgement: never the old version
+                served = await lib.lookup(n)
+                assert served is None or served.result == f"read doc-9 at {v2}".encode()
+            for n in stale:
+                await lib.put(n, f"read doc-9 at {v2}".encode(), _reads(("doc-9", v2)), 0.1)
+        assert writer.counters["commit_waits"] == 3
+        assert lib.counters["renewal_invalidated"] >= 1  # B's renewals carried A's writes in
+        proxy.heal()
+        await _until(lambda: writer.shards[1].serving)
+        start = time.monotonic()
+        await writer.write_records("", ["doc-9"])
+        assert writer.counters["commit_waits"] == 3  # healed: every shard acknowledged
+        assert time.monotonic() - start < LEASE_S
+    finally:
+        await writer.close()
+        await proxy.close()
+
+
+async def test_a_shard_no_gateway_can_renew_stops_serving_within_its_lease(
+        shards: Shards) -> None:
+    library = _library(shards.targets)
+    (name,) = _owned_by(library, 0)
+    library.start()
+    await _until(lambda: all(s.serving for s in library.shards))
+    assert await library.put(name, b"answer", _reads(), 0.1)
+    assert await library.lookup(name) is not None
+    await library.close()  # nobody renews any more
+    await asyncio.sleep(LEASE_S * 1.1)
+    async with CslClient(shards.targets[0]) as client:
+        assert await client.lookup(name) is None
+        stats = await client.stats()
+        assert stats.serving_left_s == 0 and stats.serving_lease_s == LEASE_S
+
+
+async def test_an_unleased_shard_is_not_used(tmp_path: Path) -> None:
+    """A shard started without a serving lease could serve a write it missed: its names miss."""
+    runtimes = []
+    for i in range(2):
+        runtime = await build_runtime(CslSettings(data_dir=str(tmp_path / f"u{i}"), port=0,
+                                                  metrics_port=-1, grace_s=0.1, sync=False,
+                                                  serving_lease_s=LEASE_S if i else 0.0))
+        runtimes.append((runtime, await runtime.start()))
+    library = _library([f"127.0.0.1:{port}" for _, port in runtimes])
+    try:
+        library.start()
+        await _until(lambda: library.shards[0].unleased and library.shards[1].serving)
+        (name,) = _owned_by(library, 0)
+        assert not await library.put(name, b"answer", _reads(), 0.1)
+        assert await library.lookup(name) is None
+        assert library.counters["unleased_misses"] == 2
+    finally:
+        await library.close()
+        for runtime, _ in runtimes:
+            await runtime.shutdown()
 
 
 async def test_a_chained_fill_across_shards_is_invalidated_by_its_producers_reads(
@@ -188,8 +280,6 @@ async def test_two_or_more_shard_targets_make_a_sharded_library() -> None:
 async def test_claim_and_hold_refuse_a_missing_scope_naming_it(shards: Shards) -> None:
     import grpc
 
-    from services.csl.client import CslClient
-
     async with CslClient(shards.targets[0]) as client:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.claim(_name(1), "", 0.0, 2.0)
@@ -197,24 +287,20 @@ async def test_claim_and_hold_refuse_a_missing_scope_naming_it(shards: Shards) -
         assert "scope" in err.value.details()
 
 
-async def test_a_shard_behind_its_peers_on_a_write_catches_up_before_serving(
+async def test_a_write_one_shard_missed_reaches_it_through_the_next_renewal(
         shards: Shards) -> None:
-    lib = ShardedLibrary(shards.targets, audit_interval_s=600)  # only the write path tells
-    lib.start()
+    lib = _library(shards.targets)  # not started: renewals only when the test runs them
     try:
-        await _behind_on_a_write(lib)
+        await lib.renew_all()
+        (stale,) = _owned_by(lib, 2)
+        await lib.write_records("", ["doc-1"])
+        assert await lib.put(stale, b"read doc-1 at 1", _reads(("doc-1", 1)), 0.1)
+        for shard in lib.shards[:2]:  # a write shard 2 never saw (it was cut off, say)
+            await shard.remote.client.write_records("", ["doc-1"])
+        await lib.renew_all()
+        assert lib.counters["renewal_invalidated"] == 1
+        assert await lib.shards[2].remote.client.lookup(stale) is None  # invalidated there
+        await lib.renew_all()  # the cursors moved on: nothing is copied twice
+        assert lib.counters["renewal_invalidated"] == 1
     finally:
         await lib.close()
-
-
-async def _behind_on_a_write(lib: ShardedLibrary) -> None:
-    (stale,) = _owned_by(lib, 2)
-    await lib.write_records("", ["doc-1"])
-    assert await lib.put(stale, b"read doc-1 at 1", _reads(("doc-1", 1)), 0.1)
-    for shard in lib.shards[:2]:  # a write shard 2 never saw (it was cut off, say)
-        await shard.remote.client.write_records("", ["doc-1"])
-    assert await lib.lookup(stale) is not None  # nothing has told this gateway yet
-    await lib.write_records("", ["doc-2"])  # shard 2 answers a lower prior write sequence
-    assert await lib.lookup(stale) is None
-    await _until(lambda: lib.shards[2].trusted)
-    assert await lib.shards[2].remote.client.lookup(stale) is None  # caught up: invalidated

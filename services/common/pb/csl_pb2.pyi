@@ -19,6 +19,62 @@ HOLD_EVENT_KIND_HELD: HoldEventKind
 HOLD_EVENT_KIND_PROMOTED: HoldEventKind
 HOLD_EVENT_KIND_SETTLED: HoldEventKind
 
+class ChangesRequest(_message.Message):
+    __slots__ = ("after", "limit")
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    after: int
+    limit: int
+    def __init__(self, after: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ChangesResponse(_message.Message):
+    __slots__ = ("incarnation", "versions", "next", "more", "established")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    ESTABLISHED_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    versions: _containers.RepeatedCompositeFieldContainer[TenantRecordVersion]
+    next: int
+    more: bool
+    established: bool
+    def __init__(self, incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[TenantRecordVersion, _Mapping]]] = ..., next: _Optional[int] = ..., more: _Optional[bool] = ..., established: _Optional[bool] = ...) -> None: ...
+
+class BeginRenewalRequest(_message.Message):
+    __slots__ = ("renewer",)
+    RENEWER_FIELD_NUMBER: _ClassVar[int]
+    renewer: str
+    def __init__(self, renewer: _Optional[str] = ...) -> None: ...
+
+class BeginRenewalResponse(_message.Message):
+    __slots__ = ("incarnation", "token", "serving_lease_s", "established")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SERVING_LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    ESTABLISHED_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    token: int
+    serving_lease_s: float
+    established: bool
+    def __init__(self, incarnation: _Optional[str] = ..., token: _Optional[int] = ..., serving_lease_s: _Optional[float] = ..., established: _Optional[bool] = ...) -> None: ...
+
+class GrantServingRequest(_message.Message):
+    __slots__ = ("incarnation", "token", "peers")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    token: int
+    peers: int
+    def __init__(self, incarnation: _Optional[str] = ..., token: _Optional[int] = ..., peers: _Optional[int] = ...) -> None: ...
+
+class GrantServingResponse(_message.Message):
+    __slots__ = ("serving_left_s",)
+    SERVING_LEFT_S_FIELD_NUMBER: _ClassVar[int]
+    serving_left_s: float
+    def __init__(self, serving_left_s: _Optional[float] = ...) -> None: ...
+
 class ClaimRequest(_message.Message):
     __slots__ = ("name", "wait_s", "scope")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -252,31 +308,35 @@ class RecordWrite(_message.Message):
     def __init__(self, record_id: _Optional[str] = ..., floor: _Optional[int] = ...) -> None: ...
 
 class WriteRecordsRequest(_message.Message):
-    __slots__ = ("header", "tenant", "writes")
+    __slots__ = ("header", "tenant", "writes", "version")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     WRITES_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     header: _common_pb2.RecordHeader
     tenant: str
     writes: _containers.RepeatedCompositeFieldContainer[RecordWrite]
-    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., tenant: _Optional[str] = ..., writes: _Optional[_Iterable[_Union[RecordWrite, _Mapping]]] = ...) -> None: ...
+    version: int
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., tenant: _Optional[str] = ..., writes: _Optional[_Iterable[_Union[RecordWrite, _Mapping]]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class WriteRecordsResponse(_message.Message):
-    __slots__ = ("versions", "invalidated", "prior_write_seq")
+    __slots__ = ("versions", "invalidated", "prior_write_seq", "refused")
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     INVALIDATED_FIELD_NUMBER: _ClassVar[int]
     PRIOR_WRITE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     versions: _containers.RepeatedCompositeFieldContainer[_common_pb2.RecordVersion]
     invalidated: int
     prior_write_seq: int
-    def __init__(self, versions: _Optional[_Iterable[_Union[_common_pb2.RecordVersion, _Mapping]]] = ..., invalidated: _Optional[int] = ..., prior_write_seq: _Optional[int] = ...) -> None: ...
+    refused: bool
+    def __init__(self, versions: _Optional[_Iterable[_Union[_common_pb2.RecordVersion, _Mapping]]] = ..., invalidated: _Optional[int] = ..., prior_write_seq: _Optional[int] = ..., refused: _Optional[bool] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("entries", "shadows", "bytes", "budget_bytes", "hits", "misses", "promotions", "invalidations", "evictions", "write_seq")
+    __slots__ = ("entries", "shadows", "bytes", "budget_bytes", "hits", "misses", "promotions", "invalidations", "evictions", "write_seq", "incarnation", "serving_lease_s", "serving_left_s")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     SHADOWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +347,9 @@ class StatsResponse(_message.Message):
     INVALIDATIONS_FIELD_NUMBER: _ClassVar[int]
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
     WRITE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    SERVING_LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    SERVING_LEFT_S_FIELD_NUMBER: _ClassVar[int]
     entries: int
     shadows: int
     bytes: int
@@ -297,4 +360,7 @@ class StatsResponse(_message.Message):
     invalidations: int
     evictions: int
     write_seq: int
-    def __init__(self, entries: _Optional[int] = ..., shadows: _Optional[int] = ..., bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., promotions: _Optional[int] = ..., invalidations: _Optional[int] = ..., evictions: _Optional[int] = ..., write_seq: _Optional[int] = ...) -> None: ...
+    incarnation: str
+    serving_lease_s: float
+    serving_left_s: float
+    def __init__(self, entries: _Optional[int] = ..., shadows: _Optional[int] = ..., bytes: _Optional[int] = ..., budget_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., promotions: _Optional[int] = ..., invalidations: _Optional[int] = ..., evictions: _Optional[int] = ..., write_seq: _Optional[int] = ..., incarnation: _Optional[str] = ..., serving_lease_s: _Optional[float] = ..., serving_left_s: _Optional[float] = ...) -> None: ...

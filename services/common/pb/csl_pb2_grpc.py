@@ -105,6 +105,21 @@ class SubgraphLibraryStub:
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsResponse.FromString,
                 _registered_method=True)
+        self.Changes = channel.unary_unary(
+                '/dynbranch.v1.SubgraphLibrary/Changes',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.ChangesRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.ChangesResponse.FromString,
+                _registered_method=True)
+        self.BeginRenewal = channel.unary_unary(
+                '/dynbranch.v1.SubgraphLibrary/BeginRenewal',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.BeginRenewalRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.BeginRenewalResponse.FromString,
+                _registered_method=True)
+        self.GrantServing = channel.unary_unary(
+                '/dynbranch.v1.SubgraphLibrary/GrantServing',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.GrantServingRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.GrantServingResponse.FromString,
+                _registered_method=True)
 
 
 class SubgraphLibraryServicer:
@@ -225,6 +240,36 @@ class SubgraphLibraryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Changes(self, request, context):
+        """Records whose latest change (a write or an adoption) came after a change stamp, in change
+        order, a page at a time: what a serving-lease renewal copies from each peer. Stamps are this
+        process's own: a reader keys its cursor by the incarnation answered and starts over from 0
+        when it changes. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BeginRenewal(self, request, context):
+        """Begin a serving-lease renewal (a shard started with serving_lease_s > 0): the shard notes
+        the time on its own clock and answers a token. FAILED_PRECONDITION when leasing is off.
+        Idempotent (an unused token is forgotten).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GrantServing(self, request, context):
+        """Finish a renewal after every change of enough peers since the renewal began was adopted
+        (Changes, AdoptVersions): the shard serves Lookup, Promote and Claim until serving_lease_s
+        after the renewal began, and answers them as misses otherwise. FAILED_PRECONDITION for
+        another incarnation's renewal, an unknown or already granted token, or one whose lease has
+        already run out. Not idempotent (a token is granted once).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SubgraphLibraryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -297,6 +342,21 @@ def add_SubgraphLibraryServicer_to_server(servicer, server):
                     servicer.AdoptVersions,
                     request_deserializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsResponse.SerializeToString,
+            ),
+            'Changes': grpc.unary_unary_rpc_method_handler(
+                    servicer.Changes,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.ChangesRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.ChangesResponse.SerializeToString,
+            ),
+            'BeginRenewal': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginRenewal,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.BeginRenewalRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.BeginRenewalResponse.SerializeToString,
+            ),
+            'GrantServing': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantServing,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.GrantServingRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.GrantServingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -678,6 +738,87 @@ class SubgraphLibrary:
             '/dynbranch.v1.SubgraphLibrary/AdoptVersions',
             dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsRequest.SerializeToString,
             dynbranch_dot_v1_dot_csl__pb2.AdoptVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Changes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/Changes',
+            dynbranch_dot_v1_dot_csl__pb2.ChangesRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.ChangesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginRenewal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/BeginRenewal',
+            dynbranch_dot_v1_dot_csl__pb2.BeginRenewalRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.BeginRenewalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantServing(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/GrantServing',
+            dynbranch_dot_v1_dot_csl__pb2.GrantServingRequest.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.GrantServingResponse.FromString,
             options,
             channel_credentials,
             insecure,

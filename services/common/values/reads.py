@@ -136,8 +136,10 @@ class WriteOutcome:
 
     versions: tuple[RecordRead, ...]
     invalidated: int
-    #: The write sequence before this write: a shard behind its peers shows it here.
+    #: The write sequence before this write (a writer choosing versions retries above it).
     prior_seq: int = 0
+    #: The write named a version not above ``prior_seq``: nothing was changed.
+    refused: bool = False
 
 
 

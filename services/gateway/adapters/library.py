@@ -51,7 +51,7 @@ class RemoteLibrary:
         #: core then checks that the library still knows the corpus's versions
         #: (``LibraryPort.resyncs``).
         self.resyncs = 0
-        #: Called at each such resubscription (the sharded library suspects the shard then).
+        #: Called at each such resubscription (the sharded library counts them).
         self.on_resync: Callable[[], None] | None = None
 
     def start(self) -> None:

@@ -9,12 +9,11 @@ settlements go to every shard (a branch's shadows are spread over them).
 Failure turns into misses, never errors or stale hits (DESIGN.md §5.3, §5.6):
 
 * A shard that does not answer is a miss for its names (each call has a deadline).
-* A write succeeds once a quorum (a majority) acknowledged it; it answers the highest version
-  each record got. A shard that did not acknowledge, or answered a lower prior write sequence or
-  lower versions than its peers (it missed writes), falls under suspicion, as does one whose
-  name feed broke (a restart), that an audit cannot reach, or that the audit finds behind the
-  others' write sequence. A suspect shard serves nothing and stores nothing until it has caught
-  up from enough peers (``shard_repair.py``); then it is trusted again.
+* Freshness under partitions is the shards' own (``shard_repair.py``): a shard serves only
+  under a serving lease that renewals (this gateway's and every other's) grant after copying
+  its peers' changes in, and a write is acknowledged once a quorum applied it and the others
+  applied it too or their leases ran out (commit wait). A shard started without a lease
+  (``serving_lease_s`` 0) is not used: it could serve a write it missed.
 * A stage whose producer (a chained fill's previous step) lives on another shard is stored with
   that producer's read-set folded into its own, since a shard can only check producers it
   holds; a write to anything the chain read still invalidates it.
@@ -26,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -36,9 +35,17 @@ from services.common.values.reads import Claimed, HoldNotice, ReadSet, Served, S
 from services.common.values.reuse_name import ReuseName, name_key
 from services.gateway.adapters.library import RemoteLibrary
 from services.gateway.adapters.rendezvous import Rendezvous
-from services.gateway.adapters.shard_repair import catch_up, quorum, vouchers
+from services.gateway.adapters.shard_repair import (
+    Cursors,
+    WriteTally,
+    commit_wait_s,
+    quorum,
+    renew,
+)
 
 log = logging.getLogger(__name__)
+#: Fan-outs of one write before it gives up on meeting newer writes of other gateways.
+WRITE_ATTEMPTS = 5
 
 
 @dataclass(slots=True, eq=False)
@@ -48,41 +55,44 @@ class Shard:
     index: int
     target: str
     remote: RemoteLibrary
-    trusted: bool = True
-    #: Bumped by every event that may have cost the shard a write: a repair that began before
-    #: the latest one does not restore trust.
-    suspicion: int = 0
-
-    def suspect(self, why: str) -> None:
-        """Stop serving from this shard until it has caught up."""
-        if self.trusted:
-            log.warning("csl shard %s under suspicion (%s): its names miss until it catches up",
-                        self.target, why, extra={"shard": self.target, "why": why})
-        self.trusted = False
-        self.suspicion += 1
+    #: Whether this gateway's latest renewal granted it a lease (a view for metrics: the shard
+    #: itself decides whether it serves).
+    serving: bool = False
+    #: Its serving lease as it answered (0 before the first renewal).
+    lease_s: float = 0.0
+    #: Its incarnation as it answered ("" before the first renewal).
+    incarnation: str = ""
+    #: It answered that it is not a leased shard: unsafe to read, not used.
+    unleased: bool = False
 
 
 class ShardedLibrary:
     """``LibraryPort`` over several csl shards."""
 
     def __init__(self, targets: Sequence[str], lookup_deadline_s: float = 0.25,
-                 deadline_s: float = 2.0, audit_interval_s: float = 1.0,
-                 provenance_names: int = 65_536) -> None:
+                 deadline_s: float = 2.0, serving_lease_s: float = 1.0,
+                 renew_interval_s: float = 0.25, provenance_names: int = 65_536) -> None:
         self.ring = Rendezvous(targets)
         self.shards = [Shard(i, t, RemoteLibrary(t, lookup_deadline_s, deadline_s))
                        for i, t in enumerate(targets)]
         self.deadline_s = deadline_s
-        self.audit_interval_s = audit_interval_s
+        #: The longest serving lease a shard may hold (the shards' ``serving_lease_s``; a
+        #: longer one a shard answers is used once seen).
+        self.serving_lease_s = serving_lease_s
+        self.renew_interval_s = renew_interval_s
         self.quorum = quorum(len(targets))
         self._provenance: OrderedDict[ReuseName, ReadSet] = OrderedDict()
         self._provenance_names = provenance_names
-        self._last_top = 0
-        self._wake = asyncio.Event()
-        self._audit_task: asyncio.Task[None] | None = None
+        self._cursors = Cursors()
+        #: The highest write sequence any shard answered: the next write's version is above it.
+        self._seen = 0
+        self._renew_task: asyncio.Task[None] | None = None
         #: Times a shard's name feed was lost and resubscribed (``LibraryPort.resyncs``).
         self.resyncs = 0
-        self.counters = {"suspect_misses": 0, "repairs": 0, "repair_invalidated": 0,
-                         "folded": 0, "write_quorum_failures": 0}
+        self.counters = {"renewals": 0, "renewals_granted": 0, "renewals_short": 0,
+                         "renewals_failed": 0, "renewal_invalidated": 0, "unleased_misses": 0,
+                         "commit_waits": 0, "commit_wait_ms": 0, "folded": 0,
+                         "write_quorum_failures": 0}
 
     def available(self) -> bool:
         """See ``LibraryPort.available``: every shard (a fill's steps may land on any)."""
@@ -92,26 +102,27 @@ class ShardedLibrary:
         """The shard that holds ``name``."""
         return self.shards[self.ring.owner(name_key(name))]
 
-    def start(self) -> None:
-        """Follow every shard's names and start the audit loop."""
-        for shard in self.shards:
-            shard.remote.on_resync = self._resynced(shard)
-            shard.remote.start()
-        if self._audit_task is None:
-            self._audit_task = asyncio.create_task(self._audit_loop(), name="csl-shard-audit")
+    def commit_wait_s(self) -> float:
+        """How long a write a shard did not acknowledge waits (``shard_repair.commit_wait_s``)
+        for the longest lease configured or answered."""
+        return commit_wait_s(max([self.serving_lease_s, *(s.lease_s for s in self.shards)]))
 
-    def _resynced(self, shard: Shard) -> Callable[[], None]:
-        def resynced() -> None:
-            shard.suspect("name feed lost")
-            self._wake.set()
-            self.resyncs += 1
-        return resynced
+    def start(self) -> None:
+        """Follow every shard's names and start renewing their serving leases."""
+        for shard in self.shards:
+            shard.remote.on_resync = self._resynced
+            shard.remote.start()
+        if self._renew_task is None:
+            self._renew_task = asyncio.create_task(self._renew_loop(), name="csl-shard-renew")
+
+    def _resynced(self) -> None:
+        self.resyncs += 1
 
     def _serving(self, name: ReuseName) -> Shard | None:
         shard = self.owner(name)
-        if shard.trusted:
+        if not shard.unleased:
             return shard
-        self.counters["suspect_misses"] += 1
+        self.counters["unleased_misses"] += 1
         return None
 
     # -- the port ------------------------------------------------------------------------------
@@ -176,44 +187,91 @@ class ShardedLibrary:
 
     async def write_records(self, tenant: str, record_ids: Sequence[str],
                             floors: Sequence[int] = ()) -> tuple[int, ...]:
-        """Bump versions on every shard; the highest version each record got. Raises
-        ``Unavailable`` when fewer than a quorum acknowledged (retry: a write only ever
-        invalidates more)."""
-        outcomes = await asyncio.gather(
-            *(s.remote.client.write_records(tenant, record_ids, self.deadline_s, floors)
-              for s in self.shards), return_exceptions=True)
-        acked: list[tuple[Shard, WriteOutcome]] = []
-        for shard, outcome in zip(self.shards, outcomes, strict=True):
-            if isinstance(outcome, grpc.aio.AioRpcError):
-                shard.suspect(f"write failed: {outcome.code().name}")
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            elif [v.record_id for v in outcome.versions] != list(record_ids):
-                shard.suspect("answered a write with versions of other records")
-            else:
-                acked.append((shard, outcome))
-        if len(acked) < self.quorum:
-            self.counters["write_quorum_failures"] += 1
-            self._wake.set()
-            raise Unavailable(f"csl write reached {len(acked)} of {len(self.shards)} shards, "
-                              f"{self.quorum} needed; retry")
-        return self._agree(acked)
+        """Write records on every shard under one version this gateway picks (above its
+        ``floors`` and every write sequence seen), so every shard numbers the write alike;
+        retried above a shard's sequence when one refuses it. Returns once a quorum applied it
+        and the others did too or ``commit_wait_s`` passed (their leases ran out:
+        ``shard_repair.py``). Raises ``Unavailable`` when fewer than a quorum can apply it
+        (retry: a write only ever invalidates more)."""
+        for _ in range(WRITE_ATTEMPTS):
+            version = max([self._seen, *floors]) + 1
+            if await self._write_at(tenant, record_ids, version):
+                return (version,) * len(record_ids)
+        raise Unavailable(f"csl write kept meeting newer writes in {WRITE_ATTEMPTS} attempts; "
+                          "retry")
 
-    def _agree(self, acked: list[tuple[Shard, WriteOutcome]]) -> tuple[int, ...]:
-        """The highest version per record; a shard below its peers missed writes."""
-        top = tuple(max(vs) for vs in zip(*([v.version for v in o.versions] for _, o in acked),
-                                          strict=True))
-        prior = max(o.prior_seq for _, o in acked)
-        for shard, outcome in acked:
-            if outcome.prior_seq < prior or any(
-                    v.version < t for v, t in zip(outcome.versions, top, strict=True)):
-                shard.suspect("behind its peers on a write")
-                self._wake.set()
-        return top
+    async def _write_at(self, tenant: str, record_ids: Sequence[str], version: int) -> bool:
+        """One fan-out of a write at ``version``: True once acknowledged; False when refused by
+        too many shards (a newer write); raises ``Unavailable`` when too few answered."""
+        loop = asyncio.get_running_loop()
+        tally = WriteTally(len(self.shards), self.commit_wait_s())
+        calls = {asyncio.ensure_future(s.remote.client.write_records(
+            tenant, record_ids, self.deadline_s, version=version)): s for s in self.shards}
+        refused = 0
+        pending = set(calls)
+        try:
+            while pending and not tally.lost():
+                done_at = tally.done_at()
+                timeout = None if done_at is None else done_at - loop.time()
+                if timeout is not None and timeout <= 0:
+                    break
+                done, pending = await asyncio.wait(pending, timeout=timeout,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                for call in done:
+                    outcome = self._outcome(calls[call], call, record_ids, version)
+                    if outcome is not None and not outcome.refused:
+                        tally.ack(loop.time())
+                        continue
+                    tally.fail()
+                    if outcome is not None:
+                        refused += 1
+                        self._seen = max(self._seen, outcome.prior_seq)
+        finally:
+            for call in pending:  # a shard past the commit wait: a renewal copies it in
+                call.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if tally.quorum_at is None:
+            if refused:
+                return False
+            self.counters["write_quorum_failures"] += 1
+            raise Unavailable(f"csl write failed on {tally.failed} of {len(self.shards)} "
+                              f"shards ({self.quorum} acknowledgements needed); retry")
+        done_at = tally.done_at()
+        if done_at is not None and done_at > loop.time():  # every call ended, one failed
+            await asyncio.sleep(done_at - loop.time())
+        self._seen = max(self._seen, version)
+        if tally.waited():
+            self.counters["commit_waits"] += 1
+            self.counters["commit_wait_ms"] += round(1000 * (loop.time() - tally.quorum_at))
+        return True
+
+    @staticmethod
+    def _outcome(shard: Shard, call: asyncio.Future[WriteOutcome], record_ids: Sequence[str],
+                 version: int) -> WriteOutcome | None:
+        """A shard's usable answer to a write (maybe a refusal), or None."""
+        err = call.exception()
+        if isinstance(err, grpc.aio.AioRpcError):
+            log.warning("csl shard %s did not apply a write (%s)", shard.target,
+                        err.code().name, extra={"shard": shard.target})
+            return None
+        if err is not None:
+            raise err
+        outcome = call.result()
+        if not outcome.refused and [(v.record_id, v.version) for v in outcome.versions] != [
+                (r, version) for r in record_ids]:
+            log.error("csl shard %s answered a write with other records or versions",
+                      shard.target, extra={"shard": shard.target})
+            return None
+        return outcome
 
     async def write_seq(self) -> int:
         """The highest write sequence of the reachable shards (raises when none answers)."""
-        seqs = [q for q in await self._seqs() if q is not None]
+        async def one(shard: Shard) -> int | None:
+            try:
+                return (await shard.remote.client.stats(self.deadline_s)).write_seq
+            except grpc.aio.AioRpcError:
+                return None
+        seqs = [q for q in await asyncio.gather(*(one(s) for s in self.shards)) if q is not None]
         if not seqs:
             raise Unavailable("no csl shard reachable; retry")
         return max(seqs)
@@ -254,70 +312,64 @@ class ShardedLibrary:
         while len(self._provenance) > self._provenance_names:
             self._provenance.popitem(last=False)
 
-    # -- audit and repair ----------------------------------------------------------------------
+    # -- serving leases -------------------------------------------------------------------------
 
-    async def _audit_loop(self) -> None:
+    async def _renew_loop(self) -> None:
         while True:
             try:
-                await self.audit()
+                await self.renew_all()
             except Exception:  # noqa: BLE001 - the loop must outlive one bad round
-                log.exception("csl shard audit failed")
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.audit_interval_s)
-            except TimeoutError:
-                pass
-            self._wake.clear()
+                log.exception("csl shard renewal round failed")
+            await asyncio.sleep(self.renew_interval_s)
 
-    async def audit(self) -> None:
-        """Compare the shards' write sequences and repair every suspect shard that enough
-        reachable peers can vouch for."""
-        seqs = await self._seqs()
-        reachable = [s for s, q in zip(self.shards, seqs, strict=True) if q is not None]
-        for shard, seq in zip(self.shards, seqs, strict=True):
-            if seq is None:
-                shard.suspect("unreachable")
-            elif seq < self._last_top:  # behind what its peers had a whole round ago
-                shard.suspect(f"write sequence {seq} behind {self._last_top}")
-        self._last_top = max([q for q in seqs if q is not None], default=self._last_top)
-        for shard in reachable:
-            if not shard.trusted:
-                await self._repair(shard, [p for p in reachable if p is not shard])
+    async def renew_all(self) -> None:
+        """Renew every shard's serving lease from its peers, all shards at once."""
+        await asyncio.gather(*(self._renew(shard) for shard in self.shards))
 
-    async def _repair(self, shard: Shard, peers: list[Shard]) -> None:
-        if len(peers) < vouchers(len(self.shards)):
-            return
-        suspicion = shard.suspicion
+    async def _renew(self, shard: Shard) -> None:
+        peers = [p.remote.client for p in self.shards if p is not shard]
+        self.counters["renewals"] += 1
         try:
-            invalidated = await catch_up(shard.remote.client, [p.remote.client for p in peers],
-                                         self.deadline_s)
+            renewal = await renew(shard.remote.client, peers, self._cursors, self.deadline_s)
         except grpc.aio.AioRpcError as err:
-            log.warning("csl shard %s catch-up failed (%s); retrying", shard.target,
-                        err.code().name)
+            self.counters["renewals_failed"] += 1
+            shard.serving = False
+            if err.code() is grpc.StatusCode.FAILED_PRECONDITION and "not a leased" in (
+                    err.details() or ""):
+                if not shard.unleased:
+                    log.error("csl shard %s is not leased (start shards with serving_lease_s "
+                              "> 0): its names miss", shard.target,
+                              extra={"shard": shard.target})
+                shard.unleased = True
             return
-        self.counters["repairs"] += 1
-        self.counters["repair_invalidated"] += invalidated
-        shard.remote.answered()
-        if shard.suspicion == suspicion:
-            shard.trusted = True
-            log.info("csl shard %s caught up from %d peers (%d entries invalidated): serving",
-                     shard.target, len(peers), invalidated,
-                     extra={"shard": shard.target, "invalidated": invalidated})
-
-    async def _seqs(self) -> list[int | None]:
-        async def one(shard: Shard) -> int | None:
-            try:
-                return (await shard.remote.client.stats(self.deadline_s)).write_seq
-            except grpc.aio.AioRpcError:
-                return None
-        return list(await asyncio.gather(*(one(s) for s in self.shards)))
+        shard.unleased = False
+        if shard.incarnation and renewal.incarnation != shard.incarnation:
+            self._cursors.forget(shard.incarnation)  # it restarted: that copy is gone
+            log.info("csl shard %s restarted: copying every peer into it again", shard.target,
+                     extra={"shard": shard.target})
+        shard.incarnation = renewal.incarnation
+        if renewal.lease_s > self.serving_lease_s and renewal.lease_s > shard.lease_s:
+            log.warning("csl shard %s holds a %.3f s serving lease, above csl_serving_lease_s "
+                        "%.3f s: writes it misses wait the longer one", shard.target,
+                        renewal.lease_s, self.serving_lease_s, extra={"shard": shard.target})
+        shard.lease_s = renewal.lease_s
+        self.counters["renewal_invalidated"] += renewal.invalidated
+        granted = renewal.serving_s is not None
+        self.counters["renewals_granted" if granted else "renewals_short"] += 1
+        if granted != shard.serving:
+            log.log(logging.INFO if granted else logging.WARNING,
+                    "csl shard %s %s (%d peers drained, %d entries invalidated)", shard.target,
+                    "renewed: serving" if granted else "not renewed: too few peers reached",
+                    renewal.drained, renewal.invalidated, extra={"shard": shard.target})
+        shard.serving = granted
 
     async def close(self) -> None:
-        """Stop the audit, then every shard's feed and channel."""
-        if self._audit_task is not None:
-            self._audit_task.cancel()
-            await asyncio.gather(self._audit_task, return_exceptions=True)
-            self._audit_task = None
+        """Stop renewing, then every shard's feed and channel."""
+        if self._renew_task is not None:
+            self._renew_task.cancel()
+            await asyncio.gather(self._renew_task, return_exceptions=True)
+            self._renew_task = None
         await asyncio.gather(*(s.remote.close() for s in self.shards))
 
 
-__all__ = ["Shard", "ShardedLibrary"]
+__all__ = ["WRITE_ATTEMPTS", "Shard", "ShardedLibrary"]
