@@ -48,6 +48,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+#: The spans that start a trace (the list above); any other span has an exported parent.
+ROOTS = ("gateway.call", "gateway.settle_branch", "gateway.deliver_result",
+         "gateway.write_records")
 _PROPAGATOR = TraceContextTextMapPropagator()
 #: The metadata key of the W3C trace context.
 TRACEPARENT = "traceparent"
@@ -147,6 +150,6 @@ def untraced() -> contextvars.Context:
     return run_in(otel_context.Context())
 
 
-__all__ = ["TRACEPARENT", "call_span", "child_span", "current_trace", "has_span",
+__all__ = ["ROOTS", "TRACEPARENT", "call_span", "child_span", "current_trace", "has_span",
            "incoming_context", "maybe_span", "outgoing_metadata", "run_in", "untraced", "within",
            "workflow_context"]
