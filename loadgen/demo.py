@@ -34,7 +34,8 @@ REQUESTS = [
 ]
 SOURCE_NAMES = {gateway_pb2.RESULT_SOURCE_ENGINE: "engine",
                 gateway_pb2.RESULT_SOURCE_LIBRARY: "library (C1)",
-                gateway_pb2.RESULT_SOURCE_PROMOTED_FILL: "promoted fill (C2)"}
+                gateway_pb2.RESULT_SOURCE_PROMOTED_FILL: "promoted fill (C2)",
+                gateway_pb2.RESULT_SOURCE_JOINED: "joined (single-flight)"}
 
 
 @dataclass(slots=True)

@@ -91,6 +91,9 @@ class Admission:
     admitted: tuple[str, ...]
     load_price: float
     reason: str
+    #: Every candidate as the gate priced it, by name (the priced controller's p̃, G and C;
+    #: empty from a policy that prices nothing).
+    priced: tuple[tuple[str, Priced], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,9 +348,10 @@ class PricedController:
         ranks = {p.candidate: p.rank for p in proposals}
         by_name = {c.name: c for c in candidates}
         costs = {c.name: pricing.cost_ms(c, v) for c in candidates}  # C_s at the view it saw
-        for cand in candidates:
-            self.ledger.priced(branch_id, cand.name, Priced(
-                ranks[cand.name], cand.p, cand.gain_ms, costs[cand.name], cand.name in names))
+        priced = tuple((c.name, Priced(ranks[c.name], c.p, c.gain_ms, costs[c.name],
+                                       c.name in names)) for c in candidates)
+        for name, entry in priced:
+            self.ledger.priced(branch_id, name, entry)
         for name in names:
             token = f"{branch_id}/{name}"
             self.tracker.reserve(model, token, LoadPricing.footprint(by_name[name]).kv_blocks)
@@ -358,7 +362,7 @@ class PricedController:
         return Admission(names, price,
                          f"priced: {len(names)} of {len(candidates)} at "
                          f"{v.canonical:.1f} co-resident, slot price {price:.0f} ms/s"
-                         + (" (cold, bounded)" if b.bounded else ""))
+                         + (" (cold, bounded)" if b.bounded else ""), priced)
 
     # -- feedback ---------------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ async def build_runtime(settings: AdmissionSettings, *,
             log.info("admission: restored %d branch classes from %s", policy.restore(saved),
                      settings.state_path)
         runtime.on_close(_state_keeper(policy, settings.state_path, settings.state_interval_s))
-    servicer = AdmissionServicer(policy, runtime.registry)
+    servicer = AdmissionServicer(policy, runtime.registry, runtime.tracer)
     runtime.add_service(admission_pb2_grpc.add_AdmissionServicer_to_server, servicer, SERVICE_NAME)
     return runtime
 

@@ -24,7 +24,7 @@ from services.common.runtime.records import make_header
 from services.common.values.errors import DynbranchError, InvalidArgument, ResourceExhausted
 from services.common.values.reads import HoldEvent, ReadSet, check_cost
 from services.common.values.reuse_name import ReuseName, name_key
-from services.common.values.tracing import incoming_context, maybe_span
+from services.common.values.tracing import call_span
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (
     MAX_ID_CHARS,
@@ -177,16 +177,18 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
                         context: grpc.aio.ServicerContext) -> csl_pb2.PutShadowResponse:
         shadow = shadow_from_proto(request.shadow, self.max_result_bytes)
         check_cost(request.ttl_s, "ttl_s")
-        stored = await self.library.put_shadow(shadow, request.ttl_s)
+        with call_span(self.tracer, "csl.put_shadow",
+                       attributes={"dynbranch.branch_id": shadow.branch_id}) as span:
+            stored = await self.library.put_shadow(shadow, request.ttl_s)
+            span.set_attribute("dynbranch.stored", stored)
         return csl_pb2.PutShadowResponse(stored=stored)
 
     async def Promote(self, request: csl_pb2.PromoteRequest,
                       context: grpc.aio.ServicerContext) -> csl_pb2.PromoteResponse:
         name = name_from_proto(request.name)
         branch_id = require(request.branch_id, "branch_id", MAX_ID_CHARS)
-        with maybe_span(self.tracer,
-                "csl.promote", context=incoming_context(context.invocation_metadata()),
-                attributes={"dynbranch.branch_id": branch_id}) as span:
+        with call_span(self.tracer, "csl.promote",
+                       attributes={"dynbranch.branch_id": branch_id}) as span:
             served = await self.library.promote(name, branch_id)
             span.set_attribute("dynbranch.promoted", served is not None)
         if served is None:
@@ -196,15 +198,17 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
     async def Discard(self, request: csl_pb2.DiscardRequest,
                       context: grpc.aio.ServicerContext) -> csl_pb2.DiscardResponse:
         branch_id = require(request.branch_id, "branch_id", MAX_ID_CHARS)
-        dropped = await self.library.discard(branch_id, request.keep_candidate)
+        with call_span(self.tracer, "csl.discard",
+                       attributes={"dynbranch.branch_id": branch_id}) as span:
+            dropped = await self.library.discard(branch_id, request.keep_candidate)
+            span.set_attribute("dynbranch.discarded", dropped)
         return csl_pb2.DiscardResponse(discarded=dropped)
 
     async def WriteRecords(self, request: csl_pb2.WriteRecordsRequest,
                            context: grpc.aio.ServicerContext) -> csl_pb2.WriteRecordsResponse:
         record_ids = record_ids_from_proto(request)
-        with maybe_span(self.tracer,
-                "csl.write_records", context=incoming_context(context.invocation_metadata()),
-                attributes={"dynbranch.writes": len(record_ids)}) as span:
+        with call_span(self.tracer, "csl.write_records",
+                       attributes={"dynbranch.writes": len(record_ids)}) as span:
             outcome = await self.library.write_records(request.tenant, record_ids,
                                                        floors_from_proto(request),
                                                        request.version)
@@ -227,7 +231,9 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
             raise InvalidArgument("wait_s", f"must be in [0, {MAX_CLAIM_WAIT_S}]")
         remaining = context.time_remaining()
         wait_s = request.wait_s if remaining is None else min(request.wait_s, remaining)
-        claimed = await self.library.claim(name, scope, max(wait_s, 0.0))
+        with call_span(self.tracer, "csl.claim", attributes={"dynbranch.scope": scope}) as span:
+            claimed = await self.library.claim(name, scope, max(wait_s, 0.0))
+            span.set_attribute("dynbranch.promoted", claimed is not None)
         if claimed is None:
             return csl_pb2.ClaimResponse(promoted=False)
         return csl_pb2.ClaimResponse(promoted=True, result=claimed.result, cost_s=claimed.cost_s,
@@ -256,8 +262,11 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         scope = require(request.scope, "scope", MAX_ID_CHARS)
         template_id = require(request.template_id, "template_id", MAX_ID_CHARS)
         stage_id = require(request.stage_id, "stage_id", MAX_ID_CHARS)
-        told = self.library.holds.settle_scope(scope, template_id, stage_id,
-                                               request.keep_branch, request.keep_candidate)
+        with call_span(self.tracer, "csl.settle_scope",
+                       attributes={"dynbranch.scope": scope}) as span:
+            told = self.library.holds.settle_scope(scope, template_id, stage_id,
+                                                   request.keep_branch, request.keep_candidate)
+            span.set_attribute("dynbranch.told", told)
         return csl_pb2.SettleScopeResponse(told=told)
 
     async def Versions(self, request: csl_pb2.VersionsRequest,

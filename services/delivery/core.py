@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from opentelemetry.context import Context
+
 from services.common.values.errors import (
     DynbranchError,
     FailedPrecondition,
@@ -35,6 +37,7 @@ from services.common.values.leases import (
     ResultKey,
     digest,
 )
+from services.common.values.tracing import current_trace, within
 from services.delivery.frames import Frame
 from services.delivery.sender import InventoryListener, Receive, Sender
 
@@ -136,6 +139,8 @@ class _Entry:
     engine_id: str
     future: asyncio.Future[Delivered]
     task: asyncio.Task[None] | None = None  # set while the engine describes the prefix
+    #: The submitting call's trace context: the sender's receipt runs ReceiveResult in it.
+    trace: Context | None = None
 
 
 class DeliveryCore:
@@ -243,7 +248,7 @@ class DeliveryCore:
                                     "(max_pending_results); retry later")
         future: asyncio.Future[Delivered] = asyncio.get_running_loop().create_future()
         future.add_done_callback(_retrieve)
-        entry = _Entry(payload_digest, port.engine_id, future)
+        entry = _Entry(payload_digest, port.engine_id, future, trace=current_trace())
         self._pending[result.key] = entry
         entry.task = asyncio.create_task(self._ready(result, port, entry),
                                          name=f"delivery-ready-{result.key}")
@@ -273,9 +278,11 @@ class DeliveryCore:
         continuation = frame.continuation
         assert isinstance(continuation, GenerationRequest)
         port = self.engines[frame.engine_id]
+        entry = self._pending.get(frame.key)
         try:
-            received = await port.receive(frame.key, frame.payload_digest, frame.prefix_digest,
-                                          continuation)
+            with within(entry.trace if entry is not None else None):
+                received = await port.receive(frame.key, frame.payload_digest,
+                                              frame.prefix_digest, continuation)
         except Exception as exc:
             self.sender.abandon(frame.key)  # frees tail_aware's ledger slot, no output
             if isinstance(exc, (InvalidArgument, FailedPrecondition)):

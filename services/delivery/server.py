@@ -50,7 +50,8 @@ async def build_runtime(settings: DeliverySettings, *,
         runtime.on_close(link.close)
     runtime.on_close(core.close)
     await core.start()
-    servicer = DeliveryServicer(core, max_observation_bytes=settings.max_observation_bytes)
+    servicer = DeliveryServicer(core, max_observation_bytes=settings.max_observation_bytes,
+                                tracer=runtime.tracer)
     runtime.add_service(delivery_pb2_grpc.add_DeliveryServicer_to_server, servicer, SERVICE_NAME)
     return runtime
 

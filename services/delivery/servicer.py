@@ -1,8 +1,11 @@
-"""Delivery gRPC servicer: protos ↔ ``DeliveryCore`` only (STYLE.md §2)."""
+"""Delivery gRPC servicer: protos ↔ ``DeliveryCore`` only (STYLE.md §2). A call in a workflow's
+trace gets a span here (``delivery.start_tool``, ``delivery.deliver``, ``delivery.withdraw``); the
+engine calls a delivery makes, its receipt's ReceiveResult included, carry that trace."""
 
 from __future__ import annotations
 
 import grpc
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from services.common.pb import delivery_pb2, delivery_pb2_grpc, engine_pb2
 from services.common.runtime.convert import (
@@ -14,6 +17,7 @@ from services.common.runtime.convert import (
 from services.common.runtime.lease_convert import key_from_proto
 from services.common.values.errors import InvalidArgument, PayloadTooLarge
 from services.common.values.generation import GenerationRequest, Priority
+from services.common.values.tracing import call_span
 from services.delivery.core import Delivered, DeliveryCore, ToolResult
 
 #: Largest history and continuation prompt accepted (the engine agent's history bound).
@@ -26,26 +30,43 @@ MAX_NAME = 256
 class DeliveryServicer(delivery_pb2_grpc.DeliveryServicer):
     """StartTool, Deliver and Withdraw over one ``DeliveryCore``."""
 
-    def __init__(self, core: DeliveryCore, *, max_observation_bytes: int) -> None:
+    def __init__(self, core: DeliveryCore, *, max_observation_bytes: int,
+                 tracer: Tracer | None = None) -> None:
         self.core = core
         self.max_observation_bytes = max_observation_bytes
+        self.tracer = tracer or NoOpTracer()
 
     async def StartTool(self, request: delivery_pb2.StartToolRequest,
                         context: grpc.aio.ServicerContext) -> delivery_pb2.StartToolResponse:
         key = key_from_proto(request.key)
-        pinned = await self.core.start_tool(key, _name(request.engine_id, "engine_id"),
-                                            _text(request.history, "history"),
-                                            _name(request.tool, "tool"))
+        with call_span(self.tracer, "delivery.start_tool", attributes={
+                "dynbranch.key": str(key), "dynbranch.engine_id": request.engine_id}) as span:
+            pinned = await self.core.start_tool(key, _name(request.engine_id, "engine_id"),
+                                                _text(request.history, "history"),
+                                                _name(request.tool, "tool"))
+            span.set_attribute("dynbranch.pinned", pinned)
         return delivery_pb2.StartToolResponse(pinned=pinned)
 
     async def Deliver(self, request: delivery_pb2.DeliverRequest,
                       context: grpc.aio.ServicerContext) -> delivery_pb2.DeliverResponse:
-        delivered = await self.core.deliver(self._tool_result(request))
+        result = self._tool_result(request)
+        with call_span(self.tracer, "delivery.deliver", attributes={
+                "dynbranch.key": str(result.key), "dynbranch.engine_id": result.engine_id,
+                "dynbranch.tool": result.tool}) as span:
+            delivered = await self.core.deliver(result)
+            if span.is_recording():
+                span.set_attributes({"dynbranch.promoted": delivered.promoted,
+                                     "dynbranch.sender_wait_s": delivered.sender_wait_s,
+                                     "dynbranch.transfer_s": delivered.transfer_s})
         return _response(delivered)
 
     async def Withdraw(self, request: delivery_pb2.WithdrawRequest,
                        context: grpc.aio.ServicerContext) -> delivery_pb2.WithdrawResponse:
-        withdrawn = await self.core.withdraw(key_from_proto(request.key))
+        key = key_from_proto(request.key)
+        with call_span(self.tracer, "delivery.withdraw",
+                       attributes={"dynbranch.key": str(key)}) as span:
+            withdrawn = await self.core.withdraw(key)
+            span.set_attribute("dynbranch.withdrawn", withdrawn)
         return delivery_pb2.WithdrawResponse(withdrawn=withdrawn)
 
     def _tool_result(self, request: delivery_pb2.DeliverRequest) -> ToolResult:

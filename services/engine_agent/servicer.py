@@ -43,7 +43,7 @@ from services.common.values.errors import (
 )
 from services.common.values.generation import GenerationRequest, LoadReport
 from services.common.values.leases import BudgetRecord, LeaseRecord
-from services.common.values.tracing import incoming_context
+from services.common.values.tracing import call_span, child_span
 from services.engine_agent.backend import (
     Allocated,
     Finished,
@@ -161,12 +161,11 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
 
     def _span(self, req: GenerationRequest, trace: otel_context.Context) -> Span:
         # A span, not a current-span context: a generator may be closed from another task (an
-        # aborted fill), and a context attached here could not be detached there.
-        return self.tracer.start_span(
-            "engine.generate", context=trace,
-            attributes={"dynbranch.request_id": req.request_id,
-                        "dynbranch.engine_id": self.engine_id,
-                        "dynbranch.priority": req.priority.name.lower()})
+        # aborted fill), and a context attached here could not be detached there. None when the
+        # caller sent no trace context (a call outside any trace starts none).
+        return child_span(self.tracer, "engine.generate", trace, {
+            "dynbranch.request_id": req.request_id, "dynbranch.engine_id": self.engine_id,
+            "dynbranch.priority": req.priority.name.lower()})
 
     def _finished(self, req: GenerationRequest, event: Finished, span: Span) -> None:
         self.metrics.observe_finish(req.priority.name.lower(), event)
@@ -176,7 +175,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                        ) -> AsyncIterator[engine_pb2.GenerateEvent]:
         req = self._to_request(request)
         sequence = 0
-        span = self._span(req, incoming_context(context.invocation_metadata()))
+        span = self._span(req, otel_context.get_current())  # the caller's, attached
         try:
             async for event in self.backend.generate(req):
                 if request.final_only and not isinstance(event, Finished):
@@ -261,8 +260,10 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
     async def ToolStarted(self, request: engine_pb2.ToolStartedRequest,
                           context: grpc.aio.ServicerContext) -> engine_pb2.ToolStartedResponse:
         provider, _ = self._leases()
-        pinned = await provider.tool_started(key_from_proto(request.key),
-                                             _history(request.history), request.tool)
+        with call_span(self.tracer, "engine.tool_started") as span:
+            pinned = await provider.tool_started(key_from_proto(request.key),
+                                                 _history(request.history), request.tool)
+            span.set_attribute("dynbranch.pinned", pinned)
         return engine_pb2.ToolStartedResponse(pinned=pinned)
 
     async def ResultReady(self, request: engine_pb2.ResultReadyRequest,
@@ -270,11 +271,14 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         provider, receipts = self._leases()
         key = key_from_proto(request.key)
         payload_digest = require(request.payload_digest, "payload_digest", 128)
-        if receipts.registered(key, payload_digest):
-            # Its continuation is already registered here: nothing is pending, nothing to lease.
-            d = await provider.lookup(key, _history(request.history))
-        else:
-            d = await provider.ready(key, _history(request.history), payload_digest)
+        with call_span(self.tracer, "engine.result_ready",
+                       attributes={"dynbranch.key": str(key)}) as span:
+            if receipts.registered(key, payload_digest):
+                # Its continuation is already registered: nothing is pending, nothing to lease.
+                d = await provider.lookup(key, _history(request.history))
+            else:
+                d = await provider.ready(key, _history(request.history), payload_digest)
+            span.set_attribute("dynbranch.resident_blocks", d.resident_blocks)
         reply = engine_pb2.ResultDescriptor(key=key_to_proto(key),
                                             resident_blocks=d.resident_blocks,
                                             resident_tokens=d.resident_tokens,
@@ -292,8 +296,11 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         continuation = request.continuation
         if not continuation.request_id:
             continuation.request_id = f"lads/{key}"
-        done = await receipts.receive(key, payload_digest, request.prefix_digest,
-                                      self._to_request(continuation))
+        with call_span(self.tracer, "engine.receive_result", attributes={
+                "dynbranch.key": str(key), "dynbranch.engine_id": self.engine_id}) as span:
+            done = await receipts.receive(key, payload_digest, request.prefix_digest,
+                                          self._to_request(continuation))
+            span.set_attribute("dynbranch.bound", done.bound)
         return engine_pb2.ReceiveResultResponse(
             finished=engine_pb2.Finished(reason=int(done.finished.reason),
                                          usage=usage_to_proto(done.finished.usage),

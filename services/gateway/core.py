@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from services.common.values.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
+from services.common.values.tracing import untraced
 from services.gateway.config import GatewaySettings
 from services.gateway.ports import EnginePort, LibraryPort
 from services.gateway.speculation.branches import BranchManager
@@ -284,8 +285,8 @@ class GatewayCore:
             return
         self._reconciled = False
         if self._reconcile_task is None or self._reconcile_task.done():
-            self._reconcile_task = asyncio.create_task(self._reconcile_logged(),
-                                                       name="corpus-reconcile")
+            self._reconcile_task = asyncio.create_task(  # a background job: in no trace
+                self._reconcile_logged(), name="corpus-reconcile", context=untraced())
 
     async def _reconcile_logged(self) -> None:
         delay = 0.5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+from opentelemetry import context as otel_context
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -139,9 +140,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise InvalidArgument("demand", "required")
         require(request.demand.prompt, "demand.prompt")
         demand = demand_from_proto(self.core, tenant, request.demand)
-        parent = (None if isinstance(self.tracer, NoOpTracer) else
-                  trace_parent(context.invocation_metadata(), tenant, demand.workflow_id))
-        with maybe_span(self.tracer, "gateway.call", context=parent, attributes={
+        with maybe_span(self.tracer, "gateway.call",
+                        context=self._parent(context, tenant, demand.workflow_id), attributes={
                 "dynbranch.request_id": demand.request_id,
                 "dynbranch.workflow_id": demand.workflow_id,
                 "dynbranch.stage_id": demand.stage_id}) as span:
@@ -167,16 +167,25 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                    for i, d in enumerate(request.upserts)]
         if not (upserts or request.removals or request.record_ids):
             raise InvalidArgument("upserts", "nothing to write")
-        written = await self.core.write(tenant, upserts, list(request.removals),
-                                        list(request.record_ids))
+        with maybe_span(self.tracer, "gateway.write_records", attributes={
+                "dynbranch.upserts": len(upserts), "dynbranch.removals": len(request.removals),
+                "dynbranch.record_ids": len(request.record_ids)}):
+            written = await self.core.write(tenant, upserts, list(request.removals),
+                                            list(request.record_ids))
         return gateway_pb2.GatewayWriteResponse(versions=[
             common_pb2.RecordVersion(record_id=r.record_id, version=r.version) for r in written])
 
     async def SettleBranch(self, request: gateway_pb2.SettleBranchRequest,
                            context: grpc.aio.ServicerContext) -> gateway_pb2.SettleBranchResponse:
         tenant = self.auth.tenant(_authorization(context))
-        settled = self.core.settle(tenant, request.workflow_id,
-                                   require(request.coordinate, "coordinate"), request.selected)
+        coordinate = require(request.coordinate, "coordinate")
+        with maybe_span(self.tracer, "gateway.settle_branch",
+                        context=self._parent(context, tenant, request.workflow_id), attributes={
+                            "dynbranch.workflow_id": request.workflow_id,
+                            "dynbranch.coordinate": coordinate,
+                            "dynbranch.candidate": request.selected}) as span:
+            settled = self.core.settle(tenant, request.workflow_id, coordinate, request.selected)
+            span.set_attribute("dynbranch.settled", settled)
         return gateway_pb2.SettleBranchResponse(settled=settled)
 
     async def DeliverResult(self, request: delivery_pb2.DeliverRequest,
@@ -190,14 +199,25 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         forwarded = delivery_pb2.DeliverRequest()
         forwarded.CopyFrom(request)
         forwarded.key.workflow_id = scoped
-        if not forwarded.engine_id:
-            forwarded.engine_id = await self.core.locate_history(
-                scoped, request.model, request.history, deadline(context, 0.5, cap_s=0.5))
-        try:
-            return await self.delivery.deliver(forwarded, timeout_s=deadline(context, 600.0))
-        except grpc.aio.AioRpcError as err:  # the delivery's own status and field-naming message
-            await context.abort(err.code(), err.details() or "delivery failed")
-            raise  # unreachable: abort raises
+        with maybe_span(self.tracer, "gateway.deliver_result",
+                        context=self._parent(context, tenant, key.workflow_id),
+                        attributes={"dynbranch.workflow_id": key.workflow_id}) as span:
+            if not forwarded.engine_id:
+                forwarded.engine_id = await self.core.locate_history(
+                    scoped, request.model, request.history, deadline(context, 0.5, cap_s=0.5))
+            span.set_attribute("dynbranch.engine_id", forwarded.engine_id)
+            try:
+                return await self.delivery.deliver(forwarded, timeout_s=deadline(context, 600.0))
+            except grpc.aio.AioRpcError as err:  # the delivery's status and field-naming message
+                await context.abort(err.code(), err.details() or "delivery failed")
+                raise  # unreachable: abort raises
+
+    def _parent(self, context: grpc.aio.ServicerContext, tenant: str, workflow_id: str
+                ) -> otel_context.Context | None:
+        """The span parent of a call about a workflow (``trace_parent``); None when off."""
+        if isinstance(self.tracer, NoOpTracer):
+            return None
+        return trace_parent(context.invocation_metadata(), tenant, workflow_id)
 
 
 __all__ = ["CoreCollector", "GatewayMetrics", "GatewayServicer", "answer_to_proto",

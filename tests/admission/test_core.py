@@ -123,6 +123,20 @@ def test_the_same_candidate_is_admitted_under_headroom_and_refused_under_content
     assert busy.load_price > idle.load_price
 
 
+def test_the_admission_carries_each_candidates_price_as_the_ledger_records_it() -> None:
+    c = controller(tracker_at(running=4))
+    c.open_branch("b1", "r/router", "acme/r/router", MODEL, 100.0)
+    got = c.admit("b1", "r/router", proposals(), MODEL, 100.0)
+    priced = dict(got.priced)
+    assert list(priced) == ["h1", "h2", "h3"]
+    assert tuple(n for n, p in priced.items() if p.admitted) == got.admitted != ()
+    assert priced["h1"].p > priced["h2"].p > priced["h3"].p
+    assert all(p.gain_ms > 0 and p.cost_ms > 0 for p in priced.values())
+    assert priced == c.ledger.entries["b1"].candidates  # one record, two readers
+    closed = c.admit("b2", "r/router", proposals(), MODEL, 100.0, window_s=-1.0)
+    assert closed.priced == () and closed.admitted == ()
+
+
 def test_admissions_are_reserved_and_released_when_the_branch_settles() -> None:
     t = tracker_at(running=4)
     c = controller(t)

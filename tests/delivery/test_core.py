@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from opentelemetry.trace import get_current_span
 
 from services.common.pb import common_pb2, delivery_pb2
 from services.common.values.errors import FailedPrecondition, Unavailable
@@ -23,6 +24,7 @@ from services.common.values.generation import (
     Usage,
 )
 from services.common.values.leases import InventoryView, ResultKey
+from services.common.values.tracing import within, workflow_context
 from services.delivery.client import DeliveryClient
 from services.delivery.config import DeliverySettings
 from services.delivery.core import DeliveryCore, Readiness, Received, ToolResult
@@ -47,6 +49,8 @@ class FakePort:
 
     def __init__(self) -> None:
         self.receives: list[ResultKey] = []
+        #: The trace id each receipt ran in (0: none).
+        self.traces: list[int] = []
         self.withdrawn: list[ResultKey] = []
         self.fail_receipts = 0
         self.gate: asyncio.Event | None = None
@@ -72,6 +76,7 @@ class FakePort:
     async def receive(self, key: ResultKey, payload_digest: str, prefix_digest: str,
                       continuation: GenerationRequest) -> Received:
         self.receives.append(key)
+        self.traces.append(get_current_span().get_span_context().trace_id)
         if self.fail_receipts:
             self.fail_receipts -= 1
             raise Unavailable("engine down")
@@ -111,6 +116,16 @@ async def test_a_failed_receipt_is_forgotten_and_a_resubmission_runs_it(
     assert port.receives == [ResultKey("wf", 1)] * 2
     assert done.sender_wait_s >= 0 and done.transfer_s > 0
     assert delivery.sender.timeline == {}  # nothing kept per delivered frame
+
+
+async def test_the_receipt_runs_in_the_trace_of_the_call_that_submitted_the_result(
+        core: tuple[DeliveryCore, FakePort]) -> None:
+    delivery, port = core
+    with within(workflow_context("acme/wf-1")):  # the Deliver call, as the server attached it
+        await delivery.deliver(tool_result(1))
+    await delivery.deliver(tool_result(2))  # a caller outside any trace
+    want = get_current_span(workflow_context("acme/wf-1")).get_span_context().trace_id
+    assert port.traces == [want, 0]  # though the sender's own loop made both receipts
 
 
 async def test_a_finished_result_answers_resubmissions_without_a_second_receipt(

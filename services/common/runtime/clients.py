@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from services.common.runtime import tls
+from services.common.runtime import tls, trace_propagation
 
 #: Methods safe to retry, per fully-qualified service. Anything absent is never retried.
 IDEMPOTENT: dict[str, tuple[str, ...]] = {
@@ -57,12 +57,16 @@ def channel_options(max_message_bytes: int = 4 * 1024 * 1024) -> list[tuple[str,
 def open_channel(target: str, max_message_bytes: int = 4 * 1024 * 1024) -> grpc.aio.Channel:
     """An aio channel to a mesh service on ``target`` (``host:port``): TLS (mutual when this
     process has a certificate) once a service configured ``services.common.runtime.tls``, else
-    plaintext."""
+    plaintext; every call carries the caller's trace context once this process traces
+    (``trace_propagation``)."""
     files = tls.client_files()
+    interceptors = trace_propagation.client_interceptors() or None
     if files.calls:
         return grpc.aio.secure_channel(target, tls.channel_credentials(files),
-                                       options=channel_options(max_message_bytes))
-    return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes))
+                                       options=channel_options(max_message_bytes),
+                                       interceptors=interceptors)
+    return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes),
+                                     interceptors=interceptors)
 
 
 def deadline(context: grpc.aio.ServicerContext | None, default_s: float = DEFAULT_DEADLINE_S,

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry
 
-from services.common.runtime import tls
+from services.common.runtime import tls, trace_propagation
 from services.common.runtime.grpc_errors import ErrorInterceptor
 from services.common.values.config import ServiceSettings
 from services.common.values.telemetry import MetricsEndpoint, make_tracer_provider
@@ -75,14 +75,19 @@ class ServiceRuntime:
             name, settings.otlp_endpoint, span_exporter)
         # Without an exporter nothing is recorded, so the hot path gets the no-op tracer rather
         # than the SDK's sampling machinery (measured: half the cost of a span).
-        self.tracer: Tracer = (self.tracer_provider.get_tracer(f"dynbranch.{name}")
-                               if span_exporter is not None or settings.otlp_endpoint
+        traced = span_exporter is not None or bool(settings.otlp_endpoint)
+        self.tracer: Tracer = (self.tracer_provider.get_tracer(f"dynbranch.{name}") if traced
                                else NoOpTracer())
+        if traced:  # calls in and out carry the trace context (nothing added when off)
+            trace_propagation.enable()
         self.tls = tls.load(settings.tls_cert_file, settings.tls_key_file, settings.tls_ca_file,
                             settings.tls_client_auth)
         if self.tls.calls:
             tls.configure_client(self.tls)  # this process's channels present this identity
-        self.server = grpc.aio.server(interceptors=[ErrorInterceptor()],
+        interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor()]
+        if traced:
+            interceptors.insert(0, trace_propagation.ContextInterceptor())
+        self.server = grpc.aio.server(interceptors=interceptors,
                                       options=server_options(settings),
                                       maximum_concurrent_rpcs=settings.max_concurrent_rpcs)
         self.health = health.aio.HealthServicer()

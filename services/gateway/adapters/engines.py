@@ -172,8 +172,7 @@ class EnginePool:
             if on_delta is None:  # the answer only: one message each way on a shared stream
                 finished = await client.answer(proto, timeout_s, dict(outgoing_metadata()))
                 return _execution(state.engine_id, finished)
-            async for event in client.generate(proto, timeout_s=timeout_s,
-                                               metadata=outgoing_metadata()):
+            async for event in client.generate(proto, timeout_s=timeout_s):  # traced: channel
                 if event.HasField("finished"):
                     return _execution(state.engine_id, event.finished)
                 if event.HasField("delta"):

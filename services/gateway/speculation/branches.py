@@ -26,6 +26,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from services.common.values import clock
@@ -33,7 +34,7 @@ from services.common.values.candidates import FillEstimate, RankedCandidate
 from services.common.values.errors import InvalidArgument
 from services.common.values.reads import HoldEvent, HoldNotice, Served
 from services.common.values.reuse_name import ReuseName
-from services.common.values.tracing import maybe_span
+from services.common.values.tracing import maybe_span, run_in
 from services.gateway.execution import Executor
 from services.gateway.ports import AdmissionPort, LibraryPort
 from services.gateway.speculation.fills import FillRunner
@@ -350,7 +351,8 @@ class BranchManager:
                     if candidate != winner:
                         self._abort(fill, "lost the branch")
                         self.counters["fills_discarded"] += 1
-                self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}")
+                self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}",
+                            branch.trace)
             else:  # independent (Figure 1a): stop unfinished unselected fills, keep finished
                 for candidate, fill in branch.fills.items():
                     if candidate != winner and fill.task is not None and not fill.task.done():
@@ -432,15 +434,18 @@ class BranchManager:
                                           branch.selected or branch.winner, branch.saved_s,
                                           cost, branch.setup_s * per_wall, final, consumed,
                                           branch.wait_s * per_wall),
-                    f"report:{branch.id}:{'final' if final else 'resolved'}")
+                    f"report:{branch.id}:{'final' if final else 'resolved'}", branch.trace)
 
     # -- tasks --------------------------------------------------------------------------------
 
     def _final_after(self, branch: Branch, _task: asyncio.Task[None]) -> None:
         self._maybe_final(branch)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro, name=name)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str,
+               trace: Context | None = None) -> asyncio.Task[None]:
+        """A tracked task, in ``trace`` when given (a branch's own, not the caller's)."""
+        task = (asyncio.create_task(coro, name=name) if trace is None
+                else asyncio.create_task(coro, name=name, context=run_in(trace)))
         self._tasks.add(task)
         task.add_done_callback(self._reap)
         return task

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from opentelemetry.context import Context
+
 from services.common.values import clock
 from services.common.values.reuse_name import ReuseName
+from services.common.values.tracing import current_trace
 from services.gateway.config import GatewaySettings
 from services.gateway.templates import DecisionPoint, Semantics, Template
 
@@ -115,6 +118,9 @@ class Branch:
     #: What became of the winner's first step when the branch resolved with an admitted
     #: winner: "promoted", or why it was not (a ``REFUSALS`` key); "" until known.
     outcome: str = ""
+    #: The trace context of the demand that opened it (None untraced): its reports run in its
+    #: workflow's trace whichever demand retires it.
+    trace: Context | None = field(default_factory=current_trace)
 
     @property
     def exclusive(self) -> bool:
