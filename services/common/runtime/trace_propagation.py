@@ -33,7 +33,8 @@ from services.common.values.tracing import TRACEPARENT, incoming_context, outgoi
 #: shared by many callers' messages, and the background feeds and loops (``values.tracing``).
 UNTRACED: dict[str, tuple[str, ...]] = {
     "dynbranch.v1.SubgraphLibrary": ("PutStream", "WatchNames", "Stats", "Versions",
-                                     "AdoptVersions"),
+                                     "AdoptVersions", "Changes", "BeginRenewal",
+                                     "GrantServing"),
     "dynbranch.v1.EngineAgent": ("GenerateMux", "WatchLoad", "WatchLeases", "SyncInventory",
                                  "GetInfo"),
     "grpc.health.v1.Health": ("Check", "Watch"),

@@ -20,10 +20,10 @@ Roots by design (the only spans a trace starts from):
 Carrying no context, so never in a trace (``trace_propagation.UNTRACED``): the shared streams
 that carry many callers' messages (csl ``PutStream``; engine ``GenerateMux``, whose generations
 carry their own context in their start message) and the background feeds and loops: the name
-feed (``WatchNames``), the shard audit and reconcile (``Stats``, ``Versions``,
-``AdoptVersions``), the load and lease streams admission, the gateway and delivery follow
-(``WatchLoad``, ``WatchLeases``), the inventory push (``SyncInventory``), ``GetInfo`` and health
-checks.
+feed (``WatchNames``), the shards' serving-lease renewals and the reconcile (``Stats``,
+``Versions``, ``AdoptVersions``, ``Changes``, ``BeginRenewal``, ``GrantServing``), the load and
+lease streams admission, the gateway and delivery follow (``WatchLoad``, ``WatchLeases``), the
+inventory push (``SyncInventory``), ``GetInfo`` and health checks.
 """
 
 from __future__ import annotations

@@ -1,0 +1,250 @@
+"""The one-sided partition check (DESIGN.md §5.3): no stale answer through either gateway after an
+acknowledged write, while one csl shard is cut off from one gateway only.
+
+The mesh runs as processes (``services.launcher``): two gateways, three csl shards under serving
+leases (``services/gateway/adapters/shard_repair.py``), the corpus service both gateways share and
+one sim engine. Gateway A (``gateway``) reaches shard ``csl-1`` through a
+:class:`~loadgen.faultproxy.FaultProxy`; gateway B (``gateway-1``) reaches it directly. Writers
+rewrite their own corpus document through A, each text carrying a version marker; readers
+retrieve the documents through B (and one in four through A), so B serves library hits (C1) of
+searches that read the rewritten documents. A retrieve that began after a write was acknowledged
+must show that version or a later one; anything else is stale. Errors are counted apart.
+
+The run goes through phases, each at a share of the check budget: healthy; ``csl-1`` killed and
+restarted on its own store (its copy is taken then); A's link to ``csl-1`` black-holed (the
+one-sided partition); healed mid-run; ``csl-1`` killed again and restarted on the older copy.
+Reported per phase: checks, stale, errors, library hits, writes and their latency (p50): a
+write that ``csl-1`` does not acknowledge waits out its lease (commit wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import shutil
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen.faultproxy import FaultProxy
+from services.common.runtime.clients import wait_serving
+from services.gateway import DynbranchClient
+from services.launcher import Mesh, MeshSpec
+
+#: Phases: (share of the check budget at which it begins, name).
+PHASES = ((0.0, "healthy"), (0.1, "csl-1 restarted"), (0.25, "A cut from csl-1"),
+          (0.55, "healed"), (0.7, "csl-1 on an older copy"))
+QUESTION = {"question": "What is it?", "notes": "none yet"}
+CUT_SHARD = "csl-1"
+LIBRARY = 2  # gateway_pb2.RESULT_SOURCE_LIBRARY
+
+
+def text_of(term: str, version: int) -> str:
+    """A document's text at ``version``: its length changes with the version (so rewrites bump
+    term records too), and one token only this version holds marks it."""
+    return f"{term} is a rewritten document. " + "body " * (version % 3) + f"marker{version}x."
+
+
+def version_in(answer: str, term: str) -> int | None:
+    """The marker version of ``term``'s passage in a retrieve answer (None when absent)."""
+    for passage in answer.split("\n\n"):
+        head, _, body = passage.partition("\n")
+        if head.endswith(f"] {term}") and "marker" in body:
+            return int(body.rsplit("marker", 1)[1].split("x", 1)[0])
+    return None
+
+
+@dataclass
+class PhaseTally:
+    """What one phase saw."""
+
+    checks: int = 0
+    stale: int = 0
+    errors: int = 0
+    hits: int = 0
+    writes: int = 0
+    write_errors: int = 0
+    write_s: list[float] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        """The phase as a report row."""
+        return {"checks": self.checks, "stale": self.stale, "errors": self.errors,
+                "library_hits": self.hits, "writes": self.writes,
+                "write_errors": self.write_errors,
+                "write_p50_ms": round(1000 * statistics.median(self.write_s), 2)
+                if self.write_s else None}
+
+
+class PartitionMesh:
+    """Two gateways over three leased shards and one corpus, A's link to ``csl-1`` proxied."""
+
+    def __init__(self, run_dir: Path, lease_s: float = 1.0) -> None:
+        self.run_dir = run_dir
+        self.lease_s = lease_s
+        self.mesh = Mesh(run_dir=run_dir, keep_run_dir=True)
+        self.proxy = FaultProxy()
+        self.copy_dir = run_dir / f"{CUT_SHARD}-older"
+
+    def _route(self, name: str, address: str) -> str:
+        if name != CUT_SHARD:
+            return address
+        self.proxy.target = address
+        return self.proxy.address
+
+    async def start(self) -> None:
+        """The proxy, then the mesh; returns once every gateway's shards serve."""
+        await self.proxy.start()
+        await self.mesh.start(MeshSpec(
+            engines=1, time_scale=0.0, gateways=2, csl_shards=3, others=("csl",),
+            corpus_path=str(self.run_dir / "corpus"), csl_serving_lease_s=self.lease_s,
+            gateway_routes={"gateway": self._route}, log_level="WARNING"))
+
+    @property
+    def gateways(self) -> list[str]:
+        """A's and B's addresses."""
+        return [self.mesh.address("gateway"), self.mesh.address("gateway-1")]
+
+    async def restart_shard(self, older: bool) -> None:
+        """SIGKILL ``csl-1`` and start it again: on its own store (whose copy is kept), or on
+        that older copy."""
+        data = self.run_dir / CUT_SHARD
+        await self.mesh.kill(CUT_SHARD)
+        if older:
+            shutil.rmtree(data)
+            shutil.copytree(self.copy_dir, data)
+        else:
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
+            shutil.copytree(data, self.copy_dir)
+        await self.mesh.restart(CUT_SHARD)
+        await wait_serving(self.mesh.address(CUT_SHARD))
+
+    async def close(self) -> None:
+        await self.mesh.stop()
+        await self.proxy.close()
+
+
+async def _phase_action(pm: PartitionMesh, name: str) -> None:
+    if name == "csl-1 restarted":
+        await pm.restart_shard(older=False)
+    elif name == "A cut from csl-1":
+        pm.proxy.blackhole()
+    elif name == "healed":
+        pm.proxy.heal()
+    elif name == "csl-1 on an older copy":
+        await pm.restart_shard(older=True)
+
+
+async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: int = 4,
+                    timeout_s: float = 600.0,
+                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Drive writers through A and readers through B (and A) until ``checks`` retrieves that
+    began after an acknowledged write were checked, stepping through ``PHASES``."""
+    clients = [DynbranchClient(a) for a in pm.gateways]
+    for c in clients:
+        c.use_builtin("react")
+    a, b = clients
+    terms = [f"Quux{i}" for i in range(writers)]
+    acked = dict.fromkeys(terms, -1)
+    tallies = {name: PhaseTally() for _, name in PHASES}
+    phase = [PHASES[0][1]]
+    failures: list[str] = []
+    total = [0]
+    done = asyncio.Event()
+    fillers = [(f"filler-{i}", f"Filler {i}", f"Filler text number {i} about rivers.")
+               for i in range(30)]
+    await a.write(upserts=fillers)
+
+    async def retrieve(client: DynbranchClient, term: str, workflow_id: str) -> None:
+        floor, tally = acked[term], tallies[phase[0]]
+        try:
+            answer = await client.call_stage("react", "retrieve", workflow_id=workflow_id,
+                                             inputs=QUESTION, candidate=term, timeout_s=30.0)
+        except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+            tally.errors += 1
+            failures.append(f"{phase[0]}: retrieve {term} failed: {exc!r}"[:300])
+            return
+        tally.hits += answer.source == LIBRARY
+        if floor < 0:
+            return
+        seen = version_in(answer.text, term)
+        tally.checks += 1
+        total[0] += 1
+        if seen is None or seen < floor:
+            tally.stale += 1
+            failures.append(f"{phase[0]}: {term} acknowledged at {floor}, answered {seen}")
+
+    async def writer(term: str) -> None:
+        version = 0
+        while not done.is_set():
+            tally = tallies[phase[0]]
+            start = time.monotonic()
+            try:
+                await a.write(upserts=[(term, term, text_of(term, version))])
+            except Exception as exc:  # noqa: BLE001 - counted, then written again
+                tally.write_errors += 1
+                failures.append(f"{phase[0]}: write {term}@{version} failed: {exc!r}"[:300])
+                await asyncio.sleep(0.05)
+                continue
+            tally.write_s.append(time.monotonic() - start)
+            tally.writes += 1
+            acked[term] = version
+            version += 1
+
+    async def reader(index: int) -> None:
+        rng, n = random.Random(index), 0
+        while not done.is_set():
+            n += 1
+            client = a if n % 4 == 0 else b
+            await retrieve(client, rng.choice(terms), f"r{index}-{n}")
+
+    async def conductor() -> None:
+        for share, name in PHASES[1:]:
+            while total[0] < share * checks:
+                await asyncio.sleep(0.02)
+            await _phase_action(pm, name)
+            phase[0] = name
+            if progress is not None:
+                progress(f"  phase: {name} at {total[0]} checks")
+        while total[0] < checks:
+            await asyncio.sleep(0.02)
+        done.set()
+
+    try:
+        await asyncio.wait_for(asyncio.gather(conductor(), *(writer(t) for t in terms),
+                                              *(reader(i) for i in range(readers))), timeout_s)
+    finally:
+        done.set()
+        pm.proxy.heal()
+        for c in clients:
+            with contextlib.suppress(Exception):
+                await c.close()
+    rows = {name: t.row() for name, t in tallies.items()}
+    return {"checks": sum(t.checks for t in tallies.values()),
+            "stale": sum(t.stale for t in tallies.values()),
+            "errors": sum(t.errors for t in tallies.values()),
+            "write_errors": sum(t.write_errors for t in tallies.values()),
+            "library_hits": sum(t.hits for t in tallies.values()),
+            "phases": rows, "failures": failures[:20]}
+
+
+async def partition_check(run_dir: Path, checks: int, lease_s: float = 1.0,
+                          progress: Callable[[str], None] | None = None,
+                          after: Callable[[PartitionMesh], Awaitable[None]] | None = None
+                          ) -> dict[str, Any]:
+    """Start the mesh, run the check, stop the mesh; the report."""
+    pm = PartitionMesh(run_dir, lease_s)
+    try:
+        await pm.start()
+        report = await run_check(pm, checks, progress=progress)
+        if after is not None:
+            await after(pm)
+        return report
+    finally:
+        await pm.close()
+
+
+__all__ = ["PHASES", "PartitionMesh", "partition_check", "run_check", "text_of", "version_in"]
