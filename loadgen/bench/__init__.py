@@ -23,6 +23,7 @@ BENCHMARKS = {
     "soak": "loadgen.bench.soak",
     "scaleout": "loadgen.bench.scaleout",
     "faults": "loadgen.bench.faults",
+    "shards": "loadgen.bench.shards",
 }
 
 
