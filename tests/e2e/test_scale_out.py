@@ -34,8 +34,9 @@ async def test_two_replicas_over_three_shards_survive_a_killed_shard(tmp_path) -
                     others=("csl", "admission"), log_level="WARNING")
     await mesh.start(spec)
     shards = [mesh.address(f"csl-{i}") for i in range(3)]
-    lib = ShardedLibrary(shards, audit_interval_s=0.1)  # a third gateway's view, to look inside
+    lib = ShardedLibrary(shards, renew_interval_s=0.1)  # a third gateway's view, to look inside
     lib.start()
+    await _until(lambda: all(s.serving for s in lib.shards))
     clients = [DynbranchClient(mesh.address(n)) for n in ("gateway", "gateway-1")]
     try:
         for client in clients:
@@ -53,7 +54,8 @@ async def test_two_replicas_over_three_shards_survive_a_killed_shard(tmp_path) -
         assert await lib.lookup(victim) is None  # its range is a miss while it is down
         await mesh.restart("csl-1")  # same port, same store: the stale entry is still on disk
         assert await lib.lookup(victim) is None
-        await _until(lambda: lib.shards[1].trusted)  # caught up from csl-0 and csl-2
+        await _until(lambda: lib.shards[1].serving and lib.shards[1].remote.available())
+        # (renewed: caught up from csl-0 and csl-2)
         assert await lib.lookup(victim) is None
         assert await lib.shards[1].remote.client.lookup(victim) is None  # invalidated there
         await asyncio.gather(*(run_workflow(clients, i, tally) for i in range(12, 18)))
