@@ -158,7 +158,7 @@ def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _bench(args: argparse.Namespace) -> int:
     from loadgen.bench import load
-    from services.gateway import DataUnavailable
+    from services.corpus import DataUnavailable
 
     options = _arms_options(args)
     if args.minutes is not None:

@@ -78,3 +78,4 @@ async def csl_service(path: Any, **settings: Any) -> AsyncIterator[Any]:
         yield runtime
     finally:
         await runtime.shutdown()
+

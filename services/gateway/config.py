@@ -49,8 +49,10 @@ class GatewaySettings(ServiceSettings):
     branch_ttl_s: float = Field(300.0, gt=0, le=86_400, description="life of a branch record")
     templates: list[str] = Field(default_factory=list,
                                  description="extra template YAML files (built-ins always load)")
-    corpus_path: str = Field("", description="LMDB folder of the retrieval corpus; empty: none")
-    corpus_source: str = Field("", description="data set loaded into an empty corpus "
+    corpus_path: str = Field("", description=(
+        "LMDB folder of a retrieval corpus this gateway opens itself (one process only); "
+        "empty: none"))
+    corpus_source: str = Field("", description="data set loaded into an empty corpus_path "
                                                "(hotpotqa, musique, magento)")
     data_dir: str = Field("", description="folder of the shared data sets; empty: ../shared/data")
     api_keys: dict[str, str] = Field(default_factory=dict, description="API key → tenant")

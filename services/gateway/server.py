@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from services.common.pb import gateway_pb2, gateway_pb2_grpc
 from services.common.runtime.cli_args import Flag, service_main
 from services.common.runtime.server import ServiceRuntime
 from services.common.values.errors import InvalidArgument
+from services.corpus import Corpus, CorpusService, load_corpus
 from services.delivery.client import DeliveryClient
 from services.gateway.adapters.engines import EnginePool
 from services.gateway.adapters.library import RemoteLibrary
@@ -30,8 +32,7 @@ from services.gateway.speculation.predictors import Predictor, default_predictor
 from services.gateway.speculation.titles import TITLE_WEIGHT, CorpusTitles
 from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
-from services.gateway.tools.corpus import Corpus
-from services.gateway.tools.loaders import load_corpus
+from services.gateway.tools.corpus_port import CorpusPort
 from services.gateway.tools.retrieve import RetrieveTool
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,33 @@ def build_registry(settings: GatewaySettings) -> TemplateRegistry:
     return registry
 
 
-def open_corpus(settings: GatewaySettings) -> Corpus | None:
-    """The retrieval corpus, loaded from the shared data set when it is new."""
+async def open_corpus(settings: GatewaySettings, runtime: ServiceRuntime) -> CorpusPort | None:
+    """The retrieval corpus this gateway opens itself (``corpus_path``, loaded from the shared
+    data set when it is new), behind the corpus port. Closed by the runtime."""
     if not settings.corpus_path:
         return None
-    corpus = Corpus(Path(settings.corpus_path), settings.corpus_source or "corpus")
-    if settings.corpus_source:
-        load_corpus(corpus, settings.corpus_source, settings.data_dir or None)
-    return corpus
+
+    def local() -> Corpus:
+        corpus = Corpus(Path(settings.corpus_path), settings.corpus_source or "corpus")
+        try:
+            if settings.corpus_source:
+                load_corpus(corpus, settings.corpus_source, settings.data_dir or None)
+        except BaseException:
+            corpus.close()
+            raise
+        return corpus
+
+    service = CorpusService(await asyncio.to_thread(local))
+    runtime.on_close(service.close)
+    return service
+
+
+async def corpus_titles(corpus: CorpusPort, runtime: ServiceRuntime) -> CorpusTitles:
+    """The title index of the ReAct predictor over the local corpus, indexed now."""
+    assert isinstance(corpus, CorpusService)
+    titles = CorpusTitles(corpus.corpus)
+    await asyncio.to_thread(titles.refresh)
+    return titles
 
 
 class GatewayRuntime(ServiceRuntime):
@@ -148,10 +168,8 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
             runtime.on_close(library.close)
     if library is None:
         log.warning("no csl configured: exact reuse (C1) and early fill (C2) are off")
-    corpus = open_corpus(settings)
+    corpus = await open_corpus(settings, runtime)
     tools = {"retrieve": RetrieveTool(corpus)} if corpus is not None else {}
-    if corpus is not None:
-        runtime.on_close(_closer(corpus.close))
     features = Features(c1=settings.c1 and library is not None,
                         c2=settings.c2 and library is not None)
     registry = build_registry(settings)
@@ -165,9 +183,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                 runtime.on_close(admission.close)
         extra: list[tuple[CorpusTitles, float]] = []
         if corpus is not None:  # open-vocabulary hops name corpus titles (ReAct); index at start
-            titles = CorpusTitles(corpus)
-            titles.refresh()
-            extra.append((titles, TITLE_WEIGHT))
+            extra.append((await corpus_titles(corpus, runtime), TITLE_WEIGHT))
         predictor: Predictor | DraftPredictor = default_predictor(
             k=max(3, settings.top_k), extra=extra, overlap_weight=settings.overlap_weight)
         if settings.predictor == "draft":
@@ -209,12 +225,6 @@ def _title_resolver(titles: CorpusTitles):  # noqa: ANN202 - a draft line to cor
     def resolve(line: str) -> list[str]:
         return [title for title, _ in titles.scores(line)]
     return resolve
-
-
-def _closer(fn):  # noqa: ANN001, ANN202 - adapts a sync close to a close hook
-    async def close() -> None:
-        fn()
-    return close
 
 
 def main(argv: list[str] | None = None) -> int:

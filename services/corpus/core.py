@@ -34,13 +34,22 @@ writes since refresh, stats snapshot and its version), ``docs`` (doc id -> versi
 and ``terms`` (term -> version). The index lives in memory, rebuilt at open and updated per
 write; one lock orders searches and writes so a search never mixes two corpus states. A
 search ranks on the index but reads every text and version it returns (documents, query-term
-records, statistics record) from one LMDB snapshot and refuses to answer if the store disagrees
-with the index, so its read-set names exactly the versions of what it returned. One
-process opens a corpus at a time (LMDB also forbids opening one environment twice in a process).
+records, statistics record) from one LMDB snapshot and checks the store against the index, so
+its read-set names exactly the versions of what it returned; where they disagree (the store
+moved under the index) it rebuilds the index from the store and answers from that, and only a
+store that still disagrees after the rebuild (a broken one) is an error.
+
+One process opens a corpus at a time: an exclusive ``flock`` on the folder, taken before LMDB
+opens it, refuses a second opener (another gateway or corpus service given the same folder,
+whose in-memory index would fall behind this one's writes) with ``FailedPrecondition``; the
+kernel drops it when the holder dies. Gateways of a mesh share one corpus through the corpus
+service (``services/corpus/service.py``), never through one folder.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import secrets
 import threading
 from collections import Counter
@@ -57,8 +66,7 @@ from services.common.values.errors import (
     InvalidArgument,
     NotFound,
 )
-from services.gateway.tools.base import RecordVersion
-from services.gateway.tools.bm25 import (
+from services.corpus.bm25 import (
     CorpusStats,
     InvertedIndex,
     changed_terms,
@@ -66,11 +74,13 @@ from services.gateway.tools.bm25 import (
     tokenize,
     top_k,
 )
-from services.gateway.tools.corpus_codec import (
+from services.corpus.codec import (
+    DOC_HEAD,
     MAX_DOC_ID_BYTES,
     U64,
     Document,
     Hit,
+    RecordVersion,
     SearchResult,
     check_doc,
     decode_doc,
@@ -80,6 +90,9 @@ from services.gateway.tools.corpus_codec import (
 )
 
 SCHEMA = b"dynbranch.corpus/1"
+#: LMDB map size and statistics-refresh fraction of a corpus that names none.
+MAP_SIZE = 1 << 30
+REFRESH_FRACTION = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +107,22 @@ class Corpus:
     """A named, versioned document corpus with BM25 search and exact read-sets."""
 
     def __init__(self, path: str | Path, name: str, *, create: bool = True,
-                 map_size: int = 1 << 30, sync: bool = True, k1: float = 1.2, b: float = 0.75,
-                 refresh_fraction: float = 0.1) -> None:
+                 map_size: int = MAP_SIZE, sync: bool = True, k1: float = 1.2, b: float = 0.75,
+                 refresh_fraction: float = REFRESH_FRACTION) -> None:
         if not name or "/" in name:
             raise InvalidArgument("name", "must be non-empty and contain no '/'")
         self.name, self.k1, self.b, self.refresh_fraction = name, k1, b, refresh_fraction
         self._lock = threading.Lock()
+        #: Searches answered after rebuilding an index the store had moved away from.
+        self.rebuilds = 0
         if create:
             Path(path).mkdir(parents=True, exist_ok=True)
+        self._folder_fd = _lock_folder(Path(path), name)
         try:
             self._env = lmdb.open(str(path), max_dbs=4, map_size=map_size, sync=sync,
                                   create=create)
         except lmdb.Error as exc:
+            self._unlock()
             raise NotFound(f"corpus {name!r} at {path} cannot be opened: {exc}") from None
         self._meta = self._env.open_db(b"meta")
         self._docs = self._env.open_db(b"docs")
@@ -149,10 +166,16 @@ class Corpus:
         self._stats = CorpusStats.from_json(raw) if raw else self._index.stats()
 
     def close(self) -> None:
-        """Close the LMDB environment; safe to call twice."""
+        """Close the LMDB environment and drop the folder's lock; safe to call twice."""
         if not self._closed:
             self._closed = True
             self._env.close()
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self._folder_fd is not None:
+            os.close(self._folder_fd)
+            self._folder_fd = None
 
     def __enter__(self) -> Self:
         return self
@@ -312,35 +335,60 @@ class Corpus:
         if not terms:
             return SearchResult((), ())
         with self._lock:
-            best = top_k(self._index.score(terms, self._stats, self.k1, self.b), k)
-            with self._env.begin() as txn:
-                hits = tuple(self._hit(txn, doc_id, score) for doc_id, score in best)
-                reads = [RecordVersion(self.term_record(t),
-                                       u64(txn.get(t.encode(), db=self._terms)))
-                         for t in terms]
-                reads.append(RecordVersion(self.stats_record(),
-                                           u64(txn.get(b"stats_version", db=self._meta))))
-            self._check_snapshot(hits, reads)
+            found = self._snapshot_search(terms, k)
+            if isinstance(found, list):  # the store moved under the index: rebuild, answer fresh
+                self._load_state()
+                self.rebuilds += 1
+                found = self._snapshot_search(terms, k)
+                if isinstance(found, list):
+                    raise DynbranchError(f"corpus {self.name!r}: the index disagrees with the "
+                                         f"store on {found[:3]} even after a rebuild")
+        hits, reads = found
         reads += [RecordVersion(self.doc_record(h.doc_id), h.version) for h in hits]
         return SearchResult(hits, tuple(sorted(reads, key=lambda r: r.record_id)))
 
-    def _hit(self, txn: Any, doc_id: str, score: float) -> Hit:
-        raw = txn.get(doc_id.encode(), db=self._docs)
-        if raw is None:
-            self._load_state()
-            raise DynbranchError(f"corpus {self.name!r}: indexed document {doc_id!r} is not "
-                                 "stored; the index was rebuilt from the store")
-        doc, version = decode_doc(doc_id.encode(), raw)
-        return Hit(doc.doc_id, doc.title, doc.text, version, score)
-
-    def _check_snapshot(self, hits: Sequence[Hit], reads: Sequence[RecordVersion]) -> None:
-        """Refuse a search whose stored versions disagree with the index that ranked it."""
-        stale = [h.doc_id for h in hits if self._doc_versions.get(h.doc_id) != h.version]
+    def _snapshot_search(self, terms: Sequence[str], k: int
+                         ) -> tuple[tuple[Hit, ...], list[RecordVersion]] | list[str]:
+        """Rank on the index, read from one LMDB snapshot; the hits and query reads, or the
+        records on which the store disagrees with the index (under the lock)."""
+        best = top_k(self._index.score(terms, self._stats, self.k1, self.b), k)
+        with self._env.begin() as txn:
+            hits: list[Hit] = []
+            missing = []
+            for doc_id, score in best:
+                raw = txn.get(doc_id.encode(), db=self._docs)
+                if raw is None:
+                    missing.append(self.doc_record(doc_id))
+                    continue
+                doc, version = decode_doc(doc_id.encode(), raw)
+                hits.append(Hit(doc.doc_id, doc.title, doc.text, version, score))
+            reads = [RecordVersion(self.term_record(t), u64(txn.get(t.encode(), db=self._terms)))
+                     for t in terms]
+            reads.append(RecordVersion(self.stats_record(),
+                                       u64(txn.get(b"stats_version", db=self._meta))))
+        stale = missing + [self.doc_record(h.doc_id) for h in hits
+                           if self._doc_versions.get(h.doc_id) != h.version]
         stale += [r.record_id for r in reads if self._current(r.record_id) != r.version]
-        if stale:
-            self._load_state()
-            raise DynbranchError(f"corpus {self.name!r}: the index disagrees with the store on "
-                                 f"{stale[:3]}; the index was rebuilt from the store")
+        return stale if stale else (tuple(hits), reads)
+
+    def titles(self, after: str = "", limit: int = 1024) -> tuple[list[tuple[str, int, str]], bool]:
+        """Up to ``limit`` documents with an id above ``after``, in id order, as ``(doc id,
+        version, title)`` (one LMDB snapshot), and whether more follow."""
+        out: list[tuple[str, int, str]] = []
+        start = after.encode()
+        with self._env.begin(db=self._docs) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(start):
+                return out, False
+            for key, raw in cursor:
+                if key == start:
+                    continue
+                if len(out) == limit:
+                    return out, True
+                version, title_len = DOC_HEAD.unpack_from(raw)
+                title = bytes(raw[DOC_HEAD.size:DOC_HEAD.size + title_len]).decode()
+                out.append((key.decode(), version, title))
+        return out, False
 
     def confirm(self, hits: Sequence[Hit]) -> bool:
         """True when every hit is still stored at its version with exactly its title and text.
@@ -506,4 +554,22 @@ class Corpus:
         self._seq, self._writes_since = seq, writes_since
 
 
-__all__ = ["MAX_DOC_ID_BYTES", "Corpus", "Document", "Hit", "SearchResult"]
+def _lock_folder(path: Path, name: str) -> int | None:
+    """An exclusive ``flock`` on the corpus folder (None when the folder does not exist: LMDB
+    then refuses to open it); ``FailedPrecondition`` when another opener holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FailedPrecondition(
+            f"corpus {name!r} at {path} is open in another process or corpus: one opener at a "
+            "time (gateways share one corpus through the corpus service)") from None
+    return fd
+
+
+__all__ = ["MAP_SIZE", "MAX_DOC_ID_BYTES", "REFRESH_FRACTION", "Corpus", "Document", "Hit",
+           "SearchResult"]
