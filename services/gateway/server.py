@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from services.common.runtime.cli_args import Flag, service_main
 from services.common.runtime.server import ServiceRuntime
 from services.common.values.errors import InvalidArgument
 from services.corpus import Corpus, CorpusService, load_corpus
+from services.corpus.client import CorpusClient
 from services.delivery.client import DeliveryClient
 from services.gateway.adapters.engines import EnginePool
 from services.gateway.adapters.library import RemoteLibrary
@@ -29,6 +31,7 @@ from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServ
 from services.gateway.speculation.branches import BranchManager, BranchSettings
 from services.gateway.speculation.draft import DraftPredictor
 from services.gateway.speculation.predictors import Predictor, default_predictor
+from services.gateway.speculation.title_mirror import TitleMirror
 from services.gateway.speculation.titles import TITLE_WEIGHT, CorpusTitles
 from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
@@ -50,8 +53,16 @@ def build_registry(settings: GatewaySettings) -> TemplateRegistry:
 
 
 async def open_corpus(settings: GatewaySettings, runtime: ServiceRuntime) -> CorpusPort | None:
-    """The retrieval corpus this gateway opens itself (``corpus_path``, loaded from the shared
-    data set when it is new), behind the corpus port. Closed by the runtime."""
+    """The retrieval corpus: the mesh's corpus service (``corpus``), reached once before
+    serving; or a corpus this gateway opens itself (``corpus_path``, loaded from the shared
+    data set when it is new). Closed by the runtime."""
+    if settings.corpus:
+        client = CorpusClient(settings.corpus, read_deadline_s=settings.corpus_deadline_s)
+        runtime.on_close(client.close)
+        info = await client.connect(settings.corpus_connect_timeout_s)
+        log.info("corpus service %s: %s, %d documents", settings.corpus, info.identity,
+                 info.documents)
+        return client
     if not settings.corpus_path:
         return None
 
@@ -71,10 +82,24 @@ async def open_corpus(settings: GatewaySettings, runtime: ServiceRuntime) -> Cor
 
 
 async def corpus_titles(corpus: CorpusPort, runtime: ServiceRuntime) -> CorpusTitles:
-    """The title index of the ReAct predictor over the local corpus, indexed now."""
-    assert isinstance(corpus, CorpusService)
-    titles = CorpusTitles(corpus.corpus)
-    await asyncio.to_thread(titles.refresh)
+    """The title index of the ReAct predictor, indexed now: over a local corpus directly, over
+    the corpus service through a mirror the runtime keeps following until it closes."""
+    if isinstance(corpus, CorpusService):
+        titles = CorpusTitles(corpus.corpus)
+        await asyncio.to_thread(titles.refresh)
+        return titles
+    mirror = TitleMirror(corpus)
+    await mirror.sync()
+    follower = asyncio.create_task(mirror.follow(), name="corpus-titles")
+
+    async def stop() -> None:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+
+    runtime.on_close(stop)
+    titles = CorpusTitles(mirror)
+    titles.refresh()
     return titles
 
 
@@ -241,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                             Flag("--admission", "admission", "admission service target",
                                  {"metavar": "HOST:PORT"}),
                             Flag("--delivery", "delivery", "delivery service target "
-                                 "(DeliverResult forwards there)", {"metavar": "HOST:PORT"})],
+                                 "(DeliverResult forwards there)", {"metavar": "HOST:PORT"}),
+                            Flag("--corpus", "corpus", "corpus service target (the mesh's "
+                                 "retrieval corpus)", {"metavar": "HOST:PORT"})],
                         fatal=(KeyFileError,))
 
 
