@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.common.pb import gateway_pb2
+from services.common.values.errors import FailedPrecondition
 from services.corpus import Corpus, Document
 from services.gateway.config import GatewaySettings
 from services.gateway.sdk import DynbranchClient
@@ -124,4 +125,17 @@ async def test_a_gateway_waits_for_the_corpus_service_then_gives_up(tmp_path: Pa
         with pytest.raises(Exception, match="did not answer within"):
             async with gateway([agent.address], corpus="127.0.0.1:1",
                                corpus_connect_timeout_s=0.5):
+                pass
+
+
+async def test_a_second_gateway_on_one_corpus_folder_is_refused_at_start(tmp_path: Path) -> None:
+    """What two gateways given one DYNBRANCH_GATEWAY_CORPUS_PATH did before the corpus service
+    (the second answered from an index behind the first's writes): refused, naming the way."""
+    path = tmp_path / "corpus"
+    with Corpus(path, "corpus", sync=False) as corpus:
+        corpus.load_documents(DOCS)
+    async with engine_agent(engine_id="e0") as agent, \
+            gateway([agent.address], corpus_path=str(path)):
+        with pytest.raises(FailedPrecondition, match="through the corpus service"):
+            async with gateway([agent.address], corpus_path=str(path)):
                 pass
