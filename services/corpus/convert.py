@@ -8,6 +8,7 @@ from services.common.pb import common_pb2, corpus_pb2
 from services.common.runtime.convert import require
 from services.common.values.errors import InvalidArgument, PayloadTooLarge
 from services.corpus.codec import MAX_DOC_ID_BYTES, Document, Hit, RecordVersion, SearchResult
+from services.corpus.records import KINDS
 
 #: Records per VersionsOf or Commit, and documents per write, at most.
 MAX_RECORDS = 4096
@@ -90,9 +91,11 @@ def record_ids_from_proto(ids: Sequence[str], prefix: str, field: str = "record_
         raise PayloadTooLarge(field, f"at most {MAX_RECORDS} records")
     for i, record_id in enumerate(ids):
         require(record_id, f"{field}[{i}]", MAX_RECORD_ID_CHARS)
-        if not record_id.startswith(prefix):
+        kind = record_id.removeprefix(prefix).partition("/")[0]
+        if not record_id.startswith(prefix) or kind not in KINDS:
             raise InvalidArgument(f"{field}[{i}]", f"{record_id!r} is not a record of this "
-                                  f"corpus (ids start with {prefix!r})")
+                                  f"corpus ({prefix}doc/<id>, {prefix}term/<term> or "
+                                  f"{prefix}stats)")
     return list(ids)
 
 

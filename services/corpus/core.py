@@ -88,6 +88,7 @@ from services.corpus.codec import (
     refuse_duplicate,
     u64,
 )
+from services.corpus.records import RecordTable
 
 SCHEMA = b"dynbranch.corpus/1"
 #: LMDB map size and statistics-refresh fraction of a corpus that names none.
@@ -151,17 +152,16 @@ class Corpus:
 
     def _load_state(self) -> None:
         self._index = InvertedIndex()
-        self._doc_versions: dict[str, int] = {}
+        self._records = records = RecordTable(self.name)
         with self._env.begin() as txn:
             for key, raw in txn.cursor(db=self._docs):
                 doc, version = decode_doc(key, raw)
                 self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
-                self._doc_versions[doc.doc_id] = version
-            self._term_versions = {k.decode(): U64.unpack(v)[0]
-                                   for k, v in txn.cursor(db=self._terms)}
-            self._seq = u64(txn.get(b"seq", db=self._meta))
+                records.docs[doc.doc_id] = version
+            records.terms = {k.decode(): U64.unpack(v)[0] for k, v in txn.cursor(db=self._terms)}
+            records.seq = u64(txn.get(b"seq", db=self._meta))
             self._writes_since = u64(txn.get(b"writes_since", db=self._meta))
-            self._stats_version = u64(txn.get(b"stats_version", db=self._meta))
+            records.stats = u64(txn.get(b"stats_version", db=self._meta))
             raw = txn.get(b"stats", db=self._meta)
         self._stats = CorpusStats.from_json(raw) if raw else self._index.stats()
 
@@ -194,13 +194,13 @@ class Corpus:
     @property
     def write_seq(self) -> int:
         """Sequence of the last write: changes whenever any document does."""
-        return self._seq
+        return self._records.seq
 
     def doc_versions(self) -> dict[str, int]:
         """Doc id → version of every document (a copy; may name a removed document until the
         corpus is reopened, when ``get`` returns None for it)."""
         with self._lock:
-            return dict(self._doc_versions)
+            return dict(self._records.docs)
 
     # --- records and versions ----------------------------------------------------------------
     # Record ids (``corpus/<name>/doc/<id>``, ``corpus/<name>/term/<term>``,
@@ -210,20 +210,20 @@ class Corpus:
 
     def doc_record(self, doc_id: str) -> str:
         """Record id of a document."""
-        return f"corpus/{self.name}/doc/{doc_id}"
+        return self._records.doc_record(doc_id)
 
     def term_record(self, term: str) -> str:
         """Record id of a term's posting list."""
-        return f"corpus/{self.name}/term/{term}"
+        return self._records.term_record(term)
 
     def stats_record(self) -> str:
         """Record id of the statistics snapshot."""
-        return f"corpus/{self.name}/stats"
+        return self._records.stats_record()
 
     def versions_of(self, record_ids: Sequence[str]) -> list[int]:
         """The corpus's current versions of ``record_ids``, in order (``version_of`` each)."""
         with self._lock:
-            return [self._current(r) for r in record_ids]
+            return [self._records.current(r) for r in record_ids]
 
     def records_above(self, seq: int) -> tuple[RecordVersion, ...]:
         """Every record the corpus holds at a version above ``seq``, sorted by id.
@@ -232,13 +232,7 @@ class Corpus:
         back writes (``GatewayCore.reconcile``).
         """
         with self._lock:
-            out = [RecordVersion(self.doc_record(d), v) for d, v in self._doc_versions.items()
-                   if v > seq]
-            out += [RecordVersion(self.term_record(t), v)
-                    for t, v in self._term_versions.items() if v > seq]
-            if self._stats_version > seq:
-                out.append(RecordVersion(self.stats_record(), self._stats_version))
-        return tuple(sorted(out, key=lambda r: r.record_id))
+            return self._records.above(seq)
 
     def adopt_versions(self, versions: Mapping[str, int]) -> None:
         """Move records to new versions without changing any text (a version-only write).
@@ -253,10 +247,7 @@ class Corpus:
             terms: dict[str, int] = {}
             stats_version = None
             for record_id, version in versions.items():
-                kind, key = self._split(record_id)
-                if not record_id.startswith(self._prefix) or kind not in ("doc", "term", "stats"):
-                    raise InvalidArgument("versions", f"{record_id!r} is not a record of "
-                                          f"corpus {self.name!r}")
+                kind, key = self._records.split(record_id)
                 if kind == "doc":
                     if key in self._index:
                         docs[key] = version
@@ -264,8 +255,8 @@ class Corpus:
                     terms[key] = version
                 else:
                     stats_version = version
-            self._check_above(versions)
-            seq = max([self._seq, *versions.values()])
+            self._records.check_above(versions)
+            seq = max([self._records.seq, *versions.values()])
             try:
                 with self._env.begin(write=True) as txn:
                     for doc_id, version in docs.items():
@@ -280,11 +271,11 @@ class Corpus:
             except BaseException:
                 self._load_state()
                 raise
-            self._doc_versions.update(docs)
-            self._term_versions.update(terms)
+            self._records.docs.update(docs)
+            self._records.terms.update(terms)
             if stats_version is not None:
-                self._stats_version = stats_version
-            self._seq = seq
+                self._records.stats = stats_version
+            self._records.seq = seq
 
     def version_of(self, record_id: str) -> int:
         """The corpus's current version of one of its records (0: never written).
@@ -292,29 +283,7 @@ class Corpus:
         A removed document keeps its last version until the corpus is reopened.
         """
         with self._lock:
-            return self._current(record_id)
-
-    @property
-    def _prefix(self) -> str:
-        return f"corpus/{self.name}/"
-
-    def _split(self, record_id: str) -> tuple[str, str]:
-        """``(kind, key)`` of a record id of this corpus ("doc", "term" or "stats")."""
-        kind, _, key = record_id[len(self._prefix):].partition("/")
-        return kind, key
-
-    def _current(self, record_id: str) -> int:
-        kind, key = self._split(record_id)
-        if kind == "doc":
-            return self._doc_versions.get(key, 0)
-        return self._term_versions.get(key, 0) if kind == "term" else self._stats_version
-
-    def _check_above(self, versions: Mapping[str, int]) -> None:
-        """Refuse a version that is not above the record's current one (or not a u64)."""
-        for record_id, version in versions.items():
-            if not self._current(record_id) < version < 2**64:
-                raise FailedPrecondition(f"version {version} of {record_id} is not above "
-                                         f"the current {self._current(record_id)}")
+            return self._records.current(record_id)
 
     # --- documents -------------------------------------------------------------------------
 
@@ -367,8 +336,8 @@ class Corpus:
             reads.append(RecordVersion(self.stats_record(),
                                        u64(txn.get(b"stats_version", db=self._meta))))
         stale = missing + [self.doc_record(h.doc_id) for h in hits
-                           if self._doc_versions.get(h.doc_id) != h.version]
-        stale += [r.record_id for r in reads if self._current(r.record_id) != r.version]
+                           if self._records.docs.get(h.doc_id) != h.version]
+        stale += [r.record_id for r in reads if self._records.current(r.record_id) != r.version]
         return stale if stale else (tuple(hits), reads)
 
     def titles(self, after: str = "", limit: int = 1024) -> tuple[list[tuple[str, int, str]], bool]:
@@ -416,7 +385,7 @@ class Corpus:
     def load_documents(self, documents: Iterable[Document]) -> int:
         """Bulk-load an empty corpus at version 0, in one transaction; returns the count."""
         with self._lock:
-            if len(self._index) or self._seq:
+            if len(self._index) or self._records.seq:
                 raise FailedPrecondition(f"corpus {self.name!r} is not empty; write instead")
             docs: dict[str, Document] = {}
             for doc in documents:
@@ -426,7 +395,7 @@ class Corpus:
                 docs[doc.doc_id] = doc
             for doc in docs.values():
                 self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
-            self._stats, self._doc_versions = self._index.stats(), dict.fromkeys(docs, 0)
+            self._stats, self._records.docs = self._index.stats(), dict.fromkeys(docs, 0)
             with self._env.begin(write=True) as txn:
                 for doc in docs.values():
                     txn.put(doc.doc_id.encode(), encode_doc(doc, 0), db=self._docs)
@@ -486,12 +455,12 @@ class Corpus:
 
     def _assign(self, ids: Sequence[str], versions: Mapping[str, int] | None) -> dict[str, int]:
         if versions is None:
-            return {r: self._seq + i for i, r in enumerate(ids, start=1)}
+            return {r: self._records.seq + i for i, r in enumerate(ids, start=1)}
         if set(versions) != set(ids):
             raise FailedPrecondition("versions must name exactly the records plan_write names "
                                      f"(missing {sorted(set(ids) - set(versions))[:3]}, "
                                      f"unexpected {sorted(set(versions) - set(ids))[:3]})")
-        self._check_above(versions)
+        self._records.check_above(versions)
         return dict(versions)
 
     def _apply(self, plan: _Plan, assigned: Mapping[str, int]) -> None:
@@ -506,7 +475,7 @@ class Corpus:
         stats, writes_since = self._stats, self._writes_since + len(plan.docs)
         if plan.refresh:
             stats, writes_since = self._stats_after(plan), 0
-        seq = max(self._seq, *assigned.values())
+        seq = max(self._records.seq, *assigned.values())
         with self._env.begin(write=True) as txn:
             for doc_id, doc in plan.docs.items():
                 key = doc_id.encode()
@@ -546,12 +515,12 @@ class Corpus:
                 self._index.remove(doc_id)
             else:
                 self._index.put(doc_id, counts)
-            self._doc_versions[doc_id] = assigned[self.doc_record(doc_id)]
+            self._records.docs[doc_id] = assigned[self.doc_record(doc_id)]
         for term in plan.terms:
-            self._term_versions[term] = assigned[self.term_record(term)]
+            self._records.terms[term] = assigned[self.term_record(term)]
         if plan.refresh:
-            self._stats, self._stats_version = stats, assigned[self.stats_record()]
-        self._seq, self._writes_since = seq, writes_since
+            self._stats, self._records.stats = stats, assigned[self.stats_record()]
+        self._records.seq, self._writes_since = seq, writes_since
 
 
 def _lock_folder(path: Path, name: str) -> int | None:
