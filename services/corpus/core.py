@@ -25,7 +25,9 @@ standalone, from the corpus's own monotone sequence; with the CSL, the caller fi
 and passes them to ``write_documents(versions=...)``, so the two stores agree. A search in
 between sees the old text at old versions, which the CSL already holds stale: a miss, not a
 wrong hit. The gateway passes each record's current corpus version as the write's floor, and
-reconciles with a CSL that lost writes (``records_above``, ``adopt_versions``).
+reconciles with a CSL that lost writes (``records_above``, ``adopt_versions``). Between the plan
+and the write no other write may land, or the plan is stale: with several gateways writing,
+``service.CorpusService`` holds the corpus's write turn across the whole handshake.
 A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint of stages
 that read it, since its version-0 records are not comparable with the old ones.
 
