@@ -1,5 +1,6 @@
 # dynbranch: one image for every service; each Kubernetes workload picks its service with
-#   command: ["python", "-m", "services.<svc>"]     (gateway, engine_agent, csl, admission, delivery)
+#   command: ["python", "-m", "services.<svc>"]     (gateway, engine_agent, csl, corpus, admission,
+#                                                     delivery)
 #
 #   docker build -t dynbranch:0.1.0 .                # both overlays (k8s/overlays/cpu-sim, gpu)
 #

@@ -392,10 +392,10 @@ async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config
                      account())
 
 
-#: Gateway settings the process mesh passes on (``_gateway_settings`` computes them).
+#: Gateway settings the process mesh passes on (``_gateway_settings`` computes them); the
+#: corpus is the mesh's corpus service there, as in ``dynbranch up``.
 _PROCESS_GATEWAY_KEYS = ("c1", "c2", "top_k", "fill_wait_s", "branch_ttl_s", "shadow_ttl_s",
-                         "fill_timeout_s", "overlap_weight", "corpus_path", "corpus_source",
-                         "data_dir")
+                         "fill_timeout_s", "overlap_weight")
 
 
 async def _process_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
@@ -412,7 +412,9 @@ async def _process_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                          "load_interval_s": a.load_interval_s}
         async with process_mesh(engines=config.engines, model=config.model,
                                 preset=config.preset, time_scale=config.time_scale,
-                                gateway=gateway, admission=admission) as mesh:
+                                gateway=gateway, admission=admission,
+                                corpus_source=workload.corpus_source,
+                                data_dir=config.data_dir or "") as mesh:
             target = mesh.child("gateway")
 
             async def counters() -> dict[str, int]:

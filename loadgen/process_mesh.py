@@ -2,9 +2,10 @@
 processes``), the cross-check of the virtual clock in wall time.
 
 ``services.launcher`` starts the engine agents (sim, at the run's time scale), the csl, admission
-when the arm has a policy, and the gateway, each as ``python -m services.<name>`` on loopback,
-exactly as ``dynbranch up`` does; the harness speaks to the gateway over real gRPC. Every
-duration the services decide by is given in the run's clock (simulated seconds × time scale).
+when the arm has a policy, the corpus service when the workload retrieves, and the gateway, each
+as ``python -m services.<name>`` on loopback, exactly as ``dynbranch up`` does; the harness
+speaks to the gateway over real gRPC. Every duration the services decide by is given in the
+run's clock (simulated seconds × time scale).
 The gateway's counters are read from its Prometheus endpoint; engine seconds per priority are
 not exported, so an arm on this mesh reports no engine-second figures.
 """
@@ -55,13 +56,17 @@ def gateway_counters(metrics_port: int, names: tuple[str, ...]) -> dict[str, int
 
 @contextlib.asynccontextmanager
 async def process_mesh(*, engines: int, model: str, preset: str, time_scale: float,
-                       gateway: dict[str, Any], admission: dict[str, Any] | None):
-    """Start the processes; yield the launcher's ``Mesh`` (the gateway is ``gateway``)."""
+                       gateway: dict[str, Any], admission: dict[str, Any] | None,
+                       corpus_source: str = "", data_dir: str = ""):
+    """Start the processes; yield the launcher's ``Mesh`` (the gateway is ``gateway``).
+    ``corpus_source``: the corpus service loads it (from ``data_dir``, "" the default)."""
     env = {f"DYNBRANCH_ADMISSION_{k.upper()}": str(v) for k, v in (admission or {}).items()}
+    if corpus_source and data_dir:
+        env["DYNBRANCH_CORPUS_DATA_DIR"] = data_dir
     spec = MeshSpec(engines=engines, model=model, preset=preset, time_scale=time_scale,
                     others=("csl", "admission") if admission is not None else ("csl",),
                     gateway_settings=[f"{k}={_value(v)}" for k, v in gateway.items()],
-                    log_level="WARNING")
+                    log_level="WARNING", corpus_source=corpus_source)
     mesh = Mesh()
     try:
         with _environment(env):

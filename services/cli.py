@@ -14,7 +14,7 @@ from services.engine_agent import BACKEND_NAMES, MESH_BACKENDS, SERVER_BACKENDS
 
 SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_agent.server",
             "csl": "services.csl.server", "admission": "services.admission.server",
-            "delivery": "services.delivery.server"}
+            "delivery": "services.delivery.server", "corpus": "services.corpus.server"}
 
 
 SIM_PRESET = "qwen3-32b-h200"
@@ -44,7 +44,15 @@ def _mesh_args(parser: argparse.ArgumentParser) -> None:
                         help="csl shards, each its own process and LMDB environment; gateways "
                         "pick one by rendezvous hashing of the reuse name (default 1)")
     parser.add_argument("--gateways", type=int, default=1, metavar="N",
-                        help="gateway replicas behind the same csl and admission (default 1)")
+                        help="gateway replicas behind the same csl, admission and corpus "
+                        "(default 1)")
+    parser.add_argument("--corpus", default="", metavar="DIR",
+                        help="retrieval corpus (LMDB folder, created when new) served by one "
+                        "corpus service that every gateway shares; default with "
+                        "--corpus-source: a folder in the run folder; neither: no corpus")
+    parser.add_argument("--corpus-source", default="", metavar="NAME",
+                        help="data set loaded into the corpus while it is empty (hotpotqa, "
+                        "musique, magento; from ../shared/data)")
 
 
 def _spec(args: argparse.Namespace) -> Any:
@@ -56,6 +64,9 @@ def _spec(args: argparse.Namespace) -> Any:
     for flag in ("csl_shards", "gateways"):
         if getattr(args, flag) < 1:
             raise SystemExit(f"--{flag.replace('_', '-')}: must be at least 1")
+    if args.corpus_source and args.corpus_source not in _loaders():
+        raise SystemExit(f"--corpus-source: no data set {args.corpus_source!r} (have: "
+                         f"{', '.join(sorted(_loaders()))})")
     try:
         preset = resolve_preset(args.backend, args.preset, SIM_PRESET)
     except ValueError as exc:
@@ -68,7 +79,14 @@ def _spec(args: argparse.Namespace) -> Any:
                     model_path=args.model_path,
                     time_scale=args.time_scale, engine_settings=args.engine_set,
                     log_level=args.log_level, csl_shards=args.csl_shards,
-                    gateways=args.gateways)
+                    gateways=args.gateways, corpus_path=args.corpus,
+                    corpus_source=args.corpus_source)
+
+
+def _loaders() -> Any:
+    from services.corpus import LOADERS
+
+    return LOADERS
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -158,7 +176,7 @@ def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _bench(args: argparse.Namespace) -> int:
     from loadgen.bench import load
-    from services.gateway import DataUnavailable
+    from services.corpus import DataUnavailable
 
     options = _arms_options(args)
     if args.minutes is not None:
@@ -252,8 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start every service on loopback until Ctrl-C",
                         description="Start gateway, csl, admission, delivery and N engine agents "
-                        "(sim, or a real engine with --backend) as processes on loopback; print "
-                        "addresses; stop on Ctrl-C/SIGTERM.")
+                        "(sim, or a real engine with --backend), and with --corpus or "
+                        "--corpus-source the corpus service every gateway shares, as processes "
+                        "on loopback; print addresses; stop on Ctrl-C/SIGTERM.")
     _mesh_args(up)
     up.set_defaults(run=lambda a: asyncio.run(_up(a)))
     call = sub.add_parser("call", help="send one stage through the gateway",

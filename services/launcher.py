@@ -81,6 +81,17 @@ class MeshSpec:
     gateway_routes: dict[str, Callable[[str, str], str]] = field(default_factory=dict)
     #: Serving lease of each csl shard (``csl_shards`` > 1), and what the gateways assume.
     csl_serving_lease_s: float = 1.0
+    #: The retrieval corpus every gateway shares: its LMDB folder (created when new; "" with a
+    #: source: ``corpus`` in the run folder) and the data set loaded while it is empty. Either
+    #: one starts the corpus service (``corpus``), which every gateway reaches (``--corpus``);
+    #: neither: no corpus, no retrieve tool.
+    corpus_path: str = ""
+    corpus_source: str = ""
+
+    @property
+    def corpus(self) -> bool:
+        """Whether the mesh runs the corpus service."""
+        return bool(self.corpus_path or self.corpus_source)
 
 
 class Mesh:
@@ -200,6 +211,8 @@ class Mesh:
         for name in ("csl", "admission", "delivery"):
             if name in spec.others and (name != "csl" or spec.csl_shards == 1):
                 targets += [f"--{name}", route(name, self.address(name))]
+        if spec.corpus:  # one corpus for every gateway: each reaches the same service
+            targets += ["--corpus", route("corpus", self.address("corpus"))]
         if "csl" in spec.others and spec.csl_shards > 1:
             targets += sum((["--csl-shard", route(n, self.address(n))]
                             for n, _ in self._libraries(spec)), [])
@@ -210,11 +223,13 @@ class Mesh:
     @staticmethod
     def _libraries(spec: MeshSpec) -> list[tuple[str, str]]:
         """``(name, module)`` of the services started beside the engines, before admission:
-        the csl, or its shards."""
+        the csl, or its shards, and the corpus when the mesh has one."""
         out = [(n, n) for n in spec.others if n not in ("admission", "delivery", "csl")]
         if "csl" in spec.others:
             out += ([("csl", "csl")] if spec.csl_shards == 1 else
                     [(f"csl-{i}", "csl") for i in range(spec.csl_shards)])
+        if spec.corpus:
+            out.append(("corpus", "corpus"))
         return out
 
     @staticmethod
@@ -225,13 +240,17 @@ class Mesh:
         return ["--preset", spec.preset, "--time-scale", str(spec.time_scale)]
 
     def _extra(self, name: str, spec: MeshSpec) -> list[str]:
-        """Per-service flags: a csl (or shard) keeps its LMDB environment in the run folder; a
-        shard serves under a lease."""
+        """Per-service flags: a csl (or shard) keeps its LMDB environment in the run folder, and
+        a shard serves under a lease; the corpus its folder (the given one, else the run
+        folder's) and data set."""
         if name == "csl":
             return ["--data-dir", str(self.run_dir / name)]
         if name.startswith("csl-"):
             return ["--data-dir", str(self.run_dir / name),
                     "--set", f"serving_lease_s={spec.csl_serving_lease_s}"]
+        if name == "corpus":
+            source = ["--source", spec.corpus_source] if spec.corpus_source else []
+            return ["--path", spec.corpus_path or str(self.run_dir / "corpus"), *source]
         return []
 
     async def stop(self, timeout_s: float = 10.0) -> None:

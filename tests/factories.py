@@ -78,3 +78,18 @@ async def csl_service(path: Any, **settings: Any) -> AsyncIterator[Any]:
         yield runtime
     finally:
         await runtime.shutdown()
+
+
+@asynccontextmanager
+async def corpus_service(path: Any, **settings: Any) -> AsyncIterator[Any]:
+    """A started corpus service on port 0 with its LMDB corpus under ``path`` (no fsync)."""
+    from services.corpus.config import CorpusSettings
+    from services.corpus.server import build_runtime
+
+    defaults = {"metrics_port": -1, "grace_s": 0.5, "sync": False}
+    runtime = await build_runtime(CorpusSettings(path=str(path), **{**defaults, **settings}))
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.shutdown()

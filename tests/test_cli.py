@@ -20,11 +20,29 @@ def test_every_command_has_help(args: list[str]) -> None:
     assert out.returncode == 0 and "usage: dynbranch" in out.stdout
 
 
-@pytest.mark.parametrize("service", ["engine", "gateway", "csl", "admission", "delivery"])
+@pytest.mark.parametrize("service", ["engine", "gateway", "csl", "admission", "delivery",
+                                     "corpus"])
 def test_every_service_has_help(service: str) -> None:
     out = subprocess.run([*DYNBRANCH, "serve", service, "--help"], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0 and "--config" in out.stdout
+
+
+def test_up_configures_one_corpus_for_every_gateway() -> None:
+    from services.cli import _spec, build_parser
+
+    parse = build_parser().parse_args
+    spec = _spec(parse(["up", "--gateways", "3", "--corpus-source", "hotpotqa"]))
+    assert (spec.gateways, spec.corpus, spec.corpus_source, spec.corpus_path) == (
+        3, True, "hotpotqa", "")
+    spec = _spec(parse(["up", "--corpus", "/data/corpus"]))
+    assert spec.corpus and spec.corpus_path == "/data/corpus" and not spec.corpus_source
+    assert not _spec(parse(["up", "--gateways", "2"])).corpus
+    with pytest.raises(SystemExit, match="--corpus-source: no data set 'wiki'"):
+        _spec(parse(["up", "--corpus-source", "wiki"]))
+    out = subprocess.run([*DYNBRANCH, "up", "--help"], capture_output=True, text=True,
+                         timeout=30).stdout
+    assert "--corpus DIR" in out and "--corpus-source NAME" in out
 
 
 def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> list[str]:

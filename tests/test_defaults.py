@@ -4,11 +4,16 @@ in one place is changed everywhere. Checked pair by pair."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from services.admission.config import AdmissionSettings
 from services.admission.core import ControllerSettings
 from services.admission.load_view import FILL_SHARE, KV_BUDGET_SHARE, MAX_AGE_S
+from services.corpus.config import CorpusSettings
+from services.corpus.core import Corpus
+from services.corpus.service import CorpusService
 from services.csl.config import CslSettings
 from services.csl.core import LibraryOptions
 from services.delivery.config import DeliverySettings
@@ -20,6 +25,12 @@ from services.gateway.config import GatewaySettings
 from services.gateway.core import Limits
 from services.gateway.speculation.state import BranchSettings
 from services.gateway.stages import MAX_PENDING_STORES
+
+
+def _default(cls: type, parameter: str) -> object:
+    """The default of one of ``cls``'s constructor parameters."""
+    return inspect.signature(cls).parameters[parameter].default
+
 
 C, L, B, LM, LS = ControllerSettings(), LibraryOptions(), BranchSettings(), Limits(), \
     LeaseSettings()
@@ -33,6 +44,10 @@ PAIRS = [
     (CslSettings, {"budget_bytes": L.budget_bytes, "shadow_budget_bytes": L.shadow_budget_bytes,
                    "shadow_ttl_s": L.shadow_ttl_s, "create": L.create, "sync": L.sync,
                    "map_size_bytes": L.map_size}),
+    (CorpusSettings, {"create": _default(Corpus, "create"), "sync": _default(Corpus, "sync"),
+                      "map_size_bytes": _default(Corpus, "map_size"),
+                      "refresh_fraction": _default(Corpus, "refresh_fraction"),
+                      "write_lease_s": _default(CorpusService, "lease_s")}),
     (DeliverySettings, {"framing_bytes": DEFAULT_FRAMING_BYTES, "window": DEFAULT_WINDOW,
                         "max_record_age_s": MAX_RECORD_AGE_S}),
     (EngineAgentSettings, {"lease_mode": LS.mode, "lease_lifetime_s": LS.lifetime_s,

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-SERVICES = ("admission", "csl", "delivery", "engine_agent", "gateway")
+SERVICES = ("admission", "corpus", "csl", "delivery", "engine_agent", "gateway")
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -29,7 +29,7 @@ def test_every_public_name_resolves(service: str) -> None:
 
 def test_a_face_imports_nothing_until_a_name_is_used() -> None:
     code = ("import sys, services.engine_agent, services.gateway, services.admission, "
-            "services.csl, services.delivery;"
+            "services.csl, services.delivery, services.corpus;"
             "loaded=[m for m in sys.modules if m.startswith('services.') and m.count('.') >= 2"
             " and not m.startswith('services.common.')];"
             "print(','.join(sorted(loaded)))")

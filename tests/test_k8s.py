@@ -8,8 +8,8 @@ ships. No cluster is needed. The checks then run on the rendered objects: settin
 ConfigMaps, gRPC health probes, requests and limits, grace periods that cover drain + grace,
 the restricted security context, NetworkPolicies that admit exactly the callers the services'
 settings name, disruption budgets, scrape annotations, the OTLP collector, the API-key file from
-a mounted Secret, the csl shards, and in ``gpu`` mutual TLS (components/mtls), the GPU placement
-and the vLLM sidecar's wiring. Each check is a
+a mounted Secret, the csl shards, the one corpus every gateway shares, and in ``gpu`` mutual
+TLS (components/mtls), the GPU placement and the vLLM sidecar's wiring. Each check is a
 function over one overlay's objects; ``test_checks_fail_when_*`` removes what a check guards and
 expects it to fail, so an assertion cannot silently go vacuous.
 """
@@ -34,6 +34,7 @@ import yaml
 
 from services.admission.config import AdmissionSettings
 from services.common.values.config import ServiceSettings, load_settings
+from services.corpus.config import CorpusSettings
 from services.csl.config import CslSettings
 from services.delivery.config import DeliverySettings
 from services.engine_agent.config import EngineAgentSettings
@@ -57,7 +58,7 @@ SIDECAR_STOP_S = 20
 SETTINGS: dict[str, type[ServiceSettings]] = {
     "services.gateway": GatewaySettings, "services.engine_agent": EngineAgentSettings,
     "services.csl": CslSettings, "services.admission": AdmissionSettings,
-    "services.delivery": DeliverySettings,
+    "services.delivery": DeliverySettings, "services.corpus": CorpusSettings,
 }
 SAMPLE_API_KEYS = '{"test-key": "test-tenant"}'
 #: Overlays that include components/mtls; the others are plaintext.
@@ -407,7 +408,7 @@ def call_targets(s: ServiceSettings) -> list[str]:
     """Every address a service dials, as its settings name them."""
     out = [s.otlp_endpoint] if s.otlp_endpoint else []
     if isinstance(s, GatewaySettings):
-        out += [t for t in (s.csl, s.admission, s.delivery) if t] + s.engines
+        out += [t for t in (s.csl, s.admission, s.delivery, s.corpus) if t] + s.engines
         shards = getattr(s, "csl_shards", None) or []
         out += shards.split(",") if isinstance(shards, str) else list(shards)
     elif isinstance(s, AdmissionSettings):
@@ -528,6 +529,25 @@ def check_csl_shards(overlay: str, docs: Docs) -> None:
         assert replicas == 1 and not reads, overlay
 
 
+def check_corpus(overlay: str, docs: Docs) -> None:
+    """One corpus for every gateway replica: the corpus StatefulSet runs exactly one pod (a
+    single LMDB opener) on its own ReadWriteOnce volume, its folder below the mount point, and
+    every gateway dials it through its Service instead of opening a folder of its own."""
+    sts = find(docs, "StatefulSet", "dynbranch-corpus")
+    assert sts["spec"]["replicas"] == 1, (overlay, "the corpus is one LMDB opener")
+    claim = sts["spec"]["volumeClaimTemplates"][0]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"], overlay
+    c, s = service_settings(docs, "dynbranch-corpus")
+    name = claim["metadata"]["name"]
+    mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == name)
+    assert Path(mount) in Path(s.path).parents, (overlay, s.path)  # lost+found is not ours
+    gateway = workload_of(docs, "dynbranch-gateway")
+    assert gateway["spec"]["replicas"] >= 2  # what the shared corpus is for
+    g = service_settings(docs, "dynbranch-gateway")[1]
+    assert g.corpus and not (g.corpus_path or g.corpus_source), (overlay, g.corpus)
+    assert target_port(docs, g.corpus) == ("corpus", "grpc"), overlay
+
+
 def check_engine_lists(overlay: str, docs: Docs) -> None:
     """The gateway, admission and delivery name every engine pod (by its engine id)."""
     sts = find(docs, "StatefulSet", "dynbranch-engine")
@@ -610,7 +630,7 @@ CHECKS: list[Callable[[str, Docs], None]] = [
     check_schemas, check_probes, check_resources, check_grace, check_security,
     check_config_maps, check_scrape_annotations, check_disruption_budgets,
     check_network_policies, check_otel_collector, check_api_keys, check_mtls, check_csl_shards,
-    check_engine_lists, check_gpu_placement, check_vllm_sidecar, check_sim_engines,
+    check_corpus, check_engine_lists, check_gpu_placement, check_vllm_sidecar, check_sim_engines,
 ]
 
 
@@ -712,6 +732,12 @@ def _open_engines(docs: Docs) -> None:
         {"ports": [{"port": "grpc"}]})
 
 
+def _replicas(workload: str, count: int) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        workload_of(docs, workload)["spec"]["replicas"] = count
+    return mutate
+
+
 def _inline_secret(docs: Docs) -> None:
     docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "api-keys"},
                  "stringData": {"api_keys": SAMPLE_API_KEYS}})
@@ -785,6 +811,16 @@ MUTATIONS: dict[str, tuple[str, Callable[[Docs], None], Callable[[str, Docs], No
                                                      "health"), check_probes),
     "mtls_probe_on_health_port": ("gpu", _probe_on_tls_port, check_probes),
     "mtls_health_port_admits_no_pod": ("gpu", _open_health_port, check_network_policies),
+    "corpus_network_policy": ("cpu-sim", _drop("NetworkPolicy", "dynbranch-corpus"),
+                              check_network_policies),
+    "corpus_one_replica": ("gpu", _replicas("dynbranch-corpus", 2), check_corpus),
+    "corpus_on_its_volume": ("cpu-sim", _config("dynbranch-corpus", "DYNBRANCH_CORPUS_PATH",
+                                                "/tmp/corpus"), check_corpus),
+    "gateway_dials_the_corpus": ("cpu-sim", _config("dynbranch-gateway",
+                                                    "DYNBRANCH_GATEWAY_CORPUS", None),
+                                 check_corpus),
+    "corpus_mtls_secret": ("gpu", _volume("dynbranch-corpus", "tls",
+                                          secretName="dynbranch-csl-tls"), check_mtls),
 }
 
 
@@ -954,8 +990,8 @@ def test_workload_selectors_match_their_pod_labels(builds: dict[str, Docs]) -> N
 def test_gateway_targets_name_services_of_the_mesh(builds: dict[str, Docs]) -> None:
     for docs in builds.values():
         s = service_settings(docs, "dynbranch-gateway")[1]
-        assert [target_port(docs, t) for t in (s.admission, s.delivery)] == [
-            ("admission", "grpc"), ("delivery", "grpc")]
+        assert [target_port(docs, t) for t in (s.admission, s.delivery, s.corpus)] == [
+            ("admission", "grpc"), ("delivery", "grpc"), ("corpus", "grpc")]
         assert not s.csl and s.csl_shards  # the library is the csl StatefulSet's shards
 
 

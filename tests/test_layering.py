@@ -42,13 +42,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ROOT / "services"
 LOADGEN = ROOT / "loadgen"
-SERVICE_NAMES = ("admission", "csl", "delivery", "engine_agent", "gateway")
+SERVICE_NAMES = ("admission", "corpus", "csl", "delivery", "engine_agent", "gateway")
 Graph = Mapping[str, frozenset[str]]
 
 #: Each service's transport modules besides servicer/server/client/__main__ (module paths under
 #: the service), and why each is one.
 EDGES: dict[str, tuple[str, ...]] = {
     "admission": (),
+    "corpus": ("convert",),  # the servicer's and the client's proto <-> value conversion
     "csl": ("convert",),  # the servicer's proto <-> value conversion
     "delivery": (),
     # the engine agent's transport sits at its top: the multiplexed Generate stream (both ends)

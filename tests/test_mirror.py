@@ -8,7 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Folders whose modules are cores (the edges, adapters and faces of each service excluded).
-CORES = ("services/admission", "services/csl", "services/delivery", "services/engine_agent/sim",
+CORES = ("services/admission", "services/corpus", "services/csl", "services/delivery",
+         "services/engine_agent/sim",
          "services/engine_agent/leases", "services/gateway/speculation")
 #: The gateway's demand path outside ``speculation/``.
 DEMAND_PATH = ("services/gateway/core.py", "services/gateway/stages.py",

@@ -43,20 +43,14 @@ from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace, Workload
 from services.common.pb import common_pb2, delivery_pb2, gateway_pb2
+from services.corpus import Corpus, hotpotqa_documents, musique_documents
 from services.csl import CslSettings
 from services.csl import build_runtime as build_csl
 from services.delivery import DeliverySettings
 from services.delivery import build_runtime as build_delivery
 from services.engine_agent import EngineAgentSettings, make_backend
 from services.engine_agent import build_runtime as build_engine
-from services.gateway import (
-    Corpus,
-    DynbranchClient,
-    GatewayClient,
-    GatewaySettings,
-    hotpotqa_documents,
-    musique_documents,
-)
+from services.gateway import DynbranchClient, GatewayClient, GatewaySettings
 from services.gateway import build_runtime as build_gateway
 
 MODEL = "qwen3-32b"

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from services.gateway import DataUnavailable, DynbranchClient, data_path, read_jsonl
+from services.corpus import DataUnavailable, data_path, read_jsonl
+from services.gateway import DynbranchClient
 
 #: Share of a data set's instances in the train split (the rest is the test split).
 TRAIN_FRACTION = 0.3

@@ -53,8 +53,17 @@ class GatewaySettings(ServiceSettings):
     branch_ttl_s: float = Field(300.0, gt=0, le=86_400, description="life of a branch record")
     templates: list[str] = Field(default_factory=list,
                                  description="extra template YAML files (built-ins always load)")
-    corpus_path: str = Field("", description="LMDB folder of the retrieval corpus; empty: none")
-    corpus_source: str = Field("", description="data set loaded into an empty corpus "
+    corpus: str = Field("", description=(
+        "corpus service target host:port: the mesh's one retrieval corpus, shared by every "
+        "gateway (instead of corpus_path); empty: none"))
+    corpus_deadline_s: float = Field(2.0, gt=0, le=60, description=(
+        "deadline of a corpus service read (search, confirm, versions); writes take 10 s"))
+    corpus_connect_timeout_s: float = Field(30.0, gt=0, le=600, description=(
+        "wait this long at start for the corpus service to answer"))
+    corpus_path: str = Field("", description=(
+        "LMDB folder of a retrieval corpus this gateway opens itself (one process only: a mesh "
+        "of several gateways shares the corpus service, corpus); empty: none"))
+    corpus_source: str = Field("", description="data set loaded into an empty corpus_path "
                                                "(hotpotqa, musique, magento)")
     data_dir: str = Field("", description="folder of the shared data sets; empty: ../shared/data")
     api_keys: dict[str, str] = Field(default_factory=dict, description="API key → tenant")
@@ -95,6 +104,14 @@ class GatewaySettings(ServiceSettings):
             raise ValueError("csl and csl_shards: set one (a single library or its shards)")
         if len(set(self.csl_shards)) != len(self.csl_shards):
             raise ValueError("csl_shards: each shard target listed once")
+        return self
+
+    @model_validator(mode="after")
+    def _one_corpus(self) -> GatewaySettings:
+        if self.corpus and (self.corpus_path or self.corpus_source):
+            raise ValueError("corpus and corpus_path/corpus_source: set one (the corpus "
+                             "service, or a corpus this gateway opens; the service loads its "
+                             "own source)")
         return self
 
     @field_validator("csl_shards", mode="before")

@@ -19,6 +19,7 @@ import yaml
 
 from services.common.values.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
 from services.common.values.tracing import untraced
+from services.corpus import Document
 from services.gateway.config import GatewaySettings
 from services.gateway.ports import EnginePort, LibraryPort
 from services.gateway.speculation.branches import BranchManager
@@ -32,7 +33,7 @@ from services.gateway.templates import (
     parse_template,
 )
 from services.gateway.tools.base import RecordVersion
-from services.gateway.tools.corpus import Corpus, Document
+from services.gateway.tools.corpus_port import CorpusPort
 from services.gateway.values import Answer, Demand, unknown_model
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class GatewayCore:
 
     def __init__(self, *, registry: TemplateRegistry, stages: StageService,
                  branches: BranchManager | None, library: LibraryPort | None,
-                 engines: EnginePort, corpus: Corpus | None, limits: Limits) -> None:
+                 engines: EnginePort, corpus: CorpusPort | None, limits: Limits) -> None:
         self.registry = registry
         self.stages = stages
         self.branches = branches
@@ -233,25 +234,30 @@ class GatewayCore:
     async def _write_corpus(self, upserts: Sequence[Document], removals: Sequence[str]
                             ) -> list[RecordVersion]:
         # Bump in the library first, then write the corpus with the library's versions: a search
-        # in between reads old text at an old version and is refused as stale (tools/corpus.py).
-        # Each record's floor is the corpus's own version of it, so even a library that lost its
-        # store hands out versions above what the corpus holds.
+        # in between reads old text at an old version and is refused as stale
+        # (services/corpus/core.py). The corpus's write turn keeps the plan, the library's
+        # versions and the commit together against every other gateway's writes
+        # (services/corpus/service.py). Each record's floor is the corpus's own version of it, so
+        # even a library that lost its store hands out versions above what the corpus holds.
         assert self.corpus is not None and self.library is not None
         if not self._reconciled:
             await self._reconcile()
-        ids, floors = await asyncio.to_thread(self._plan_with_floors, upserts, removals)
-        versions = await self.library.write_records("", ids, floors)
-        assigned = dict(zip(ids, versions, strict=True))
-        return list(await asyncio.to_thread(self.corpus.write_documents, upserts, removals,
-                                            assigned))
+        plan = await self.corpus.begin_write(upserts, removals)
+        try:
+            versions = await self.library.write_records("", plan.record_ids, plan.floors)
+        except BaseException:
+            await self._abort(plan.ticket)
+            raise
+        assigned = dict(zip(plan.record_ids, versions, strict=True))
+        return list(await self.corpus.commit(plan.ticket, assigned))
 
-    def _plan_with_floors(self, upserts: Sequence[Document], removals: Sequence[str]
-                          ) -> tuple[tuple[str, ...], list[int]]:
-        """The records a write bumps and the corpus's current versions of them (one thread hop;
-        the write lock keeps them together)."""
+    async def _abort(self, ticket: str) -> None:
+        """Give the corpus's write turn back (best effort: an unanswered abort lapses)."""
         assert self.corpus is not None
-        ids = self.corpus.plan_write(upserts, removals)
-        return ids, self.corpus.versions_of(ids)
+        try:
+            await asyncio.shield(self.corpus.abort(ticket))
+        except Exception as exc:  # noqa: BLE001 - the ticket lapses on its own
+            log.warning("corpus write ticket not aborted (%s); it lapses", exc)
 
     async def reconcile(self) -> int:
         """Agree with the library on the corpus's record versions; returns records moved.
@@ -304,13 +310,20 @@ class GatewayCore:
     async def _reconcile(self) -> int:
         assert self.corpus is not None and self.library is not None
         seq = await self.library.write_seq()
-        behind = await asyncio.to_thread(self.corpus.records_above, seq)
-        for start in range(0, len(behind), RECONCILE_BATCH):
-            batch = behind[start:start + RECONCILE_BATCH]
-            ids = [r.record_id for r in batch]
-            versions = await self.library.write_records("", ids, [r.version for r in batch])
-            await asyncio.to_thread(self.corpus.adopt_versions,
-                                    dict(zip(ids, versions, strict=True)))
+        plan = await self.corpus.begin_reconcile(seq)
+        behind = plan.record_ids
+        if behind:
+            assigned: dict[str, int] = {}
+            try:
+                for start in range(0, len(behind), RECONCILE_BATCH):
+                    ids = behind[start:start + RECONCILE_BATCH]
+                    floors = plan.floors[start:start + RECONCILE_BATCH]
+                    versions = await self.library.write_records("", ids, floors)
+                    assigned.update(zip(ids, versions, strict=True))
+            except BaseException:
+                await self._abort(plan.ticket)
+                raise
+            await self.corpus.commit(plan.ticket, assigned)
         if behind:
             log.warning("csl write sequence %d is behind the corpus: moved %d corpus records "
                         "to new versions (their cached readers were invalidated)", seq,

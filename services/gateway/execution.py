@@ -12,7 +12,6 @@ path (``stages.StageService``) both build on. May import: ``services.common``, t
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import math
@@ -218,41 +217,44 @@ class Executor:
         if tool is None:
             raise NotFound(f"demand.stage_id: tool {stage.tool!r} is not built into the gateway; "
                            f"the harness runs it")
-        result, elapsed, confirmed = await asyncio.to_thread(self._run_and_confirm, tool, args)
+        result, elapsed, confirmed = await self._run_and_confirm(tool, args)
         stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0),
                               tuple((r.record_id, r.version) for r in result.reads))
         timings = Timings(0.0, 0.0, 0.0, elapsed)
         return StageRun(stored, tool_read_set(result), elapsed, timings, "", confirmed)
 
     @staticmethod
-    def _run_and_confirm(tool: Tool, args: str) -> tuple[ToolResult, float, bool]:
+    async def _run_and_confirm(tool: Tool, args: str) -> tuple[ToolResult, float, bool]:
         """Run a tool, timed, then let it confirm its output against its read-set (tools without
-        ``confirm`` are trusted); a broken store is logged and the result never stored. One
-        thread hop for both."""
+        ``confirm`` are trusted); a broken store, or a confirmation that cannot be had, is
+        logged and the result never stored."""
         start = time.perf_counter()
-        result = tool.run(args.encode())
+        result = await tool.run(args.encode())
         elapsed = time.perf_counter() - start
         confirm = getattr(tool, "confirm", None)
         if confirm is None:
             return result, elapsed, True
         try:
-            return result, elapsed, bool(confirm(result))
+            return result, elapsed, bool(await confirm(result))
         except DynbranchError as exc:
             log.error("tool %s: result not stored: %s", tool.name, exc)
             return result, elapsed, False
 
-    def reads_current(self, reads: Sequence[tuple[str, int]]) -> bool:
+    async def reads_current(self, reads: Sequence[tuple[str, int]]) -> bool | None:
         """Whether every read of a stored result is still at its version in the tool that owns
         the record (a record no builtin tool owns cannot be checked here and passes: the
-        library's version table guards it)."""
-        for record_id, version in reads:
-            for tool in self.tools.values():
-                current = getattr(tool, "current_version", None)
-                now = current(record_id) if current is not None else None
-                if now is not None:
-                    if now != version:
-                        return False
-                    break
+        library's version table guards it); None when a tool could not say (its corpus
+        unreachable): not current, but not known stale either."""
+        for tool in self.tools.values():
+            check = getattr(tool, "reads_current", None)
+            if check is None:
+                continue
+            try:
+                if not await check(reads):
+                    return False
+            except DynbranchError as exc:
+                log.warning("tool %s: could not check a result's reads: %s", tool.name, exc)
+                return None
         return True
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ from services.common.pb import gateway_pb2, gateway_pb2_grpc
 from services.common.runtime.cli_args import Flag, service_main
 from services.common.runtime.server import ServiceRuntime
 from services.common.values.errors import InvalidArgument
+from services.corpus import Corpus, CorpusService, load_corpus
+from services.corpus.client import CorpusClient
 from services.delivery.client import DeliveryClient
 from services.gateway.adapters.engines import EnginePool
 from services.gateway.adapters.library import RemoteLibrary
@@ -27,11 +31,11 @@ from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServ
 from services.gateway.speculation.branches import BranchManager, BranchSettings
 from services.gateway.speculation.draft import DraftPredictor
 from services.gateway.speculation.predictors import Predictor, default_predictor
+from services.gateway.speculation.title_mirror import TitleMirror
 from services.gateway.speculation.titles import TITLE_WEIGHT, CorpusTitles
 from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
-from services.gateway.tools.corpus import Corpus
-from services.gateway.tools.loaders import load_corpus
+from services.gateway.tools.corpus_port import CorpusPort
 from services.gateway.tools.retrieve import RetrieveTool
 
 log = logging.getLogger(__name__)
@@ -48,14 +52,55 @@ def build_registry(settings: GatewaySettings) -> TemplateRegistry:
     return registry
 
 
-def open_corpus(settings: GatewaySettings) -> Corpus | None:
-    """The retrieval corpus, loaded from the shared data set when it is new."""
+async def open_corpus(settings: GatewaySettings, runtime: ServiceRuntime) -> CorpusPort | None:
+    """The retrieval corpus: the mesh's corpus service (``corpus``), reached once before
+    serving; or a corpus this gateway opens itself (``corpus_path``, loaded from the shared
+    data set when it is new). Closed by the runtime."""
+    if settings.corpus:
+        client = CorpusClient(settings.corpus, read_deadline_s=settings.corpus_deadline_s)
+        runtime.on_close(client.close)
+        info = await client.connect(settings.corpus_connect_timeout_s)
+        log.info("corpus service %s: %s, %d documents", settings.corpus, info.identity,
+                 info.documents)
+        return client
     if not settings.corpus_path:
         return None
-    corpus = Corpus(Path(settings.corpus_path), settings.corpus_source or "corpus")
-    if settings.corpus_source:
-        load_corpus(corpus, settings.corpus_source, settings.data_dir or None)
-    return corpus
+
+    def local() -> Corpus:
+        corpus = Corpus(Path(settings.corpus_path), settings.corpus_source or "corpus")
+        try:
+            if settings.corpus_source:
+                load_corpus(corpus, settings.corpus_source, settings.data_dir or None)
+        except BaseException:
+            corpus.close()
+            raise
+        return corpus
+
+    service = CorpusService(await asyncio.to_thread(local))
+    runtime.on_close(service.close)
+    return service
+
+
+async def corpus_titles(corpus: CorpusPort, runtime: ServiceRuntime) -> CorpusTitles:
+    """The title index of the ReAct predictor, indexed now: over a local corpus directly, over
+    the corpus service through a mirror the runtime keeps following until it closes."""
+    if isinstance(corpus, CorpusService):
+        titles = CorpusTitles(corpus.corpus)
+        await asyncio.to_thread(titles.refresh)
+        return titles
+    mirror = TitleMirror(corpus)
+    await mirror.sync()
+    follower = asyncio.create_task(mirror.follow(), name="corpus-titles")
+
+    async def stop() -> None:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+
+    runtime.on_close(stop)
+    titles = CorpusTitles(mirror)
+    titles.refresh()
+    return titles
 
 
 class GatewayRuntime(ServiceRuntime):
@@ -148,10 +193,8 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
             runtime.on_close(library.close)
     if library is None:
         log.warning("no csl configured: exact reuse (C1) and early fill (C2) are off")
-    corpus = open_corpus(settings)
+    corpus = await open_corpus(settings, runtime)
     tools = {"retrieve": RetrieveTool(corpus)} if corpus is not None else {}
-    if corpus is not None:
-        runtime.on_close(_closer(corpus.close))
     features = Features(c1=settings.c1 and library is not None,
                         c2=settings.c2 and library is not None)
     registry = build_registry(settings)
@@ -165,9 +208,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                 runtime.on_close(admission.close)
         extra: list[tuple[CorpusTitles, float]] = []
         if corpus is not None:  # open-vocabulary hops name corpus titles (ReAct); index at start
-            titles = CorpusTitles(corpus)
-            titles.refresh()
-            extra.append((titles, TITLE_WEIGHT))
+            extra.append((await corpus_titles(corpus, runtime), TITLE_WEIGHT))
         predictor: Predictor | DraftPredictor = default_predictor(
             k=max(3, settings.top_k), extra=extra, overlap_weight=settings.overlap_weight)
         if settings.predictor == "draft":
@@ -212,12 +253,6 @@ def _title_resolver(titles: CorpusTitles):  # noqa: ANN202 - a draft line to cor
     return resolve
 
 
-def _closer(fn):  # noqa: ANN001, ANN202 - adapts a sync close to a close hook
-    async def close() -> None:
-        fn()
-    return close
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, load settings, serve until SIGTERM."""
     return service_main(argv, service="gateway", settings_cls=GatewaySettings,
@@ -232,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
                             Flag("--admission", "admission", "admission service target",
                                  {"metavar": "HOST:PORT"}),
                             Flag("--delivery", "delivery", "delivery service target "
-                                 "(DeliverResult forwards there)", {"metavar": "HOST:PORT"})],
+                                 "(DeliverResult forwards there)", {"metavar": "HOST:PORT"}),
+                            Flag("--corpus", "corpus", "corpus service target (the mesh's "
+                                 "retrieval corpus)", {"metavar": "HOST:PORT"})],
                         fatal=(KeyFileError,))
 
 

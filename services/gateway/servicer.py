@@ -20,11 +20,11 @@ from services.common.runtime.convert import (
 from services.common.runtime.lease_convert import key_from_proto
 from services.common.values.errors import FailedPrecondition, InvalidArgument
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
+from services.corpus import Document
 from services.delivery.client import DeliveryClient
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.templates import StageKind
-from services.gateway.tools.corpus import Document
 from services.gateway.values import Answer, AnswerSource, Demand, new_request_id
 
 

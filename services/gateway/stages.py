@@ -109,7 +109,7 @@ class StageService:
         stage = d.stage
         name = self.executor.demand_name(d, stage)
         served, source, spec = await self._reuse(d, name, timeout_s)
-        stored = self._current(served, name) if served is not None else None
+        stored = await self._current(served, name) if served is not None else None
         if stored is not None:
             return self._answer_served(d, stored, source, name, start), spec
         run, joined = await self._execute(d, stage, name, timeout_s, on_delta)
@@ -159,7 +159,7 @@ class StageService:
                                        "demand's execution") from None
             finally:
                 charge_wait(loop.time() - waiting)
-            if run is not None and self.executor.reads_current(run.stored.reads):
+            if run is not None and await self.executor.reads_current(run.stored.reads):
                 self.joined += 1
                 return run, True
             # that execution failed, was cancelled or read a record written since: run this
@@ -215,16 +215,19 @@ class StageService:
 
     # -- answers --------------------------------------------------------------------------------
 
-    def _current(self, served: Served, name: ReuseName | None) -> StoredResult | None:
+    async def _current(self, served: Served, name: ReuseName | None) -> StoredResult | None:
         """The served result, unless a gateway record it read has moved on since (then a miss:
-        the library disagrees with the corpus, e.g. a csl restored from an older store)."""
+        the library disagrees with the corpus, e.g. a csl restored from an older store), or
+        its reads cannot be checked now (a miss too, not counted as stale)."""
         stored = StoredResult.decode(served.result)
-        if stored.reads and not self.executor.reads_current(stored.reads):
+        if not stored.reads:
+            return stored
+        current = await self.executor.reads_current(stored.reads)
+        if current is False:
             self.refused_stale += 1
             log.warning("refused a served result whose corpus reads are no longer current",
                         extra={"reuse_name": str(name or "")})
-            return None
-        return stored
+        return stored if current else None
 
     def _answer_served(self, d: Demand, stored: StoredResult, source: AnswerSource,
                        name: ReuseName | None, start: float) -> Answer:

@@ -22,15 +22,24 @@ def test_non_idempotent_calls_are_never_retried() -> None:
     declared = _declared()
     for never in [("dynbranch.v1.EngineAgent", "Generate"), ("dynbranch.v1.Gateway", "Call"),
                   ("dynbranch.v1.SubgraphLibrary", "Promote"),
-                  ("dynbranch.v1.SubgraphLibrary", "WriteRecords")]:
+                  ("dynbranch.v1.SubgraphLibrary", "WriteRecords"),
+                  ("dynbranch.v1.Corpus", "BeginWrite"), ("dynbranch.v1.Corpus", "Commit"),
+                  ("dynbranch.v1.Corpus", "BeginReconcile")]:
         assert never not in declared
     assert ("dynbranch.v1.EngineAgent", "Abort") in declared
 
 
 def test_every_declared_method_exists() -> None:
-    from services.common.pb import admission_pb2, csl_pb2, delivery_pb2, engine_pb2, gateway_pb2
-    services = {d.full_name: d for m in (admission_pb2, csl_pb2, delivery_pb2, engine_pb2,
-                                         gateway_pb2)
+    from services.common.pb import (
+        admission_pb2,
+        corpus_pb2,
+        csl_pb2,
+        delivery_pb2,
+        engine_pb2,
+        gateway_pb2,
+    )
+    services = {d.full_name: d for m in (admission_pb2, corpus_pb2, csl_pb2, delivery_pb2,
+                                         engine_pb2, gateway_pb2)
                 for d in m.DESCRIPTOR.services_by_name.values()}
     for service, method in _declared():
         if service.startswith("grpc."):

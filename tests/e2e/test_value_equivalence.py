@@ -14,7 +14,7 @@ import pytest
 
 from loadgen.arms import MeshConfig, mismatches, run_arms
 from loadgen.workloads import build_schedule, get_workload
-from services.gateway.tools.loaders import default_data_dir
+from services.corpus.loaders import default_data_dir
 
 pytestmark = pytest.mark.skipif(not default_data_dir().exists(),
                                 reason=f"shared data sets absent at {default_data_dir()}")

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from services.common.pb import gateway_pb2
-from services.gateway.tools.corpus import Corpus, Document
+from services.corpus import Corpus, Document
 from tests.gateway.mesh import Mesh, mesh
 
 ENGINE, LIBRARY = gateway_pb2.RESULT_SOURCE_ENGINE, gateway_pb2.RESULT_SOURCE_LIBRARY

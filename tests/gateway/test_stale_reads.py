@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from services.common.pb import gateway_pb2
+from services.corpus import Corpus, Document
 from services.gateway.sdk import DynbranchClient
-from services.gateway.tools.corpus import Corpus, Document
 from tests.factories import csl_service, engine_agent, gateway
 from tests.gateway.mesh import mesh
 

@@ -8,8 +8,8 @@ import pytest
 from aiotools import VirtualClock
 
 from loadgen.lads_replay import CohortService, run_policy
+from services.corpus.loaders import default_data_dir
 from services.delivery.policies import POLICIES
-from services.gateway.tools.loaders import default_data_dir
 
 PRESET = "qwen2.5-7b-rtxpro5000"
 

@@ -19,8 +19,8 @@ from loadgen.workloads.lads import (
     release_time,
     web_burst_workload,
 )
+from services.corpus.loaders import DataUnavailable, default_data_dir
 from services.engine_agent.sim.tokenizer import encode
-from services.gateway.tools.loaders import DataUnavailable, default_data_dir
 
 needs_data = pytest.mark.skipif(not default_data_dir().exists(),
                                 reason=f"shared data sets absent at {default_data_dir()}")

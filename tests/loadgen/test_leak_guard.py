@@ -15,7 +15,7 @@ from loadgen.leak_guard import (
     guard,
     predictor,
 )
-from services.gateway.tools.loaders import default_data_dir
+from services.corpus.loaders import default_data_dir
 
 needs_data = pytest.mark.skipif(not default_data_dir().exists(),
                                 reason=f"shared data sets absent at {default_data_dir()}")

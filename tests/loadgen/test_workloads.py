@@ -20,7 +20,7 @@ from loadgen.workloads.react import HOTPOTQA_FILE, hop_order, load_react
 from loadgen.workloads.routing import load_routing
 from loadgen.workloads.schedule import arrival_times
 from loadgen.workloads.subagent import hop_templates, load_subagent, plan_steps, resolve
-from services.gateway.tools.loaders import default_data_dir
+from services.corpus.loaders import default_data_dir
 
 needs_data = pytest.mark.skipif(not default_data_dir().exists(),
                                 reason=f"shared data sets absent at {default_data_dir()}")

@@ -25,6 +25,7 @@ IDEMPOTENT: dict[str, tuple[str, ...]] = {
     "dynbranch.v1.Admission": ("OpenBranch", "AdmitFills", "ReportOutcome"),
     "dynbranch.v1.Delivery": ("StartTool", "Deliver", "Withdraw"),
     "dynbranch.v1.Gateway": ("DeliverResult",),
+    "dynbranch.v1.Corpus": ("Info", "Search", "Confirm", "Get", "VersionsOf", "Titles", "Abort"),
     "grpc.health.v1.Health": ("Check",),
 }
 

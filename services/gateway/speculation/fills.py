@@ -95,7 +95,7 @@ class FillRunner:
         if self.executor.features.c1:
             hit = await self.library.lookup(step.name)
             stored = StoredResult.decode(hit.result) if hit is not None else None
-            if stored is not None and self.executor.reads_current(stored.reads):
+            if stored is not None and await self.executor.reads_current(stored.reads):
                 step.ok = step.confirmed = True
                 step.done.set()
                 return stored.text

@@ -1,10 +1,13 @@
-"""Values shared by the gateway's builtin tool stages: tool specs, results and record reads."""
+"""Values shared by the gateway's builtin tool stages: tool specs, results and record reads
+(``RecordVersion`` is the corpus service's)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from services.corpus import RecordVersion
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,14 +21,6 @@ class ToolSpec:
 #: Builtin tools the gateway can run itself; a template's tool stage may name others, which the
 #: harness runs (the gateway can then only store their results).
 BUILTIN_TOOLS: Mapping[str, ToolSpec] = {"retrieve": ToolSpec("retrieve", read_only=True)}
-
-
-@dataclass(frozen=True, slots=True)
-class RecordVersion:
-    """One external record a stage read, at the version it saw (proto ``RecordVersion``)."""
-
-    record_id: str
-    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +41,9 @@ class Tool(Protocol):
     name: str
     read_only: bool
 
-    def run(self, args: bytes | str | Mapping[str, Any]) -> ToolResult:
-        """Execute on rendered arguments (canonical JSON bytes, or their parsed mapping)."""
+    async def run(self, args: bytes | str | Mapping[str, Any]) -> ToolResult:
+        """Execute on rendered arguments (canonical JSON bytes, or their parsed mapping); no
+        blocking work on the loop (a tool over LMDB runs it on a thread)."""
         ...
 
 

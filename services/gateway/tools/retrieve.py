@@ -3,18 +3,20 @@
 Arguments (a stage's rendered canonical JSON): ``{"query": str, "k": int}``; ``k`` defaults to
 ``default_k`` and may be an integer string (template placeholders render as strings). The output
 numbers the passages, ``[1] Title\\ntext``, blank-line separated, or says ``No results.``; it
-holds no scores, so it is a pure function of the read-set's versions.
+holds no scores, so it is a pure function of the read-set's versions. The corpus is a
+``CorpusPort``: the mesh's corpus service, or a local one in one process.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common.values.errors import InvalidArgument
+from services.corpus import Hit
 from services.gateway.tools.base import ToolResult
-from services.gateway.tools.corpus import Corpus, Hit
+from services.gateway.tools.corpus_port import CorpusPort
 
 NO_RESULTS = "No results."
 
@@ -25,7 +27,7 @@ class RetrieveTool:
     name = "retrieve"
     read_only = True
 
-    def __init__(self, corpus: Corpus, default_k: int = 5, max_k: int = 50) -> None:
+    def __init__(self, corpus: CorpusPort, default_k: int = 5, max_k: int = 50) -> None:
         self.corpus, self.default_k, self.max_k = corpus, default_k, max_k
 
     @property
@@ -33,26 +35,37 @@ class RetrieveTool:
         """What to fold into the fingerprint ``model`` of stages run here (corpus incarnation)."""
         return f"tool:{self.name}/{self.corpus.identity}"
 
-    def run(self, args: bytes | str | Mapping[str, Any]) -> ToolResult:
+    async def run(self, args: bytes | str | Mapping[str, Any]) -> ToolResult:
         """Search and format the top passages; the read-set is the search's (exact)."""
         query, k = self.parse_args(args)
-        result = self.corpus.search(query, k)
+        result = await self.corpus.search(query, k)
         return ToolResult(format_hits(result.hits), result.reads, evidence=result.hits)
 
-    def current_version(self, record_id: str) -> int | None:
-        """The corpus's current version of one of its records; None for another's record."""
-        if not record_id.startswith(f"corpus/{self.corpus.name}/"):
-            return None
-        return self.corpus.version_of(record_id)
+    def owns(self, record_id: str) -> bool:
+        """Whether ``record_id`` is one of the corpus's records."""
+        return record_id.startswith(f"corpus/{self.corpus.name}/")
 
-    def confirm(self, result: ToolResult) -> bool:
+    async def reads_current(self, reads: Sequence[tuple[str, int]]) -> bool:
+        """Whether every read of the corpus's records is at the corpus's current version (one
+        call for all of them; reads of other records pass). Raises when the corpus cannot say,
+        and answers False when the corpus was rebuilt under the call (another incarnation)."""
+        mine = [(r, v) for r, v in reads if self.owns(r)]
+        if not mine:
+            return True
+        identity = self.corpus.identity
+        now = await self.corpus.versions_of([r for r, _ in mine])
+        if self.corpus.identity != identity:
+            return False
+        return all(current == version for (_, version), current in zip(mine, now, strict=True))
+
+    async def confirm(self, result: ToolResult) -> bool:
         """True when the output is exactly the passages its read-set names: the output is the
         format of the hits, and every hit is still stored at its version with its text (one
         snapshot). False when a document was rewritten since; raises on a broken store."""
         hits = result.evidence
         if not isinstance(hits, tuple) or format_hits(hits) != result.output:
             return False
-        return self.corpus.confirm(hits)
+        return await self.corpus.confirm(hits)
 
     def parse_args(self, args: bytes | str | Mapping[str, Any]) -> tuple[str, int]:
         """``(query, k)`` from rendered arguments; a fault names the argument."""

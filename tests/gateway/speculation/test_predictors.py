@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.common.values.errors import InvalidArgument
+from services.corpus.loaders import HOTPOTQA_FILE, default_data_dir
 from services.gateway.speculation.predictors import (
     CompositePredictor,
     FrequencyPrior,
@@ -22,7 +23,6 @@ from services.gateway.speculation.predictors import (
     extract_entities,
 )
 from services.gateway.templates import load_builtin
-from services.gateway.tools.loaders import HOTPOTQA_FILE, default_data_dir
 
 COORD = "routing/router"
 HANDLERS = ("get_weather", "book_flight", "convert_units")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from services.corpus import Corpus, Document
+from services.corpus.loaders import HOTPOTQA_FILE, default_data_dir, load_corpus
 from services.gateway.speculation.predictors import (
     CompositePredictor,
     ObservationEntities,
@@ -15,9 +17,7 @@ from services.gateway.speculation.predictors import (
     default_predictor,
 )
 from services.gateway.speculation.titles import CorpusTitles, base_form, normalized
-from services.gateway.tools.corpus import Corpus, Document
-from services.gateway.tools.loaders import HOTPOTQA_FILE, default_data_dir, load_corpus
-from services.gateway.tools.retrieve import RetrieveTool
+from services.gateway.tools.retrieve import format_hits
 
 COORD = "react/think"
 DOCS = [
@@ -136,7 +136,6 @@ def test_hotpotqa_hop2_entity_top3_hit_rate() -> None:
     with tempfile.TemporaryDirectory() as folder, \
             Corpus(Path(folder) / "c", "hotpotqa", sync=False) as corpus:
         load_corpus(corpus, "hotpotqa", None)
-        tool = RetrieveTool(corpus)
         titles = CorpusTitles(corpus)
         entities = CompositePredictor([(ObservationEntities(), 1.0)], k=3)
         composite = default_predictor(extra=[(titles, 2.0)])
@@ -145,7 +144,7 @@ def test_hotpotqa_hop2_entity_top3_hit_rate() -> None:
         for q in questions:
             first, second = q.entities
             # the harness's hop-2 observation: hop 1's retrieve stage (react.yaml: k=3)
-            observation = tool.run({"query": first, "k": 3}).output
+            observation = format_hits(corpus.search(first, k=3).hits)
             context = ctx(observation, exclude=(first,))
             for name, predictor in (("titles", titles), ("entities", entities),
                                     ("composite", composite)):

@@ -8,7 +8,7 @@ Okapi BM25 (Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 a
 
 N, df and avgdl come from a ``CorpusStats`` snapshot that only changes when it is refreshed, so a
 document's score depends on nothing but its own terms and the snapshot. That is what lets the
-corpus give a search an exact read-set of a few records (see ``corpus.py``). Scoring is plain
+corpus give a search an exact read-set of a few records (see ``core.py``). Scoring is plain
 Python over postings dicts: the corpora here have thousands of documents, and the index must
 take single-document updates, which the sparse-matrix libraries (bm25s, rank-bm25) do not.
 """

@@ -25,7 +25,9 @@ standalone, from the corpus's own monotone sequence; with the CSL, the caller fi
 and passes them to ``write_documents(versions=...)``, so the two stores agree. A search in
 between sees the old text at old versions, which the CSL already holds stale: a miss, not a
 wrong hit. The gateway passes each record's current corpus version as the write's floor, and
-reconciles with a CSL that lost writes (``records_above``, ``adopt_versions``).
+reconciles with a CSL that lost writes (``records_above``, ``adopt_versions``). Between the plan
+and the write no other write may land, or the plan is stale: with several gateways writing,
+``service.CorpusService`` holds the corpus's write turn across the whole handshake.
 A rebuilt corpus gets a new ``incarnation``; fold ``identity`` into the fingerprint of stages
 that read it, since its version-0 records are not comparable with the old ones.
 
@@ -34,13 +36,22 @@ writes since refresh, stats snapshot and its version), ``docs`` (doc id -> versi
 and ``terms`` (term -> version). The index lives in memory, rebuilt at open and updated per
 write; one lock orders searches and writes so a search never mixes two corpus states. A
 search ranks on the index but reads every text and version it returns (documents, query-term
-records, statistics record) from one LMDB snapshot and refuses to answer if the store disagrees
-with the index, so its read-set names exactly the versions of what it returned. One
-process opens a corpus at a time (LMDB also forbids opening one environment twice in a process).
+records, statistics record) from one LMDB snapshot and checks the store against the index, so
+its read-set names exactly the versions of what it returned; where they disagree (the store
+moved under the index) it rebuilds the index from the store and answers from that, and only a
+store that still disagrees after the rebuild (a broken one) is an error.
+
+One process opens a corpus at a time: an exclusive ``flock`` on the folder, taken before LMDB
+opens it, refuses a second opener (another gateway or corpus service given the same folder,
+whose in-memory index would fall behind this one's writes) with ``FailedPrecondition``; the
+kernel drops it when the holder dies. Gateways of a mesh share one corpus through the corpus
+service (``services/corpus/service.py``), never through one folder.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import secrets
 import threading
 from collections import Counter
@@ -57,8 +68,7 @@ from services.common.values.errors import (
     InvalidArgument,
     NotFound,
 )
-from services.gateway.tools.base import RecordVersion
-from services.gateway.tools.bm25 import (
+from services.corpus.bm25 import (
     CorpusStats,
     InvertedIndex,
     changed_terms,
@@ -66,11 +76,13 @@ from services.gateway.tools.bm25 import (
     tokenize,
     top_k,
 )
-from services.gateway.tools.corpus_codec import (
+from services.corpus.codec import (
+    DOC_HEAD,
     MAX_DOC_ID_BYTES,
     U64,
     Document,
     Hit,
+    RecordVersion,
     SearchResult,
     check_doc,
     decode_doc,
@@ -78,8 +90,12 @@ from services.gateway.tools.corpus_codec import (
     refuse_duplicate,
     u64,
 )
+from services.corpus.records import RecordTable
 
 SCHEMA = b"dynbranch.corpus/1"
+#: LMDB map size and statistics-refresh fraction of a corpus that names none.
+MAP_SIZE = 1 << 30
+REFRESH_FRACTION = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +110,22 @@ class Corpus:
     """A named, versioned document corpus with BM25 search and exact read-sets."""
 
     def __init__(self, path: str | Path, name: str, *, create: bool = True,
-                 map_size: int = 1 << 30, sync: bool = True, k1: float = 1.2, b: float = 0.75,
-                 refresh_fraction: float = 0.1) -> None:
+                 map_size: int = MAP_SIZE, sync: bool = True, k1: float = 1.2, b: float = 0.75,
+                 refresh_fraction: float = REFRESH_FRACTION) -> None:
         if not name or "/" in name:
             raise InvalidArgument("name", "must be non-empty and contain no '/'")
         self.name, self.k1, self.b, self.refresh_fraction = name, k1, b, refresh_fraction
         self._lock = threading.Lock()
+        #: Searches answered after rebuilding an index the store had moved away from.
+        self.rebuilds = 0
         if create:
             Path(path).mkdir(parents=True, exist_ok=True)
+        self._folder_fd = _lock_folder(Path(path), name)
         try:
             self._env = lmdb.open(str(path), max_dbs=4, map_size=map_size, sync=sync,
                                   create=create)
         except lmdb.Error as exc:
+            self._unlock()
             raise NotFound(f"corpus {name!r} at {path} cannot be opened: {exc}") from None
         self._meta = self._env.open_db(b"meta")
         self._docs = self._env.open_db(b"docs")
@@ -134,25 +154,30 @@ class Corpus:
 
     def _load_state(self) -> None:
         self._index = InvertedIndex()
-        self._doc_versions: dict[str, int] = {}
+        self._records = records = RecordTable(self.name)
         with self._env.begin() as txn:
             for key, raw in txn.cursor(db=self._docs):
                 doc, version = decode_doc(key, raw)
                 self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
-                self._doc_versions[doc.doc_id] = version
-            self._term_versions = {k.decode(): U64.unpack(v)[0]
-                                   for k, v in txn.cursor(db=self._terms)}
-            self._seq = u64(txn.get(b"seq", db=self._meta))
+                records.docs[doc.doc_id] = version
+            records.terms = {k.decode(): U64.unpack(v)[0] for k, v in txn.cursor(db=self._terms)}
+            records.seq = u64(txn.get(b"seq", db=self._meta))
             self._writes_since = u64(txn.get(b"writes_since", db=self._meta))
-            self._stats_version = u64(txn.get(b"stats_version", db=self._meta))
+            records.stats = u64(txn.get(b"stats_version", db=self._meta))
             raw = txn.get(b"stats", db=self._meta)
         self._stats = CorpusStats.from_json(raw) if raw else self._index.stats()
 
     def close(self) -> None:
-        """Close the LMDB environment; safe to call twice."""
+        """Close the LMDB environment and drop the folder's lock; safe to call twice."""
         if not self._closed:
             self._closed = True
             self._env.close()
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self._folder_fd is not None:
+            os.close(self._folder_fd)
+            self._folder_fd = None
 
     def __enter__(self) -> Self:
         return self
@@ -171,13 +196,13 @@ class Corpus:
     @property
     def write_seq(self) -> int:
         """Sequence of the last write: changes whenever any document does."""
-        return self._seq
+        return self._records.seq
 
     def doc_versions(self) -> dict[str, int]:
         """Doc id → version of every document (a copy; may name a removed document until the
         corpus is reopened, when ``get`` returns None for it)."""
         with self._lock:
-            return dict(self._doc_versions)
+            return dict(self._records.docs)
 
     # --- records and versions ----------------------------------------------------------------
     # Record ids (``corpus/<name>/doc/<id>``, ``corpus/<name>/term/<term>``,
@@ -187,20 +212,20 @@ class Corpus:
 
     def doc_record(self, doc_id: str) -> str:
         """Record id of a document."""
-        return f"corpus/{self.name}/doc/{doc_id}"
+        return self._records.doc_record(doc_id)
 
     def term_record(self, term: str) -> str:
         """Record id of a term's posting list."""
-        return f"corpus/{self.name}/term/{term}"
+        return self._records.term_record(term)
 
     def stats_record(self) -> str:
         """Record id of the statistics snapshot."""
-        return f"corpus/{self.name}/stats"
+        return self._records.stats_record()
 
     def versions_of(self, record_ids: Sequence[str]) -> list[int]:
         """The corpus's current versions of ``record_ids``, in order (``version_of`` each)."""
         with self._lock:
-            return [self._current(r) for r in record_ids]
+            return [self._records.current(r) for r in record_ids]
 
     def records_above(self, seq: int) -> tuple[RecordVersion, ...]:
         """Every record the corpus holds at a version above ``seq``, sorted by id.
@@ -209,13 +234,7 @@ class Corpus:
         back writes (``GatewayCore.reconcile``).
         """
         with self._lock:
-            out = [RecordVersion(self.doc_record(d), v) for d, v in self._doc_versions.items()
-                   if v > seq]
-            out += [RecordVersion(self.term_record(t), v)
-                    for t, v in self._term_versions.items() if v > seq]
-            if self._stats_version > seq:
-                out.append(RecordVersion(self.stats_record(), self._stats_version))
-        return tuple(sorted(out, key=lambda r: r.record_id))
+            return self._records.above(seq)
 
     def adopt_versions(self, versions: Mapping[str, int]) -> None:
         """Move records to new versions without changing any text (a version-only write).
@@ -230,10 +249,7 @@ class Corpus:
             terms: dict[str, int] = {}
             stats_version = None
             for record_id, version in versions.items():
-                kind, key = self._split(record_id)
-                if not record_id.startswith(self._prefix) or kind not in ("doc", "term", "stats"):
-                    raise InvalidArgument("versions", f"{record_id!r} is not a record of "
-                                          f"corpus {self.name!r}")
+                kind, key = self._records.split(record_id)
                 if kind == "doc":
                     if key in self._index:
                         docs[key] = version
@@ -241,8 +257,8 @@ class Corpus:
                     terms[key] = version
                 else:
                     stats_version = version
-            self._check_above(versions)
-            seq = max([self._seq, *versions.values()])
+            self._records.check_above(versions)
+            seq = max([self._records.seq, *versions.values()])
             try:
                 with self._env.begin(write=True) as txn:
                     for doc_id, version in docs.items():
@@ -257,11 +273,11 @@ class Corpus:
             except BaseException:
                 self._load_state()
                 raise
-            self._doc_versions.update(docs)
-            self._term_versions.update(terms)
+            self._records.docs.update(docs)
+            self._records.terms.update(terms)
             if stats_version is not None:
-                self._stats_version = stats_version
-            self._seq = seq
+                self._records.stats = stats_version
+            self._records.seq = seq
 
     def version_of(self, record_id: str) -> int:
         """The corpus's current version of one of its records (0: never written).
@@ -269,29 +285,7 @@ class Corpus:
         A removed document keeps its last version until the corpus is reopened.
         """
         with self._lock:
-            return self._current(record_id)
-
-    @property
-    def _prefix(self) -> str:
-        return f"corpus/{self.name}/"
-
-    def _split(self, record_id: str) -> tuple[str, str]:
-        """``(kind, key)`` of a record id of this corpus ("doc", "term" or "stats")."""
-        kind, _, key = record_id[len(self._prefix):].partition("/")
-        return kind, key
-
-    def _current(self, record_id: str) -> int:
-        kind, key = self._split(record_id)
-        if kind == "doc":
-            return self._doc_versions.get(key, 0)
-        return self._term_versions.get(key, 0) if kind == "term" else self._stats_version
-
-    def _check_above(self, versions: Mapping[str, int]) -> None:
-        """Refuse a version that is not above the record's current one (or not a u64)."""
-        for record_id, version in versions.items():
-            if not self._current(record_id) < version < 2**64:
-                raise FailedPrecondition(f"version {version} of {record_id} is not above "
-                                         f"the current {self._current(record_id)}")
+            return self._records.current(record_id)
 
     # --- documents -------------------------------------------------------------------------
 
@@ -312,35 +306,60 @@ class Corpus:
         if not terms:
             return SearchResult((), ())
         with self._lock:
-            best = top_k(self._index.score(terms, self._stats, self.k1, self.b), k)
-            with self._env.begin() as txn:
-                hits = tuple(self._hit(txn, doc_id, score) for doc_id, score in best)
-                reads = [RecordVersion(self.term_record(t),
-                                       u64(txn.get(t.encode(), db=self._terms)))
-                         for t in terms]
-                reads.append(RecordVersion(self.stats_record(),
-                                           u64(txn.get(b"stats_version", db=self._meta))))
-            self._check_snapshot(hits, reads)
+            found = self._snapshot_search(terms, k)
+            if isinstance(found, list):  # the store moved under the index: rebuild, answer fresh
+                self._load_state()
+                self.rebuilds += 1
+                found = self._snapshot_search(terms, k)
+                if isinstance(found, list):
+                    raise DynbranchError(f"corpus {self.name!r}: the index disagrees with the "
+                                         f"store on {found[:3]} even after a rebuild")
+        hits, reads = found
         reads += [RecordVersion(self.doc_record(h.doc_id), h.version) for h in hits]
         return SearchResult(hits, tuple(sorted(reads, key=lambda r: r.record_id)))
 
-    def _hit(self, txn: Any, doc_id: str, score: float) -> Hit:
-        raw = txn.get(doc_id.encode(), db=self._docs)
-        if raw is None:
-            self._load_state()
-            raise DynbranchError(f"corpus {self.name!r}: indexed document {doc_id!r} is not "
-                                 "stored; the index was rebuilt from the store")
-        doc, version = decode_doc(doc_id.encode(), raw)
-        return Hit(doc.doc_id, doc.title, doc.text, version, score)
+    def _snapshot_search(self, terms: Sequence[str], k: int
+                         ) -> tuple[tuple[Hit, ...], list[RecordVersion]] | list[str]:
+        """Rank on the index, read from one LMDB snapshot; the hits and query reads, or the
+        records on which the store disagrees with the index (under the lock)."""
+        best = top_k(self._index.score(terms, self._stats, self.k1, self.b), k)
+        with self._env.begin() as txn:
+            hits: list[Hit] = []
+            missing = []
+            for doc_id, score in best:
+                raw = txn.get(doc_id.encode(), db=self._docs)
+                if raw is None:
+                    missing.append(self.doc_record(doc_id))
+                    continue
+                doc, version = decode_doc(doc_id.encode(), raw)
+                hits.append(Hit(doc.doc_id, doc.title, doc.text, version, score))
+            reads = [RecordVersion(self.term_record(t), u64(txn.get(t.encode(), db=self._terms)))
+                     for t in terms]
+            reads.append(RecordVersion(self.stats_record(),
+                                       u64(txn.get(b"stats_version", db=self._meta))))
+        stale = missing + [self.doc_record(h.doc_id) for h in hits
+                           if self._records.docs.get(h.doc_id) != h.version]
+        stale += [r.record_id for r in reads if self._records.current(r.record_id) != r.version]
+        return stale if stale else (tuple(hits), reads)
 
-    def _check_snapshot(self, hits: Sequence[Hit], reads: Sequence[RecordVersion]) -> None:
-        """Refuse a search whose stored versions disagree with the index that ranked it."""
-        stale = [h.doc_id for h in hits if self._doc_versions.get(h.doc_id) != h.version]
-        stale += [r.record_id for r in reads if self._current(r.record_id) != r.version]
-        if stale:
-            self._load_state()
-            raise DynbranchError(f"corpus {self.name!r}: the index disagrees with the store on "
-                                 f"{stale[:3]}; the index was rebuilt from the store")
+    def titles(self, after: str = "", limit: int = 1024) -> tuple[list[tuple[str, int, str]], bool]:
+        """Up to ``limit`` documents with an id above ``after``, in id order, as ``(doc id,
+        version, title)`` (one LMDB snapshot), and whether more follow."""
+        out: list[tuple[str, int, str]] = []
+        start = after.encode()
+        with self._env.begin(db=self._docs) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(start):
+                return out, False
+            for key, raw in cursor:
+                if key == start:
+                    continue
+                if len(out) == limit:
+                    return out, True
+                version, title_len = DOC_HEAD.unpack_from(raw)
+                title = bytes(raw[DOC_HEAD.size:DOC_HEAD.size + title_len]).decode()
+                out.append((key.decode(), version, title))
+        return out, False
 
     def confirm(self, hits: Sequence[Hit]) -> bool:
         """True when every hit is still stored at its version with exactly its title and text.
@@ -368,7 +387,7 @@ class Corpus:
     def load_documents(self, documents: Iterable[Document]) -> int:
         """Bulk-load an empty corpus at version 0, in one transaction; returns the count."""
         with self._lock:
-            if len(self._index) or self._seq:
+            if len(self._index) or self._records.seq:
                 raise FailedPrecondition(f"corpus {self.name!r} is not empty; write instead")
             docs: dict[str, Document] = {}
             for doc in documents:
@@ -378,7 +397,7 @@ class Corpus:
                 docs[doc.doc_id] = doc
             for doc in docs.values():
                 self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
-            self._stats, self._doc_versions = self._index.stats(), dict.fromkeys(docs, 0)
+            self._stats, self._records.docs = self._index.stats(), dict.fromkeys(docs, 0)
             with self._env.begin(write=True) as txn:
                 for doc in docs.values():
                     txn.put(doc.doc_id.encode(), encode_doc(doc, 0), db=self._docs)
@@ -438,12 +457,12 @@ class Corpus:
 
     def _assign(self, ids: Sequence[str], versions: Mapping[str, int] | None) -> dict[str, int]:
         if versions is None:
-            return {r: self._seq + i for i, r in enumerate(ids, start=1)}
+            return {r: self._records.seq + i for i, r in enumerate(ids, start=1)}
         if set(versions) != set(ids):
             raise FailedPrecondition("versions must name exactly the records plan_write names "
                                      f"(missing {sorted(set(ids) - set(versions))[:3]}, "
                                      f"unexpected {sorted(set(versions) - set(ids))[:3]})")
-        self._check_above(versions)
+        self._records.check_above(versions)
         return dict(versions)
 
     def _apply(self, plan: _Plan, assigned: Mapping[str, int]) -> None:
@@ -458,7 +477,7 @@ class Corpus:
         stats, writes_since = self._stats, self._writes_since + len(plan.docs)
         if plan.refresh:
             stats, writes_since = self._stats_after(plan), 0
-        seq = max(self._seq, *assigned.values())
+        seq = max(self._records.seq, *assigned.values())
         with self._env.begin(write=True) as txn:
             for doc_id, doc in plan.docs.items():
                 key = doc_id.encode()
@@ -498,12 +517,30 @@ class Corpus:
                 self._index.remove(doc_id)
             else:
                 self._index.put(doc_id, counts)
-            self._doc_versions[doc_id] = assigned[self.doc_record(doc_id)]
+            self._records.docs[doc_id] = assigned[self.doc_record(doc_id)]
         for term in plan.terms:
-            self._term_versions[term] = assigned[self.term_record(term)]
+            self._records.terms[term] = assigned[self.term_record(term)]
         if plan.refresh:
-            self._stats, self._stats_version = stats, assigned[self.stats_record()]
-        self._seq, self._writes_since = seq, writes_since
+            self._stats, self._records.stats = stats, assigned[self.stats_record()]
+        self._records.seq, self._writes_since = seq, writes_since
 
 
-__all__ = ["MAX_DOC_ID_BYTES", "Corpus", "Document", "Hit", "SearchResult"]
+def _lock_folder(path: Path, name: str) -> int | None:
+    """An exclusive ``flock`` on the corpus folder (None when the folder does not exist: LMDB
+    then refuses to open it); ``FailedPrecondition`` when another opener holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FailedPrecondition(
+            f"corpus {name!r} at {path} is open in another process or corpus: one opener at a "
+            "time (gateways share one corpus through the corpus service)") from None
+    return fd
+
+
+__all__ = ["MAP_SIZE", "MAX_DOC_ID_BYTES", "REFRESH_FRACTION", "Corpus", "Document", "Hit",
+           "SearchResult"]

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from services.common.values.errors import NotFound
-from services.gateway.tools.corpus import Corpus, Document
+from services.corpus.codec import Document
+from services.corpus.core import Corpus
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HOTPOTQA_FILE = "hotpotqa/hotpot_dev_distractor_v1_sample200.jsonl"
 MUSIQUE_FILE = "musique/musique_ans_v1.0_dev_sample200.jsonl"
 MAGENTO_DIR = "magento_luma_shopping"

@@ -18,8 +18,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from services.gateway.tools.bm25 import term_counts
-from services.gateway.tools.corpus import Corpus, Document
+from services.corpus.bm25 import term_counts
+from services.corpus.codec import Document
+from services.corpus.core import Corpus
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
 IDS = ["a", "b", "c", "d", "e", "f", "g"]

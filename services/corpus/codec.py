@@ -1,5 +1,6 @@
-"""Corpus values and their LMDB encoding: ``Document``, its checks and byte layouts, and the
-search results (``Hit``, ``SearchResult``)."""
+"""Corpus values and their LMDB encoding: ``Document``, its checks and byte layouts, the
+search results (``Hit``, ``SearchResult``), the record versions they read (``RecordVersion``),
+and what the corpus service answers besides (``WritePlan``, ``CorpusInfo``, ``TitlePage``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.common.values.errors import InvalidArgument
-from services.gateway.tools.base import RecordVersion
 
 MAX_DOC_ID_BYTES = 400  # LMDB keys are at most 511 bytes
 U64 = struct.Struct(">Q")
 DOC_HEAD = struct.Struct(">QI")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordVersion:
+    """One external record a stage read, at the version it saw (proto ``RecordVersion``)."""
+
+    record_id: str
+    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,38 @@ class SearchResult:
 
     hits: tuple[Hit, ...]
     reads: tuple[RecordVersion, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """A write holding the corpus's write turn (``CorpusService.begin_write``): the records it
+    bumps, each with the corpus's current version as the csl's floor, and the ticket that
+    commits (with the csl's versions) or aborts it. An empty ticket holds no turn: nothing to
+    write (a reconcile that found every record known to the csl)."""
+
+    ticket: str
+    record_ids: tuple[str, ...]
+    floors: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusInfo:
+    """What identifies a corpus and moves with every write."""
+
+    name: str
+    #: ``name@incarnation``: a rebuilt corpus of the same name has another.
+    identity: str
+    documents: int
+    #: The highest version the corpus holds (moves with every write).
+    write_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class TitlePage:
+    """Documents in id order as ``(doc id, version, title)``; ``more``: others follow the last."""
+
+    titles: tuple[tuple[str, int, str], ...]
+    more: bool
 
 
 def check_doc(doc: Document) -> None:
@@ -78,5 +118,6 @@ def u64(raw: bytes | None) -> int:
     return 0 if raw is None else U64.unpack(raw)[0]
 
 
-__all__ = ["DOC_HEAD", "MAX_DOC_ID_BYTES", "U64", "Document", "Hit", "SearchResult",
-           "check_doc", "decode_doc", "encode_doc", "refuse_duplicate", "u64"]
+__all__ = ["DOC_HEAD", "MAX_DOC_ID_BYTES", "U64", "CorpusInfo", "Document", "Hit",
+           "RecordVersion", "SearchResult", "TitlePage", "WritePlan", "check_doc", "decode_doc",
+           "encode_doc", "refuse_duplicate", "u64"]

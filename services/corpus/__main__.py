@@ -1,0 +1,7 @@
+"""``python -m services.corpus``."""
+
+import sys
+
+from services.corpus.server import main
+
+sys.exit(main())
