@@ -10,7 +10,7 @@ retrieve the documents through B (and one in four through A), so B serves librar
 searches that read the rewritten documents. A retrieve that began after a write was acknowledged
 must show that version or a later one; anything else is stale. Errors are counted apart.
 
-The run goes through phases, each at a share of the check budget: healthy; ``csl-1`` killed and
+The run goes through phases, each for a share of the check budget: healthy; ``csl-1`` killed and
 restarted on its own store (its copy is taken then); A's link to ``csl-1`` black-holed (the
 one-sided partition); healed mid-run; ``csl-1`` killed again and restarted on the older copy.
 Reported per phase: checks, stale, errors, library hits, writes and their latency (p50): a
@@ -25,7 +25,7 @@ import random
 import shutil
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,9 @@ from services.common.runtime.clients import wait_serving
 from services.gateway import DynbranchClient
 from services.launcher import Mesh, MeshSpec
 
-#: Phases: (share of the check budget at which it begins, name).
-PHASES = ((0.0, "healthy"), (0.1, "csl-1 restarted"), (0.25, "A cut from csl-1"),
-          (0.55, "healed"), (0.7, "csl-1 on an older copy"))
+#: Phases: (share of the check budget each runs for, name), in order.
+PHASES = ((0.1, "healthy"), (0.15, "csl-1 restarted"), (0.3, "A cut from csl-1"),
+          (0.15, "healed"), (0.3, "csl-1 on an older copy"))
 QUESTION = {"question": "What is it?", "notes": "none yet"}
 CUT_SHARD = "csl-1"
 LIBRARY = 2  # gateway_pb2.RESULT_SOURCE_LIBRARY
@@ -82,7 +82,7 @@ class PhaseTally:
 class PartitionMesh:
     """Two gateways over three leased shards and one corpus, A's link to ``csl-1`` proxied."""
 
-    def __init__(self, run_dir: Path, lease_s: float = 1.0) -> None:
+    def __init__(self, run_dir: Path, lease_s: float = 0.5) -> None:
         self.run_dir = run_dir
         self.lease_s = lease_s
         self.mesh = Mesh(run_dir=run_dir, keep_run_dir=True)
@@ -101,6 +101,7 @@ class PartitionMesh:
         await self.mesh.start(MeshSpec(
             engines=1, time_scale=0.0, gateways=2, csl_shards=3, others=("csl",),
             corpus_path=str(self.run_dir / "corpus"), csl_serving_lease_s=self.lease_s,
+            gateway_settings=[f"csl_renew_interval_s={self.lease_s / 5}"],
             gateway_routes={"gateway": self._route}, log_level="WARNING"))
 
     @property
@@ -139,10 +140,11 @@ async def _phase_action(pm: PartitionMesh, name: str) -> None:
 
 
 async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: int = 4,
-                    timeout_s: float = 600.0,
+                    min_writes: int = 3, timeout_s: float = 600.0,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Drive writers through A and readers through B (and A) until ``checks`` retrieves that
-    began after an acknowledged write were checked, stepping through ``PHASES``."""
+    began after an acknowledged write were checked, stepping through ``PHASES``; a phase lasts
+    its share of the checks and at least ``min_writes`` acknowledged writes."""
     clients = [DynbranchClient(a) for a in pm.gateways]
     for c in clients:
         c.use_builtin("react")
@@ -202,15 +204,14 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: i
             await retrieve(client, rng.choice(terms), f"r{index}-{n}")
 
     async def conductor() -> None:
-        for share, name in PHASES[1:]:
-            while total[0] < share * checks:
-                await asyncio.sleep(0.02)
-            await _phase_action(pm, name)
-            phase[0] = name
+        for index, (share, name) in enumerate(PHASES):
+            phase[0] = name  # the fault's own onset counts to its phase
             if progress is not None:
-                progress(f"  phase: {name} at {total[0]} checks")
-        while total[0] < checks:
-            await asyncio.sleep(0.02)
+                progress(f"  phase: {name} from {total[0]} checks")
+            await _phase_action(pm, name)
+            goal = total[0] + share * checks if index < len(PHASES) - 1 else checks
+            while total[0] < goal or tallies[name].writes < min_writes:
+                await asyncio.sleep(0.02)
         done.set()
 
     try:
@@ -231,17 +232,14 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: i
             "phases": rows, "failures": failures[:20]}
 
 
-async def partition_check(run_dir: Path, checks: int, lease_s: float = 1.0,
-                          progress: Callable[[str], None] | None = None,
-                          after: Callable[[PartitionMesh], Awaitable[None]] | None = None
-                          ) -> dict[str, Any]:
+async def partition_check(run_dir: Path, checks: int, lease_s: float = 0.5,
+                          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Start the mesh, run the check, stop the mesh; the report."""
     pm = PartitionMesh(run_dir, lease_s)
     try:
         await pm.start()
         report = await run_check(pm, checks, progress=progress)
-        if after is not None:
-            await after(pm)
+        report["lease_s"] = lease_s
         return report
     finally:
         await pm.close()

@@ -215,7 +215,7 @@ class Mesh:
             targets += ["--corpus", route("corpus", self.address("corpus"))]
         if "csl" in spec.others and spec.csl_shards > 1:
             targets += sum((["--csl-shard", route(n, self.address(n))]
-                            for n, _ in self._libraries(spec)), [])
+                            for n, _ in self._libraries(spec) if n.startswith("csl-")), [])
             targets += ["--set", f"csl_serving_lease_s={spec.csl_serving_lease_s}"]
         return [*targets, *common, "--set", "auth=false", "--set", "http_port=0",
                 *sum((["--set", s] for s in spec.gateway_settings), [])]
