@@ -10,9 +10,20 @@ retrieve the documents through B (and one in four through A), so B serves librar
 searches that read the rewritten documents. A retrieve that began after a write was acknowledged
 must show that version or a later one; anything else is stale. Errors are counted apart.
 
-The run goes through phases, each for a share of the check budget: healthy; ``csl-1`` killed and
-restarted on its own store (its copy is taken then); A's link to ``csl-1`` black-holed (the
-one-sided partition); healed mid-run; ``csl-1`` killed again and restarted on the older copy.
+A retrieve answered from the library is checked twice on its way (the gateway also compares a
+hit's corpus reads with the corpus service), so the answers alone would not show a shard serving
+an entry it should have dropped. The library is therefore also probed directly, as a gateway
+like B reaches it (its own library port over the shards' own addresses): a record writer rewrites
+plain records through A (``WriteRecords`` ``record_ids``, which only the csl versions), and the
+probe keeps entries that read each record at its latest acknowledged version and looks them up;
+a lookup that began after a write was acknowledged must return nothing or an entry that read
+that version or a later one (``library_checks``, ``library_stale``).
+
+The run goes through phases, each for a share of the check budget (and three acknowledged
+writes of each kind at least): healthy; ``csl-1`` killed and restarted on its own store (its copy
+is taken then); A's link to ``csl-1`` refused (every connection reset: A's writes to it fail at
+once); healed mid-run; the link black-holed (nothing answers: A's writes to it hang); healed
+again; ``csl-1`` killed again and restarted on the older copy.
 Reported per phase: checks, stale, errors, library hits, writes and their latency (p50): a
 write that ``csl-1`` does not acknowledge waits out its lease (commit wait).
 """
@@ -32,15 +43,20 @@ from typing import Any
 
 from loadgen.faultproxy import FaultProxy
 from services.common.runtime.clients import wait_serving
-from services.gateway import DynbranchClient
+from services.common.values.reads import ReadSet, RecordRead
+from services.common.values.reuse_name import StageFingerprint, reuse_name
+from services.gateway import LOCAL_TENANT, DynbranchClient, ShardedLibrary
 from services.launcher import Mesh, MeshSpec
 
 #: Phases: (share of the check budget each runs for, name), in order.
-PHASES = ((0.1, "healthy"), (0.15, "csl-1 restarted"), (0.3, "A cut from csl-1"),
-          (0.15, "healed"), (0.3, "csl-1 on an older copy"))
+PHASES = ((0.1, "healthy"), (0.1, "csl-1 restarted"), (0.2, "A refused by csl-1"),
+          (0.1, "healed"), (0.2, "A black-holed from csl-1"), (0.1, "healed again"),
+          (0.2, "csl-1 on an older copy"))
 QUESTION = {"question": "What is it?", "notes": "none yet"}
 CUT_SHARD = "csl-1"
 LIBRARY = 2  # gateway_pb2.RESULT_SOURCE_LIBRARY
+RECORDS = tuple(f"probe-record-{i}" for i in range(4))
+PROBE_FP = StageFingerprint("partition", "probe", 1, "probe-model", max_tokens=8)
 
 
 def text_of(term: str, version: int) -> str:
@@ -69,10 +85,15 @@ class PhaseTally:
     writes: int = 0
     write_errors: int = 0
     write_s: list[float] = field(default_factory=list)
+    library_checks: int = 0
+    library_stale: int = 0
+    record_writes: int = 0
 
     def row(self) -> dict[str, Any]:
         """The phase as a report row."""
         return {"checks": self.checks, "stale": self.stale, "errors": self.errors,
+                "library_checks": self.library_checks, "library_stale": self.library_stale,
+                "record_writes": self.record_writes,
                 "library_hits": self.hits, "writes": self.writes,
                 "write_errors": self.write_errors,
                 "write_p50_ms": round(1000 * statistics.median(self.write_s), 2)
@@ -131,16 +152,18 @@ class PartitionMesh:
 async def _phase_action(pm: PartitionMesh, name: str) -> None:
     if name == "csl-1 restarted":
         await pm.restart_shard(older=False)
-    elif name == "A cut from csl-1":
-        pm.proxy.blackhole()
-    elif name == "healed":
+    elif name == "A refused by csl-1":
+        pm.proxy.reset()  # every connection reset: A's writes fail at once
+    elif name == "A black-holed from csl-1":
+        pm.proxy.blackhole()  # nothing answers: A's writes wait
+    elif name.startswith("healed"):
         pm.proxy.heal()
     elif name == "csl-1 on an older copy":
         await pm.restart_shard(older=True)
 
 
-async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: int = 4,
-                    min_writes: int = 3, timeout_s: float = 600.0,
+async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: int = 3,
+                    min_writes: int = 3, pause_s: float = 0.005, timeout_s: float = 600.0,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Drive writers through A and readers through B (and A) until ``checks`` retrieves that
     began after an acknowledged write were checked, stepping through ``PHASES``; a phase lasts
@@ -196,12 +219,51 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: i
             acked[term] = version
             version += 1
 
+    view = ShardedLibrary([pm.mesh.address(f"csl-{i}") for i in range(3)],
+                          serving_lease_s=pm.lease_s, renew_interval_s=pm.lease_s / 5)
+    view.start()
+    record_acked = dict.fromkeys(RECORDS, 0)
+
+    async def record_writer() -> None:
+        while not done.is_set():
+            tally = tallies[phase[0]]
+            record = random.choice(RECORDS)
+            start = time.monotonic()
+            try:
+                written = await a.write(record_ids=[record])
+            except Exception as exc:  # noqa: BLE001 - counted, then written again
+                tally.write_errors += 1
+                failures.append(f"{phase[0]}: write {record} failed: {exc!r}"[:300])
+                await asyncio.sleep(0.05)
+                continue
+            tally.write_s.append(time.monotonic() - start)
+            tally.record_writes += 1
+            record_acked[record] = max(record_acked[record], written[record])
+
+    async def probe() -> None:
+        names = {r: reuse_name(LOCAL_TENANT, PROBE_FP, r.encode()) for r in RECORDS}
+        while not done.is_set():
+            for record, name in names.items():
+                floor, tally = record_acked[record], tallies[phase[0]]
+                served = await view.lookup(name)
+                if served is not None and floor > 0:
+                    tally.library_checks += 1
+                    if int(served.result) < floor:
+                        tally.library_stale += 1
+                        failures.append(f"{phase[0]}: library served {record} read at "
+                                        f"{int(served.result)} after {floor} was acknowledged")
+                if served is None and floor > 0:  # read it at its version, as B would store
+                    await view.put(name, str(floor).encode(),
+                                   ReadSet((RecordRead(record, floor),), True), 0.01)
+            await asyncio.sleep(pause_s)
+
     async def reader(index: int) -> None:
         rng, n = random.Random(index), 0
         while not done.is_set():
             n += 1
             client = a if n % 4 == 0 else b
             await retrieve(client, rng.choice(terms), f"r{index}-{n}")
+            await asyncio.sleep(pause_s)  # leave the two cores to the mesh
 
     async def conductor() -> None:
         for index, (share, name) in enumerate(PHASES):
@@ -210,16 +272,19 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: i
                 progress(f"  phase: {name} from {total[0]} checks")
             await _phase_action(pm, name)
             goal = total[0] + share * checks if index < len(PHASES) - 1 else checks
-            while total[0] < goal or tallies[name].writes < min_writes:
+            while (total[0] < goal or tallies[name].writes < min_writes
+                   or tallies[name].record_writes < min_writes):
                 await asyncio.sleep(0.02)
         done.set()
 
     try:
         await asyncio.wait_for(asyncio.gather(conductor(), *(writer(t) for t in terms),
+                                              record_writer(), probe(),
                                               *(reader(i) for i in range(readers))), timeout_s)
     finally:
         done.set()
         pm.proxy.heal()
+        await view.close()
         for c in clients:
             with contextlib.suppress(Exception):
                 await c.close()
@@ -229,16 +294,20 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 4, readers: i
             "errors": sum(t.errors for t in tallies.values()),
             "write_errors": sum(t.write_errors for t in tallies.values()),
             "library_hits": sum(t.hits for t in tallies.values()),
+            "library_checks": sum(t.library_checks for t in tallies.values()),
+            "library_stale": sum(t.library_stale for t in tallies.values()),
             "phases": rows, "failures": failures[:20]}
 
 
-async def partition_check(run_dir: Path, checks: int, lease_s: float = 0.5,
+async def partition_check(run_dir: Path, checks: int, lease_s: float = 0.5, writers: int = 2,
+                          min_writes: int = 3,
                           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Start the mesh, run the check, stop the mesh; the report."""
     pm = PartitionMesh(run_dir, lease_s)
     try:
         await pm.start()
-        report = await run_check(pm, checks, progress=progress)
+        report = await run_check(pm, checks, writers=writers, min_writes=min_writes,
+                                 progress=progress)
         report["lease_s"] = lease_s
         return report
     finally:

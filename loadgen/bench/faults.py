@@ -31,6 +31,7 @@ import asyncio
 import dataclasses
 import itertools
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ import grpc
 from loadgen.bench.fault_report import Cell, CellRun, floor_summary, print_table, summarize
 from loadgen.fault_load import Harness, ItemOutcome, RetryPolicy, drive
 from loadgen.faultproxy import FaultProxy
+from loadgen.partition_check import partition_check
 from services.common.runtime.clients import wait_serving
 from services.engine_agent import EngineAgentClient
 from services.launcher import Mesh, MeshSpec
@@ -252,7 +254,10 @@ async def _run(quick: bool, cells: tuple[Cell, ...] = CELLS) -> dict[str, Any]:
         shutil.rmtree(fm.mesh.run_dir, ignore_errors=True)
     else:
         print(f"logs of the mesh under test kept in {fm.mesh.run_dir}")
-    return {"benchmark": "faults", "engine": "sim (a model of an engine, not a real one)",
+    partition = await partition_cell(quick)
+    ok = ok and partition["ok"]
+    return {"benchmark": "faults", "partition": partition,
+            "engine": "sim (a model of an engine, not a real one)",
             "ok": ok, "quick": quick, "time_scale": params.time_scale,
             "concurrency": params.concurrency, "down_s": params.down_s,
             "floor_concurrency": params.floor_concurrency or params.concurrency,
@@ -260,9 +265,37 @@ async def _run(quick: bool, cells: tuple[Cell, ...] = CELLS) -> dict[str, Any]:
             "failed_starts": fm.mesh.failed_starts, "run_dir": "" if ok else str(fm.mesh.run_dir)}
 
 
+async def partition_cell(quick: bool) -> dict[str, Any]:
+    """The one-sided partition cell, on a mesh of its own (two gateways, three leased csl
+    shards, one corpus; ``loadgen/partition_check.py``): ``ok`` when nothing stale and no
+    error was seen after any acknowledged write."""
+    checks, lease_s, min_writes = (100, 0.25, 1) if quick else (3000, 1.0, 3)
+    print(f"  partition cell: A cut from csl-1 (refused, black-holed), healed, csl-1 restarted "
+          f"on an older copy; {checks} checks, serving lease {lease_s} s", flush=True)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-partition-") as folder:
+        report = await partition_check(Path(folder), checks, lease_s=lease_s,
+                                       min_writes=min_writes)
+    report["wall_s"] = round(time.monotonic() - start, 1)
+    report["ok"] = not (report["stale"] or report["library_stale"] or report["errors"]
+                        or report["write_errors"])
+    print(f"  {'phase':26} {'checks':>7} {'stale':>5} {'lib chk':>7} {'lib stale':>9} "
+          f"{'writes':>6} {'write p50 ms':>12}")
+    for name, row in report["phases"].items():
+        print(f"  {name:26} {row['checks']:>7} {row['stale']:>5} {row['library_checks']:>7} "
+              f"{row['library_stale']:>9} {row['writes'] + row['record_writes']:>6} "
+              f"{row['write_p50_ms'] if row['write_p50_ms'] is not None else '-':>12}")
+    print(f"  partition: {report['checks']} answers checked, {report['stale']} stale; "
+          f"{report['library_checks']} library entries checked, {report['library_stale']} "
+          f"stale; {report['errors']} errors; {report['wall_s']} s", flush=True)
+    return report
+
+
 def run(quick: bool = False, **_: Any) -> dict[str, Any]:
-    """Run every cell and the floor; ``ok`` when no item was lost or answered wrongly."""
+    """Run every cell and the floor, then the partition cell; ``ok`` when no item was lost or
+    answered wrongly and nothing stale was served."""
     return asyncio.run(_run(quick))
 
 
-__all__ = ["CELLS", "Cell", "CellRun", "FaultMesh", "Params", "run", "run_cell", "run_floor"]
+__all__ = ["CELLS", "Cell", "CellRun", "FaultMesh", "Params", "partition_cell", "run", "run_cell",
+           "run_floor"]
