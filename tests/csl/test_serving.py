@@ -95,3 +95,16 @@ async def test_the_async_library_misses_while_not_serving(tmp_path: Path) -> Non
         assert lease.counters.unserved == 3
     finally:
         await library.close()
+
+
+def test_the_lease_is_exported_as_metrics(tmp_path: Path) -> None:
+    from services.csl.servicer import LibraryCollector
+
+    clock = Clock()
+    lease = ServingLease(1.0, clock)
+    with SubgraphLibrary(tmp_path / "csl", LibraryOptions(sync=False)) as library:
+        lease.grant(lease.incarnation, lease.begin())
+        metrics = {m.name: m.samples[0].value for m in LibraryCollector(library, lease).collect()}
+    assert metrics["dynbranch_csl_serving_left_seconds"] == pytest.approx(1.0)
+    assert metrics["dynbranch_csl_lease_granted"] == 1
+    assert metrics["dynbranch_csl_lease_begun"] == 1
