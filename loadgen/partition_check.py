@@ -163,11 +163,12 @@ async def _phase_action(pm: PartitionMesh, name: str) -> None:
 
 
 async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: int = 3,
-                    min_writes: int = 3, pause_s: float = 0.005, timeout_s: float = 600.0,
+                    min_writes: int = 3, pause_s: float = 0.005, timeout_s: float = 300.0,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Drive writers through A and readers through B (and A) until ``checks`` retrieves that
     began after an acknowledged write were checked, stepping through ``PHASES``; a phase lasts
-    its share of the checks and at least ``min_writes`` acknowledged writes."""
+    its share of the checks, at least ``min_writes`` acknowledged writes of each kind and as
+    many library checks."""
     clients = [DynbranchClient(a) for a in pm.gateways]
     for c in clients:
         c.use_builtin("react")
@@ -240,21 +241,21 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
             tally.record_writes += 1
             record_acked[record] = max(record_acked[record], written[record])
 
-    async def probe() -> None:
-        names = {r: reuse_name(LOCAL_TENANT, PROBE_FP, r.encode()) for r in RECORDS}
+    async def probe(record: str) -> None:  # one per record: a shard that hangs stalls one
+        name = reuse_name(LOCAL_TENANT, PROBE_FP, record.encode())
         while not done.is_set():
-            for record, name in names.items():
-                floor, tally = record_acked[record], tallies[phase[0]]
-                served = await view.lookup(name)
-                if served is not None and floor > 0:
-                    tally.library_checks += 1
-                    if int(served.result) < floor:
-                        tally.library_stale += 1
-                        failures.append(f"{phase[0]}: library served {record} read at "
-                                        f"{int(served.result)} after {floor} was acknowledged")
-                if served is None and floor > 0:  # read it at its version, as B would store
-                    await view.put(name, str(floor).encode(),
-                                   ReadSet((RecordRead(record, floor),), True), 0.01)
+            floor, tally = record_acked[record], tallies[phase[0]]
+            served = await view.lookup(name)
+            if served is not None and floor > 0:
+                tally.library_checks += 1
+                if int(served.result) < floor:
+                    tally.library_stale += 1
+                    failures.append(f"{phase[0]}: library served {record} read at "
+                                    f"{int(served.result)} after {floor} was acknowledged")
+            if served is None and floor > 0:  # read it at its version, as B would store it
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(view.put(name, str(floor).encode(), ReadSet(
+                        (RecordRead(record, floor),), True), 0.01), 0.5)
             await asyncio.sleep(pause_s)
 
     async def reader(index: int) -> None:
@@ -272,14 +273,15 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
                 progress(f"  phase: {name} from {total[0]} checks")
             await _phase_action(pm, name)
             goal = total[0] + share * checks if index < len(PHASES) - 1 else checks
-            while (total[0] < goal or tallies[name].writes < min_writes
-                   or tallies[name].record_writes < min_writes):
+            row = tallies[name]
+            while (total[0] < goal or row.writes < min_writes or row.record_writes < min_writes
+                   or row.library_checks < min_writes):
                 await asyncio.sleep(0.02)
         done.set()
 
     try:
         await asyncio.wait_for(asyncio.gather(conductor(), *(writer(t) for t in terms),
-                                              record_writer(), probe(),
+                                              record_writer(), *(probe(r) for r in RECORDS),
                                               *(reader(i) for i in range(readers))), timeout_s)
     finally:
         done.set()

@@ -23,7 +23,7 @@ def _assert_clean(report: dict, checks: int) -> None:
     phases = report["phases"]
     assert list(phases) == [name for _, name in PHASES]
     for name, row in phases.items():  # every phase checked, after writes of both kinds
-        assert row["checks"] > 0 and row["library_checks"] > 0, name
+        assert row["checks"] > 0 and row["library_checks"] >= 3, name
         assert row["writes"] >= 3 and row["record_writes"] >= 3, name
     for cut in ("A refused by csl-1", "A black-holed from csl-1"):  # the fault acted: A's
         assert phases[cut]["write_p50_ms"] >= 1000 * report["lease_s"]  # writes waited
