@@ -106,7 +106,9 @@ async def _up(args: argparse.Namespace) -> int:
         http = next((c.http_address for c in mesh.children if c.http_address), "")
         if http:
             print(f"  openai-compatible API: http://{http}/v1 (chat/completions, completions, "
-                  f"models)")
+                  f"responses, models)")
+            print(f"  anthropic messages API: http://{http} (v1/messages, "
+                  f"v1/messages/count_tokens)")
         print(f"try: dynbranch call --gateway {mesh.address('gateway')} --prompt 'hello'",
               flush=True)
         await stop.wait()

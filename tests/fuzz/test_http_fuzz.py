@@ -1,7 +1,9 @@
-"""The OpenAI-compatible HTTP front, fuzzed: bodies (near-valid requests with every field
-perturbed, and arbitrary JSON and bytes) and headers on every endpoint. Every answer is a
-success or an OpenAI-shaped error (``{"error": {"message", "type", ...}}``) with a 4xx status,
-never a 5xx crash, never a hang; streams end.
+"""The HTTP front, fuzzed: bodies (near-valid requests with every field perturbed, and
+arbitrary JSON and bytes) and headers on every endpoint. Every answer is a success or an error
+in its protocol's shape (OpenAI's ``{"error": {"message", "type", ...}}``; on the Messages
+routes Anthropic's ``{"type": "error", "error": {"type", "message"}}``) with a 4xx status,
+never a 5xx crash, never a hang; streams end (``[DONE]``, ``response.completed`` or
+``response.incomplete``, ``message_stop``, or an error event).
 
 ``DYNBRANCH_FUZZ=full`` runs the slow suite's count (see ``test_rpc_fuzz``)."""
 
@@ -48,13 +50,37 @@ CHAT: dict[str, Any] = {
 }
 COMPLETION: dict[str, Any] = {"model": MODEL, "prompt": "hello", "max_tokens": 4,
                               "temperature": 0}
+RESPONSES: dict[str, Any] = {
+    "model": MODEL, "input": [{"role": "user", "content": "pick a tool"},
+                              {"type": "function_call", "call_id": "c1", "name": "lookup",
+                               "arguments": "{}"},
+                              {"type": "function_call_output", "call_id": "c1", "output": "x"}],
+    "instructions": "be brief", "max_output_tokens": 4, "temperature": 0,
+    "tools": [{"type": "function", "name": "lookup", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}}}],
+}
+MESSAGES: dict[str, Any] = {
+    "model": MODEL, "max_tokens": 4, "system": [{"type": "text", "text": "be brief"}],
+    "messages": [{"role": "user", "content": "pick a tool"},
+                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+                                                    "name": "lookup", "input": {}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                               "content": "x"}]}],
+    "tools": [{"name": "lookup", "input_schema": {"type": "object"}}], "temperature": 0,
+}
+RESPONSES_KEYS = ["stream", "tool_choice", "parallel_tool_calls", "text", "store",
+                  "previous_response_id", "reasoning", "metadata", "top_p", "seed", "include",
+                  "truncation", "dynbranch", "input", "instructions"]
+MESSAGES_KEYS = ["stream", "tool_choice", "stop_sequences", "top_p", "top_k", "metadata",
+                 "thinking", "output_config", "system", "messages", "dynbranch", "tools"]
 EXTRA_KEYS = ["stream", "n", "tool_choice", "parallel_tool_calls", "response_format", "seed",
               "stop", "top_p", "logprobs", "user", "stream_options", "messages", "prompt",
               "dynbranch", "functions", "max_completion_tokens", "presence_penalty"]
 
 
 @st.composite
-def near_valid(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
+def near_valid(draw: st.DrawFn, base: dict[str, Any], extra: list[str] = EXTRA_KEYS,
+               items: str = "messages") -> dict[str, Any]:
     """``base`` with some keys dropped, replaced by weird values, or extra keys added."""
     body = dict(base)
     for key in list(body):
@@ -63,12 +89,13 @@ def near_valid(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
             del body[key]
         elif choice == 1:
             body[key] = draw(WEIRD)
-    for key in draw(st.lists(st.sampled_from(EXTRA_KEYS), max_size=3, unique=True)):
+    for key in draw(st.lists(st.sampled_from(extra), max_size=3, unique=True)):
         body[key] = draw(WEIRD)
-    if draw(st.booleans()) and isinstance(body.get("messages"), list):
-        body["messages"] = [*body["messages"], draw(st.dictionaries(
-            st.sampled_from(["role", "content", "tool_calls", "tool_call_id", "name"]), WEIRD,
-            max_size=4))]
+    if draw(st.booleans()) and isinstance(body.get(items), list):
+        body[items] = [*body[items], draw(st.dictionaries(
+            st.sampled_from(["role", "content", "tool_calls", "tool_call_id", "name", "type",
+                             "call_id", "output", "arguments", "id", "input", "tool_use_id"]),
+            WEIRD, max_size=4))]
     return body
 
 
@@ -80,13 +107,15 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         yield c
 
 
-def _check(reply: httpx.Response) -> None:
+def _check(reply: httpx.Response, anthropic: bool = False) -> None:
     assert reply.status_code < 500, f"{reply.status_code}: {reply.text[:300]}"
     if reply.status_code >= 400:
         body = reply.json()
         assert isinstance(body.get("error"), dict), body
         assert isinstance(body["error"].get("message"), str) and body["error"]["message"]
         assert isinstance(body["error"].get("type"), str)
+        if anthropic:
+            assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
 
 
 def _post(client: httpx.Client, path: str, content: bytes,
@@ -94,8 +123,14 @@ def _post(client: httpx.Client, path: str, content: bytes,
     with client.stream("POST", path, content=content,
                        headers={"content-type": "application/json", **(headers or {})}) as r:
         r.read()  # a stream must end within the timeout
-        _check(r) if not r.headers.get("content-type", "").startswith("text/event-stream") \
-            else _sse_ends(r)
+        if not r.headers.get("content-type", "").startswith("text/event-stream"):
+            _check(r, anthropic=path.startswith("/v1/messages"))
+        elif path == "/v1/responses":
+            _named_events_end(r, {"response.completed", "response.incomplete", "error"})
+        elif path == "/v1/messages":
+            _named_events_end(r, {"message_stop", "error"})
+        else:
+            _sse_ends(r)
 
 
 def _sse_ends(reply: httpx.Response) -> None:
@@ -105,6 +140,17 @@ def _sse_ends(reply: httpx.Response) -> None:
     for line in lines[:-1]:
         event = json.loads(line[len("data: "):])
         assert "error" in event or "choices" in event, event
+
+
+def _named_events_end(reply: httpx.Response, last: set[str]) -> None:
+    """A Responses or Messages stream: every event named by its data's type, the last one an
+    end (or an error)."""
+    assert reply.status_code == 200
+    lines = reply.text.splitlines()
+    names = [ln[len("event: "):] for ln in lines if ln.startswith("event: ")]
+    data = [json.loads(ln[len("data: "):]) for ln in lines if ln.startswith("data: ")]
+    assert names and len(names) == len(data), reply.text[-300:]
+    assert [d["type"] for d in data] == names and names[-1] in last, reply.text[-300:]
 
 
 @FUZZ
@@ -122,29 +168,49 @@ def test_completions_answers_perturbed_bodies_cleanly(client: httpx.Client,
 
 
 @FUZZ
-@given(st.sampled_from(["/v1/chat/completions", "/v1/completions"]),
+@given(near_valid(RESPONSES, RESPONSES_KEYS, "input"))
+def test_responses_answers_perturbed_bodies_cleanly(client: httpx.Client,
+                                                    body: dict[str, Any]) -> None:
+    _post(client, "/v1/responses", json.dumps(body).encode())
+
+
+@FUZZ
+@given(near_valid(MESSAGES, MESSAGES_KEYS))
+def test_messages_answers_perturbed_bodies_cleanly(client: httpx.Client,
+                                                   body: dict[str, Any]) -> None:
+    _post(client, "/v1/messages", json.dumps(body).encode())
+
+
+@FUZZ
+@given(st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/responses",
+                        "/v1/messages", "/v1/messages/count_tokens"]),
        st.one_of(st.binary(max_size=300), json_values.map(lambda v: json.dumps(v).encode())))
-def test_arbitrary_bodies_get_openai_shaped_errors(client: httpx.Client, path: str,
+def test_arbitrary_bodies_get_errors_in_their_protocols_shape(client: httpx.Client, path: str,
                                                    raw: bytes) -> None:
     _post(client, path, raw)
 
 
-HEADER_NAMES = ["authorization", "content-type", "x-dynbranch-workflow-id",
-                "x-dynbranch-template", "x-dynbranch-stage", "x-dynbranch-decision",
-                "accept", "content-length-ish", "x-request-id"]
+HEADER_NAMES = ["authorization", "x-api-key", "anthropic-version", "content-type",
+                "x-dynbranch-workflow-id", "x-dynbranch-template", "x-dynbranch-stage",
+                "x-dynbranch-decision", "accept", "content-length-ish", "x-request-id"]
 header_values = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126),
                         max_size=200)
 
 
 @FUZZ
 @given(st.sampled_from([("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+                        ("POST", "/v1/responses"), ("POST", "/v1/messages"),
+                        ("POST", "/v1/messages/count_tokens"),
                         ("GET", "/v1/models"), ("GET", f"/v1/models/{MODEL}"),
                         ("GET", "/v1/models/none%2F..%2Fx"), ("GET", "/healthz")]),
        st.dictionaries(st.sampled_from(HEADER_NAMES), header_values, max_size=4))
 def test_every_endpoint_answers_fuzzed_headers_cleanly(client: httpx.Client, route: tuple,
                                                        headers: dict[str, str]) -> None:
     method, path = route
-    body = json.dumps(CHAT if "chat" in path else COMPLETION).encode()
+    bodies = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION,
+              "/v1/responses": RESPONSES, "/v1/messages": MESSAGES,
+              "/v1/messages/count_tokens": MESSAGES}
+    body = json.dumps(bodies.get(path, COMPLETION)).encode()
     headers = {k: v.strip() for k, v in headers.items()}
     if method == "GET":
         _check(client.request(method, path, headers=headers))

@@ -20,7 +20,7 @@ from services.common.values.errors import (
     Unimplemented,
 )
 from services.common.values.generation import FinishReason, Usage
-from services.gateway.http.schema import ApiRequest
+from services.gateway.http.arrival import Arrival, Endpoint, ModelNotFound
 from services.gateway.values import Answer
 
 FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length",
@@ -66,7 +66,7 @@ def message_body(answer: Answer) -> dict[str, Any]:
     return message
 
 
-def response_body(req: ApiRequest, rid: str, created: int, answers: Sequence[Answer]
+def response_body(req: Arrival, rid: str, created: int, answers: Sequence[Answer]
                   ) -> dict[str, Any]:
     """A complete (non-streamed) response with one choice per answer."""
     choices = []
@@ -81,7 +81,7 @@ def response_body(req: ApiRequest, rid: str, created: int, answers: Sequence[Ans
             "choices": choices, "usage": usage_body(total_usage(answers))}
 
 
-def chunk_body(req: ApiRequest, rid: str, created: int, *, index: int = 0, text: str = "",
+def chunk_body(req: Arrival, rid: str, created: int, *, index: int = 0, text: str = "",
                role: bool = False, finish: str | None = None,
                tool_call: dict[str, Any] | None = None) -> dict[str, Any]:
     """One streamed chunk of choice ``index``: the assistant role (chat, first), a text piece, a
@@ -123,7 +123,7 @@ def tool_call_deltas(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
     return deltas
 
 
-def usage_chunk(req: ApiRequest, rid: str, created: int, usage: Usage) -> dict[str, Any]:
+def usage_chunk(req: Arrival, rid: str, created: int, usage: Usage) -> dict[str, Any]:
     """The last chunk when ``stream_options.include_usage`` is set: no choices, the usage."""
     body = chunk_body(req, rid, created)
     body["choices"] = []
@@ -136,10 +136,6 @@ def usage_chunk(req: ApiRequest, rid: str, created: int, usage: Usage) -> dict[s
 
 class BodyTooLarge(InvalidArgument):
     """The request body is larger than the front accepts (HTTP 413)."""
-
-
-class ModelNotFound(NotFound):
-    """The request names a model no engine serves (HTTP 404 ``model_not_found``)."""
 
 
 #: Error class → (HTTP status, OpenAI error type, code); most specific class first.
@@ -168,13 +164,14 @@ def error_body(message: str, type_: str, param: str | None, code: str | None
 INTERNAL_ERROR = error_body("internal error", "server_error", None, "internal_error")
 
 
-def _param(field: str, chat: bool) -> str:
-    """The request field an error is about, named as the OpenAI request names it."""
+def param_of(field: str, endpoint: Endpoint | None) -> str:
+    """The request field an error is about, named as the endpoint's request names it."""
     name = field.removeprefix("demand.").removeprefix("sampling.")
-    return "messages" if chat and name == "prompt" else name
+    return endpoint.prompt_field if endpoint is not None and name == "prompt" else name
 
 
-def error_status(exc: DynbranchError, chat: bool = False) -> tuple[int, dict[str, Any]]:
+def error_status(exc: DynbranchError, endpoint: Endpoint | None = None
+                 ) -> tuple[int, dict[str, Any]]:
     """HTTP status and OpenAI error object for ``exc`` (500 and a generic message unless the
     error is one a client may see); ``param`` names the request field."""
     found = next((row for row in _ERRORS if isinstance(exc, row[0])), None)
@@ -183,13 +180,14 @@ def error_status(exc: DynbranchError, chat: bool = False) -> tuple[int, dict[str
     _, status, type_, code = found
     param, message = None, str(exc)
     if isinstance(exc, InvalidArgument):
-        param = _param(exc.field, chat)
+        param = param_of(exc.field, endpoint)
         message = f"{param}: {message.removeprefix(f'{exc.field}: ')}"
     elif isinstance(exc, ModelNotFound):
         param = "model"
     return status, error_body(message, type_, param, code)
 
 
-__all__ = ["FINISH_REASONS", "INTERNAL_ERROR", "BodyTooLarge", "ModelNotFound", "chunk_body",
-           "error_body", "error_status", "finish_reason", "message_body", "response_body",
-           "tool_call_deltas", "total_usage", "usage_body", "usage_chunk"]
+__all__ = ["ARGUMENT_FRAGMENT_CHARS", "FINISH_REASONS", "INTERNAL_ERROR", "BodyTooLarge",
+           "ModelNotFound", "chunk_body", "error_body", "error_status", "finish_reason",
+           "message_body", "param_of", "response_body", "tool_call_deltas", "total_usage",
+           "usage_body", "usage_chunk"]

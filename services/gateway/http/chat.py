@@ -51,18 +51,28 @@ def parse_chat(body: Mapping[str, Any]) -> ParsedChat:
     """Validate messages, tools, tool_choice, parallel_tool_calls and response_format."""
     messages = _messages(body.get("messages"))
     tools = _tools(body.get("tools"))
-    choice, name = _tool_choice(body.get("tool_choice"), tools)
+    choice, name = tool_choice(body.get("tool_choice"), tools)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise InvalidArgument("parallel_tool_calls", "must be a boolean")
-    fmt = _response_format(body.get("response_format"))
+    fmt = response_format(body.get("response_format"))
+    return conversation(messages, tools, choice, name, parallel is not False, fmt)
+
+
+def conversation(messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                 choice: ToolChoice = ToolChoice.AUTO, tool_name: str = "",
+                 parallel: bool = True, fmt: dict[str, Any] | None = None) -> ParsedChat:
+    """The one way a conversation becomes a prompt and a chat spec, whichever protocol it came
+    in on: ``messages`` are normalized OpenAI chat messages (as ``_message`` returns them),
+    ``tools`` OpenAI function tools (as ``_tools`` returns them), ``fmt`` a normalized response
+    format. Equal arguments give equal prompts and specs, hence equal reuse names."""
     prompt = render_chat(messages, tools)
     uses_tools = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
     spec = None
     if uses_tools or fmt is not None:
         spec = ChatSpec(messages_json=canonical_json(messages),
                         tools_json=canonical_json(tools) if tools else "", tool_choice=choice,
-                        tool_name=name, parallel_tool_calls=parallel is not False,
+                        tool_name=tool_name, parallel_tool_calls=parallel,
                         response_format_json=canonical_json(fmt) if fmt is not None else "")
     last_tool = next((m for m in reversed(messages) if m["role"] == "tool"), None)
     return ParsedChat(prompt, spec, last_tool["content"] if last_tool else "",
@@ -156,7 +166,8 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         return []
     if not isinstance(value, list) or len(value) > MAX_TOOLS:
         raise InvalidArgument("tools", f"must be an array of at most {MAX_TOOLS} tools")
-    tools, names = [], set()
+    tools: list[dict[str, Any]] = []
+    names: set[str] = set()
     for i, tool in enumerate(value):
         where = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type") != "function":
@@ -164,22 +175,33 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         fn = tool.get("function")
         if not isinstance(fn, dict):
             raise InvalidArgument(f"{where}.function", "required")
-        name = fn.get("name")
-        if not isinstance(name, str) or not FUNCTION_NAME.match(name):
-            raise InvalidArgument(f"{where}.function.name", "must match ^[A-Za-z0-9_-]{1,64}$")
-        if name in names:
-            raise InvalidArgument(f"{where}.function.name", f"duplicate function {name!r}")
-        names.add(name)
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise InvalidArgument(f"{where}.function.parameters", "must be a JSON schema object")
-        kept = {k: fn[k] for k in ("name", "description", "parameters", "strict")
-                if fn.get(k) is not None}
-        tools.append({"type": "function", "function": kept})
+        tools.append(function_tool(f"{where}.function", fn, "parameters", names))
     return tools
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[ToolChoice, str]:
+def function_tool(where: str, fn: Mapping[str, Any], schema_field: str, names: set[str]
+                  ) -> dict[str, Any]:
+    """A normalized OpenAI function tool from a protocol's function object (its JSON schema
+    under ``schema_field``: ``parameters`` for OpenAI, ``input_schema`` for Anthropic); adds
+    its name to ``names`` (the tools seen so far, no duplicates)."""
+    name = fn.get("name")
+    if not isinstance(name, str) or not FUNCTION_NAME.match(name):
+        raise InvalidArgument(f"{where}.name", "must match ^[A-Za-z0-9_-]{1,64}$")
+    if name in names:
+        raise InvalidArgument(f"{where}.name", f"duplicate function {name!r}")
+    names.add(name)
+    params = fn.get(schema_field)
+    if params is not None and not isinstance(params, dict):
+        raise InvalidArgument(f"{where}.{schema_field}", "must be a JSON schema object")
+    description = fn.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidArgument(f"{where}.description", "must be a string")
+    kept = {"name": fn["name"], "description": description, "parameters": params,
+            "strict": fn.get("strict")}
+    return {"type": "function", "function": {k: v for k, v in kept.items() if v is not None}}
+
+
+def tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[ToolChoice, str]:
     if value is None:
         return ToolChoice.AUTO, ""
     names = [t["function"]["name"] for t in tools]
@@ -199,7 +221,7 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[ToolChoice, s
     return ToolChoice.FUNCTION, fn["name"]
 
 
-def _response_format(value: Any) -> dict[str, Any] | None:
+def response_format(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
@@ -258,4 +280,5 @@ def _render_turn(m: dict[str, Any], before: dict[str, Any] | None,
     return f"<|im_start|>{m['role']}\n{text}<|im_end|>\n"
 
 
-__all__ = ["ParsedChat", "parse_chat", "render_chat"]
+__all__ = ["FUNCTION_NAME", "MAX_TOOLS", "ParsedChat", "conversation", "function_tool",
+           "parse_chat", "render_chat", "response_format", "tool_choice"]

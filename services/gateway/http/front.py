@@ -1,20 +1,25 @@
-"""The gateway's OpenAI-compatible HTTP front (DESIGN.md §3 gateway): an edge, like the servicer.
+"""The gateway's HTTP front (DESIGN.md §3 gateway): an edge, like the servicer.
 
-Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or server-sent events
-with ``stream: true``), ``GET /v1/models`` and ``GET /v1/models/{id}``, and ``GET /healthz``.
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (OpenAI), ``POST
+/v1/responses`` (OpenAI's Responses API), ``POST /v1/messages`` and ``POST
+/v1/messages/count_tokens`` (Anthropic's Messages API), each JSON or server-sent events with
+``stream: true``; ``GET /v1/models`` and ``GET /v1/models/{id}``, and ``GET /healthz``.
 A starlette app served by uvicorn inside the gateway's own event loop: :meth:`HttpFront.start`
 binds the port, :meth:`HttpFront.close` stops it (idempotent).
 
-Every request becomes one core ``Demand``. The tenant comes only from the bearer key (a
-tenant-like header a caller sets is never read); workflow tags come from ``x-dynbranch-*``
-headers (``x-dynbranch-stage: template/stage`` names a template stage); the prompt is the
-completion prompt or the rendered chat messages (``http.schema``, ``http.chat``); a chat request
+Every request is parsed by its protocol's module (``http.schema``, ``http.responses``,
+``http.messages``) into one arrival representation and becomes one core ``Demand`` through
+``http.arrival``, whatever protocol it came in on; only the answer is rendered per protocol (a
+:class:`Wire`). The tenant comes only from the API key (``Authorization: Bearer``, or
+Anthropic's ``x-api-key``; a tenant-like header a caller sets is never read); workflow tags come
+from ``x-dynbranch-*`` headers (``x-dynbranch-stage: template/stage`` names a template stage);
+the prompt is the completion prompt or the rendered conversation (``http.chat``); a request
 with tools or a JSON response format also carries its chat spec to the engine. ``n`` choices are
 one demand each (greedy choices share one). A tagged request offers its tools as candidates, and
 one whose conversation ends in a function's results settles the workflow's branches with that
 function. Answers carry ``x-dynbranch-source`` (engine, library, promoted_fill, joined) and
-``x-dynbranch-reuse-name``. Errors use OpenAI's error object and status codes. A client that goes
-away cancels its call, and the cancellation aborts the engine work.
+``x-dynbranch-reuse-name``. Errors use each protocol's error shape and status codes. A client
+that goes away cancels its call, and the cancellation aborts the engine work.
 """
 
 from __future__ import annotations
@@ -42,40 +47,37 @@ from services.common.values.errors import DynbranchError, InvalidArgument
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
-from services.gateway.http.bodies import (
-    INTERNAL_ERROR,
-    BodyTooLarge,
-    ModelNotFound,
-    error_body,
-    error_status,
-    response_body,
+from services.gateway.http import messages
+from services.gateway.http.arrival import (
+    HEADER_STAGE,
+    MAX_SEED,
+    TAG_HEADERS,
+    Arrival,
+    Endpoint,
+    check_model,
+    demand_of,
+    settle_from_history,
 )
-from services.gateway.http.schema import MAX_SEED, ApiRequest, Endpoint, parse_request
+from services.gateway.http.bodies import BodyTooLarge, error_body
 from services.gateway.http.stream import (
     CallStream,
     ClientGone,
     Item,
     outcome,
-    sse_events,
     unless_disconnected,
 )
-from services.gateway.templates import Stage, StageKind
+from services.gateway.http.wires import WIRES, Wire
 from services.gateway.values import Answer, AnswerSource, Demand, new_request_id
 
 log = logging.getLogger(__name__)
 
 HEADER_SOURCE = "x-dynbranch-source"
 HEADER_REUSE_NAME = "x-dynbranch-reuse-name"
-HEADER_STAGE = "x-dynbranch-stage"
-#: Workflow-tag headers and the ``Demand`` fields they fill.
-TAG_HEADERS = {"x-dynbranch-workflow-type": "workflow_type",
-               "x-dynbranch-workflow-id": "workflow_id", "x-dynbranch-agent-id": "agent_id"}
-MAX_TAG_CHARS = 256
 
 
-def error_response(exc: DynbranchError, chat: bool = False) -> JSONResponse:
-    """OpenAI's error JSON with the status for ``exc``; internal errors stay generic."""
-    status, body = error_status(exc, chat)
+def error_response(exc: DynbranchError, wire: Wire = WIRES[Endpoint.CHAT]) -> JSONResponse:
+    """The protocol's error JSON with the status for ``exc``; internal errors stay generic."""
+    status, body = wire.error(exc)
     if status == 500:
         log.error("http: internal error: %s", exc, exc_info=exc)
     return JSONResponse(body, status_code=status)
@@ -120,6 +122,9 @@ class HttpFront:
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
             Route("/v1/models", self.list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.get_model, methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
@@ -184,51 +189,93 @@ class HttpFront:
         try:
             self.auth.tenant(request.headers.get("authorization"))
             model = request.path_params["model"]
-            self._check_model(model)
+            check_model(self.core, model)
         except DynbranchError as exc:
             return error_response(exc)
         return JSONResponse(self._model(model))
 
     async def chat_completions(self, request: Request) -> Response:
         """``POST /v1/chat/completions``."""
-        return await self._generate(request, Endpoint.CHAT)
+        return await self._generate(request, WIRES[Endpoint.CHAT])
 
     async def completions(self, request: Request) -> Response:
         """``POST /v1/completions``."""
-        return await self._generate(request, Endpoint.COMPLETION)
+        return await self._generate(request, WIRES[Endpoint.COMPLETION])
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses`` (OpenAI's Responses API)."""
+        return await self._generate(request, WIRES[Endpoint.RESPONSES])
+
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages`` (Anthropic's Messages API)."""
+        return await self._generate(request, WIRES[Endpoint.MESSAGES])
+
+    async def count_tokens(self, request: Request) -> Response:
+        """``POST /v1/messages/count_tokens``: the prompt tokens of the rendered conversation
+        as the serving engine's tokenizer and chat template count them (a greedy one-token
+        generation, untagged, so a repeated count is a library hit)."""
+        wire = WIRES[Endpoint.MESSAGES]
+        try:
+            tenant = self._tenant(request, wire)
+            req = messages.parse_count(await self._read_json(request))
+            demand = demand_of(self.core, tenant, req, {})
+            answer = await unless_disconnected(self._call(demand, request), request)
+        except ClientGone:
+            return Response(status_code=499)
+        except DynbranchError as exc:
+            return error_response(exc, wire)
+        except Exception:  # the detail goes to the log, never to the client
+            log.exception("http: unexpected error on %s", request.url.path)
+            return JSONResponse(wire.internal_error, status_code=500)
+        return JSONResponse({"input_tokens": answer.usage.prompt_tokens},
+                            headers=self._headers(answer.source, answer.reuse_name,
+                                                  "msg_" + demand.request_id))
 
     def _model(self, model: str) -> dict[str, Any]:
         return {"id": model, "object": "model", "created": self.created, "owned_by": "dynbranch"}
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        body = error_body(f"{request.method} {request.url.path}: {exc.detail}",
-                          "invalid_request_error", None, None)
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        if request.url.path.startswith("/v1/messages"):
+            kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+            body = messages.error_body(kind, message)
+        else:
+            body = error_body(message, "invalid_request_error", None, None)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    def _tenant(self, request: Request, wire: Wire) -> str:
+        """The caller's tenant from its key: ``Authorization: Bearer``, or on Anthropic's
+        routes ``x-api-key`` (what Anthropic's clients send)."""
+        authorization = request.headers.get("authorization")
+        key = request.headers.get("x-api-key", "").strip()
+        if wire.endpoint is Endpoint.MESSAGES and key and not authorization:
+            authorization = f"Bearer {key}"
+        return self.auth.tenant(authorization)
 
     # -- generation -----------------------------------------------------------------------------
 
-    async def _generate(self, request: Request, endpoint: Endpoint) -> Response:
+    async def _generate(self, request: Request, wire: Wire) -> Response:
         try:
-            tenant = self.auth.tenant(request.headers.get("authorization"))
-            req = parse_request(await self._read_json(request), endpoint)
-            demand = self._demand(tenant, req, request.headers)
-            self._settle_from_history(demand, req)
+            tenant = self._tenant(request, wire)
+            req = wire.parse(await self._read_json(request))
+            demand = demand_of(self.core, tenant, req, request.headers)
+            settle_from_history(self.core, demand, req)
             demands, picks = choice_demands(demand, req.n)
             if req.stream:
-                return await self._stream(request, req, demands, picks)
+                return await self._stream(request, wire, req, demands, picks)
             calls = [self._call(d, request) for d in demands]
             done = await unless_disconnected(asyncio.gather(*calls), request)
             answers = [done[i] for i in picks]
         except ClientGone:
             return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
         except DynbranchError as exc:
-            return error_response(exc, endpoint is Endpoint.CHAT)
+            return error_response(exc, wire)
         except Exception:  # the detail goes to the log, never to the client
             log.exception("http: unexpected error on %s", request.url.path)
-            return JSONResponse(INTERNAL_ERROR, status_code=500)
-        rid = endpoint.id_prefix + demand.request_id
-        return JSONResponse(response_body(req, rid, int(time.time()), answers),
+            return JSONResponse(wire.internal_error, status_code=500)
+        rid = wire.endpoint.id_prefix + demand.request_id
+        return JSONResponse(wire.body(req, rid, int(time.time()), answers),
                             headers=self._headers(answers[0].source, answers[0].reuse_name, rid))
 
     async def _read_json(self, request: Request) -> Any:
@@ -246,65 +293,6 @@ class HttpFront:
             return json.loads(b"".join(chunks))
         except ValueError:  # also UnicodeDecodeError
             raise InvalidArgument("body", "not valid JSON") from None
-
-    def _demand(self, tenant: str, req: ApiRequest, headers: Mapping[str, str]) -> Demand:
-        """The core demand of one request; a tool stage takes no model or sampling."""
-        tags = {field: self._tag(headers, name) for name, field in TAG_HEADERS.items()}
-        template_id, stage_id, stage = self._stage(self._tag(headers, HEADER_STAGE))
-        is_tool = stage is not None and stage.kind is StageKind.TOOL
-        if not is_tool:
-            self._check_model(req.model)
-        sampling = None if is_tool else req.sampling(self.core.max_tokens_limit(req.model))
-        if template_id and not tags["workflow_type"]:
-            tags["workflow_type"] = template_id
-        ctx, chat = req.context, req.conversation
-        if req.n > 1 and stage is not None:
-            raise InvalidArgument("n", f"must be 1 on a tagged stage ({HEADER_STAGE}), got "
-                                       f"{req.n}")
-        # A tool-calling decision offers its tools; a tool result is the latest observation.
-        offered = ctx.offered or (req.chat_spec.tool_names() if req.chat_spec else ())
-        observation = ctx.observation or (chat.last_tool_result if chat else "")
-        return Demand(tenant=tenant, request_id=new_request_id(), model=req.model,
-                      prompt=req.prompt, sampling=sampling, template_id=template_id,
-                      stage_id=stage_id, stage_version=stage.version if stage else 0,
-                      inputs=ctx.inputs, outputs=ctx.outputs, offered=offered,
-                      observation=observation, chat=req.chat_spec, stage=stage, **tags)
-
-    def _settle_from_history(self, demand: Demand, req: ApiRequest) -> None:
-        """A tagged request whose conversation ends in the results of one function's calls
-        says which tool the last decision chose: settle the workflow's open branches at its
-        template's offered decision points with that function, as ``Settle`` does."""
-        called = set(req.conversation.last_called) if req.conversation else set()
-        if len(called) != 1 or not demand.tagged or not demand.workflow_id:
-            return
-        selected = called.pop()
-        for point in self.core.decisions(demand.template_id):
-            if point.offered:
-                self.core.settle(demand.tenant, demand.workflow_id, point.coordinate, selected)
-
-    @staticmethod
-    def _tag(headers: Mapping[str, str], name: str) -> str:
-        value = headers.get(name, "").strip()
-        if len(value) > MAX_TAG_CHARS:
-            raise InvalidArgument(name, f"at most {MAX_TAG_CHARS} characters")
-        return value
-
-    def _stage(self, value: str) -> tuple[str, str, Stage | None]:
-        """``template/stage`` → its ids and registered stage; NotFound names what is missing."""
-        if not value:
-            return "", "", None
-        template_id, _, stage_id = value.partition("/")
-        if not template_id or not stage_id:
-            raise InvalidArgument(HEADER_STAGE, f"expected 'template_id/stage_id', got {value!r}")
-        return template_id, stage_id, self.core.stage(template_id, stage_id)
-
-    def _check_model(self, model: str) -> None:
-        if not model:
-            raise InvalidArgument("model", "required")
-        served = self.core.models()
-        if model not in served:
-            known = ", ".join(sorted(served)) or "none"
-            raise ModelNotFound(f"The model {model!r} does not exist (served: {known})")
 
     def _call(self, demand: Demand, request: Request,
               on_delta: Callable[[str], None] | None = None) -> asyncio.Task[Answer]:
@@ -337,7 +325,7 @@ class HttpFront:
 
     # -- streaming ------------------------------------------------------------------------------
 
-    async def _stream(self, request: Request, req: ApiRequest, demands: list[Demand],
+    async def _stream(self, request: Request, wire: Wire, req: Arrival, demands: list[Demand],
                       picks: list[int]) -> Response:
         """Wait for the first event of any choice, then stream; errors before it are ordinary
         error responses with their status. ``picks[i]``: the demand choice i reads."""
@@ -360,7 +348,7 @@ class HttpFront:
                 call.cancel()
             raise
         rid = req.endpoint.id_prefix + demands[0].request_id
-        events = sse_events(req, rid, int(time.time()), first, queue, [calls[k] for k in picks])
+        events = wire.events(req, rid, int(time.time()), first, queue, [calls[k] for k in picks])
         return CallStream(events, calls, self._headers(source, name, rid))
 
     def _reuse_name(self, demand: Demand) -> str:

@@ -13,6 +13,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from services.common.values.errors import DynbranchError, Unavailable
+from services.gateway.http.arrival import Arrival
 from services.gateway.http.bodies import (
     INTERNAL_ERROR,
     chunk_body,
@@ -22,7 +23,6 @@ from services.gateway.http.bodies import (
     total_usage,
     usage_chunk,
 )
-from services.gateway.http.schema import ApiRequest
 from services.gateway.values import Answer
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,12 @@ class ClientGone(Exception):
 def sse(body: Mapping[str, Any]) -> bytes:
     """One server-sent event carrying ``body`` as compact JSON."""
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def named_sse(body: Mapping[str, Any]) -> bytes:
+    """One server-sent event named by its body's ``type`` (the Responses and Messages
+    streams: ``event: <type>`` then the data)."""
+    return f"event: {body['type']}\n".encode() + sse(body)
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -84,7 +90,28 @@ class CallStream(StreamingResponse):
 Item = tuple[int, str | None]
 
 
-async def sse_events(req: ApiRequest, rid: str, created: int, first: Item,
+async def one_choice(first: Item, queue: asyncio.Queue[Item], call: asyncio.Task[Answer]
+                     ) -> AsyncIterator[str | Answer]:
+    """The events of a one-choice stream (Responses, Messages): its non-empty text deltas,
+    then its answer (raises the call's error)."""
+    item = first
+    while item[1] is not None:
+        if item[1]:
+            yield item[1]
+        item = await queue.get()
+    yield outcome(call)
+
+
+def unsent(text: str, sent: str, rid: str) -> str:
+    """What of the final text the deltas did not carry (a library hit or promoted fill
+    arrives whole)."""
+    if text.startswith(sent):
+        return text[len(sent):]
+    log.warning("http: stream %s: streamed text is not a prefix of the answer", rid)
+    return ""
+
+
+async def sse_events(req: Arrival, rid: str, created: int, first: Item,
                      queue: asyncio.Queue[Item], choices: Sequence[asyncio.Task[Answer]]
                      ) -> AsyncIterator[bytes]:
     """SSE events: per choice the role (chat), text deltas, any unsent rest or the tool calls,
@@ -116,7 +143,7 @@ async def sse_events(req: ApiRequest, rid: str, created: int, first: Item,
             yield sse(usage_chunk(req, rid, created, total_usage([outcome(c) for c in choices])))
         yield b"data: [DONE]\n\n"
     except DynbranchError as exc:  # after the first byte the status is sent: report inline
-        status, body = error_status(exc, req.chat)
+        status, body = error_status(exc, req.endpoint)
         if status == 500:
             log.error("http: stream %s: internal error: %s", rid, exc, exc_info=exc)
         yield sse(body)
@@ -125,24 +152,16 @@ async def sse_events(req: ApiRequest, rid: str, created: int, first: Item,
         yield sse(INTERNAL_ERROR)
 
 
-def _finish(req: ApiRequest, rid: str, created: int, index: int, answer: Answer, sent: str
+def _finish(req: Arrival, rid: str, created: int, index: int, answer: Answer, sent: str
             ) -> list[dict[str, Any]]:
     """The last chunks of one choice: unsent text (a library hit or promoted fill arrives
     whole, as one chunk), tool-call deltas, the finish."""
-    rest = _rest(answer.text, sent, rid)
+    rest = unsent(answer.text, sent, rid)
     bodies = [chunk_body(req, rid, created, index=index, text=rest)] if rest else []
     bodies += [chunk_body(req, rid, created, index=index, tool_call=delta)
                for delta in tool_call_deltas(answer.tool_calls)]
     return bodies + [chunk_body(req, rid, created, index=index, finish=finish_reason(answer))]
 
 
-def _rest(text: str, sent: str, rid: str) -> str:
-    """What of the final text the deltas did not carry."""
-    if text.startswith(sent):
-        return text[len(sent):]
-    log.warning("http: stream %s: streamed text is not a prefix of the answer", rid)
-    return ""
-
-
-__all__ = ["CallStream", "ClientGone", "Item", "outcome", "sse", "sse_events",
-           "unless_disconnected"]
+__all__ = ["CallStream", "ClientGone", "Item", "named_sse", "one_choice", "outcome", "sse",
+           "sse_events", "unless_disconnected", "unsent"]
