@@ -388,3 +388,28 @@ async def test_a_stage_that_is_no_template_stage_fails_the_node(recorder: Record
         await graph.ainvoke({"messages": [("user", "q")], "chosen": []},
                             {"callbacks": [LangGraphTagger(stages=lambda node: node)]})
     assert recorder.take() == []
+
+
+async def test_what_a_block_sets_wins_over_what_the_graph_derives(recorder: Recorder) -> None:
+    from langgraph.graph import END, START, StateGraph
+
+    from services.gateway.tagging.langgraph import LangGraphTagger
+
+    model = _chat(recorder)
+
+    async def think(state: RouteState) -> dict[str, Any]:
+        await model.ainvoke("derived")
+        with tagged(stage="react/act"):
+            await model.ainvoke("explicit")
+        return {}
+
+    graph = StateGraph(RouteState)
+    graph.add_node("think", think)
+    graph.add_edge(START, "think")
+    graph.add_edge("think", END)
+    with tagged(workflow_id="wf-outer"):
+        await graph.compile().ainvoke({"messages": [], "chosen": []},
+                                      {"callbacks": [LangGraphTagger("react")],
+                                       "configurable": {"thread_id": "thread-1"}})
+    tags = {WF_TYPE: "react", WF_ID: "wf-outer"}
+    assert recorder.take() == [{**tags, STAGE: "react/think"}, {**tags, STAGE: "react/act"}]
