@@ -55,7 +55,8 @@ EDGES: dict[str, tuple[str, ...]] = {
     # the engine agent's transport sits at its top: the multiplexed Generate stream (both ends)
     # and the calibration command that drives a real engine
     "engine_agent": ("mux_servicer", "mux_client", "calibrate"),
-    "gateway": ("http", "sdk"),  # the OpenAI-compatible HTTP front; the client SDK
+    # the OpenAI-compatible HTTP front; the client SDK; the harness-side tagging interceptor
+    "gateway": ("http", "sdk", "tagging"),
 }
 EDGE_NAMES = ("servicer", "server", "client", "__main__")
 ADAPTER_FOLDERS = {"engine_agent": "backends"}
@@ -75,7 +76,7 @@ GATEWAY_LAYERS: tuple[tuple[str, ...], ...] = (
     ("speculation",),
     ("execution",),
     ("adapters",),
-    ("ports", "values", "templates", "tools", "auth", "config", "client", "sdk"),
+    ("ports", "values", "templates", "tools", "auth", "config", "client", "sdk", "tagging"),
 )
 
 

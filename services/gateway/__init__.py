@@ -4,7 +4,8 @@ The layout follows one demand from the edge down (DESIGN.md §3); a module impor
 below it, never one above (``tests/test_layering.py`` checks it):
 
 - edges: ``server`` (entry point and wiring), ``servicer`` (gRPC), ``http/`` (OpenAI-compatible
-  front), ``auth`` (API keys to tenants); ``client`` and ``sdk`` are what harnesses import.
+  front), ``auth`` (API keys to tenants); ``client``, ``sdk`` and ``tagging/`` (the
+  ``x-dynbranch-*`` headers of an HTTP harness, from a context) are what harnesses import.
 - ``core``: the protocol-free composition root (demands, templates, writes, settlements).
 - ``stages``: the canonical demand path (speculation once, library probe, execution, store).
 - ``speculation/``: early fill (C2), behind ``ports.SpeculationPort``: branches, fills, their
@@ -33,4 +34,10 @@ __all__, __getattr__ = lazy_face(__name__, {
     "answer_to_proto": "servicer", "build_core": "server", "build_runtime": "server",
     "default_predictor": "speculation.predictors", "demand_from_proto": "servicer",
     "hop": "adapters.inproc",
+    # the harness side of the HTTP front: x-dynbranch-* headers from a context (tagging/)
+    "AsyncTaggingTransport": "tagging.transport", "LangGraphTagger": "tagging.langgraph",
+    "Tags": "tagging.context", "TaggingTransport": "tagging.transport",
+    "async_tagging_client": "tagging.transport", "atag_request": "tagging.transport",
+    "current_tags": "tagging.context", "tag_request": "tagging.transport",
+    "tagged": "tagging.context", "tagging_client": "tagging.transport",
 })

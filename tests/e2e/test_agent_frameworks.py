@@ -2,12 +2,15 @@
 ``dynbranch up``'s OpenAI-compatible front on simulated engines: the official ``openai`` SDK
 (tool calls, streamed tool calls, ``n=2``), LangChain's ``ChatOpenAI.bind_tools``, a LangGraph
 prebuilt ReAct agent whose repeated run is served from the library, a tagged LangGraph run that
-promotes an early fill, and the OpenAI Agents SDK with a function tool.
+promotes an early fill, the same promotion with the tags set by the tagging interceptor (from a
+context with the ``openai`` SDK; from the thread id and node names for a LangGraph agent with a
+conditional edge), and the OpenAI Agents SDK with a function tool.
 
 One ``dynbranch up`` process (every service its own process) serves the whole module."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -201,6 +204,119 @@ async def test_tagged_langgraph_run_promotes_the_early_fill(base_url: str) -> No
     assert out["source"] == "promoted_fill"
 
 
+# -- the tagging interceptor: tags from a context, not from headers set by hand -----------------
+
+
+def routing_inputs() -> dict[str, str]:
+    """The routing template's inputs for a query no other test asks (so its router runs)."""
+    return {"functions": json.dumps([{"name": "get_weather"}, {"name": "book_flight"}]),
+            "query": f"What is the weather in Oslo? ({uuid.uuid4().hex[:6]})"}
+
+
+def handler_prompt(inputs: dict[str, str], chosen: str) -> str:
+    """The routing template's handler prompt for the chosen function (what its fill ran)."""
+    from services.gateway.templates import load_builtin
+    from services.gateway.templates.render import render_candidate_stage
+
+    return render_candidate_stage(load_builtin("routing"), "routing/router", chosen, "handler",
+                                  inputs=inputs, outputs={}).text
+
+
+async def test_openai_sdk_tagged_by_context_promotes_the_early_fill(base_url: str) -> None:
+    from services.gateway.tagging import async_tagging_client, tagged
+
+    inputs = routing_inputs()
+    sdk = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0,
+                             http_client=async_tagging_client(openai.DefaultAsyncHttpxClient))
+    tools = [WEATHER, {"type": "function", "function": {
+        "name": "book_flight", "description": "Book a flight.",
+        "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}}}]
+    async with sdk:
+        with tagged(workflow_type="routing", workflow_id=f"wf-{uuid.uuid4().hex[:8]}"):
+            with tagged(stage="routing/router"):
+                routed = await sdk.chat.completions.with_raw_response.create(
+                    model=MODEL, messages=[{"role": "user", "content": inputs["query"]}],
+                    tools=tools, tool_choice="required", temperature=0, max_tokens=320,
+                    extra_body={"dynbranch": {"inputs": inputs}})
+            chosen = routed.parse().choices[0].message.tool_calls[0].function.name
+
+            async def handle() -> Any:  # a task of its own: it inherits the tags
+                with tagged(stage="routing/handler"):
+                    return await sdk.completions.with_raw_response.create(
+                        model=MODEL, prompt=handler_prompt(inputs, chosen), temperature=0,
+                        max_tokens=256)
+
+            handled = await asyncio.create_task(handle())
+    assert chosen in ("get_weather", "book_flight")
+    assert routed.headers["x-dynbranch-source"] == "engine"
+    assert handled.headers["x-dynbranch-source"] == "promoted_fill"
+
+
+class TaggedRouteState(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+    handled: str
+    source: str
+
+
+async def test_langgraph_agent_tagged_by_the_interceptor_promotes_the_early_fill(
+        base_url: str) -> None:
+    """A router node and a handler node behind a conditional edge; the nodes and the models
+    carry no tags: LangGraphTagger derives them from the thread id and the node names."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, StateGraph
+
+    from services.gateway.tagging import async_tagging_client
+    from services.gateway.tagging.langgraph import LangGraphTagger
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather in a city."""
+        return f"{city}: 18 C"
+
+    @tool
+    def book_flight(to: str) -> str:
+        """Book a flight."""
+        return f"booked to {to}"
+
+    inputs = routing_inputs()
+    router_model = ChatOpenAI(model=MODEL, base_url=base_url, api_key="unused", temperature=0,
+                              max_tokens=320, max_retries=0, include_response_headers=True,
+                              http_async_client=async_tagging_client(timeout=60),
+                              extra_body={"dynbranch": {"inputs": inputs}}
+                              ).bind_tools([get_weather, book_flight], tool_choice="required")
+    sdk = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0,
+                             http_client=async_tagging_client(openai.DefaultAsyncHttpxClient))
+
+    async def router(state: TaggedRouteState) -> dict[str, Any]:
+        return {"messages": [await router_model.ainvoke(state["messages"])]}
+
+    def decided(state: TaggedRouteState) -> str:
+        return "handler" if state["messages"][-1].tool_calls else END
+
+    async def handler(state: TaggedRouteState) -> dict[str, Any]:
+        chosen = state["messages"][-1].tool_calls[0]["name"]
+        raw = await sdk.completions.with_raw_response.create(
+            model=MODEL, prompt=handler_prompt(inputs, chosen), temperature=0, max_tokens=256)
+        return {"handled": chosen, "source": raw.headers["x-dynbranch-source"]}
+
+    graph = StateGraph(TaggedRouteState)
+    graph.add_node("router", router)
+    graph.add_node("handler", handler)
+    graph.add_edge(START, "router")
+    graph.add_conditional_edges("router", decided, ["handler", END])
+    graph.add_edge("handler", END)
+    config: Any = {"callbacks": [LangGraphTagger("routing")],  # stage: routing/<node>
+                   "configurable": {"thread_id": f"thread-{uuid.uuid4().hex[:8]}"}}
+    async with sdk:
+        out = await graph.compile().ainvoke(
+            {"messages": [HumanMessage(inputs["query"])], "handled": "", "source": ""}, config)
+    assert out["messages"][-1].response_metadata["headers"]["x-dynbranch-source"] == "engine"
+    assert out["handled"] in ("get_weather", "book_flight")
+    assert out["source"] == "promoted_fill"
+
+
 # -- the OpenAI Agents SDK ------------------------------------------------------------------
 
 
@@ -235,3 +351,5 @@ def test_examples_point_at_the_gateway() -> None:
     for name in ("langgraph_agent.py", "openai_agents_sdk.py"):
         text = (root / name).read_text()
         assert "DYNBRANCH_BASE_URL" in text and "x-dynbranch-workflow-id" in text
+    text = (root / "langgraph_tagged.py").read_text()
+    assert "DYNBRANCH_BASE_URL" in text and "LangGraphTagger" in text
