@@ -159,3 +159,35 @@ async def test_malformed_bodies_get_each_protocols_error_shape(root: str) -> Non
     assert broken.status_code == 400 and broken.json() == {
         "type": "error", "error": {"type": "invalid_request_error",
                                    "message": "body: not valid JSON"}}
+
+
+async def test_anthropic_client_tagged_by_the_interceptor_opens_a_branch_that_promotes(
+        root: str) -> None:
+    """The tagging interceptor with the ``anthropic`` client: a router request sent through
+    Messages, tagged only by ``tagged()`` blocks, opens the branch; the handler is promoted."""
+    from services.gateway.tagging import async_tagging_client, tagged
+    from tests.e2e.test_agent_frameworks import handler_prompt, routing_inputs
+
+    inputs = routing_inputs()
+    ant = anthropic.AsyncAnthropic(
+        base_url=root, api_key="unused", max_retries=0,
+        http_client=async_tagging_client(anthropic.DefaultAsyncHttpxClient))
+    sdk = openai.AsyncOpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0,
+                             http_client=async_tagging_client(openai.DefaultAsyncHttpxClient))
+    async with ant, sdk:
+        with tagged(workflow_type="routing", workflow_id=f"wf-{uuid.uuid4().hex[:8]}"):
+            with tagged(stage="routing/router"):
+                routed = await ant.messages.with_raw_response.create(
+                    model=MODEL, max_tokens=320, tools=[MSG_TOOL, FLIGHT],
+                    tool_choice={"type": "any"},
+                    messages=[{"role": "user", "content": inputs["query"]}],
+                    extra_body={**GREEDY, "dynbranch": {"inputs": inputs}})
+            message = await routed.parse()
+            chosen = next(b.name for b in message.content if b.type == "tool_use")
+            with tagged(stage="routing/handler"):
+                handled = await sdk.completions.with_raw_response.create(
+                    model=MODEL, prompt=handler_prompt(inputs, chosen), temperature=0,
+                    max_tokens=256)
+    assert chosen in ("get_weather", "book_flight")
+    assert routed.headers["x-dynbranch-source"] == "engine"
+    assert handled.headers["x-dynbranch-source"] == "promoted_fill"
