@@ -54,6 +54,9 @@ class Finished:
     timings: Timings
     #: Function calls parsed from the output (``text`` is then the content outside them).
     tool_calls: tuple[ToolCall, ...] = ()
+    #: The stop string that ended the generation ("" for the end-of-sequence token, the length
+    #: limit, or an engine that does not say which).
+    stop_string: str = ""
 
 
 GenerationEvent = Queued | Allocated | TokenDelta | Finished

@@ -108,7 +108,7 @@ def event_to_proto(request_id: str, sequence: int, event: GenerationEvent
         msg.finished.CopyFrom(engine_pb2.Finished(
             reason=int(event.reason), usage=usage_to_proto(event.usage),
             timings=timings_to_proto(event.timings), text=event.text,
-            tool_calls=tool_calls_to_proto(event.tool_calls)))
+            tool_calls=tool_calls_to_proto(event.tool_calls), stop_string=event.stop_string))
     return msg
 
 

@@ -209,7 +209,8 @@ class Executor:
         self.pace.observe_prompt(d.model, len(d.prompt.encode()), ex.usage.prompt_tokens)
         self.engine_s[priority] = (self.engine_s.get(priority, 0.0) + ex.timings.prefill_s
                                    + ex.timings.decode_s)
-        stored = StoredResult(ex.text, ex.finish_reason, ex.usage, tool_calls=ex.tool_calls)
+        stored = StoredResult(ex.text, ex.finish_reason, ex.usage, tool_calls=ex.tool_calls,
+                              stop_string=ex.stop_string)
         return StageRun(stored, ReadSet.pure(), ex.timings.total_s, ex.timings, ex.engine_id)
 
     async def _run_tool(self, stage: Stage, args: str) -> StageRun:

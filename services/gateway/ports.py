@@ -29,6 +29,8 @@ class Execution:
     timings: Timings
     engine_id: str
     tool_calls: tuple[ToolCall, ...] = ()
+    #: The stop string that ended it ("" when none did, or the engine does not say).
+    stop_string: str = ""
 
 
 class LibraryPort(Protocol):

@@ -233,14 +233,14 @@ class StageService:
                        name: ReuseName | None, start: float) -> Answer:
         return Answer(d.request_id, stored.text, stored.finish_reason, stored.usage, ZERO_TIMINGS,
                       source, "", clock.now() - start, str(name or ""),
-                      tool_calls=stored.tool_calls)
+                      tool_calls=stored.tool_calls, stop_string=stored.stop_string)
 
     def _answer_run(self, d: Demand, run: StageRun, name: ReuseName | None,
                     start: float) -> Answer:
         s = run.stored
         return Answer(d.request_id, s.text, s.finish_reason, s.usage, run.timings,
                       AnswerSource.ENGINE, run.engine_id, clock.now() - start, str(name or ""),
-                      tool_calls=s.tool_calls)
+                      tool_calls=s.tool_calls, stop_string=s.stop_string)
 
 
 __all__ = ["StageService"]

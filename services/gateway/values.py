@@ -84,6 +84,8 @@ class Answer:
     #: Seconds spent waiting for engine work of another request (a fill step, a joined
     #: execution): engine time elsewhere, not the mesh's own.
     waited_s: float = 0.0
+    #: The stop string that ended the generation ("" when none did, or it is not known).
+    stop_string: str = ""
 
 
 #: The current demand's wait accumulator (``StageService.run`` sets it; ``charge_wait`` adds).
@@ -138,17 +140,21 @@ class StoredResult:
     usage: Usage
     reads: tuple[tuple[str, int], ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    stop_string: str = ""
 
     def encode(self) -> bytes:
-        """Compact JSON bytes (the read pairs only when there are any or tool calls follow;
-        the tool calls as ``[id, name, arguments]`` only when there are any)."""
+        """Compact JSON bytes (the read pairs only when there are any or fields follow; the
+        tool calls as ``[id, name, arguments]`` only when there are any or the stop string
+        follows; the stop string only when there is one)."""
         u = self.usage
         fields: list[object] = [self.text, int(self.finish_reason), u.prompt_tokens,
                                 u.cached_prompt_tokens, u.completion_tokens]
-        if self.reads or self.tool_calls:
+        if self.reads or self.tool_calls or self.stop_string:
             fields.append([list(r) for r in self.reads])
-        if self.tool_calls:
+        if self.tool_calls or self.stop_string:
             fields.append([[c.id, c.name, c.arguments] for c in self.tool_calls])
+        if self.stop_string:
+            fields.append(self.stop_string)
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
 
     @classmethod
@@ -159,10 +165,11 @@ class StoredResult:
             reads = tuple((str(r), int(v)) for r, v in rest[0]) if rest else ()
             calls = tuple(ToolCall(str(i), str(n), str(a)) for i, n, a in rest[1]) \
                 if len(rest) > 1 else ()
-            if len(rest) > 2:
+            stop = rest[2] if len(rest) > 2 else ""
+            if len(rest) > 3 or not isinstance(stop, str):
                 raise ValueError("trailing fields")
             return cls(text, FinishReason(reason), Usage(prompt, cached, completion), reads,
-                       calls)
+                       calls, stop)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"not a stored stage result: {exc}") from None
 

@@ -55,8 +55,11 @@ class FakeVllm(FakeEngine):
     metrics = METRICS
     facts = {"/v1/models": {"data": [{"id": "tiny", "max_model_len": 64}]}}
 
-    def __init__(self, pieces: list[str] | None = None, delay: float = 0.0) -> None:
+    def __init__(self, pieces: list[str] | None = None, delay: float = 0.0,
+                 finish: tuple[str, object] = ("length", None)) -> None:
         super().__init__(pieces if pieces is not None else ["Hel", "lo", "!"], delay)
+        #: The last choice's finish_reason and vLLM's stop_reason (the stop string matched).
+        self.finish = finish
         self.bodies: list[dict] = []
         self.headers: list[httpx.Headers] = []
 
@@ -72,7 +75,8 @@ class FakeVllm(FakeEngine):
     async def stream(self):
         async for i, piece, last in self.paced():
             choice = {"index": 0, "text": piece, "token_ids": [i],
-                      "finish_reason": "length" if last else None}
+                      "finish_reason": self.finish[0] if last else None,
+                      "stop_reason": self.finish[1] if last else None}
             yield sse({"choices": [choice]})
         usage = {"prompt_tokens": 5, "completion_tokens": len(self.pieces),
                  "prompt_tokens_details": {"cached_tokens": 2}}
@@ -212,3 +216,12 @@ async def test_fill_occupancy_counts_allocated_fills() -> None:
     await gen.aclose()
     assert backend.load().fill_running == 0
     await backend.close()
+
+
+async def test_the_stop_string_vllm_names_is_kept_and_a_stop_token_id_is_not() -> None:
+    for stop_reason, expected in (("\n", "\n"), (2, ""), (None, "")):
+        backend = make_backend(FakeVllm(finish=("stop", stop_reason)))
+        await backend.start()
+        fin = (await collect(backend, req(stop=("\n",))))[-1]
+        assert fin.reason is FinishReason.STOP and fin.stop_string == expected
+        await backend.close()

@@ -30,7 +30,12 @@ from services.common.values.errors import InvalidArgument, PayloadTooLarge, Unim
 from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import RemoteSettings
-from services.engine_agent.backends.sglang import SglangBackend, finish_reason, sampling_params
+from services.engine_agent.backends.sglang import (
+    SglangBackend,
+    finish_reason,
+    matched_stop,
+    sampling_params,
+)
 from tests.engine_agent.fake_engines import (
     DONE,
     FakeEngine,
@@ -119,6 +124,12 @@ def test_sampling_params_follow_sglang_schema() -> None:
 ])
 def test_finish_reason_json(raw, expected) -> None:
     assert finish_reason({"finish_reason": raw}) == expected
+
+
+def test_the_matched_stop_string_is_kept_and_a_matched_token_id_is_not() -> None:
+    assert matched_stop({"finish_reason": {"type": "stop", "matched": "\n\n"}}) == "\n\n"
+    assert matched_stop({"finish_reason": {"type": "stop", "matched": 2}}) == ""
+    assert matched_stop({"finish_reason": "stop"}) == "" and matched_stop({}) == ""
 
 
 async def test_generate_request_and_cumulative_stream() -> None:

@@ -161,6 +161,7 @@ async def test_stop_strings_cut_the_text_and_are_never_streamed() -> None:
                                                      ignore_eos=True, stop=(stop, "zzzz")))
         fin = events[-1]
         assert isinstance(fin, Finished) and fin.reason is FinishReason.STOP
+        assert fin.stop_string == stop  # the one that matched, not "zzzz"
         assert fin.text == base[:base.find(stop)] == texts(events)
         assert fin.usage.completion_tokens < 40
     await backend.close()

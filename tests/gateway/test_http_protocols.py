@@ -145,6 +145,33 @@ async def test_messages_whole_and_streamed_answers_agree() -> None:
     assert raw[-3:] == ["content_block_stop", "message_delta", "message_stop"]
 
 
+async def test_a_stop_sequence_that_ends_the_answer_is_named_also_when_served_again(
+        tmp_path: Path) -> None:
+    """The engine says which stop string ended the text; a library hit keeps it."""
+    messages = [{"role": "user", "content": ASK}]
+    async with served(tmp_path) as (_, base), claude(base) as client:
+        free = await client.messages.create(model=MODEL, max_tokens=24, messages=messages,
+                                            extra_body=GREEDY)
+        words = free.content[0].text.split()
+        stop = words[len(words) // 2]
+        cut = await client.messages.create(model=MODEL, max_tokens=24, messages=messages,
+                                           stop_sequences=[stop], extra_body=GREEDY)
+        async with client.messages.stream(model=MODEL, max_tokens=24, messages=messages,
+                                          stop_sequences=[stop], extra_body=GREEDY) as stream:
+            streamed = await stream.get_final_message()
+        again = await client.messages.with_raw_response.create(
+            model=MODEL, max_tokens=24, messages=messages, stop_sequences=[stop],
+            extra_body=GREEDY)
+        hit = await again.parse()
+    assert again.headers["x-dynbranch-source"] == "library"
+    assert hit.stop_reason == "stop_sequence" and hit.stop_sequence == stop
+    assert free.stop_reason == "max_tokens" and free.stop_sequence is None
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
+    assert stop not in cut.content[0].text and free.content[0].text.startswith(
+        cut.content[0].text)
+    assert streamed.stop_reason == "stop_sequence" and streamed.stop_sequence == stop
+
+
 async def test_messages_tool_use_round_trip_and_tool_choices() -> None:
     tools = [MSG_TOOL, FLIGHT]
     ask = [{"role": "user", "content": ASK}]

@@ -123,7 +123,7 @@ class OpenAIBackend(RemoteBackend):
                                   f"{request.sampling.max_tokens} exceed {self.info.max_model_len}")
         predicted = self._predicted_cached(ids)
         yield Queued(stream.prompt_tokens, self._snapshot.waiting)
-        reason, usage = FinishReason.ERROR, None
+        reason, usage, stop = FinishReason.ERROR, None, ""
         calls: dict[int, dict[str, str]] = {}
         path, body = (("/v1/chat/completions", self._chat_body(request)) if request.chat
                       else ("/v1/completions", self._body(request)))
@@ -145,15 +145,18 @@ class OpenAIBackend(RemoteBackend):
                         yield TokenDelta(text, count)
                     if choice.get("finish_reason"):
                         reason = finish_reason_named(choice["finish_reason"])
+                        # vLLM's servers say which stop string matched; others do not
+                        matched = choice.get("stop_reason")
+                        stop = matched if isinstance(matched, str) else ""
         if stream.aborted:
             yield self._aborted(stream)
             return
         tool_calls = tuple(ToolCall(c["id"], c["name"], c["arguments"])
                            for _, c in sorted(calls.items()))
         if tool_calls:
-            reason = FinishReason.STOP
+            reason, stop = FinishReason.STOP, ""
         yield Finished(reason, stream.text, self._usage(stream, usage), self._timings(stream),
-                       tool_calls)
+                       tool_calls, stop if reason is FinishReason.STOP else "")
 
     def _chat_body(self, request: GenerationRequest) -> dict[str, Any]:
         """The chat-completions body of a chat spec: the sampling of ``_body``, the messages,

@@ -73,6 +73,13 @@ def sampling_params(s: Sampling) -> dict[str, Any]:
     return params
 
 
+def matched_stop(meta: dict[str, Any]) -> str:
+    """The stop string ``meta_info.finish_reason.matched`` names ("" for a token id or none)."""
+    raw = meta.get("finish_reason")
+    matched = raw.get("matched") if isinstance(raw, dict) else None
+    return matched if isinstance(matched, str) else ""
+
+
 def finish_reason(meta: dict[str, Any]) -> FinishReason | None:
     """``meta_info.finish_reason`` (``None``, a dict with ``type``, or a bare string)."""
     raw = meta.get("finish_reason")
@@ -177,7 +184,8 @@ class SglangBackend(RemoteBackend):
             return
         usage = Usage(stream.prompt_tokens, int(meta.get("cached_tokens") or 0),
                       int(meta.get("completion_tokens") or stream.completion_tokens))
-        yield Finished(reason or FinishReason.ERROR, text, usage, self._timings(stream))
+        yield Finished(reason or FinishReason.ERROR, text, usage, self._timings(stream),
+                       stop_string=matched_stop(meta) if reason is FinishReason.STOP else "")
 
 
 _PER_PRIORITY = re.compile(r'[{,]priority="[^"]+"')
@@ -206,4 +214,4 @@ def _fields(settings: RemoteSettings) -> dict[str, Any]:
     return {name: getattr(settings, name) for name in settings.__dataclass_fields__}
 
 
-__all__ = ["SglangBackend", "finish_reason", "sampling_params", "totals_only"]
+__all__ = ["SglangBackend", "finish_reason", "matched_stop", "sampling_params", "totals_only"]

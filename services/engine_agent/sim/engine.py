@@ -286,7 +286,8 @@ class SimEngine:
         seq.flush_text()
         seq.finished = Finished(reason=reason, text=seq.text, usage=Usage(
             prompt_tokens=seq.num_prompt, cached_prompt_tokens=seq.cached_prompt_tokens,
-            completion_tokens=seq.output_tokens), timings=self._timings(seq))
+            completion_tokens=seq.output_tokens), timings=self._timings(seq),
+            stop_string=seq.stop_string if reason is FinishReason.STOP else "")
         seq.notify()
         self._wake.set()
 

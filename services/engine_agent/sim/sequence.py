@@ -28,7 +28,7 @@ class Sequence:
         "block_hashes", "num_computed", "blocks", "num_cached_blocks", "state", "allocated",
         "hit_tokens", "cached_prompt_tokens", "output_tokens", "text", "emitted",
         "submit_s", "alloc_s", "first_token_s", "events", "pending_text", "pending_tokens",
-        "finished", "waiter", "preemptions", "_pseudo", "_holdback",
+        "finished", "waiter", "preemptions", "_pseudo", "_holdback", "stop_string",
     )
 
     def __init__(self, request: GenerationRequest, prompt_ids: tuple[int, ...],
@@ -63,6 +63,8 @@ class Sequence:
         stop = request.sampling.stop
         # Text that could still turn into a stop string is held back (vLLM's stop buffer).
         self._holdback = max(map(len, stop)) - 1 if stop else 0
+        #: The stop string that ended the text ("" until one does).
+        self.stop_string = ""
 
     @property
     def num_pending(self) -> int:
@@ -92,10 +94,11 @@ class Sequence:
         if not stop:
             return False
         start = max(0, old_len - self._holdback)
-        hits = [i for i in (self.text.find(s, start) for s in stop) if i >= 0]
+        hits = [(i, s) for s in stop if (i := self.text.find(s, start)) >= 0]
         if not hits:
             return False
-        self.text = self.text[:min(hits)]
+        at, self.stop_string = min(hits)
+        self.text = self.text[:at]
         return True
 
     def _stage_text(self, final: bool) -> None:

@@ -50,7 +50,7 @@ def _execution(engine_id: str, fin: engine_pb2.Finished) -> Execution:
     return Execution(fin.text, FinishReason(fin.reason or FinishReason.ERROR),
                      Usage(u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens),
                      Timings(t.queue_s, t.prefill_s, t.decode_s, t.total_s), engine_id,
-                     tool_calls_from_proto(fin.tool_calls))
+                     tool_calls_from_proto(fin.tool_calls), fin.stop_string)
 
 
 class EnginePool:

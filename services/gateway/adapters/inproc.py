@@ -74,7 +74,7 @@ class InprocEngines:
                     on_delta(event.text)
                 elif isinstance(event, Finished):
                     return Execution(event.text, event.reason, event.usage, event.timings,
-                                     engine_id, event.tool_calls)
+                                     engine_id, event.tool_calls, event.stop_string)
         raise Unavailable(f"engine {engine_id} ended the stream without finishing")
 
     def models(self) -> set[str]:

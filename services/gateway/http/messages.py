@@ -254,7 +254,16 @@ def stop_reason(answer: Answer) -> str:
     """Why the answer ended, as Anthropic names it."""
     if answer.tool_calls:
         return "tool_use"
-    return "max_tokens" if answer.finish_reason is FinishReason.LENGTH else "end_turn"
+    if answer.finish_reason is FinishReason.LENGTH:
+        return "max_tokens"
+    return "stop_sequence" if stop_sequence(answer) else "end_turn"
+
+
+def stop_sequence(answer: Answer) -> str | None:
+    """The stop sequence that ended the answer (None: none did, or the engine did not say)."""
+    if answer.tool_calls or answer.finish_reason is not FinishReason.STOP:
+        return None
+    return answer.stop_string or None
 
 
 def usage_body(answer: Answer) -> dict[str, Any]:
@@ -283,7 +292,8 @@ def content_blocks(answer: Answer) -> list[dict[str, Any]]:
 def _message_body(req: Arrival, rid: str, answer: Answer | None) -> dict[str, Any]:
     return {"id": rid, "type": "message", "role": "assistant", "model": req.model,
             "content": content_blocks(answer) if answer else [],
-            "stop_reason": stop_reason(answer) if answer else None, "stop_sequence": None,
+            "stop_reason": stop_reason(answer) if answer else None,
+            "stop_sequence": stop_sequence(answer) if answer else None,
             "usage": usage_body(answer) if answer else {"input_tokens": 0, "output_tokens": 0}}
 
 
@@ -340,7 +350,8 @@ async def message_events(req: Arrival, rid: str, created: int, first: Item, queu
                     "type": "input_json_delta", "partial_json": args[i:i + step]})
             yield event("content_block_stop", index=k)
         yield event("message_delta", delta={"stop_reason": stop_reason(answer),
-                                            "stop_sequence": None}, usage=usage_body(answer))
+                                            "stop_sequence": stop_sequence(answer)},
+                    usage=usage_body(answer))
         yield event("message_stop")
     except DynbranchError as exc:  # after the first byte the status is sent: report inline
         status, body = error_status(exc)
@@ -390,4 +401,5 @@ def error_status(exc: DynbranchError) -> tuple[int, dict[str, Any]]:
 
 
 __all__ = ["INTERNAL_ERROR", "content_blocks", "error_body", "error_status", "message_body",
-           "message_events", "parse_count", "parse_messages", "stop_reason", "usage_body"]
+           "message_events", "parse_count", "parse_messages", "stop_reason", "stop_sequence",
+           "usage_body"]

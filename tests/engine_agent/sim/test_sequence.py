@@ -40,4 +40,5 @@ def test_a_stop_string_ends_and_is_cut_from_the_text() -> None:
         pass
     s.flush_text()
     assert reason is FinishReason.STOP and s.text == text[:text.find(stop)]
+    assert s.stop_string == stop and free.stop_string == ""  # which stop string ended it
     assert "".join(s.pending_text) == s.text  # nothing held back once it ended

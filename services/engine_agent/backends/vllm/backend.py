@@ -440,13 +440,15 @@ class VllmBackend:
         usage = Usage(active.prompt_tokens, int(out.num_cached_tokens or 0),
                       active.completion_tokens)
         timings = timings_from_metrics(out.metrics, time.time() - wall0)
+        # vLLM's stop_reason: the stop string matched, a stop token id, or None (EOS).
+        stop = completion.stop_reason if isinstance(completion.stop_reason, str) else ""
         chat = active.request.chat
         if chat is None or self._chat is None or reason is FinishReason.ABORT:
-            return Finished(reason, text, usage, timings)
+            return Finished(reason, text, usage, timings, stop_string=stop)
         content, calls = self._chat.parse(chat, text)
         if calls:
-            reason = FinishReason.STOP
-        return Finished(reason, content, usage, timings, calls)
+            reason, stop = FinishReason.STOP, ""
+        return Finished(reason, content, usage, timings, calls, stop)
 
     async def _cleanup(self, active: _Active, q: Any, alloc: Any, done: bool) -> None:
         if q is not None and not done and self._llm is not None:
