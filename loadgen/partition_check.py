@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.faultproxy import FaultProxy
+from loadgen.version_marks import text_of, version_in
 from services.common.runtime.clients import wait_serving
 from services.common.values.reads import ReadSet, RecordRead
 from services.common.values.reuse_name import StageFingerprint, reuse_name
@@ -57,21 +58,6 @@ CUT_SHARD = "csl-1"
 LIBRARY = 2  # gateway_pb2.RESULT_SOURCE_LIBRARY
 RECORDS = tuple(f"probe-record-{i}" for i in range(4))
 PROBE_FP = StageFingerprint("partition", "probe", 1, "probe-model", max_tokens=8)
-
-
-def text_of(term: str, version: int) -> str:
-    """A document's text at ``version``: its length changes with the version (so rewrites bump
-    term records too), and one token only this version holds marks it."""
-    return f"{term} is a rewritten document. " + "body " * (version % 3) + f"marker{version}x."
-
-
-def version_in(answer: str, term: str) -> int | None:
-    """The marker version of ``term``'s passage in a retrieve answer (None when absent)."""
-    for passage in answer.split("\n\n"):
-        head, _, body = passage.partition("\n")
-        if head.endswith(f"] {term}") and "marker" in body:
-            return int(body.rsplit("marker", 1)[1].split("x", 1)[0])
-    return None
 
 
 @dataclass
@@ -178,7 +164,10 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
     tallies = {name: PhaseTally() for _, name in PHASES}
     phase = [PHASES[0][1]]
     failures: list[str] = []
-    total = [0]
+
+    def total() -> int:
+        return sum(t.checks for t in tallies.values())
+
     done = asyncio.Event()
     fillers = [(f"filler-{i}", f"Filler {i}", f"Filler text number {i} about rivers.")
                for i in range(30)]
@@ -198,27 +187,33 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
             return
         seen = version_in(answer.text, term)
         tally.checks += 1
-        total[0] += 1
         if seen is None or seen < floor:
             tally.stale += 1
             failures.append(f"{phase[0]}: {term} acknowledged at {floor}, answered {seen}")
 
+    async def timed_write(what: str, **write: Any) -> tuple[PhaseTally, dict[str, int]] | None:
+        """One write through A, timed in the phase it began in; None once a failure is counted
+        (the caller writes again)."""
+        tally, start = tallies[phase[0]], time.monotonic()
+        try:
+            written = await a.write(**write)
+        except Exception as exc:  # noqa: BLE001 - counted, then written again
+            tally.write_errors += 1
+            failures.append(f"{phase[0]}: write {what} failed: {exc!r}"[:300])
+            await asyncio.sleep(0.05)
+            return None
+        tally.write_s.append(time.monotonic() - start)
+        return tally, written
+
     async def writer(term: str) -> None:
         version = 0
         while not done.is_set():
-            tally = tallies[phase[0]]
-            start = time.monotonic()
-            try:
-                await a.write(upserts=[(term, term, text_of(term, version))])
-            except Exception as exc:  # noqa: BLE001 - counted, then written again
-                tally.write_errors += 1
-                failures.append(f"{phase[0]}: write {term}@{version} failed: {exc!r}"[:300])
-                await asyncio.sleep(0.05)
-                continue
-            tally.write_s.append(time.monotonic() - start)
-            tally.writes += 1
-            acked[term] = version
-            version += 1
+            done_write = await timed_write(f"{term}@{version}",
+                                           upserts=[(term, term, text_of(term, version))])
+            if done_write is not None:
+                done_write[0].writes += 1
+                acked[term] = version
+                version += 1
 
     view = ShardedLibrary([pm.mesh.address(f"csl-{i}") for i in range(3)],
                           serving_lease_s=pm.lease_s, renew_interval_s=pm.lease_s / 5)
@@ -226,20 +221,14 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
     record_acked = dict.fromkeys(RECORDS, 0)
 
     async def record_writer() -> None:
+        rng = random.Random(len(RECORDS))
         while not done.is_set():
-            tally = tallies[phase[0]]
-            record = random.choice(RECORDS)
-            start = time.monotonic()
-            try:
-                written = await a.write(record_ids=[record])
-            except Exception as exc:  # noqa: BLE001 - counted, then written again
-                tally.write_errors += 1
-                failures.append(f"{phase[0]}: write {record} failed: {exc!r}"[:300])
-                await asyncio.sleep(0.05)
-                continue
-            tally.write_s.append(time.monotonic() - start)
-            tally.record_writes += 1
-            record_acked[record] = max(record_acked[record], written[record])
+            record = rng.choice(RECORDS)
+            done_write = await timed_write(record, record_ids=[record])
+            if done_write is not None:
+                tally, written = done_write
+                tally.record_writes += 1
+                record_acked[record] = max(record_acked[record], written[record])
 
     async def probe(record: str) -> None:  # one per record: a shard that hangs stalls one
         name = reuse_name(LOCAL_TENANT, PROBE_FP, record.encode())
@@ -270,11 +259,11 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
         for index, (share, name) in enumerate(PHASES):
             phase[0] = name  # the fault's own onset counts to its phase
             if progress is not None:
-                progress(f"  phase: {name} from {total[0]} checks")
+                progress(f"  phase: {name} from {total()} checks")
             await _phase_action(pm, name)
-            goal = total[0] + share * checks if index < len(PHASES) - 1 else checks
+            goal = total() + share * checks if index < len(PHASES) - 1 else checks
             row = tallies[name]
-            while (total[0] < goal or row.writes < min_writes or row.record_writes < min_writes
+            while (total() < goal or row.writes < min_writes or row.record_writes < min_writes
                    or row.library_checks < min_writes):
                 await asyncio.sleep(0.02)
         done.set()
@@ -291,7 +280,7 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
             with contextlib.suppress(Exception):
                 await c.close()
     rows = {name: t.row() for name, t in tallies.items()}
-    return {"checks": sum(t.checks for t in tallies.values()),
+    return {"checks": total(),
             "stale": sum(t.stale for t in tallies.values()),
             "errors": sum(t.errors for t in tallies.values()),
             "write_errors": sum(t.write_errors for t in tallies.values()),
@@ -316,4 +305,4 @@ async def partition_check(run_dir: Path, checks: int, lease_s: float = 0.5, writ
         await pm.close()
 
 
-__all__ = ["PHASES", "PartitionMesh", "partition_check", "run_check", "text_of", "version_in"]
+__all__ = ["PHASES", "PartitionMesh", "partition_check", "run_check"]

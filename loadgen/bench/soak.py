@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.bench.load import proc_figures
+from loadgen.version_marks import text_of, version_in
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace, Workload
@@ -177,7 +178,7 @@ class Load:
                 return
             term = f"Soakterm{version % documents}"
             try:
-                await self.sdk.write(upserts=[(term.lower(), term, _text(term, version))])
+                await self.sdk.write(upserts=[(term.lower(), term, text_of(term, version))])
                 self.counts.writes += 1
                 await self.sdk.write(record_ids=[f"soak-record-{version % 64}"])
                 self.counts.record_writes += 1
@@ -185,7 +186,7 @@ class Load:
                     answer = await self.sdk.call_stage(
                         "react", "retrieve", workflow_id=f"soak-check-{version}-{attempt}",
                         inputs=QUESTION, candidate=term)
-                    self._check(_version_in(answer.text, term), version)
+                    self._check(version_in(answer.text, term), version)
             except Exception as exc:  # noqa: BLE001
                 self.counts.error("write/check", exc)
             await asyncio.sleep(0.05)
@@ -222,19 +223,6 @@ class Load:
             observation=observation, tool="open", model=MODEL,
             prompt=f"{history}\nObservation: {observation.decode()}\n", sampling=sampling),
             timeout_s=20)
-
-
-def _text(term: str, version: int) -> str:
-    return f"{term} is a rewritten document. " + "body " * (version % 3) + f"marker{version}x."
-
-
-def _version_in(text: str, term: str) -> int | None:
-    """The marker version of ``term``'s passage in a retrieve answer (None when absent)."""
-    for passage in text.split("\n\n"):
-        head, _, body = passage.partition("\n")
-        if head.endswith(f"] {term}") and "marker" in body:
-            return int(body.rsplit("marker", 1)[1].split("x", 1)[0])
-    return None
 
 
 # -- sampling and verdicts ------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from loadgen.version_marks import text_of, version_in
 from services.corpus import Corpus, Document
 from services.gateway.sdk import DynbranchClient
 from services.launcher import Mesh, MeshSpec
@@ -27,21 +28,6 @@ QUESTION = {"question": "What is it?", "notes": "none yet"}
 # the run crosses many refreshes (each one changes every search's read-set).
 FILLER = [Document(f"filler-{i}", f"Filler {i}", f"Filler text number {i} about rivers.")
           for i in range(30)]
-
-
-def _text(term: str, version: int) -> str:
-    # the length changes with the version, so a rewrite bumps term records too; the marker is a
-    # token only this version holds
-    return f"{term} is a rewritten document. " + "body " * (version % 3) + f"marker{version}x."
-
-
-def _version_in(text: str, term: str) -> int | None:
-    """The marker version of ``term``'s passage in a retrieve answer (None when absent)."""
-    for passage in text.split("\n\n"):
-        head, _, body = passage.partition("\n")
-        if head.endswith(f"] {term}") and "marker" in body:
-            return int(body.rsplit("marker", 1)[1].split("x", 1)[0])
-    return None
 
 
 @dataclass
@@ -79,14 +65,14 @@ async def _a_writes_b_retrieves(a: DynbranchClient, b: DynbranchClient, checks: 
         if floor < 0:
             return
         tally.checks += 1
-        seen = _version_in(text, term)
+        seen = version_in(text, term)
         if seen is None or seen < floor:
             tally.stale.append(f"{term}: acknowledged {floor}, got {seen}")
 
     async def writer(term: str) -> None:
         version = 0
         while not done.is_set():
-            await a.write(upserts=[(term, term, _text(term, version))])
+            await a.write(upserts=[(term, term, text_of(term, version))])
             acked[term] = version
             tally.writes += 1
             await check(term, f"{term}-w{version}")
@@ -125,13 +111,13 @@ async def _run(tmp_path: Path, checks: int) -> None:
         assert tally.checks >= checks and tally.writes >= 8
 
         # the corpus service down: B's retrieve is an error, never older text
-        await a.write(upserts=[("Quux0", "Quux0", _text("Quux0", 1000))])
+        await a.write(upserts=[("Quux0", "Quux0", text_of("Quux0", 1000))])
         await mesh.kill("corpus")
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await _retrieve(b, "Quux0", "down-1")
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         with pytest.raises(grpc.aio.AioRpcError):  # and no write is acknowledged meanwhile
-            await a.write(upserts=[("Quux0", "Quux0", _text("Quux0", 1001))])
+            await a.write(upserts=[("Quux0", "Quux0", text_of("Quux0", 1001))])
         await mesh.restart("corpus")  # same folder, same port: the gateways reconnect
         for attempt in range(50):
             try:
@@ -141,7 +127,7 @@ async def _run(tmp_path: Path, checks: int) -> None:
                 await asyncio.sleep(0.1)
         else:
             raise AssertionError("B did not retrieve again after the corpus came back")
-        assert _version_in(text, "Quux0") == 1000
+        assert version_in(text, "Quux0") == 1000
     finally:
         for client in (a, b):
             await client.close()

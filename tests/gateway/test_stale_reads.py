@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from loadgen.version_marks import text_of, version_in
 from services.common.pb import gateway_pb2
 from services.corpus import Corpus, Document
 from services.gateway.sdk import DynbranchClient
@@ -35,25 +36,10 @@ def _corpus(folder: Path, docs: list[Document] = FILLER) -> str:
     return str(path)
 
 
-def _text(term: str, version: int) -> str:
-    # The length changes with the version, so rewrites bump term records too, not only the
-    # document record; the marker is one token that only this version holds.
-    return f"{term} is a rewritten document. " + "body " * (version % 3) + f"marker{version}x."
-
-
 async def _retrieve(client: DynbranchClient, term: str, workflow_id: str) -> str:
     answer = await client.call_stage("react", "retrieve", workflow_id=workflow_id,
                                      inputs=QUESTION, candidate=term)
     return answer.text
-
-
-def _version_in(text: str, term: str) -> int | None:
-    """The marker version of ``term``'s passage in a retrieve answer (None when absent)."""
-    for passage in text.split("\n\n"):
-        head, _, body = passage.partition("\n")
-        if head.endswith(f"] {term}") and "marker" in body:
-            return int(body.rsplit("marker", 1)[1].split("x", 1)[0])
-    return None
 
 
 @pytest.mark.parametrize("c1, c2", [(False, False), (True, True)])
@@ -64,11 +50,11 @@ async def test_many_rewrites_across_statistics_refreshes_return_the_latest_text(
         refreshes = 0
         for version in range(40):
             written = await m.client.write(upserts=[("zorblax", "Zorblax",
-                                                     _text("Zorblax", version))])
+                                                     text_of("Zorblax", version))])
             refreshes += "corpus/corpus/stats" in written
             for attempt in range(2):  # the second one may be served by the library (C1)
                 text = await _retrieve(m.client, "Zorblax", f"w{version}-{attempt}")
-                assert _version_in(text, "Zorblax") == version, (version, attempt, text)
+                assert version_in(text, "Zorblax") == version, (version, attempt, text)
         assert refreshes >= 5  # the run crossed statistics refreshes
 
 
@@ -88,7 +74,7 @@ async def _stale_checks(tmp_path: Path, checks: int, writers: int = 8) -> tuple[
             text = await _retrieve(m.client, term, workflow_id)
             if floor < 0:
                 return
-            seen = _version_in(text, term)
+            seen = version_in(text, term)
             counts["checks"] += 1
             if seen is None or seen < floor:
                 counts["stale"] += 1
@@ -97,7 +83,7 @@ async def _stale_checks(tmp_path: Path, checks: int, writers: int = 8) -> tuple[
         async def writer(term: str) -> None:
             version = 0
             while not done.is_set():
-                await m.client.write(upserts=[(term, term, _text(term, version))])
+                await m.client.write(upserts=[(term, term, text_of(term, version))])
                 acked[term] = version
                 await check(term, f"{term}-w{version}")
                 version += 1
@@ -148,17 +134,17 @@ async def test_an_empty_csl_store_accepts_writes_and_serves_fresh_text(tmp_path:
     async with AsyncExitStack() as stack:
         client, _ = await _gateway_on(stack, tmp_path / "csl-a", corpus_path)
         for version in range(6):
-            await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", version))])
-        assert _version_in(await _retrieve(client, "Zorblax", "a"), "Zorblax") == 5
+            await client.write(upserts=[("zorblax", "Zorblax", text_of("Zorblax", version))])
+        assert version_in(await _retrieve(client, "Zorblax", "a"), "Zorblax") == 5
     async with AsyncExitStack() as stack:  # the csl lost its volume; the corpus did not
         client, _ = await _gateway_on(stack, tmp_path / "csl-b", corpus_path)
         for version in range(6, 10):
             written = await client.write(upserts=[("zorblax", "Zorblax",
-                                                   _text("Zorblax", version))])
+                                                   text_of("Zorblax", version))])
             assert written
             for attempt in range(2):
                 text = await _retrieve(client, "Zorblax", f"b{version}-{attempt}")
-                assert _version_in(text, "Zorblax") == version
+                assert version_in(text, "Zorblax") == version
 
 
 async def test_a_rolled_back_csl_store_is_reconciled_before_it_serves(tmp_path: Path) -> None:
@@ -166,31 +152,31 @@ async def test_a_rolled_back_csl_store_is_reconciled_before_it_serves(tmp_path: 
     csl_dir, backup = tmp_path / "csl", tmp_path / "csl-backup"
     async with AsyncExitStack() as stack:
         client, _ = await _gateway_on(stack, csl_dir, corpus_path)
-        await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", 1))])
+        await client.write(upserts=[("zorblax", "Zorblax", text_of("Zorblax", 1))])
         for attempt in range(2):  # stored, then served from the library
-            assert _version_in(await _retrieve(client, "Zorblax", f"a{attempt}"),
+            assert version_in(await _retrieve(client, "Zorblax", f"a{attempt}"),
                                "Zorblax") == 1
     shutil.copytree(csl_dir, backup)  # a backup holding the version-1 entry as fresh
     async with AsyncExitStack() as stack:
         client, _ = await _gateway_on(stack, csl_dir, corpus_path)
-        await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", 2))])
+        await client.write(upserts=[("zorblax", "Zorblax", text_of("Zorblax", 2))])
     async with AsyncExitStack() as stack:  # restore the older csl store under the corpus
         client, _ = await _gateway_on(stack, backup, corpus_path)
         for attempt in range(3):
             text = await _retrieve(client, "Zorblax", f"c{attempt}")
-            assert _version_in(text, "Zorblax") == 2, text
+            assert version_in(text, "Zorblax") == 2, text
 
 
 def test_version_text_helper_reads_the_marker() -> None:
-    text = "[1] Zorblax\n" + _text("Zorblax", 12) + "\n\n[2] Filler 1\nFiller text."
-    assert _version_in(text, "Zorblax") == 12 and _version_in(text, "Filler 1") is None
+    text = "[1] Zorblax\n" + text_of("Zorblax", 12) + "\n\n[2] Filler 1\nFiller text."
+    assert version_in(text, "Zorblax") == 12 and version_in(text, "Filler 1") is None
 
 
 async def _write_retrying(client: DynbranchClient, doc_id: str, term: str, version: int) -> None:
     """Write as a client does while the csl comes back: UNAVAILABLE means nothing was written."""
     for _ in range(100):
         try:
-            await client.write(upserts=[(doc_id, term, _text(term, version))])
+            await client.write(upserts=[(doc_id, term, text_of(term, version))])
             return
         except grpc.aio.AioRpcError as err:
             assert err.code() is grpc.StatusCode.UNAVAILABLE, err
@@ -211,9 +197,9 @@ async def test_a_csl_restarted_on_an_older_store_under_a_running_gateway_serves_
         client = DynbranchClient(gw.address)
         stack.push_async_callback(client.close)
         client.use_builtin("react")
-        await client.write(upserts=[("zorblax", "Zorblax", _text("Zorblax", 1))])
+        await client.write(upserts=[("zorblax", "Zorblax", text_of("Zorblax", 1))])
         for attempt in range(2):  # stored, then served from the library
-            assert _version_in(await _retrieve(client, "Zorblax", f"a{attempt}"), "Zorblax") == 1
+            assert version_in(await _retrieve(client, "Zorblax", f"a{attempt}"), "Zorblax") == 1
         await first.shutdown()
         shutil.copytree(csl_dir, backup)  # a copy that holds the version-1 entry as fresh
         second = await stack.enter_async_context(
@@ -224,7 +210,7 @@ async def test_a_csl_restarted_on_an_older_store_under_a_running_gateway_serves_
         deadline = asyncio.get_running_loop().time() + 10
         seen = []
         while asyncio.get_running_loop().time() < deadline:  # before and after the reconcile
-            seen.append(_version_in(await _retrieve(client, "Zorblax", f"c{len(seen)}"),
+            seen.append(version_in(await _retrieve(client, "Zorblax", f"c{len(seen)}"),
                                     "Zorblax"))
             if len(seen) >= 20:
                 break
@@ -233,7 +219,7 @@ async def test_a_csl_restarted_on_an_older_store_under_a_running_gateway_serves_
         for attempt in range(50):  # reconciled: the library serves the current text again
             answer = await client.call_stage("react", "retrieve", workflow_id=f"d{attempt}",
                                              inputs=QUESTION, candidate="Zorblax")
-            assert _version_in(answer.text, "Zorblax") == 2
+            assert version_in(answer.text, "Zorblax") == 2
             if answer.source == gateway_pb2.RESULT_SOURCE_LIBRARY:
                 break
             await asyncio.sleep(0.2)
