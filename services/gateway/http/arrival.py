@@ -166,6 +166,17 @@ def field_of(body: Mapping[str, Any], name: str, kind: str, default: Any = None,
     return value
 
 
+def required_string(block: Mapping[str, Any], name: str, where: str,
+                    empty: bool = False) -> str:
+    """``block[name]``, which must be a string (a non-empty one unless ``empty``); ``where``
+    is the block's path in errors."""
+    value = block.get(name)
+    if not isinstance(value, str) or not (value or empty):
+        raise InvalidArgument(f"{where}.{name}", "required (a string)" if empty
+                              else "required (a non-empty string)")
+    return value
+
+
 def ranged(body: Mapping[str, Any], name: str, default: float, low: float, high: float,
            low_open: bool = False) -> float:
     """A number in ``[low, high]`` (``(low, high]`` when ``low_open``)."""

@@ -43,6 +43,7 @@ from services.gateway.http.arrival import (
     parse_context,
     ranged,
     refuse,
+    required_string,
     stops_of,
     top_k_of,
 )
@@ -147,15 +148,8 @@ def _texts(where: str, blocks: Any) -> str:
     for j, block in enumerate(blocks):
         if not isinstance(block, dict) or block.get("type") != "text":
             raise InvalidArgument(f"{where}[{j}].type", "only 'text' blocks are supported here")
-        texts.append(_string(block, "text", f"{where}[{j}]"))
+        texts.append(required_string(block, "text", f"{where}[{j}]", empty=True))
     return "\n".join(texts)
-
-
-def _string(block: dict[str, Any], name: str, where: str) -> str:
-    value = block.get(name)
-    if not isinstance(value, str):
-        raise InvalidArgument(f"{where}.{name}", "required (a string)")
-    return value
 
 
 def _message(where: str, message: Any) -> list[dict[str, Any]]:
@@ -182,16 +176,17 @@ def _message(where: str, message: Any) -> list[dict[str, Any]]:
             raise InvalidArgument(f"{at}.type", f"{role} blocks may be "
                                                 f"{' or '.join(map(repr, allowed))}")
         if kind == "text":
-            texts.append(_string(block, "text", at))
+            texts.append(required_string(block, "text", at, empty=True))
         elif kind == "tool_use":
             args = block.get("input")
             if not isinstance(args, dict):
                 raise InvalidArgument(f"{at}.input", "must be an object")
-            calls.append({"id": _id(block, "id", at), "type": "function", "function": {
-                "name": _id(block, "name", at), "arguments": canonical_json(args)}})
+            calls.append({"id": required_string(block, "id", at), "type": "function",
+                          "function": {"name": required_string(block, "name", at),
+                                       "arguments": canonical_json(args)}})
         else:
             results.append({"role": "tool", "content": _result(at, block),
-                            "tool_call_id": _id(block, "tool_use_id", at)})
+                            "tool_call_id": required_string(block, "tool_use_id", at)})
     if role == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
         if calls:
@@ -200,13 +195,6 @@ def _message(where: str, message: Any) -> list[dict[str, Any]]:
     if texts or not results:
         results.append({"role": "user", "content": "\n".join(texts)})
     return results
-
-
-def _id(block: dict[str, Any], name: str, where: str) -> str:
-    value = block.get(name)
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{where}.{name}", "required (a non-empty string)")
-    return value
 
 
 def _result(where: str, block: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from services.gateway.http.arrival import (
     parse_context,
     ranged,
     refuse,
+    required_string,
     seed_of,
     top_k_of,
 )
@@ -119,8 +120,8 @@ def _input(value: Any) -> list[dict[str, Any]]:
         if kind == "message":
             messages.append(_message(where, item))
         elif kind == "function_call":
-            call = {"id": _text(item, "call_id", where), "type": "function",
-                    "function": {"name": _text(item, "name", where),
+            call = {"id": required_string(item, "call_id", where), "type": "function",
+                    "function": {"name": required_string(item, "name", where),
                                  "arguments": field_of(item, "arguments", "a string", "",
                                                        where=f"{where}.")}}
             last = messages[-1] if messages else None
@@ -130,18 +131,11 @@ def _input(value: Any) -> list[dict[str, Any]]:
             last.setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             messages.append({"role": "tool", "content": _output(where, item.get("output")),
-                             "tool_call_id": _text(item, "call_id", where)})
+                             "tool_call_id": required_string(item, "call_id", where)})
         else:
             raise InvalidArgument(f"{where}.type", "only 'message', 'function_call' and "
                                                    "'function_call_output' items are supported")
     return messages
-
-
-def _text(item: dict[str, Any], name: str, where: str) -> str:
-    value = item.get(name)
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{where}.{name}", "required (a non-empty string)")
-    return value
 
 
 def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
