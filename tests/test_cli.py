@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +59,30 @@ def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> 
         if re.search(pattern, line):
             return lines
     raise AssertionError(f"no {pattern!r} in {lines}")
+
+
+@contextlib.contextmanager
+def up_url(args: list[str], run_dir: Path, pattern: str, timeout_s: float = 120,
+           stop_s: float = 30, group: bool = False) -> Iterator[str]:
+    """``dynbranch up ARGS`` with its temporary files under ``run_dir``: the first group of
+    ``pattern`` in what it prints up to its ``try:`` line. SIGTERM at the end, SIGKILL (its whole
+    process group with ``group``, which starts it in a session of its own) after ``stop_s``."""
+    proc = subprocess.Popen([*DYNBRANCH, "up", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=group,
+                            env={**os.environ, "TMPDIR": str(run_dir)})
+    try:
+        lines = _read_until(proc, r"^try: ", timeout_s)
+        yield next(m.group(1) for line in lines if (m := re.search(pattern, line)))
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=stop_s)
+            except subprocess.TimeoutExpired:
+                if group:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.kill()
 
 
 @pytest.mark.slow

@@ -12,11 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +23,7 @@ import openai
 import pytest
 from langgraph.graph.message import add_messages
 
-from tests.test_cli import _read_until
+from tests.test_cli import up_url
 
 pytestmark = pytest.mark.slow
 MODEL = "qwen3-32b"
@@ -42,22 +37,9 @@ ASK = [{"role": "user", "content": "What is the weather in Oslo?"}]
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``dynbranch up`` with two sim engines; its OpenAI base URL (``http://host:port/v1``)."""
-    run = tmp_path_factory.mktemp("up")
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "up", "--engines", "2",
-                             "--time-scale", "0.01", "--log-level", "WARNING"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(run)})
-    try:
-        lines = _read_until(proc, r"^try: ", 120)
-        url = next(m.group(1) for line in lines
-                   if (m := re.search(r"openai-compatible API: (\S+/v1)", line)))
+    with up_url(["--engines", "2", "--time-scale", "0.01", "--log-level", "WARNING"],
+                tmp_path_factory.mktemp("up"), r"openai-compatible API: (\S+/v1)") as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def client(base_url: str, **headers: str) -> openai.AsyncOpenAI:

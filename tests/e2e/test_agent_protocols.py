@@ -10,11 +10,6 @@ One ``dynbranch up`` process (every service its own process) serves the whole mo
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -24,7 +19,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.test_cli import _read_until
+from tests.test_cli import up_url
 
 pytestmark = pytest.mark.slow
 MODEL = "qwen3-32b"
@@ -40,21 +35,9 @@ GREEDY = {"temperature": 0}
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``dynbranch up`` with two sim engines; its HTTP root (``http://host:port``)."""
-    run = tmp_path_factory.mktemp("up")
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "up", "--engines", "2",
-                             "--time-scale", "0.01", "--log-level", "WARNING"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(run)})
-    try:
-        lines = _read_until(proc, r"^try: ", 120)
-        yield next(m.group(1) for line in lines
-                   if (m := re.search(r"anthropic messages API: (http://\S+)", line)))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with up_url(["--engines", "2", "--time-scale", "0.01", "--log-level", "WARNING"],
+                tmp_path_factory.mktemp("up"), r"anthropic messages API: (http://\S+)") as root:
+        yield root
 
 
 def oai(root: str) -> openai.AsyncOpenAI:

@@ -9,18 +9,13 @@ what it says."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 
-from tests.test_cli import _read_until
+from tests.test_cli import up_url
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
@@ -32,15 +27,10 @@ ASK = "Weather in Oslo?"
 
 async def test_messages_and_responses_with_a_tool_on_the_embedded_vllm(
         tiny_model_path: Path, tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "up", "--engines", "1",
-                             "--backend", "vllm", "--model-path", str(tiny_model_path),
-                             "--log-level", "WARNING"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path)})
-    try:
-        lines = _read_until(proc, r"^try: ", 600)
-        root = next(m.group(1) for line in lines
-                    if (m := re.search(r"anthropic messages API: (http://\S+)", line)))
+    args = ["--engines", "1", "--backend", "vllm", "--model-path", str(tiny_model_path),
+            "--log-level", "WARNING"]
+    with up_url(args, tmp_path, r"anthropic messages API: (http://\S+)", timeout_s=600,
+                stop_s=60, group=True) as root:
         async with anthropic.AsyncAnthropic(base_url=root, api_key="unused",
                                             max_retries=0, timeout=300) as ant, \
                 openai.AsyncOpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0,
@@ -73,10 +63,3 @@ async def test_messages_and_responses_with_a_tool_on_the_embedded_vllm(
             {"text": "message", "tool_use": "function_call"}[b.type] for b in parsed.content]
         read = parsed.usage.input_tokens + parsed.usage.cache_read_input_tokens
         assert count.input_tokens == read
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
