@@ -225,8 +225,9 @@ class SubgraphLibraryServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Versions(self, request, context):
-        """Records written or adopted above a write sequence, in version order, a page at a time: what
-        a shard that missed writes catches up from. Idempotent.
+        """Records written or adopted above a version, in version order, a page at a time (to inspect
+        a library's version table; a shard that missed writes catches up through Changes, whose
+        change order no adopted version can slip past). Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
