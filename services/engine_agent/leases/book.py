@@ -25,7 +25,9 @@ from services.engine_agent.leases.state import (
     LeaseStats,
     Pending,
     Tick,
+    Tokenize,
     ToolTimes,
+    token_ids,
 )
 
 Record = LeaseRecord | BudgetRecord
@@ -34,7 +36,7 @@ Record = LeaseRecord | BudgetRecord
 class LeaseBook:
     """Pending results, their leases and the records about them, for one engine (no policy)."""
 
-    def __init__(self, port: LeasePort, *, engine_id: str, tokenize: Callable[[str], list[int]],
+    def __init__(self, port: LeasePort, *, engine_id: str, tokenize: Tokenize,
                  settings: LeaseSettings, clock: Callable[[], float]) -> None:
         self.port, self.engine_id, self.settings = port, engine_id, settings
         self._tokenize, self._clock = tokenize, clock
@@ -109,7 +111,7 @@ class LeaseBook:
         """Start tracking a pending result with the resident prefix of its history."""
         if not history:
             raise InvalidArgument("history", "must not be empty")
-        ids = tuple(self._tokenize(history))
+        ids = await token_ids(self._tokenize, history)
         prefix = await self.port.resident(ids)
         pending = Pending(key, self._clock(), next(self._ids), ids, payload_digest, prefix,
                            cold=not prefix.block_ids)

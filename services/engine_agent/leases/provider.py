@@ -44,6 +44,8 @@ from services.engine_agent.leases.state import (
     LeaseSettings,
     LeaseStats,
     Pending,
+    Tokenize,
+    token_ids,
 )
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ EXPIRY_SLACK_S = 2e-3
 class LeaseProvider:
     """Prefix leases for one engine (module docstring)."""
 
-    def __init__(self, port: LeasePort, *, engine_id: str, tokenize: Callable[[str], list[int]],
+    def __init__(self, port: LeasePort, *, engine_id: str, tokenize: Tokenize,
                  settings: LeaseSettings | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.port, self.engine_id, self.settings = port, engine_id, settings or LeaseSettings()
@@ -107,7 +109,7 @@ class LeaseProvider:
     async def lookup(self, key: ResultKey, history: str) -> Descriptor:
         """Describe a history's resident prefix without tracking or leasing (a late resubmission
         of a result whose continuation the engine already has)."""
-        prefix = await self.port.resident(tuple(self._tokenize(history)))
+        prefix = await self.port.resident(await token_ids(self._tokenize, history))
         size = self.port.lease_block_size
         return Descriptor(key, prefix.blocks, prefix.blocks * size, prefix.digest, None)
 

@@ -6,13 +6,28 @@ STYLE.md §1).
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from services.common.values.errors import InvalidArgument
 from services.common.values.leases import LeaseRecord, LeaseState, ResultKey
 from services.engine_agent.leases.port import ResidentPrefix
+
+#: Token ids of a history, as the engine tokenizes it: the embedded engines answer at once, a
+#: remote server (``/tokenize``) asynchronously.
+Tokenize = Callable[[str], list[int] | Awaitable[list[int]]]
+
+
+async def token_ids(tokenize: Tokenize, text: str) -> tuple[int, ...]:
+    """``tokenize(text)`` as a tuple, awaited when the tokenizer is asynchronous."""
+    ids = tokenize(text)
+    if inspect.isawaitable(ids):
+        ids = await ids
+    return tuple(ids)
+
 
 LeaseMode = Literal["lads", "ttl", "none"]
 #: The lease modes, in one place (``LeaseMode`` is the list; this tuple is derived from it).
@@ -146,4 +161,4 @@ class ToolTimes:
 
 
 __all__ = ["LEASE_MODES", "Descriptor", "Lease", "LeaseMode", "LeaseSettings", "LeaseStats",
-           "Pending", "Tick", "ToolTimes"]
+           "Pending", "Tick", "Tokenize", "ToolTimes", "token_ids"]
