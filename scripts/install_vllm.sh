@@ -11,8 +11,11 @@
 #      break text serving (torchvision::nms missing, torchcodec OSError at import, no triton CPU
 #      backend). `pip check` then complains; that is expected.
 #   4. Register this checkout's vLLM plugin: vLLM finds general plugins only through installed
-#      `vllm.general_plugins` entry points, so the project is installed editable (no deps) and
-#      reinstalled when the entry point points at another checkout (CI clones elsewhere).
+#      `vllm.general_plugins` entry points, so the plugin's own distribution (plugins/vllm,
+#      dynbranch-vllm-plugin) is installed editable (no deps) and reinstalled when the entry
+#      point points at another checkout (CI clones elsewhere). An older venv whose dynbranch
+#      distribution still declared the entry point is refreshed, so `dynbranch` is registered
+#      exactly once.
 # Idempotent: each step is skipped when its result is already there.
 set -euo pipefail
 
@@ -36,14 +39,22 @@ pip_q() {  # pip without the local mirrors' "Location ... is ignored" noise
 # installed_version, breaking_present
 source "$ROOT/scripts/venv_helpers.sh"
 
-plugin_root() (  # the checkout the installed `dynbranch` vLLM plugin entry point comes from
-  # (from /, so that a dynbranch.egg-info in the current folder does not answer instead)
+plugin_root() (  # the checkout the installed `dynbranch` vLLM plugin entry point comes from;
+  # nothing unless exactly one distribution declares it, and that one is dynbranch-vllm-plugin
+  # (from /, so that an egg-info in the current folder does not answer instead)
   cd / && "$PY" -c '
 import importlib.metadata as md, json
-for ep in md.entry_points(group="vllm.general_plugins"):
-    if ep.name == "dynbranch" and ep.dist is not None:
-        text = ep.dist.read_text("direct_url.json")
-        print(json.loads(text).get("url", "") if text else "")'
+found = [ep for ep in md.entry_points(group="vllm.general_plugins") if ep.name == "dynbranch"]
+if len(found) == 1 and found[0].dist is not None and found[0].dist.name == "dynbranch-vllm-plugin":
+    text = found[0].dist.read_text("direct_url.json")
+    print(json.loads(text).get("url", "") if text else "")'
+)
+
+stale_project_entry_point() (  # the dynbranch distribution still declares the plugin
+  cd / && "$PY" -c '
+import importlib.metadata as md, sys
+eps = md.entry_points(group="vllm.general_plugins")
+sys.exit(0 if any(ep.dist is not None and ep.dist.name == "dynbranch" for ep in eps) else 1)'
 )
 
 torch_v="$(installed_version torch)"
@@ -65,11 +76,24 @@ else
   pip_q uninstall -y "${BREAKING[@]}" >/dev/null 2>&1 || true
 fi
 
-if [[ "$(plugin_root)" != "file://$ROOT" ]]; then
-  echo "install_vllm: registering the dynbranch vLLM plugin (editable install of $ROOT, no deps)"
+PLUGIN="$ROOT/plugins/vllm"
+# A build of an older checkout leaves dynbranch.egg-info in the checkout's root, and Python
+# reads entry points from there too when a process starts in it (tests, launched servers).
+if grep -qs "vllm.general_plugins" "$ROOT/dynbranch.egg-info/entry_points.txt"; then
+  echo "install_vllm: removing the stale $ROOT/dynbranch.egg-info (old plugin entry point)"
+  rm -rf "$ROOT/dynbranch.egg-info"
+fi
+if stale_project_entry_point; then
+  echo "install_vllm: refreshing dynbranch's metadata (its old vLLM plugin entry point)"
   pip_q install --no-deps --no-build-isolation -e "$ROOT"
 fi
-[[ "$(plugin_root)" == "file://$ROOT" ]] || { echo "install_vllm: plugin entry point missing" >&2; exit 1; }
+if [[ "$(plugin_root)" != "file://$PLUGIN" ]]; then
+  echo "install_vllm: registering the dynbranch vLLM plugin (editable install of $PLUGIN, no deps)"
+  pip_q install --no-deps --no-build-isolation -e "$PLUGIN"
+fi
+[[ "$(plugin_root)" == "file://$PLUGIN" ]] || {
+  echo "install_vllm: the vLLM plugin entry point 'dynbranch' is missing or registered twice" >&2
+  exit 1; }
 
 # vLLM takes whatever protobuf and grpcio are newest unless told; the project needs protobuf <7.
 pins_ok() {

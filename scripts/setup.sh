@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Create (or reuse) the virtual environment and install dynbranch into it.
+# Create (or reuse) the virtual environment and install dynbranch into it, with its vLLM plugin
+# (plugins/vllm, a distribution of its own; no dependencies, so it installs without vLLM, and its
+# tests run anywhere).
 # Usage: scripts/setup.sh [EXTRAS]   e.g. scripts/setup.sh test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,3 +14,4 @@ fi
 spec="."
 [ -n "${1:-}" ] && spec=".[$1]"
 "$VENV/bin/python" -m pip install -q -e "$spec"
+"$VENV/bin/python" -m pip install -q --no-deps -e plugins/vllm

@@ -1,8 +1,8 @@
-"""The vLLM plugin's lease and allocation logic on a fake engine core (no vLLM needed).
+"""The vLLM plugin's lease and allocation logic on a fake engine core (no vLLM needed):
+``dynbranch_vllm_plugin.engine_core`` and ``.leases`` (plugins/vllm).
 
-The fake block pool keeps vLLM's reference-count semantics (``touch`` adds one and takes a free
-block off the eviction queue, ``free_blocks`` drops one and queues it in the order given); the
-real pool is exercised in tests/real_engine/test_vllm_leases.py.
+The fake engine core is ``vllm_plugin_fakes``; the real pool is exercised in
+tests/real_engine/test_vllm_leases.py (embedded) and test_openai_server.py (over the channel).
 """
 
 from __future__ import annotations
@@ -13,129 +13,22 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 
 import pytest
+from dynbranch_vllm_plugin import engine_core as plugin
+from dynbranch_vllm_plugin import leases as plugin_leases
 
-from services.engine_agent.backends.vllm import plugin, plugin_leases
-
-BS = 4
-
-
-class Block:
-    def __init__(self, block_id: int) -> None:
-        self.block_id, self.ref_cnt, self.block_hash = block_id, 0, None
-        self.is_null = block_id == 0
-
-
-class Pool:
-    def __init__(self, n: int) -> None:
-        self.hash_block_size, self.num_gpu_blocks = BS, n
-        self.blocks = [Block(i) for i in range(n)]
-        self.free_order: list[int] = [b.block_id for b in self.blocks[1:]]
-        self.cached: dict[tuple, Block] = {}
-
-    def touch(self, blocks) -> None:
-        for b in blocks:
-            if b.ref_cnt == 0:
-                self.free_order.remove(b.block_id)
-            b.ref_cnt += 1
-
-    def free_blocks(self, blocks) -> None:
-        for b in blocks:
-            b.ref_cnt -= 1
-            assert b.ref_cnt >= 0
-            if b.ref_cnt == 0:
-                self.free_order.append(b.block_id)
-
-    def get_num_free_blocks(self) -> int:
-        return len(self.free_order)
-
-    def refs(self, ids: list[int]) -> list[int]:
-        return [self.blocks[i].ref_cnt for i in ids]
-
-
-class Coordinator:
-    """Cache hits over ``Pool.cached``; the blocks each running request holds (group 0)."""
-
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.held: dict[str, list[Block]] = {}
-
-    def find_longest_cache_hit(self, hashes, max_len):
-        hit = []
-        for h in hashes:
-            if (len(hit) + 1) * BS > max_len or h not in self.pool.cached:
-                break
-            hit.append(self.pool.cached[h])
-        return (hit,), len(hit) * BS, 0
-
-    def get_blocks(self, request_id: str) -> tuple[list[Block], ...]:
-        return (list(self.held.get(request_id, [])),)
-
-
-def step(tokens: dict[str, int] | None = None, new: list | None = None) -> SimpleNamespace:
-    """A ``SchedulerOutput`` with just the fields the hook reads."""
-    tokens = tokens or {}
-    return SimpleNamespace(scheduled_new_reqs=new or [], num_scheduled_tokens=tokens,
-                           total_num_scheduled_tokens=sum(tokens.values()))
-
-
-class Scheduler:
-    """The scheduler's attributes the plugin reads; ``schedule()`` returns ``next_output``."""
-
-    def __init__(self, manager: SimpleNamespace) -> None:
-        self.kv_cache_manager, self.requests, self.max_num_running_reqs = manager, {}, 8
-        self.next_output = step()
-
-    def get_request_counts(self) -> tuple[int, int]:
-        return 1, 2
-
-    def schedule(self):
-        return self.next_output
-
-
-def make_core(n: int = 16):
-    pool = Pool(n)
-    manager = SimpleNamespace(block_pool=pool, enable_caching=True, coordinator=Coordinator(pool))
-    scheduler = Scheduler(manager)
-    cfg = SimpleNamespace(cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256"),
-                          scheduler_config=SimpleNamespace(max_num_seqs=8,
-                                                           max_num_batched_tokens=64),
-                          model_config=SimpleNamespace(max_model_len=64))
-    return SimpleNamespace(scheduler=scheduler, vllm_config=cfg), pool
-
-
-def run_request(core, pool: Pool, engine_id: str, block_ids: list[int]) -> None:
-    """A request in the engine holding ``block_ids`` (its own references)."""
-    blocks = [pool.blocks[i] for i in block_ids]
-    pool.touch(blocks)
-    core.scheduler.requests[engine_id] = object()
-    core.scheduler.kv_cache_manager.coordinator.held[engine_id] = blocks
+from tests.engine_agent.vllm_plugin_fakes import (
+    cache_prefix,
+    leased_prefix,
+    make_core,
+    plain_hashes,
+    run_request,
+    step,
+)
 
 
 @pytest.fixture(autouse=True)
-def plain_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
-    def hashes(core, ids):
-        return [tuple(ids[:i + BS]) for i in range(0, len(ids) - BS + 1, BS)]
-    monkeypatch.setattr(plugin, "_block_hashes", hashes)
-
-
-def cache_prefix(pool: Pool, ids: list[int], first_block: int) -> list[int]:
-    """Mark the full blocks of ``ids`` as cached and free (a finished request's prefix)."""
-    used = []
-    for i in range(0, len(ids) - BS + 1, BS):
-        block = pool.blocks[first_block + len(used)]
-        block.block_hash = tuple(ids[:i + BS])
-        pool.cached[block.block_hash] = block
-        used.append(block.block_id)
-    return used
-
-
-def leased_prefix(core, pool: Pool, lease_id: str = "L") -> tuple[list[int], str]:
-    """A cached three-block prefix, acquired under ``lease_id``; its ids and digest."""
-    ids = list(range(13))
-    cache_prefix(pool, ids, 1)
-    view = plugin.dynbranch_resident(core, ids)
-    assert plugin_leases.dynbranch_acquire(core, lease_id, view["block_ids"], view["digest"])
-    return view["block_ids"], view["digest"]
+def _plain_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plugin, "_block_hashes", plain_hashes)
 
 
 # ---- TTL leases by token ids ----------------------------------------------------------------
@@ -254,6 +147,7 @@ def test_bound_lease_hands_off_at_the_first_scheduled_step() -> None:
     core.scheduler.schedule()
     [handoff] = plugin_leases.dynbranch_handoffs(core)
     assert (handoff["lease_id"], handoff["request_id"], handoff["owned"]) == ("L", "cont", True)
+    assert handoff["at_bind"] is False  # at the first allocation
     assert pool.refs([*blocks, 10]) == [1, 1, 1, 1]  # exactly the lease's references went
     assert plugin_leases.dynbranch_lease_refs(core) == {}
     assert plugin_leases.dynbranch_release(core, "L") == 0
@@ -285,7 +179,7 @@ def test_binding_a_request_that_already_holds_the_blocks_hands_off_at_once() -> 
     run_request(core, pool, "late-0a1b2c3d", blocks)
     assert plugin_leases.dynbranch_bind(core, "L", "late")
     [handoff] = plugin_leases.dynbranch_handoffs(core)
-    assert handoff["owned"] and handoff["request_id"] == "late"
+    assert handoff["owned"] and handoff["request_id"] == "late" and handoff["at_bind"]
     assert pool.refs(blocks) == [1, 1, 1]
     assert not plugin_leases.dynbranch_bind(core, "L", "late")  # no longer held
 
@@ -424,8 +318,8 @@ def test_register_adds_utilities(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace())
     monkeypatch.setitem(sys.modules, "vllm.v1", SimpleNamespace())
     monkeypatch.setitem(sys.modules, "vllm.v1.engine", SimpleNamespace(core=fake_module))
-    plugin.register()
-    plugin.register()  # loaded in several processes, maybe twice: idempotent
+    plugin.register_engine_core()
+    plugin.register_engine_core()  # loaded in several processes, maybe twice: idempotent
     assert all(hasattr(FakeEngineCore, name) for name in plugin.UTILITIES)
     assert FakeEngineCore().shutdown() == "down"
 
@@ -441,3 +335,105 @@ def test_shutdown_releases_every_lease(monkeypatch) -> None:
     assert FakeEngineCore.shutdown(core) == "down"
     assert pool.refs(blocks) == [0, 0, 0]
 
+
+
+# ---- the client's request id, whatever vLLM renamed it to -----------------------------------
+
+
+def test_request_names_cover_asyncllm_and_the_openai_server_forms() -> None:
+    from dynbranch_vllm_plugin.request_ids import is_request_of, names, stems
+
+    assert names("wf/1") == ("wf/1", "cmpl-wf/1-0", "chatcmpl-wf/1")
+    for engine_id in ("wf/1", "wf/1-0a1b2c3d", "cmpl-wf/1-0-0a1b2c3d", "chatcmpl-wf/1-ffffffff",
+                      "cmpl-wf/1-0"):  # no suffix under VLLM_DISABLE_REQUEST_ID_RANDOMIZATION
+        assert is_request_of(engine_id, "wf/1"), engine_id
+    for engine_id in ("wf/12-0a1b2c3d", "cmpl-wf/1-1-0a1b2c3d", "chatcmpl-wf/1_1-0a1b2c3d",
+                      "wf/1-0A1B2C3D", "cmpl-wf/1-0-0a1b2c3", "xcmpl-wf/1-0-0a1b2c3d"):
+        assert not is_request_of(engine_id, "wf/1"), engine_id
+    # ids that share a stem stay apart: client x's completion is not client x-0's
+    assert is_request_of("cmpl-x-0-0a1b2c3d", "x") and not is_request_of("cmpl-x-0-0a1b2c3d", "x-0")
+    assert is_request_of("cmpl-x-0-0-0a1b2c3d", "x-0")
+    assert not is_request_of("cmpl-x-0-0-0a1b2c3d", "x")
+    assert stems("abc") == ("abc",) and stems("a-0a1b2c3d") == ("a-0a1b2c3d", "a")
+
+
+@pytest.mark.parametrize("engine_id", ["cont-0a1b2c3d", "cmpl-cont-0-0a1b2c3d",
+                                       "chatcmpl-cont-0a1b2c3d"])
+def test_a_lease_bound_to_our_id_hands_off_to_the_servers_renamed_request(engine_id) -> None:
+    core, pool = make_core()
+    blocks, _ = leased_prefix(core, pool)
+    plugin._state(core)
+    assert plugin_leases.dynbranch_bind(core, "L", "cont")
+    run_request(core, pool, "cmpl-other-0-0a1b2c3d", [10])  # someone else's request
+    run_request(core, pool, engine_id, [*blocks, 11])
+    core.scheduler.next_output = step({"cmpl-other-0-0a1b2c3d": 4, engine_id: 12})
+    core.scheduler.schedule()
+    [handoff] = plugin_leases.dynbranch_handoffs(core)
+    assert (handoff["lease_id"], handoff["request_id"], handoff["owned"]) == ("L", "cont", True)
+    assert plugin_leases.dynbranch_lease_refs(core) == {}
+    assert plugin_leases.book(core).bound == {}  # every name of the request unbound
+
+
+def test_two_clients_whose_ids_share_a_stem_get_their_own_leases() -> None:
+    core, pool = make_core(24)
+    blocks_x, _ = leased_prefix(core, pool, "Lx")
+    ids_y = list(range(200, 213))
+    cache_prefix(pool, ids_y, 10)
+    view = plugin.dynbranch_resident(core, ids_y)
+    assert plugin_leases.dynbranch_acquire(core, "Ly", view["block_ids"], view["digest"])
+    plugin._state(core)
+    plugin_leases.dynbranch_bind(core, "Lx", "x")
+    plugin_leases.dynbranch_bind(core, "Ly", "x-0")
+    run_request(core, pool, "cmpl-x-0-0-0a1b2c3d", view["block_ids"])  # client x-0's request
+    core.scheduler.next_output = step({"cmpl-x-0-0-0a1b2c3d": 12})
+    core.scheduler.schedule()
+    [handoff] = plugin_leases.dynbranch_handoffs(core)
+    assert (handoff["lease_id"], handoff["request_id"]) == ("Ly", "x-0")
+    assert plugin_leases.dynbranch_lease_refs(core) == {"Lx": len(blocks_x)}
+
+
+def test_rebinding_a_request_drops_the_earlier_lease_binding() -> None:
+    core, pool = make_core(24)
+    leased_prefix(core, pool, "L1")
+    ids = list(range(300, 313))
+    cache_prefix(pool, ids, 10)
+    view = plugin.dynbranch_resident(core, ids)
+    assert plugin_leases.dynbranch_acquire(core, "L2", view["block_ids"], view["digest"])
+    plugin_leases.dynbranch_bind(core, "L1", "r")
+    plugin_leases.dynbranch_bind(core, "L2", "r")  # one lease per request: the latest wins
+    assert set(plugin_leases.book(core).bound.values()) == {"L2"}
+    assert plugin_leases.book(core).leases["L1"].bound is None
+
+
+def test_a_remote_client_waits_for_a_request_the_engine_has_not_seen_yet() -> None:
+    core, _ = make_core()
+    # Without wait_unknown an unknown request is answered at once (it finished or never came)
+    assert plugin.dynbranch_wait_allocated(core, "wf/1") is None
+    fut = plugin.dynbranch_wait_allocated(core, "wf/1", True)  # the HTTP request is on its way
+    assert isinstance(fut, Future) and not fut.done()
+    other = SimpleNamespace(req_id="cmpl-wf/10-0-0a1b2c3d", num_computed_tokens=0)
+    plugin._on_scheduled(core, step({other.req_id: 8}, [other]))
+    assert not fut.done()  # another client's request
+    new = SimpleNamespace(req_id="cmpl-wf/1-0-0a1b2c3d", num_computed_tokens=256)
+    plugin._on_scheduled(core, step({new.req_id: 8}, [new]))
+    assert fut.result() == {"cached_tokens": 256, "t": fut.result()["t"],
+                            "request_id": "cmpl-wf/1-0-0a1b2c3d"}
+    assert plugin._state(core).waiters == {}
+    # allocated before the client asked: answered from the record, by the client's own id, once
+    late = SimpleNamespace(req_id="chatcmpl-wf/2-0a1b2c3d", num_computed_tokens=0)
+    plugin._on_scheduled(core, step({late.req_id: 8}, [late]))
+    assert plugin.dynbranch_wait_allocated(core, "wf/2", True)["request_id"] == late.req_id
+    assert isinstance(plugin.dynbranch_wait_allocated(core, "wf/2", True), Future)
+    assert plugin.dynbranch_forget(core, "wf/2")
+
+
+def test_a_second_wait_replaces_the_first_and_old_waits_expire(monkeypatch) -> None:
+    core, _ = make_core()
+    first = plugin.dynbranch_wait_allocated(core, "r", True)
+    second = plugin.dynbranch_wait_allocated(core, "r", True)
+    assert first.result() is None and not second.done()
+    assert not plugin.dynbranch_forget(core, "nobody")
+    now = plugin.time.monotonic()
+    monkeypatch.setattr(plugin.time, "monotonic", lambda: now + plugin._MAX_WAIT_S + 5)
+    plugin._on_scheduled(core, step())
+    assert second.result() is None and plugin._state(core).waiters == {}

@@ -3,9 +3,10 @@
 The engine core runs in its own process (vLLM's default); this process tokenizes, submits with
 our request ids, streams deltas and aborts by id. Everything that needs the engine core's block
 pool (prefix lookup, prefix leases, the exact first-allocation signal, the live load view) goes
-through the utility methods that ``plugin`` adds to ``EngineCore``; they run on the engine
-core's busy loop between steps. ``vllm`` and ``torch`` are imported only in ``start()``. It is a
-``LeasePort`` through ``lease_port.VllmLeasePort`` (the provider's mechanism, with the plugin).
+through the utility methods that the dynbranch vLLM plugin (``plugins/vllm``) adds to
+``EngineCore``; they run on the engine core's busy loop between steps. ``vllm`` and ``torch``
+are imported only in ``start()``. It is a ``LeasePort`` through ``lease_port.VllmLeasePort``
+(the provider's mechanism, with the plugin).
 """
 
 from __future__ import annotations
@@ -285,8 +286,8 @@ class VllmBackend:
 
     @property
     def lease_block_size(self) -> int:
-        """Tokens per KV block."""
-        return self._port.lease_block_size
+        """Tokens per KV block (the port reads it here: ``lease_port.PluginEngine``)."""
+        return self.info.block_size
 
     async def resident(self, token_ids: Sequence[int]) -> ResidentPrefix:
         """The resident reusable prefix of ``token_ids`` (no references added)."""

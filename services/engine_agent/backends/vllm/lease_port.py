@@ -1,13 +1,16 @@
-"""``LeasePort`` over the embedded vLLM: the dynbranch plugin's lease utilities, with deadlines.
+"""``LeasePort`` over the dynbranch vLLM plugin's lease utilities, with deadlines.
 
-The mechanism runs in the engine-core process (``plugin`` and ``plugin_leases``:
+The mechanism runs in vLLM's engine-core process (``plugins/vllm``, ``dynbranch_vllm_plugin``:
 ``dynbranch_resident``, ``_acquire``, ``_release``, ``_bind``, ``_handoffs``, ``_lease_refs``,
 ``_pool_state``), between engine steps; this object only calls it, maps values to
-``lease_port``'s types, and bounds every call by a deadline. It holds no lease state, so
-nothing here can disagree with the engine.
+``lease_port``'s types, and bounds every call by a deadline. It holds no lease state, so nothing
+here can disagree with the engine. Two transports carry the calls (``PluginEngine``): the
+embedded ``VllmBackend`` calls the engine core with AsyncLLM's own utility calls; the ``openai``
+backend reaches a ``vllm serve`` through the plugin's lease channel (``remote.leases``).
 
-Requests are bound by our request id: AsyncLLM renames it to ``{id}-xxxxxxxx`` in the engine,
-and the plugin matches that form, so a lease may be bound before its request is submitted.
+Requests are bound by our request id: vLLM renames it in the engine (AsyncLLM's
+``{id}-xxxxxxxx``, the OpenAI server's ``cmpl-{id}-0``/``chatcmpl-{id}``) and the plugin matches
+every form, so a lease may be bound before its request is submitted.
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from services.common.values.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
-from services.engine_agent.backends.vllm.leases import LeaseEngine
 from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
 
 logger = logging.getLogger(__name__)
@@ -30,10 +32,29 @@ CALL_DEADLINE_S = 5.0
 SAFETY_TTL_S = 60.0
 
 
-class VllmLeasePort:
-    """Exact extra references on the embedded engine's prefix blocks (``LeasePort``)."""
+class PluginEngine(Protocol):
+    """An engine whose core has the plugin's utilities, as this port calls them."""
 
-    def __init__(self, engine: LeaseEngine, *, deadline_s: float = CALL_DEADLINE_S,
+    @property
+    def plugin_loaded(self) -> bool:
+        """Whether the engine core answers the ``dynbranch_*`` utilities."""
+
+    @property
+    def running(self) -> bool:
+        """Whether the engine is started and not closed."""
+
+    @property
+    def lease_block_size(self) -> int:
+        """Tokens per KV block of the engine's pool."""
+
+    async def call_utility(self, name: str, *args: Any) -> Any:
+        """Run one ``dynbranch_*`` utility on the engine core."""
+
+
+class VllmLeasePort:
+    """Exact extra references on a vLLM engine's prefix blocks (``LeasePort``)."""
+
+    def __init__(self, engine: PluginEngine, *, deadline_s: float = CALL_DEADLINE_S,
                  safety_ttl_s: float = SAFETY_TTL_S) -> None:
         self._engine = engine
         self._deadline_s = deadline_s
@@ -42,7 +63,7 @@ class VllmLeasePort:
     @property
     def lease_block_size(self) -> int:
         """Tokens per KV block."""
-        return self._engine.info.block_size
+        return self._engine.lease_block_size
 
     async def resident(self, token_ids: Sequence[int]) -> ResidentPrefix:
         """The resident reusable prefix of ``token_ids`` (no references added)."""
@@ -92,8 +113,8 @@ class VllmLeasePort:
 
     async def _call(self, name: str, *args: Any) -> Any:
         if not self._engine.plugin_loaded:
-            raise FailedPrecondition("prefix leases need the dynbranch vLLM plugin in the engine "
-                                     "core; run scripts/install_vllm.sh to register it")
+            raise FailedPrecondition("prefix leases need the dynbranch vLLM plugin (plugins/vllm) "
+                                     "in the engine; scripts/install_vllm.sh registers it here")
         try:
             return await asyncio.wait_for(self._engine.call_utility(name, *args),
                                           self._deadline_s)
@@ -101,4 +122,4 @@ class VllmLeasePort:
             raise DeadlineExceeded(f"engine utility {name} took over {self._deadline_s} s") from exc
 
 
-__all__ = ["CALL_DEADLINE_S", "SAFETY_TTL_S", "VllmLeasePort"]
+__all__ = ["CALL_DEADLINE_S", "SAFETY_TTL_S", "PluginEngine", "VllmLeasePort"]

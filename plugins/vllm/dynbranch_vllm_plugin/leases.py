@@ -1,15 +1,17 @@
 """The prefix-lease mechanism of the dynbranch vLLM plugin, on the engine core's thread.
 
-``plugin`` registers these utilities on ``EngineCore`` and wires the step parts
+``engine_core`` registers these utilities on ``EngineCore`` and wires the step parts
 (``hand_off_scheduled``, ``measure_kappa``, ``sweep_after_step``) into its guarded schedule hook;
-this module never imports ``plugin``. A lease records exactly the blocks it touched and frees
-exactly those, once, tail first; leases expire (TTL) and are swept at every call, every step and
-on the parent's timer.
+this module never imports ``engine_core``. A lease records exactly the blocks it touched and
+frees exactly those, once, tail first; leases expire (TTL) and are swept at every call, every
+step and on the parent's timer.
 
 The ``LeasePort`` utilities (``dynbranch_acquire``, ``_bind``, ``_handoffs``, ``_lease_refs``,
-``_pool_state``; ``dynbranch_resident`` in ``plugin``) name a prefix by block ids and a digest of
-the blocks' own hashes, so an acquire fails closed once any block was evicted or reused. They use
-KV-cache group 0 only: right for the single-group (full-attention) models we run.
+``_pool_state``; ``dynbranch_resident`` in ``engine_core``) name a prefix by block ids and a
+digest of the blocks' own hashes, so an acquire fails closed once any block was evicted or
+reused. They use KV-cache group 0 only: right for the single-group (full-attention) models we
+run. A lease is bound to the client's own request id and handed off to whichever engine request
+carries it (``request_ids``: AsyncLLM's suffix, the OpenAI server's ``cmpl-``/``chatcmpl-``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.values.leases import KAPPA_CHUNK_TOKENS, prefix_digest
+from dynbranch_vllm_plugin.request_ids import is_request_of, names, stems
+from dynbranch_vllm_plugin.values import KAPPA_CHUNK_TOKENS, prefix_digest
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +35,6 @@ _KAPPA_DEFAULT_S = 0.05
 _KAPPA_EMA = 0.2
 _KAPPA_MAX_GAP_S = 10.0
 _KAPPA_MIN_TOKENS = KAPPA_CHUNK_TOKENS // 2
-#: Length of the ``-xxxxxxxx`` suffix AsyncLLM appends to our request ids in the engine.
-_SUFFIX = 9
 
 
 @dataclass(slots=True)
@@ -41,7 +42,7 @@ class _Lease:
     blocks: list[list[Any]]  # per KV-cache group, prefix order
     expires_at: float
     tokens: int
-    bound: str | None = None  # request id (ours, or AsyncLLM's renamed one) it hands off to
+    bound: str | None = None  # the client's request id it hands off to (``request_ids``)
 
 
 @dataclass(slots=True)
@@ -52,7 +53,7 @@ class HeldLeases:
     granted: int = 0
     released: int = 0
     expired: int = 0
-    bound: dict[str, str] = field(default_factory=dict)  # request id -> lease id
+    bound: dict[str, str] = field(default_factory=dict)  # request name -> lease id
     handoffs: list[dict[str, Any]] = field(default_factory=list)
     kappa_s: float = _KAPPA_DEFAULT_S
     kappa_samples: int = 0
@@ -106,8 +107,10 @@ def _release(core: Any, lb: HeldLeases, lease_id: str) -> int:
 def _unbind(lb: HeldLeases, lease_id: str, lease: _Lease) -> str | None:
     """Drop a lease's binding; the request id it was bound under (None: it was not)."""
     bound_as, lease.bound = lease.bound, None
-    if bound_as is not None and lb.bound.get(bound_as) == lease_id:
-        del lb.bound[bound_as]
+    if bound_as is not None:
+        for name in names(bound_as):
+            if lb.bound.get(name) == lease_id:
+                del lb.bound[name]
     return bound_as
 
 
@@ -228,48 +231,49 @@ def dynbranch_acquire(self: Any, lease_id: str, block_ids: list[int], digest: st
 
 
 def dynbranch_bind(self: Any, lease_id: str, request_id: str) -> bool:
-    """Hand a lease to ``request_id`` (or its renamed ``{id}-xxxxxxxx``) at its first allocation.
-
-    A request already holding blocks is checked now. False when the lease is not held.
-    """
+    """Hand a lease to the client's request ``request_id`` at its first allocation, whatever
+    vLLM renamed it to (``request_ids``). A request already holding blocks is checked now.
+    False when the lease is not held."""
     lb = book(self)
     lease = lb.leases.get(lease_id)
     if lease is None:
         return False
     _unbind(lb, lease_id, lease)
-    displaced = lb.leases.get(lb.bound.get(request_id, ""))
-    if displaced is not None:
-        displaced.bound = None  # one lease per request: the latest binding wins
-    lease.bound, lb.bound[request_id] = request_id, lease_id
-    engine_id = _engine_request_id(self, request_id)
+    for name in names(request_id):
+        displaced = lb.leases.get(lb.bound.get(name, ""))
+        if displaced is not None:  # one lease per request: the latest binding wins
+            _unbind(lb, lb.bound[name], displaced)
+    lease.bound = request_id
+    for name in names(request_id):
+        lb.bound[name] = lease_id
+    engine_id = engine_request_id(self, request_id)
     if engine_id is not None and any(_request_blocks(self, engine_id)):
-        _hand_off(self, lb, lease_id, engine_id)
+        _hand_off(self, lb, lease_id, engine_id, at_bind=True)
     return True
 
 
-def _engine_request_id(core: Any, request_id: str) -> str | None:
-    requests = core.scheduler.requests
-    if request_id in requests:
-        return request_id
-    prefix, size = request_id + "-", len(request_id) + _SUFFIX
-    return next((rid for rid in requests if len(rid) == size and rid.startswith(prefix)), None)
+def engine_request_id(core: Any, request_id: str) -> str | None:
+    """The engine's id of the client's request ``request_id``, if the engine has it now."""
+    return next((rid for rid in core.scheduler.requests if is_request_of(rid, request_id)), None)
 
 
-def _bound_key(lb: HeldLeases, engine_id: str) -> str | None:
-    """The id a lease was bound under: the engine id itself, or ours before AsyncLLM's suffix."""
-    if engine_id in lb.bound:
-        return engine_id
-    if len(engine_id) > _SUFFIX and engine_id[-_SUFFIX] == "-" and engine_id[:-_SUFFIX] in lb.bound:
-        return engine_id[:-_SUFFIX]
-    return None
+def _bound_lease(lb: HeldLeases, engine_id: str) -> str | None:
+    """The lease bound to the client request an engine request id carries, if any."""
+    return next((lb.bound[n] for n in stems(engine_id) if n in lb.bound), None)
 
 
 def _request_blocks(core: Any, engine_id: str) -> tuple[list[Any], ...]:
     return manager(core).coordinator.get_blocks(engine_id)
 
 
-def _hand_off(core: Any, lb: HeldLeases, lease_id: str, engine_id: str) -> None:
-    """Release the lease iff the request references every leased block; record the outcome."""
+def _hand_off(core: Any, lb: HeldLeases, lease_id: str, engine_id: str,
+              at_bind: bool = False) -> None:
+    """Release the lease iff the request references every leased block; record the outcome.
+
+    ``at_bind``: the request already held blocks when the lease was bound (a lease granted after
+    the continuation's first allocation, before its client heard of it): released at once, it
+    protected nothing.
+    """
     lease = lb.leases[lease_id]
     bound_as = _unbind(lb, lease_id, lease)
     groups = _request_blocks(core, engine_id)
@@ -281,7 +285,7 @@ def _hand_off(core: Any, lb: HeldLeases, lease_id: str, engine_id: str) -> None:
     else:
         logger.warning("lease %s: request %s lacks leased blocks; kept", lease_id, engine_id)
     lb.handoffs.append({"lease_id": lease_id, "request_id": bound_as or engine_id,
-                        "t": time.time(), "owned": owned})
+                        "t": time.time(), "owned": owned, "at_bind": at_bind})
     del lb.handoffs[:-_MAX_HANDOFFS]
 
 
@@ -334,7 +338,7 @@ def blocked_blocks(core: Any, free: int) -> int:
         return 0
 
 
-# ---- step parts (run by ``plugin``'s guarded schedule hook) -------------------------------
+# ---- step parts (run by ``engine_core``'s guarded schedule hook) --------------------------
 
 
 def hand_off_scheduled(core: Any, output: Any) -> None:
@@ -343,9 +347,9 @@ def hand_off_scheduled(core: Any, output: Any) -> None:
     if not lb.bound:
         return
     for engine_id, tokens in output.num_scheduled_tokens.items():
-        key = _bound_key(lb, engine_id) if tokens > 0 else None
-        if key is not None:
-            _hand_off(core, lb, lb.bound[key], engine_id)
+        lease_id = _bound_lease(lb, engine_id) if tokens > 0 else None
+        if lease_id is not None:
+            _hand_off(core, lb, lease_id, engine_id)
 
 
 def sweep_after_step(core: Any, output: Any) -> None:
@@ -382,7 +386,7 @@ def measure_kappa(core: Any, output: Any) -> None:
     lb.last_step = (now, tokens, list(output.num_scheduled_tokens))
 
 
-#: The utilities this module adds to ``EngineCore`` (``plugin.UTILITIES`` lists them all).
+#: The utilities this module adds to ``EngineCore`` (``engine_core.UTILITIES`` lists them all).
 LEASE_UTILITIES = (
     dynbranch_release, dynbranch_release_all, dynbranch_sweep, dynbranch_lease_stats,
     dynbranch_block_refs, dynbranch_acquire, dynbranch_bind, dynbranch_handoffs,
@@ -390,7 +394,7 @@ LEASE_UTILITIES = (
 )
 
 __all__ = [
-    "LEASE_UTILITIES", "HeldLeases", "block_digest", "block_size", "book", "grant",
-    "hand_off_scheduled", "leased_blocks", "manager", "measure_kappa", "renew", "sweep",
+    "LEASE_UTILITIES", "HeldLeases", "block_digest", "block_size", "book", "engine_request_id",
+    "grant", "hand_off_scheduled", "leased_blocks", "manager", "measure_kappa", "renew", "sweep",
     "sweep_after_step",
 ]

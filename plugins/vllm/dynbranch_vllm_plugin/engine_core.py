@@ -1,15 +1,16 @@
-"""vLLM general plugin: prefix residency, prefix leases and first-allocation signals.
+"""The engine-core side of the dynbranch vLLM plugin: prefix residency, prefix leases and the
+exact first-allocation signal, as ``dynbranch_*`` utility methods of ``EngineCore``.
 
-vLLM loads it through the ``vllm.general_plugins`` entry point (``pyproject.toml``) in every one
-of its processes; ``register()`` adds ``dynbranch_*`` utility methods to ``EngineCore``. The
-parent (``VllmBackend``) calls them with ``engine_core.call_utility_async(name, *args)``; the
-engine core runs them on its busy-loop thread between steps, so they may read and change the
-block pool without locks. vLLM itself stays unmodified.
+``register_engine_core()`` adds them (``dynbranch_vllm_plugin.register``, the entry point, calls
+it in every vLLM process). A client calls them with ``engine_core.call_utility_async(name,
+*args)``: the embedded backend (``VllmBackend``) directly, a remote agent through the lease
+channel (``channel``, opened in the API server by ``frontend``). The engine core runs them on its
+busy-loop thread between steps, so they may read and change the block pool without locks. vLLM
+itself stays unmodified.
 
 This module holds registration, the schedule hook, prefix lookup and the first-allocation
-signal; the lease mechanism (acquire, release, bind, the handoff check, κ) is in
-``plugin_leases``. Rules every hook keeps, because an exception escaping a scheduler hook kills
-the engine:
+signal; the lease mechanism (acquire, release, bind, the handoff check, κ) is in ``leases``.
+Rules every hook keeps, because an exception escaping a scheduler hook kills the engine:
 
 * every hook is guarded and logs instead of raising, each step part on its own;
 * every utility installs the schedule hook first (handoffs and signals run in it);
@@ -30,23 +31,37 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.engine_agent.backends.vllm import plugin_leases as leases
-from services.engine_agent.backends.vllm.plugin_leases import block_size, manager
+from dynbranch_vllm_plugin import leases
+from dynbranch_vllm_plugin.leases import block_size, manager
+from dynbranch_vllm_plugin.request_ids import names, stems
 
 logger = logging.getLogger(__name__)
 
 #: Allocation records kept for requests whose waiter has not asked yet.
 _MAX_ALLOC_RECORDS = 8192
+#: A wait nobody forgot (its client vanished) is answered None after this long.
+_MAX_WAIT_S = 900.0
 _STATE_ATTR = "_dynbranch_state"
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A pending ``dynbranch_wait_allocated``: its future and the request names it waits for."""
+
+    future: Future
+    names: tuple[str, ...]
+    since: float
 
 
 @dataclass(slots=True)
 class _State:
     """Allocation signals of one engine core (lives in the engine-core process)."""
 
-    allocated: OrderedDict[str, dict[str, float]] = field(default_factory=OrderedDict)
-    waiters: dict[str, Future] = field(default_factory=dict)
+    #: Records of requests scheduled before anyone waited, under each stem of their engine id.
+    allocated: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    waiters: dict[str, _Waiter] = field(default_factory=dict)  # request name -> waiter
     hooked: bool = False
+    expired_at: float = 0.0  # when waiters were last checked for age
 
 
 def _state(core: Any) -> _State:
@@ -154,46 +169,88 @@ def dynbranch_load(self: Any) -> dict[str, Any]:
 # ---- first allocation ---------------------------------------------------------------------
 
 
-def dynbranch_wait_allocated(self: Any, request_id: str) -> Any:
-    """First positive-token allocation of an engine request id: at once, or a Future.
+def dynbranch_wait_allocated(self: Any, request_id: str, wait_unknown: bool = False) -> Any:
+    """First positive-token allocation of a request: at once, or a Future.
 
-    The engine delays its reply until the Future resolves, which the scheduler hook does right
-    after the step that first scheduled the request (before its forward pass).
+    ``request_id`` is the engine's id or the client's own (``request_ids``). The engine delays
+    its reply until the Future resolves, which the scheduler hook does right after the step that
+    first scheduled the request (before its forward pass). A request the engine does not have
+    is answered None (it finished or was aborted before it was scheduled) unless
+    ``wait_unknown``: a remote client may ask before its HTTP request reached the engine.
     """
     st = _state(self)
-    record = st.allocated.pop(request_id, None)
+    _expire_waiters(st)
+    record = _take_record(st, names(request_id))
     if record is not None:
         return record
-    if request_id not in self.scheduler.requests:
-        return None  # finished or aborted before it was ever scheduled, or unknown
-    fut: Future = Future()
-    st.waiters[request_id] = fut
-    return fut
+    if not wait_unknown and leases.engine_request_id(self, request_id) is None:
+        return None
+    waiter = _Waiter(Future(), names(request_id), time.monotonic())
+    for name in waiter.names:
+        replaced = st.waiters.get(name)
+        if replaced is not None:  # a second wait for one request: the first is answered None
+            _resolve(st, replaced, None)
+        st.waiters[name] = waiter
+    return waiter.future
 
 
 def dynbranch_forget(self: Any, request_id: str) -> bool:
     """Stop waiting for a request (it finished or was aborted); resolves its waiter with None."""
     st = _state(self)
-    st.allocated.pop(request_id, None)
-    fut = st.waiters.pop(request_id, None)
-    if fut is not None and not fut.done():
-        fut.set_result(None)
-        return True
-    return False
+    _take_record(st, names(request_id))
+    waiter = next((st.waiters[n] for n in names(request_id) if n in st.waiters), None)
+    if waiter is None:
+        return False
+    return _resolve(st, waiter, None)
+
+
+def _take_record(st: _State, request_names: tuple[str, ...]) -> dict[str, Any] | None:
+    """Remove and return the allocation record of a request, by any of its names."""
+    record = next((st.allocated[n] for n in request_names if n in st.allocated), None)
+    if record is not None:
+        for stem in stems(record["request_id"]):
+            st.allocated.pop(stem, None)
+    return record
+
+
+def _resolve(st: _State, waiter: _Waiter, record: dict[str, Any] | None) -> bool:
+    """Answer a waiter (once) and drop it under every name; False when it was answered."""
+    for name in waiter.names:
+        if st.waiters.get(name) is waiter:
+            del st.waiters[name]
+    if waiter.future.done():
+        return False
+    waiter.future.set_result(record)
+    return True
+
+
+def _expire_waiters(st: _State, now: float | None = None) -> None:
+    """Answer None to waits older than ``_MAX_WAIT_S`` (checked at most once a second)."""
+    now = time.monotonic() if now is None else now
+    if now - st.expired_at < 1.0:
+        return
+    st.expired_at = now
+    for waiter in {id(w): w for w in st.waiters.values()}.values():
+        if now - waiter.since > _MAX_WAIT_S:
+            _resolve(st, waiter, None)
 
 
 def _signal_allocations(core: Any, output: Any) -> None:
     st, now = _state(core), time.time()
     for new in output.scheduled_new_reqs:
-        record = {"cached_tokens": int(new.num_computed_tokens), "t": now}
-        fut = st.waiters.pop(new.req_id, None)
-        if fut is not None:
-            if not fut.done():
-                fut.set_result(record)
+        record = {"cached_tokens": int(new.num_computed_tokens), "t": now,
+                  "request_id": str(new.req_id)}
+        keys = stems(new.req_id)
+        waiter = next((st.waiters[k] for k in keys if k in st.waiters), None)
+        if waiter is not None:
+            _resolve(st, waiter, record)
             continue
-        st.allocated[new.req_id] = record
+        for key in keys:
+            st.allocated[key] = record
         while len(st.allocated) > _MAX_ALLOC_RECORDS:
             st.allocated.popitem(last=False)
+    if st.waiters:
+        _expire_waiters(st)
 
 
 # ---- the schedule hook --------------------------------------------------------------------
@@ -271,8 +328,8 @@ def _wrap_shutdown(engine_core_cls: Any) -> None:
     engine_core_cls.shutdown = shutdown
 
 
-def register() -> None:
-    """Entry point of ``vllm.general_plugins``: add the utility methods to ``EngineCore``."""
+def register_engine_core() -> None:
+    """Add the utility methods to ``EngineCore`` (and release every lease at its shutdown)."""
     try:
         from vllm.v1.engine.core import EngineCore
     except Exception:  # a vLLM without the v1 engine: leave it alone
@@ -283,4 +340,4 @@ def register() -> None:
     _wrap_shutdown(EngineCore)
 
 
-__all__ = ["UTILITIES", "register"]
+__all__ = ["UTILITIES", "register_engine_core"]

@@ -1,0 +1,133 @@
+"""A fake vLLM engine core for the plugin's tests (no vLLM needed): the scheduler, KV-cache
+manager, coordinator and block pool attributes ``dynbranch_vllm_plugin`` reads.
+
+The fake block pool keeps vLLM's reference-count semantics (``touch`` adds one and takes a free
+block off the eviction queue, ``free_blocks`` drops one and queues it in the order given); block
+hashes are the token ids of the prefix up to the block (``plain_hashes``).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from dynbranch_vllm_plugin import engine_core as plugin
+from dynbranch_vllm_plugin import leases as plugin_leases
+
+BS = 4
+
+
+class Block:
+    def __init__(self, block_id: int) -> None:
+        self.block_id, self.ref_cnt, self.block_hash = block_id, 0, None
+        self.is_null = block_id == 0
+
+
+class Pool:
+    def __init__(self, n: int) -> None:
+        self.hash_block_size, self.num_gpu_blocks = BS, n
+        self.blocks = [Block(i) for i in range(n)]
+        self.free_order: list[int] = [b.block_id for b in self.blocks[1:]]
+        self.cached: dict[tuple, Block] = {}
+
+    def touch(self, blocks) -> None:
+        for b in blocks:
+            if b.ref_cnt == 0:
+                self.free_order.remove(b.block_id)
+            b.ref_cnt += 1
+
+    def free_blocks(self, blocks) -> None:
+        for b in blocks:
+            b.ref_cnt -= 1
+            assert b.ref_cnt >= 0
+            if b.ref_cnt == 0:
+                self.free_order.append(b.block_id)
+
+    def get_num_free_blocks(self) -> int:
+        return len(self.free_order)
+
+    def refs(self, ids: list[int]) -> list[int]:
+        return [self.blocks[i].ref_cnt for i in ids]
+
+
+class Coordinator:
+    """Cache hits over ``Pool.cached``; the blocks each running request holds (group 0)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.held: dict[str, list[Block]] = {}
+
+    def find_longest_cache_hit(self, hashes, max_len):
+        hit = []
+        for h in hashes:
+            if (len(hit) + 1) * BS > max_len or h not in self.pool.cached:
+                break
+            hit.append(self.pool.cached[h])
+        return (hit,), len(hit) * BS, 0
+
+    def get_blocks(self, request_id: str) -> tuple[list[Block], ...]:
+        return (list(self.held.get(request_id, [])),)
+
+
+def step(tokens: dict[str, int] | None = None, new: list | None = None) -> SimpleNamespace:
+    """A ``SchedulerOutput`` with just the fields the hook reads."""
+    tokens = tokens or {}
+    return SimpleNamespace(scheduled_new_reqs=new or [], num_scheduled_tokens=tokens,
+                           total_num_scheduled_tokens=sum(tokens.values()))
+
+
+class Scheduler:
+    """The scheduler's attributes the plugin reads; ``schedule()`` returns ``next_output``."""
+
+    def __init__(self, manager: SimpleNamespace) -> None:
+        self.kv_cache_manager, self.requests, self.max_num_running_reqs = manager, {}, 8
+        self.next_output = step()
+
+    def get_request_counts(self) -> tuple[int, int]:
+        return 1, 2
+
+    def schedule(self):
+        return self.next_output
+
+
+def make_core(n: int = 16):
+    pool = Pool(n)
+    manager = SimpleNamespace(block_pool=pool, enable_caching=True, coordinator=Coordinator(pool))
+    scheduler = Scheduler(manager)
+    cfg = SimpleNamespace(cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256"),
+                          scheduler_config=SimpleNamespace(max_num_seqs=8,
+                                                           max_num_batched_tokens=64),
+                          model_config=SimpleNamespace(max_model_len=64))
+    return SimpleNamespace(scheduler=scheduler, vllm_config=cfg), pool
+
+
+def run_request(core, pool: Pool, engine_id: str, block_ids: list[int]) -> None:
+    """A request in the engine holding ``block_ids`` (its own references)."""
+    blocks = [pool.blocks[i] for i in block_ids]
+    pool.touch(blocks)
+    core.scheduler.requests[engine_id] = object()
+    core.scheduler.kv_cache_manager.coordinator.held[engine_id] = blocks
+
+
+def plain_hashes(core, ids: list[int]) -> list[tuple]:
+    """Block hashes the fakes use (monkeypatched over ``engine_core._block_hashes``)."""
+    return [tuple(ids[:i + BS]) for i in range(0, len(ids) - BS + 1, BS)]
+
+
+def cache_prefix(pool: Pool, ids: list[int], first_block: int) -> list[int]:
+    """Mark the full blocks of ``ids`` as cached and free (a finished request's prefix)."""
+    used = []
+    for i in range(0, len(ids) - BS + 1, BS):
+        block = pool.blocks[first_block + len(used)]
+        block.block_hash = tuple(ids[:i + BS])
+        pool.cached[block.block_hash] = block
+        used.append(block.block_id)
+    return used
+
+
+def leased_prefix(core, pool: Pool, lease_id: str = "L") -> tuple[list[int], str]:
+    """A cached three-block prefix, acquired under ``lease_id``; its ids and digest."""
+    ids = list(range(13))
+    cache_prefix(pool, ids, 1)
+    view = plugin.dynbranch_resident(core, ids)
+    assert plugin_leases.dynbranch_acquire(core, lease_id, view["block_ids"], view["digest"])
+    return view["block_ids"], view["digest"]
