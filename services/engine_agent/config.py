@@ -35,11 +35,15 @@ class EngineAgentSettings(ServiceSettings):
     model_path: str = Field("", description="vllm: local model folder")
     engine_url: str = Field("", description="openai/sglang: base URL of the server")
     kv_events_endpoint: str = Field("", description="openai: ZMQ endpoint of KV-cache events")
+    lease_channel: str = Field("", description=(
+        "openai: endpoint of the dynbranch vLLM plugin's lease channel (the server's "
+        "DYNBRANCH_LEASE_CHANNEL, e.g. ipc:///run/vllm-kv/leases.ipc): prefix leases and exact "
+        "allocation signals on a remote vLLM; none, or no answer at start: Cache-first"))
     fill_priority: int | None = Field(None, description=(
         "openai/sglang: request priority sent for fills (canonical requests send 0); none: "
         "no priority is sent. vLLM servers run fills later with 1 (--scheduling-policy "
         "priority), SGLang with -1 (--enable-priority-scheduling, higher values first)"))
-    # LADS prefix leases (backends with a LeasePort: sim, embedded vllm)
+    # LADS prefix leases (backends with a LeasePort: sim, embedded vllm, openai with a channel)
     lease_mode: LeaseMode = Field(
         _LEASES.mode, description="lads: budgeted FIFO prefix leases; ttl: the Continuum TTL-pin "
         "baseline; none: cache hints only")

@@ -18,15 +18,18 @@ class EngineAgent:
     """One engine: its backend, and its lease provider and receipts when it has leases."""
 
     def __init__(self, engine_id: str, backend: EngineBackend,
-                 provider: LeaseProvider | None = None) -> None:
+                 provider: LeaseProvider | None = None,
+                 settings: EngineAgentSettings | None = None) -> None:
         self.engine_id, self.backend, self.provider = engine_id, backend, provider
         self.receipts = Receipts(backend, provider) if provider is not None else None
+        self._settings = settings
 
     @classmethod
     def from_settings(cls, settings: EngineAgentSettings, backend: EngineBackend) -> EngineAgent:
         """The agent over ``backend``, with a lease provider when the backend has a
-        ``LeasePort`` (H scaled to its pool when ``lease_headroom_blocks`` is -1)."""
-        return cls(settings.engine_id, backend, lease_provider(settings, backend))
+        ``LeasePort`` (H scaled to its pool when ``lease_headroom_blocks`` is -1); a real
+        engine's leases are known once it started (``start``)."""
+        return cls(settings.engine_id, backend, lease_provider(settings, backend), settings)
 
     def leases(self) -> tuple[LeaseProvider, Receipts]:
         """The lease provider and receipts; ``FailedPrecondition`` when the backend has none."""
@@ -35,8 +38,13 @@ class EngineAgent:
         return self.provider, self.receipts
 
     async def start(self) -> None:
-        """Start the backend, then the provider's evaluation."""
+        """Start the backend, then the provider's evaluation (the provider is made now when the
+        started backend found leases: vLLM's plugin, a server's lease channel)."""
         await self.backend.start()
+        if self.provider is None and self._settings is not None:
+            self.provider = lease_provider(self._settings, self.backend)
+            if self.provider is not None:
+                self.receipts = Receipts(self.backend, self.provider)
         if self.provider is not None:
             await self.provider.start()
 

@@ -1,12 +1,17 @@
 """The engine agent's composition root (``core.EngineAgent``): a backend with a lease port gets a
-provider and receipts (H scaled to its pool when asked), one without answers the lease calls
-with a clear FailedPrecondition, and close stops them all, once."""
+provider and receipts (H scaled to its pool when asked; when its leases are known only once it
+started, then), one without answers the lease calls with a clear FailedPrecondition, and close
+stops them all, once."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from services.common.values.errors import FailedPrecondition
+from services.engine_agent.backend import BackendInfo
 from services.engine_agent.config import EngineAgentSettings
 from services.engine_agent.core import EngineAgent
 from services.engine_agent.leases.budget import scaled_headroom
@@ -31,3 +36,31 @@ async def test_without_leases_the_lease_calls_are_refused_by_name() -> None:
     with pytest.raises(FailedPrecondition, match="has no lease provider"):
         bare.leases()
     await backend.close()
+
+
+class LeasesAtStart:
+    """A backend whose leases are known only once started (vLLM's plugin, a lease channel)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend, self.started = backend, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    @property
+    def info(self) -> BackendInfo:
+        return replace(self._backend.info, leases_supported=self.started)
+
+    async def start(self) -> None:
+        await self._backend.start()
+        self.started = True
+
+
+async def test_a_backend_that_finds_its_leases_at_start_gets_its_provider_then() -> None:
+    backend = LeasesAtStart(make_backend(small_preset()))
+    agent = EngineAgent.from_settings(EngineAgentSettings(), backend)  # type: ignore[arg-type]
+    assert agent.provider is None and agent.receipts is None
+    await agent.start()
+    provider, receipts = agent.leases()
+    assert provider.port is backend and receipts.backend is backend
+    await agent.close()

@@ -6,12 +6,14 @@ Layout:
   ``services.engine_agent.registry.BACKENDS`` (importing its module only then);
 * ``sim``: ``SimBackend``, over the simulated engine (``services.engine_agent.sim``) that tests
   and the demo use;
-* ``vllm/``: vLLM's ``AsyncLLM`` embedded in this process (``backend``), the engine-core plugin
-  it calls (``plugin``), its prefix leases (``leases``), load view (``load``) and settings
-  (``settings``);
+* ``vllm/``: vLLM's ``AsyncLLM`` embedded in this process (``backend``), its prefix leases
+  (``leases``; ``lease_port``, the ``LeasePort`` over the plugin's utilities), load view
+  (``load``) and settings (``settings``); the engine-core plugin they call is its own
+  distribution, ``plugins/vllm``;
 * ``remote/``: what the HTTP backends share (``backend``: client, request bookkeeping, the
   stream-consuming loop; ``engine_metrics``: the ``/metrics`` load view; ``kv_events``: KV-event
-  residency); ``openai`` and ``sglang`` speak one request format each over it;
+  residency; ``lease_channel`` and ``leases``: the plugin's lease utilities over its lease
+  channel); ``openai`` and ``sglang`` speak one request format each over it;
 * ``http``: the HTTP helpers they use (error mapping, server-sent events, token estimate);
 * ``servers``: launching a vLLM or SGLang server beside an agent; ``tiny_model``: the
   random-weight model real-engine tests load.
@@ -23,8 +25,7 @@ core module, servicer or server imports a backend module: only ``factory.make_ba
 lazily, so that importing the engine agent pulls in neither vLLM nor SGLang
 (``tests/test_layering.py``).
 
-This package imports nothing heavy: the vLLM plugin (``vllm/plugin.py``) is loaded in vLLM's own
-processes through it and must stay cheap to import.
+This package imports nothing heavy.
 """
 
 from services.engine_agent.backends.factory import make_backend

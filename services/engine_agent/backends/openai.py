@@ -7,16 +7,24 @@ stream (vLLM aborts a request when its
 client disconnects); load from ``/metrics`` by name; prefix residency from the engine's KV-cache
 events over ZMQ (``kv_events``), matched against the prompt's tokens from ``/tokenize``.
 
-Prefix leases need the engine's block pool, which a remote server does not expose: this backend
-says so (``leases_supported=False``, ``lease_prefix`` raises ``Unimplemented``) and the delivery
-path falls back to Cache-first. ``Allocated`` is a proxy here: it is sent with the first streamed
-token (late by the prefill), with the cached-token count the residency map predicts.
+Prefix leases need the engine's block pool, in the server's engine-core process. A ``vllm
+serve`` with the dynbranch plugin (``plugins/vllm``) and its lease channel open
+(``DYNBRANCH_LEASE_CHANNEL``) serves them; the ``lease_channel`` setting names that endpoint.
+When the channel answers at start (``remote.leases``), this backend is a ``LeasePort``
+(``leases_supported=True``; the provider tokenizes through ``/tokenize``) and its ``Allocated``
+events are exact: the engine's first positive-token allocation of the request, asked for before
+the request is sent. Without it (no setting, a server without the plugin or the channel) it
+says so once, leases are off (``lease_prefix`` raises ``Unimplemented``), the delivery path falls
+back to Cache-first, and ``Allocated`` is a proxy sent with the first streamed token (late by the
+prefill), with the cached-token count the residency map predicts.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -27,9 +35,11 @@ from services.common.values.errors import (
     InvalidArgument,
     PayloadTooLarge,
     Unavailable,
+    Unimplemented,
 )
 from services.common.values.generation import FinishReason, GenerationRequest, Priority, Usage
 from services.engine_agent.backend import (
+    Allocated,
     Finished,
     GenerationEvent,
     Queued,
@@ -48,17 +58,29 @@ from services.engine_agent.backends.remote.backend import (
     RemoteSettings,
     RemoteStream,
 )
+from services.engine_agent.backends.remote.leases import FALLBACK, RemoteLeases, with_allocation
+from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
+
+logger = logging.getLogger(__name__)
 
 
 class OpenAIBackend(RemoteBackend):
-    """``EngineBackend`` over an OpenAI-compatible ``/v1/completions`` server."""
+    """``EngineBackend`` over an OpenAI-compatible ``/v1/completions`` server; a ``LeasePort``
+    when the server's lease channel answers (module docstring)."""
 
     backend_name = "openai"
     tools_supported = True
 
+    def __init__(self, settings: RemoteSettings, client: httpx.AsyncClient | None = None) -> None:
+        super().__init__(settings, client)
+        self._leases = (RemoteLeases(settings.lease_channel, handshake_s=settings.lease_handshake_s,
+                                     wait_s=settings.request_timeout_s)
+                        if settings.lease_channel else None)
+
     @classmethod
     def from_settings(cls, settings: Any) -> OpenAIBackend:
-        """Build from ``EngineAgentSettings`` (``engine_url``, ``kv_events_endpoint``)."""
+        """Build from ``EngineAgentSettings`` (``engine_url``, ``kv_events_endpoint``,
+        ``lease_channel``)."""
         if not settings.engine_url:
             raise InvalidArgument("engine_url", "the openai backend needs the server's URL")
         endpoint = settings.kv_events_endpoint
@@ -67,7 +89,117 @@ class OpenAIBackend(RemoteBackend):
             max_running=settings.max_running or 256, block_size=settings.block_size,
             kv_blocks_total=settings.kv_blocks, kv_events_endpoint=endpoint,
             kv_events_replay_endpoint=_replay_endpoint(endpoint),
-            fill_priority=settings.fill_priority))
+            fill_priority=settings.fill_priority, lease_channel=settings.lease_channel))
+
+    # ---- the lease channel ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start as every remote backend, then shake hands with the lease channel, if named."""
+        started = self._started
+        await super().start()
+        if started or self._leases is None:
+            return
+        if self.settings.flavor != "vllm":
+            logger.warning("lease channel %s: the %s server has no dynbranch plugin; %s",
+                           self.settings.lease_channel, self.settings.flavor, FALLBACK)
+            self._leases = None
+        elif not await self._leases.open():
+            self._leases = None
+
+    async def close(self) -> None:
+        """Close as every remote backend, then the lease channel; idempotent."""
+        await super().close()
+        if self._leases is not None:
+            await self._leases.close()
+
+    @property
+    def leases_on(self) -> bool:
+        """Whether the server's lease channel answered at start (and is not closed)."""
+        return self._leases is not None and self._leases.running
+
+    def _lease_facts(self) -> dict[str, str]:
+        if not self.leases_on:
+            return super()._lease_facts()
+        return {"leases": f"lease channel {self.settings.lease_channel}",
+                "allocated_signal": "exact (lease channel)"}
+
+    def _lease_engine(self) -> RemoteLeases:
+        if self._leases is None or not self.leases_on:
+            raise FailedPrecondition(f"{LEASES_UNAVAILABLE} (no lease channel answered; the "
+                                     f"engine agent setting lease_channel names it)")
+        return self._leases
+
+    # ---- LeasePort (the lease provider's mechanism, over the channel) ----------------------
+
+    @property
+    def lease_block_size(self) -> int:
+        """Tokens per KV block (the engine core's, when the channel is up)."""
+        if self._leases is not None and self.leases_on:
+            return self._leases.lease_block_size
+        return self.info.block_size
+
+    async def resident(self, token_ids: Sequence[int]) -> ResidentPrefix:
+        """The resident reusable prefix of ``token_ids`` (no references added)."""
+        return await self._lease_engine().port.resident(token_ids)
+
+    async def pool_state(self) -> PoolState:
+        """Free blocks, queue lengths, the running limit, κ and what waiting work lacks."""
+        return await self._lease_engine().port.pool_state()
+
+    async def acquire(self, lease_id: str, block_ids: Sequence[int], digest: str) -> bool:
+        """Add one reference to each block iff all are still resident under ``digest``."""
+        return await self._lease_engine().port.acquire(lease_id, block_ids, digest)
+
+    async def release(self, lease_id: str) -> int:
+        """Drop exactly the lease's references; blocks released (0: none held)."""
+        if not self.leases_on:
+            return 0  # nothing was leased, or the channel is gone (leases expire there)
+        return await self._lease_engine().port.release(lease_id)
+
+    async def bind(self, lease_id: str, request_id: str) -> None:
+        """Hand the lease to our request ``request_id`` at its first allocation."""
+        await self._lease_engine().port.bind(lease_id, request_id)
+
+    async def handoffs(self) -> list[Handoff]:
+        """Handoffs since the last call, oldest first."""
+        return await self._lease_engine().port.handoffs()
+
+    async def lease_refs(self) -> dict[str, int]:
+        """Blocks each live lease references."""
+        return await self._lease_engine().port.lease_refs()
+
+    async def call_utility(self, name: str, *args: Any) -> Any:
+        """Run one ``dynbranch_*`` utility on the server's engine core, over the channel."""
+        return await self._lease_engine().call_utility(name, *args)
+
+    async def block_refs(self, block_ids: Sequence[int]) -> list[int]:
+        """Reference counts of the server's blocks (diagnostics and tests)."""
+        refs = await self._lease_engine().call_utility("dynbranch_block_refs", list(block_ids))
+        return [int(r) for r in refs]
+
+    async def lease_prefix(self, prompt_or_token_ids: Any, lease_id: str, ttl_s: float) -> int:
+        """A TTL lease on the prefix's resident blocks (blocks leased; 0: none resident)."""
+        if not self.leases_on:
+            raise Unimplemented(LEASES_UNAVAILABLE)
+        if not lease_id:
+            raise InvalidArgument("lease_id", "must not be empty")
+        if ttl_s <= 0:
+            raise InvalidArgument("ttl_s", "must be positive")
+        ids = (await self.tokenize(prompt_or_token_ids) if isinstance(prompt_or_token_ids, str)
+               else list(prompt_or_token_ids))
+        grant = await self._lease_engine().call_utility("dynbranch_lease", lease_id, ids,
+                                                        float(ttl_s))
+        return int(grant["blocks"])
+
+    async def release_lease(self, lease_id: str) -> int:
+        """Drop a TTL lease's references (0: unknown, expired, or no channel)."""
+        return await self.release(lease_id)
+
+    async def lease_stats(self) -> dict[str, int]:
+        """Live leases and blocks, lifetime grants, releases and expiries (engine side)."""
+        if not self.leases_on:
+            return await super().lease_stats()
+        return dict(await self._lease_engine().call_utility("dynbranch_lease_stats"))
 
     async def _discover(self) -> None:
         resp = await self._client.get("/v1/models")
@@ -127,27 +259,38 @@ class OpenAIBackend(RemoteBackend):
         calls: dict[int, dict[str, str]] = {}
         path, body = (("/v1/chat/completions", self._chat_body(request)) if request.chat
                       else ("/v1/completions", self._body(request)))
+        # the exact allocation signal is asked for before the request goes out
+        alloc = self._leases.wait_allocated(request.request_id) if self.leases_on else None
         chunks = self._chunks(stream, path, body)
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                usage = chunk.get("usage") or usage
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    _join_calls(calls, delta.get("tool_calls") or ())
-                    text = choice.get("text") or delta.get("content") or ""
-                    tokens = choice.get("token_ids")
-                    count = len(tokens) if tokens is not None else (1 if text else 0)
-                    if count or text:
-                        if (alloc := self._first_token(stream, predicted)) is not None:
-                            yield alloc
-                        stream.completion_tokens += count
-                        stream.text += text
-                        yield TokenDelta(text, count)
-                    if choice.get("finish_reason"):
-                        reason = finish_reason_named(choice["finish_reason"])
-                        # vLLM's servers say which stop string matched; others do not
-                        matched = choice.get("stop_reason")
-                        stop = matched if isinstance(matched, str) else ""
+        merged = with_allocation(chunks, alloc, time.time()) if alloc is not None else chunks
+        try:
+            async with contextlib.aclosing(chunks), contextlib.aclosing(merged):
+                async for chunk in merged:
+                    if isinstance(chunk, Allocated):
+                        stream.allocated = True
+                        yield chunk
+                        continue
+                    usage = chunk.get("usage") or usage
+                    for choice in chunk.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        _join_calls(calls, delta.get("tool_calls") or ())
+                        text = choice.get("text") or delta.get("content") or ""
+                        tokens = choice.get("token_ids")
+                        count = len(tokens) if tokens is not None else (1 if text else 0)
+                        if count or text:
+                            if (proxy := self._first_token(stream, predicted)) is not None:
+                                yield proxy
+                            stream.completion_tokens += count
+                            stream.text += text
+                            yield TokenDelta(text, count)
+                        if choice.get("finish_reason"):
+                            reason = finish_reason_named(choice["finish_reason"])
+                            # vLLM's servers say which stop string matched; others do not
+                            matched = choice.get("stop_reason")
+                            stop = matched if isinstance(matched, str) else ""
+        finally:
+            if alloc is not None and self._leases is not None:
+                await self._leases.forget(request.request_id, alloc)
         if stream.aborted:
             yield self._aborted(stream)
             return

@@ -3,9 +3,10 @@
 The HTTP client, the ``/metrics`` poller (load views from the engine's own metrics, by name),
 the KV-event subscriber and residency map (``kv_events``), request bookkeeping, the loop that
 consumes a streamed reply (``_chunks``: server-sent events to JSON chunks), and abort by
-closing the request's stream. Remotely there are no prefix leases (the engine's block pool is in
-another process): ``leases_supported=False``, ``lease_prefix`` raises ``Unimplemented`` and the
-delivery path falls back to Cache-first. ``Allocated`` is a proxy: it is sent with the first
+closing the request's stream. The engine's block pool is in another process: without the
+dynbranch plugin's lease channel (the ``openai`` backend's ``lease_channel``, ``leases``) there
+are no prefix leases (``leases_supported=False``, ``lease_prefix`` raises ``Unimplemented``, the
+delivery path falls back to Cache-first) and ``Allocated`` is a proxy, sent with the first
 streamed token (late by the prefill).
 """
 
@@ -85,6 +86,10 @@ class RemoteSettings:
     kv_events_replay_endpoint: str = ""
     kv_events_topic: str = ""
     api_key: str = ""
+    #: The dynbranch vLLM plugin's lease channel (``ipc://...``); "": no prefix leases.
+    lease_channel: str = ""
+    #: How long the start-up handshake waits for the lease channel.
+    lease_handshake_s: float = 3.0
     #: Request priority sent for fills (canonical: 0); None: send none (see the engine agent's
     #: ``fill_priority`` setting for each server's convention).
     fill_priority: int | None = None
@@ -146,11 +151,19 @@ class RemoteBackend:
             block_size=f.get("block_size", s.block_size) or 1,
             kv_blocks_total=f.get("num_blocks", s.kv_blocks_total),
             max_running=f.get("max_running", s.max_running),
-            leases_supported=False, tools_supported=self.tools_supported,
-            extra={"url": s.base_url, "leases": LEASES_UNAVAILABLE,
-                   "allocated_signal": "first streamed token (proxy)",
+            leases_supported=self.leases_on, tools_supported=self.tools_supported,
+            extra={"url": s.base_url, **self._lease_facts(),
                    "residency": "kv-events" if s.kv_events_endpoint else "none"},
         )
+
+    @property
+    def leases_on(self) -> bool:
+        """Whether this backend has prefix leases now (subclasses with a lease channel)."""
+        return False
+
+    def _lease_facts(self) -> dict[str, str]:
+        """What ``info.extra`` says about leases and the allocation signal."""
+        return {"leases": LEASES_UNAVAILABLE, "allocated_signal": "first streamed token (proxy)"}
 
     async def start(self) -> None:
         """Check the server, read its facts, start the metrics poller and event subscriber."""
@@ -332,9 +345,12 @@ class RemoteBackend:
         return Timings(0.0, first - stream.started, now - first, now - stream.started)
 
     def _first_token(self, stream: RemoteStream, cached: int) -> Allocated | None:
+        """Note the first token; the proxy ``Allocated`` unless the exact one was sent."""
+        if not stream.first_token_at:
+            stream.first_token_at = time.monotonic()
         if stream.allocated:
             return None
-        stream.allocated, stream.first_token_at = True, time.monotonic()
+        stream.allocated = True
         return Allocated(cached, stream.first_token_at - stream.started)
 
     async def _open(self, stream: RemoteStream, path: str, body: dict[str, Any]) -> httpx.Response:
