@@ -26,6 +26,8 @@ from services.engine_agent.backends.vllm.settings import (
 )
 
 REQUIRE = os.environ.get("DYNBRANCH_REQUIRE_REAL_ENGINE") == "1"
+#: The variable the dynbranch vLLM plugin opens its lease channel at (its ``frontend``).
+LEASE_CHANNEL_ENV = "DYNBRANCH_LEASE_CHANNEL"
 SERVER_START_TIMEOUT_S = 240.0
 MODEL_NAME = "tiny"
 
@@ -54,11 +56,14 @@ def require_sglang() -> None:
 
 
 def require_plugin() -> None:
-    """The dynbranch vLLM plugin must be registered (an installed entry point)."""
+    """The dynbranch vLLM plugin must be registered, once: the entry point of its own
+    distribution (plugins/vllm, dynbranch-vllm-plugin)."""
     from importlib.metadata import entry_points
 
-    if not any(ep.name == "dynbranch" for ep in entry_points(group="vllm.general_plugins")):
-        pytest.fail("dynbranch vLLM plugin not registered: run scripts/install_vllm.sh")
+    found = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "dynbranch"]
+    if [ep.dist.name if ep.dist else "" for ep in found] != ["dynbranch-vllm-plugin"]:
+        pytest.fail(f"dynbranch vLLM plugin not registered once ({found}): run "
+                    f"scripts/install_vllm.sh")
 
 
 def free_port() -> int:
@@ -76,6 +81,8 @@ class VllmServer:
     kv_replay_endpoint: str
     log: Path
     num_blocks: int
+    #: The dynbranch plugin's lease channel ("": started without one).
+    lease_channel: str = ""
 
 
 def _server_command(model: Path, port: int, kv: str, replay: str, blocks: int) -> list[str]:
@@ -105,21 +112,24 @@ def _tail(log: Path, lines: int = 40) -> str:
 
 
 @contextlib.contextmanager
-def vllm_server(model: Path, folder: Path, blocks: int = 64) -> Iterator[VllmServer]:
-    """Start a vLLM OpenAI server (about 35 s) and stop it, with its engine children."""
+def vllm_server(model: Path, folder: Path, blocks: int = 64,
+                lease_channel: bool = False) -> Iterator[VllmServer]:
+    """Start a vLLM OpenAI server (about 35 s) and stop it, with its engine children; with
+    ``lease_channel`` the dynbranch plugin opens its lease channel (``ipc://``) in it."""
     port = free_port()
     kv, replay = f"ipc://{folder}/kv.ipc", f"ipc://{folder}/kv-replay.ipc"
+    channel = f"ipc://{folder}/leases.ipc" if lease_channel else ""
     log = folder / "vllm-server.log"
     engine_env = engine_environment(VllmSettings(model_path=str(model)), default_cache_root())
     make_engine_dirs(engine_env)
-    env = {**os.environ, **engine_env}
+    env = {**os.environ, **engine_env, LEASE_CHANNEL_ENV: channel}
     with log.open("w") as out:
         proc = subprocess.Popen(_server_command(model, port, kv, replay, blocks), env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, log)
-        yield VllmServer(url, kv, replay, log, blocks)
+        yield VllmServer(url, kv, replay, log, blocks, channel)
     finally:
         _stop(proc)
 

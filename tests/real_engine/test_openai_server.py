@@ -1,12 +1,19 @@
-"""The ``openai`` backend against a real ``vllm`` OpenAI server, with its metrics and KV events.
+"""The ``openai`` backend against a real ``vllm`` OpenAI server, with its metrics, its KV events
+and the dynbranch plugin's lease channel.
 
 One server for the module (``python -m vllm.entrypoints.openai.api_server``, about 35 s to
-start), publishing KV-cache events on ``ipc://`` sockets with a replay endpoint.
+start), publishing KV-cache events on ``ipc://`` sockets with a replay endpoint, on a 24-block
+pool, with the plugin's lease channel open (``DYNBRANCH_LEASE_CHANNEL``): the backend is a
+``LeasePort`` over it and its ``Allocated`` events are the engine's own. The LADS cohort of
+``lads_cohort`` runs on it last, as test_lads_cohort.py runs it on the embedded engine; a second
+backend pointed at an endpoint nobody serves shows the fallback to Cache-first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -14,13 +21,34 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from services.common.values.errors import Unimplemented
+from loadgen.lads_replay import run_on
 from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import OpenAIBackend, RemoteSettings
 from services.engine_agent.backends.remote.engine_metrics import parse_metrics
 from services.engine_agent.backends.remote.kv_events import KVEventSubscriber
-from tests.real_engine.engines import MODEL_NAME, VllmServer, long_prompt, vllm_server
+from services.engine_agent.config import EngineAgentSettings
+from services.engine_agent.core import lease_provider
+from services.engine_agent.leases.port import LeasePort
+from tests.real_engine.engines import (
+    MODEL_NAME,
+    VllmServer,
+    long_prompt,
+    require_plugin,
+    vllm_server,
+)
+from tests.real_engine.lads_cohort import (
+    HEADROOM_BLOCKS,
+    NUM_BLOCKS,
+    RecordingPort,
+    Runs,
+    check_handoffs,
+    check_lads_run,
+    check_leased_prefixes_hit,
+    check_outputs_equal_fifo,
+    cohort_workload,
+    handed_off_lines,
+)
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,
               pytest.mark.asyncio(loop_scope="module")]
@@ -30,18 +58,24 @@ BLOCK = 128
 
 @pytest.fixture(scope="module")
 def server(tiny_model_path: Path, run_dir: Path):
+    require_plugin()
     folder = run_dir / "srv"
     folder.mkdir()
-    with vllm_server(tiny_model_path, folder) as srv:
+    with vllm_server(tiny_model_path, folder, blocks=NUM_BLOCKS, lease_channel=True) as srv:
         yield srv
+
+
+def settings_of(server: VllmServer, **changes) -> RemoteSettings:
+    return RemoteSettings(**{
+        "base_url": server.url, "model": MODEL_NAME, "poll_interval_s": 0.2,
+        "kv_events_endpoint": server.kv_endpoint,
+        "kv_events_replay_endpoint": server.kv_replay_endpoint, "kv_events_topic": "kv-events",
+        "lease_channel": server.lease_channel, **changes})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def backend(server: VllmServer):
-    b = OpenAIBackend(RemoteSettings(
-        base_url=server.url, model=MODEL_NAME, poll_interval_s=0.2,
-        kv_events_endpoint=server.kv_endpoint, kv_events_replay_endpoint=server.kv_replay_endpoint,
-        kv_events_topic="kv-events"))
+    b = OpenAIBackend(settings_of(server))
     await b.start()
     yield b
     await b.close()
@@ -73,12 +107,19 @@ async def wait_until(cond, timeout: float = 5.0, step: float = 0.05) -> None:
         await asyncio.sleep(step)
 
 
-async def test_server_facts(backend: OpenAIBackend, server: VllmServer) -> None:
+async def test_server_facts_and_leases_over_the_channel(backend: OpenAIBackend,
+                                                        server: VllmServer) -> None:
     info = backend.info
     assert info.max_model_len == 2048 and info.block_size == BLOCK
-    assert info.kv_blocks_total == server.num_blocks and not info.leases_supported
-    with pytest.raises(Unimplemented):
-        await backend.lease_prefix("x", "lease", 1.0)
+    assert info.kv_blocks_total == server.num_blocks
+    assert info.leases_supported and isinstance(backend, LeasePort)
+    assert info.extra["allocated_signal"] == "exact (lease channel)"
+    assert backend.lease_block_size == BLOCK
+    settings = EngineAgentSettings(backend="openai", engine_url=server.url,
+                                   lease_channel=server.lease_channel)
+    assert lease_provider(settings, backend) is not None  # the agent runs LADS on it
+    state = await backend.pool_state()
+    assert state.total_blocks == server.num_blocks - 1 and state.max_running > 0
 
 
 async def test_streaming_greedy_and_deterministic(backend: OpenAIBackend) -> None:
@@ -164,3 +205,93 @@ async def test_metrics_page_parses_with_vllm_names(server: VllmServer) -> None:
     snap = parse_metrics(page)
     assert snap.block_size == BLOCK and snap.num_blocks == server.num_blocks
     assert 0.0 <= snap.kv_usage <= 1.0
+
+
+async def test_the_lease_channel_round_trip(backend: OpenAIBackend) -> None:
+    times = []
+    for _ in range(50):
+        started = time.perf_counter()
+        await backend.pool_state()
+        times.append(time.perf_counter() - started)
+    print(f"\nlease channel round trip (pool_state, idle server): median "
+          f"{statistics.median(times) * 1e3:.2f} ms, max {max(times) * 1e3:.2f} ms")
+    assert statistics.median(times) < 0.5
+
+
+async def test_a_server_without_the_channel_falls_back_to_cache_first(
+        server: VllmServer, caplog: pytest.LogCaptureFixture) -> None:
+    # What an agent sees of a server without the plugin, or without DYNBRANCH_LEASE_CHANNEL:
+    # nobody answers at the endpoint. One WARNING, no error, and it serves.
+    nobody = server.lease_channel.replace("leases.ipc", "nobody.ipc")
+    b = OpenAIBackend(settings_of(server, lease_channel=nobody, lease_handshake_s=0.5))
+    with caplog.at_level(logging.INFO):
+        await b.start()
+    try:
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.levelno for r in warnings] == [logging.WARNING]
+        assert nobody in warnings[0].getMessage()
+        assert "delivery falls back to Cache-first" in warnings[0].getMessage()
+        assert not b.info.leases_supported
+        settings = EngineAgentSettings(backend="openai", engine_url=server.url,
+                                       lease_channel=nobody)
+        assert lease_provider(settings, b) is None
+        events = await run(b, "oa-no-channel", long_prompt(15, 200), 2)
+        assert isinstance(events[1], Allocated) and isinstance(events[-1], Finished)
+    finally:
+        await b.close()
+
+
+# ---- the LADS cohort over the lease channel (last: it fills the pool) ------------------------
+
+
+@pytest.fixture(scope="module")
+def local_tokenize(tiny_model_path: Path):
+    """The server's tokenizer file, synchronous: ``run_on`` sizes its frames with one (the
+    provider it builds uses the same; the test below checks it matches ``/tokenize``)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tiny_model_path / "tokenizer.json"))
+    return lambda text: list(tokenizer.encode(text, add_special_tokens=True).ids)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runs(backend: OpenAIBackend, local_tokenize) -> Runs:
+    workload, every_block = cohort_workload(), list(range(NUM_BLOCKS))
+    port = RecordingPort(backend, local_tokenize)
+    refs_before = await backend.block_refs(every_block)
+    started = time.monotonic()
+    lads = await run_on(port, workload, "lads", headroom_blocks=HEADROOM_BLOCKS,
+                        clock=time.monotonic)
+    lads_s = time.monotonic() - started
+    refs_after = await backend.block_refs(every_block)
+    lease_refs_after = await backend.lease_refs()
+    started = time.monotonic()
+    fifo = await run_on(RecordingPort(backend, local_tokenize), workload, "fifo",
+                        headroom_blocks=HEADROOM_BLOCKS, clock=time.monotonic)
+    return Runs(lads, fifo, port, refs_before, refs_after, lease_refs_after, lads_s,
+                time.monotonic() - started)
+
+
+async def test_cohort_tokens_are_the_servers(backend: OpenAIBackend, local_tokenize) -> None:
+    for wf in cohort_workload().workflows:
+        text = wf.history_text + wf.calls[1].observation
+        assert local_tokenize(text) == await backend.tokenize(text)
+
+
+async def test_cohort_lads_run_releases_every_reference_on_the_server(runs: Runs) -> None:
+    print(f"\nlads over the channel: {runs.lads_s:.1f} s (fifo {runs.fifo_s:.1f} s), "
+          f"{runs.lads.stats}\nrefs before {runs.refs_before}\nrefs after  {runs.refs_after}")
+    check_lads_run(runs)
+
+
+async def test_cohort_leases_are_handed_off_to_their_continuations(runs: Runs) -> None:
+    check_handoffs(runs)
+
+
+async def test_cohort_handed_off_continuations_hit_their_leased_prefix(runs: Runs) -> None:
+    print("\n" + "\n".join(handed_off_lines(runs)))
+    check_leased_prefixes_hit(runs)
+
+
+async def test_cohort_outputs_equal_those_of_the_fifo_run(runs: Runs) -> None:
+    check_outputs_equal_fifo(runs)
