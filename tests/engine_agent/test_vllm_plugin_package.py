@@ -130,3 +130,18 @@ def test_install_needs_a_local_endpoint(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.ERROR):
         assert frontend.install({frontend.ENV_CHANNEL: "tcp://0.0.0.0:1"}) is False
     assert "will not open" in caplog.text
+
+
+def test_the_plugins_log_lines_go_where_vllms_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    ours, theirs = logging.getLogger("dynbranch_vllm_plugin"), logging.getLogger("vllm")
+    handler = logging.NullHandler()
+    for logger in (ours, theirs):
+        monkeypatch.setattr(logger, "handlers", [])
+        monkeypatch.setattr(logger, "propagate", True)
+    monkeypatch.setattr(ours, "level", logging.NOTSET)
+    dynbranch_vllm_plugin.log_with_vllm()  # vLLM has not configured logging: leave it alone
+    assert ours.handlers == [] and ours.propagate
+    theirs.handlers = [handler]
+    dynbranch_vllm_plugin.log_with_vllm()
+    dynbranch_vllm_plugin.log_with_vllm()  # once
+    assert ours.handlers == [handler] and not ours.propagate

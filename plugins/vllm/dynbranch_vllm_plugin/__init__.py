@@ -17,14 +17,29 @@ Importing the package is cheap: vLLM is imported only inside ``register()``.
 
 from __future__ import annotations
 
+import logging
+
 
 def register() -> None:
     """Entry point of ``vllm.general_plugins``: the engine-core utilities, and the lease channel
     where ``DYNBRANCH_LEASE_CHANNEL`` is set. Safe to call more than once, in any process."""
     from dynbranch_vllm_plugin import engine_core, frontend
 
+    log_with_vllm()
     engine_core.register_engine_core()
     frontend.install()
 
 
-__all__ = ["register"]
+def log_with_vllm() -> None:
+    """Send the plugin's log lines where vLLM sends its own (vLLM configures only the ``vllm``
+    logger; without this an operator would not see that the lease channel opened)."""
+    ours, theirs = logging.getLogger(__name__), logging.getLogger("vllm")
+    if ours.handlers or not theirs.handlers:
+        return
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(theirs.level or logging.INFO)
+    ours.propagate = False
+
+
+__all__ = ["log_with_vllm", "register"]
