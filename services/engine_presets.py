@@ -89,10 +89,11 @@ async def engine_setup(backend: str, preset: str, engines: int, model: str, run_
             await setup.stop()
             raise
         urls = [s.url for s in setup.servers]
-    for url in urls:
+    for i, url in enumerate(urls):
         priority = BACKENDS[backend].fill_priority
         extra = [f"fill_priority={priority}"] if setup.servers and priority is not None else []
-        setup.settings.append([f"backend={backend}", f"engine_url={url}", *extra])
+        own = list(setup.servers[i].agent_settings) if setup.servers else []  # a lease channel
+        setup.settings.append([f"backend={backend}", f"engine_url={url}", *extra, *own])
     return setup
 
 

@@ -9,7 +9,8 @@ ConfigMaps, gRPC health probes, requests and limits, grace periods that cover dr
 the restricted security context, NetworkPolicies that admit exactly the callers the services'
 settings name, disruption budgets, scrape annotations, the OTLP collector, the API-key file from
 a mounted Secret, the csl shards, the one corpus every gateway shares, and in ``gpu`` mutual
-TLS (components/mtls), the GPU placement and the vLLM sidecar's wiring. Each check is a
+TLS (components/mtls), the GPU placement and the vLLM sidecar's wiring (with the dynbranch plugin
+copied in by an init container and its lease channel). Each check is a
 function over one overlay's objects; ``test_checks_fail_when_*`` removes what a check guards and
 expects it to fail, so an assertion cannot silently go vacuous.
 """
@@ -54,6 +55,8 @@ SCRAPER = ("namespace", "monitoring")
 ANYONE = ("any",)
 #: The vLLM sidecar stops after the agent, within this many seconds.
 SIDECAR_STOP_S = 20
+#: Where the dynbranch image carries the vLLM plugin (the Dockerfile's pip install --target).
+PLUGIN_DIR = "/opt/dynbranch-vllm-plugin"
 #: ``python -m <module>`` → the settings class that module loads.
 SETTINGS: dict[str, type[ServiceSettings]] = {
     "services.gateway": GatewaySettings, "services.engine_agent": EngineAgentSettings,
@@ -121,6 +124,11 @@ def pod(w: Doc) -> Doc:
 def all_containers(w: Doc) -> list[Doc]:
     """Init containers (native sidecars among them) and containers of a workload's pod."""
     return [*pod(w).get("initContainers", []), *pod(w)["containers"]]
+
+
+def run_to_completion(w: Doc, c: Doc) -> bool:
+    """An init container that runs once before the next starts (not a native sidecar)."""
+    return c in pod(w).get("initContainers", []) and c.get("restartPolicy") != "Always"
 
 
 def component(labels: dict[str, str]) -> str:
@@ -266,7 +274,8 @@ def check_schemas(_overlay: str, docs: Docs) -> None:
 def check_probes(overlay: str, docs: Docs) -> None:
     """Services: startup, readiness and liveness on grpc.health.v1, on the configured plaintext
     health port where there is one (a TLS port must have one: kubelet gRPC probes cannot speak
-    TLS), a declared container port; others: startup, liveness."""
+    TLS), a declared container port; other long-running containers: startup, liveness; init
+    containers that run to completion: none."""
     for w, c in service_containers(docs):
         s, where = settings_of(docs, c), (overlay, w["metadata"]["name"])
         assert s.health_port >= 0 or not s.tls_cert_file, (where, "TLS port, no health_port")
@@ -277,7 +286,10 @@ def check_probes(overlay: str, docs: Docs) -> None:
             assert c[probe]["grpc"].get("service", "") == ""  # the server-wide status
     for w in workloads(docs):
         for c in all_containers(w):
-            assert {"startupProbe", "livenessProbe"} <= c.keys(), (overlay, c["name"])
+            if run_to_completion(w, c):  # Kubernetes refuses probes on these
+                assert not {"startupProbe", "livenessProbe", "readinessProbe"} & c.keys()
+            else:
+                assert {"startupProbe", "livenessProbe"} <= c.keys(), (overlay, c["name"])
 
 
 def check_resources(overlay: str, docs: Docs) -> None:
@@ -591,8 +603,9 @@ def check_gpu_placement(overlay: str, docs: Docs) -> None:
 
 
 def check_vllm_sidecar(overlay: str, docs: Docs) -> None:
-    """gpu: the agent reaches an unmodified vLLM on localhost for generation and metrics, and
-    follows its KV events through a socket in a volume both containers mount."""
+    """gpu: the agent reaches an unmodified vLLM on localhost for generation and metrics,
+    follows its KV events through a socket in a volume both containers mount, and the dynbranch
+    plugin's lease channel through another (``check_vllm_plugin``)."""
     if overlay != "gpu":
         return
     w = workload_of(docs, "dynbranch-engine")
@@ -614,9 +627,34 @@ def check_vllm_sidecar(overlay: str, docs: Docs) -> None:
     assert events["enable_kv_cache_events"] is True and events["publisher"] == "zmq"
     assert events["endpoint"] == s.kv_events_endpoint
     assert events["replay_endpoint"] == s.kv_events_endpoint[:-4] + "-replay.ipc"
-    folder = str(Path(s.kv_events_endpoint.removeprefix("ipc://")).parent)
+    shared_folder(vllm, agent, s.kv_events_endpoint)
+    check_vllm_plugin(docs, w, vllm, agent, s.lease_channel)
+
+
+def shared_folder(vllm: Doc, agent: Doc, endpoint: str) -> None:
+    """An ``ipc://`` socket in a volume both containers mount at its folder."""
+    assert endpoint.startswith("ipc://"), endpoint
+    folder = str(Path(endpoint.removeprefix("ipc://")).parent)
     mounts = [{m["mountPath"]: m["name"] for m in c["volumeMounts"]} for c in (vllm, agent)]
     assert mounts[0].get(folder) is not None and mounts[0].get(folder) == mounts[1].get(folder)
+
+
+def check_vllm_plugin(docs: Docs, w: Doc, vllm: Doc, agent: Doc, channel: str) -> None:
+    """The dynbranch plugin reaches the unmodified vLLM image: an init container from the
+    dynbranch image copies it into a volume before vLLM starts, vLLM has that volume on its
+    PYTHONPATH, and opens the lease channel the agent names, in a volume both mount."""
+    env = environ(docs, vllm)
+    assert env.get("DYNBRANCH_LEASE_CHANNEL") == channel != ""
+    shared_folder(vllm, agent, channel)
+    mounts = {m["mountPath"]: m["name"] for m in vllm["volumeMounts"]}
+    path = env.get("PYTHONPATH", "").split(":")[0]
+    volume = mounts[path]  # KeyError: the plugin's folder is no mounted volume
+    inits = pod(w).get("initContainers", [])
+    copiers = [c for c in inits[:inits.index(vllm)] if run_to_completion(w, c)
+               and c["image"] == agent["image"] and PLUGIN_DIR + "/." in c["command"]]
+    assert len(copiers) == 1, "no init container copies the plugin before vLLM starts"
+    into = {m["name"]: m["mountPath"] for m in copiers[0]["volumeMounts"]}
+    assert copiers[0]["command"][-1].rstrip("/") == into[volume]
 
 
 def check_sim_engines(overlay: str, docs: Docs) -> None:
@@ -732,6 +770,23 @@ def _open_engines(docs: Docs) -> None:
         {"ports": [{"port": "grpc"}]})
 
 
+def _drop_init(workload: str, name: str) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        spec = pod(workload_of(docs, workload))
+        spec["initContainers"] = [c for c in spec["initContainers"] if c["name"] != name]
+    return mutate
+
+
+def _plugin_after_vllm(docs: Docs) -> None:
+    spec = pod(workload_of(docs, "dynbranch-engine"))
+    spec["initContainers"] = sorted(spec["initContainers"], key=lambda c: c["name"] != "vllm")
+
+
+def _probe_plugin_init(docs: Docs) -> None:
+    _container(docs, "dynbranch-engine", "vllm-plugin")["livenessProbe"] = {
+        "exec": {"command": ["true"]}}
+
+
 def _replicas(workload: str, count: int) -> Callable[[Docs], None]:
     def mutate(docs: Docs) -> None:
         workload_of(docs, workload)["spec"]["replicas"] = count
@@ -788,6 +843,16 @@ MUTATIONS: dict[str, tuple[str, Callable[[Docs], None], Callable[[str, Docs], No
     "schema_strict": ("cpu-sim", _unknown_field, check_schemas),
     "vllm_kv_events_volume": ("gpu", _pop("dynbranch-engine", "engine", "volumeMounts"),
                               check_vllm_sidecar),
+    "vllm_plugin_copied": ("gpu", _drop_init("dynbranch-engine", "vllm-plugin"),
+                           check_vllm_sidecar),
+    "vllm_plugin_before_vllm": ("gpu", _plugin_after_vllm, check_vllm_sidecar),
+    "vllm_plugin_on_path": ("gpu", _drop_named("dynbranch-engine", "vllm", "env", "PYTHONPATH"),
+                            check_vllm_sidecar),
+    "vllm_lease_channel_agreed": ("gpu", _config("dynbranch-engine",
+                                                 "DYNBRANCH_ENGINE_LEASE_CHANNEL",
+                                                 "ipc:///run/vllm-kv/other.ipc"),
+                                  check_vllm_sidecar),
+    "plugin_init_no_probes": ("gpu", _probe_plugin_init, check_probes),
     "api_keys_whole_volume": ("cpu-sim", _api_keys_sub_path, check_api_keys),
     "api_keys_not_in_env": ("gpu", _api_keys_in_env, check_api_keys),
     "api_keys_from_secret": ("gpu", _volume("dynbranch-gateway", "api-keys", secret=None),
@@ -998,6 +1063,9 @@ def test_gateway_targets_name_services_of_the_mesh(builds: dict[str, Docs]) -> N
 def test_dockerfile_installs_the_project_and_runs_as_non_root() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "python:3.11-slim" in text and "pip install \".${EXTRAS:+[$EXTRAS]}\"" in text
+    # the vLLM plugin, where the gpu overlay's init container copies it from
+    assert f"--target {PLUGIN_DIR} ./plugins/vllm" in text
+    assert f"COPY --from=build {PLUGIN_DIR} {PLUGIN_DIR}" in text
     user = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
     assert user and user[-1].split(":")[0] not in ("0", "root")
 

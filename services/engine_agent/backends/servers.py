@@ -9,7 +9,8 @@ their scheduler/engine-core children on it), then SIGKILL to whatever is left of
 SGLang lives in its own venv (``scripts/install_sglang.sh``; default ``.venv-sglang`` beside the
 repository) and runs on this CPU machine through its plain PyTorch path with the flags of
 ``../shared/notes/sglang-cpu.md``. vLLM's OpenAI server runs from this process's interpreter
-(the ``vllm`` extra, ``scripts/install_vllm.sh``). Nothing here imports an engine.
+(the ``vllm`` extra and the dynbranch plugin, ``scripts/install_vllm.sh``), with the plugin's
+lease channel open for the agent beside it. Nothing here imports an engine.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_SGLANG_VENV = Path(__file__).resolve().parents[3] / ".venv-sglang"
 START_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 30.0
+#: The variable the dynbranch vLLM plugin opens its lease channel at (plugins/vllm, ``frontend``).
+LEASE_CHANNEL_ENV = "DYNBRANCH_LEASE_CHANNEL"
 
 
 def free_port() -> int:
@@ -121,6 +124,9 @@ class EngineServer:
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     start_timeout_s: float = START_TIMEOUT_S
     process: asyncio.subprocess.Process | None = None
+    #: Engine-agent settings (``KEY=VALUE``) the agent beside this server needs, besides its URL
+    #: (a vLLM server's lease channel).
+    agent_settings: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -235,12 +241,15 @@ class VllmServerOptions:
     num_blocks: int = 0
     #: ``--scheduling-policy priority``: fills (priority 1) wait behind canonical work (0).
     priority_scheduling: bool = True
+    #: Where the dynbranch plugin opens its lease channel (``DYNBRANCH_LEASE_CHANNEL``); "": none.
+    lease_channel: str = ""
     extra_args: tuple[str, ...] = ()
 
 
 def vllm_server(options: VllmServerOptions, folder: Path, env: dict[str, str],
                 name: str = "vllm") -> EngineServer:
-    """An (unstarted) vLLM OpenAI server on a free loopback port (``env``: vLLM's variables)."""
+    """An (unstarted) vLLM OpenAI server on a free loopback port (``env``: vLLM's variables);
+    with a lease channel, the agent beside it is told where (``agent_settings``)."""
     o, port = options, free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", o.model_path,
            "--host", "127.0.0.1", "--port", str(port), "--enable-prefix-caching",
@@ -253,14 +262,17 @@ def vllm_server(options: VllmServerOptions, folder: Path, env: dict[str, str],
         cmd += ["--num-gpu-blocks-override", str(o.num_blocks)]
     if o.priority_scheduling:
         cmd += ["--scheduling-policy", "priority"]
+    channel = {LEASE_CHANNEL_ENV: o.lease_channel}
+    agent = (f"lease_channel={o.lease_channel}",) if o.lease_channel else ()
     return EngineServer(name, [*cmd, *o.extra_args], port, folder / f"{name}.log",
-                        {**os.environ, **env})
+                        {**os.environ, **env, **channel}, agent_settings=agent)
 
 
 def launch_vllm_server(model_path: str, model: str, max_running: int, max_model_len: int,
                        folder: Path, index: int) -> EngineServer:
     """The ``openai`` backend's server (``registry.BackendSpec.launcher``): vLLM's OpenAI server
-    serving ``model_path`` as ``model``, with vLLM's variables and folders set up."""
+    serving ``model_path`` as ``model``, with vLLM's variables and folders set up and the
+    dynbranch plugin's lease channel on an ``ipc://`` socket in ``folder``."""
     from services.engine_agent.backends.tiny_model import default_cache_root
     from services.engine_agent.backends.vllm.settings import (
         VllmSettings,
@@ -270,9 +282,11 @@ def launch_vllm_server(model_path: str, model: str, max_running: int, max_model_
 
     env = engine_environment(VllmSettings(model_path=model_path), default_cache_root())
     make_engine_dirs(env)
+    name = f"vllm-server-{index}"
     return vllm_server(VllmServerOptions(model_path, served_name=model, max_model_len=max_model_len,
-                                         max_num_seqs=max_running), folder, env,
-                       f"vllm-server-{index}")
+                                         max_num_seqs=max_running,
+                                         lease_channel=f"ipc://{folder}/{name}-leases.ipc"),
+                       folder, env, name)
 
 
 def launch_sglang_server(model_path: str, model: str, max_running: int, max_model_len: int,
@@ -283,7 +297,7 @@ def launch_sglang_server(model_path: str, model: str, max_running: int, max_mode
                          f"sglang-server-{index}")
 
 
-__all__ = ["DEFAULT_SGLANG_VENV", "EngineServer", "SglangOptions", "VllmServerOptions",
-           "free_port", "kill_group", "launch_sglang_server", "launch_vllm_server",
-           "sglang_available", "sglang_command", "sglang_python", "sglang_server",
-           "tiny_model_for_sglang", "vllm_server"]
+__all__ = ["DEFAULT_SGLANG_VENV", "LEASE_CHANNEL_ENV", "EngineServer", "SglangOptions",
+           "VllmServerOptions", "free_port", "kill_group", "launch_sglang_server",
+           "launch_vllm_server", "sglang_available", "sglang_command", "sglang_python",
+           "sglang_server", "tiny_model_for_sglang", "vllm_server"]
