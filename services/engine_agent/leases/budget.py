@@ -17,6 +17,8 @@ surrounding text ("the safe ceiling from free blocks and headroom H", "the fit c
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -98,11 +100,9 @@ def exclusive_blocks(leases: Mapping[str, frozenset[int]]) -> dict[str, int]:
     """E_i per lease: its blocks that no other lease references (the quota a handoff returns)."""
     if len(leases) <= 1:
         return {lease_id: len(blocks) for lease_id, blocks in leases.items()}
-    out = {}
-    for lease_id, blocks in leases.items():
-        others = frozenset().union(*(b for other, b in leases.items() if other != lease_id))
-        out[lease_id] = len(blocks - others)
-    return out
+    counts = Counter(itertools.chain.from_iterable(leases.values()))
+    shared = {block for block, n in counts.items() if n > 1}
+    return {lease_id: len(blocks - shared) for lease_id, blocks in leases.items()}
 
 
 __all__ = ["PAPER_HEADROOM_BLOCKS", "PAPER_POOL_BLOCKS", "Budget", "Candidate", "evaluate",

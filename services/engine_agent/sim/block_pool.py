@@ -41,6 +41,43 @@ def hash_full_blocks(
     return out
 
 
+class PrefixHashes:
+    """Block hashes of recently seen token sequences, extended rather than recomputed.
+
+    An agent's prompts grow by appending, so a new sequence usually starts with one seen
+    before: its full blocks inside that prefix have the same chained hashes. Lookups compare
+    whole prefixes, so a hit is exact.
+    """
+
+    def __init__(self, block_size: int, size: int = 64) -> None:
+        self.block_size, self.size = block_size, size
+        # token ids -> (their packed bytes, their block hashes), least recently used first; a
+        # plain dict, as an OrderedDict's iterator hashes every (long) key
+        self._known: dict[tuple[int, ...], tuple[bytes, tuple[int, ...]]] = {}
+
+    def __call__(self, token_ids: Sequence[int]) -> tuple[int, ...]:
+        """The chained hashes of every full block of ``token_ids``."""
+        ids = tuple(token_ids)
+        known = self._known.pop(ids, None)
+        if known is None:
+            known = self._extend(ids)
+        self._known[ids] = known  # most recently used last
+        while len(self._known) > self.size:
+            del self._known[next(iter(self._known))]
+        return known[1]
+
+    def _extend(self, ids: tuple[int, ...]) -> tuple[bytes, tuple[int, ...]]:
+        size, raw = self.block_size, array("I", ids).tobytes()
+        longest_first = sorted((seen for seen in self._known
+                                if 0 < len(seen) <= len(ids) and seen[-1] == ids[len(seen) - 1]),
+                               key=len, reverse=True)
+        for seen in longest_first:
+            seen_raw, seen_hashes = self._known[seen]
+            if seen_hashes and raw.startswith(seen_raw[:len(seen_hashes) * size * 4]):
+                return raw, tuple(hash_full_blocks(ids, size, list(seen_hashes)))
+        return raw, tuple(hash_full_blocks(ids, size))
+
+
 class KVBlock:
     """One physical KV block."""
 
@@ -165,4 +202,5 @@ class BlockPool:
         assert all(b.block_hash == h for h, b in self._cached.items())
 
 
-__all__ = ["BlockPool", "KVBlock", "ROOT_HASH", "hash_block_tokens", "hash_full_blocks"]
+__all__ = ["BlockPool", "KVBlock", "PrefixHashes", "ROOT_HASH", "hash_block_tokens",
+           "hash_full_blocks"]

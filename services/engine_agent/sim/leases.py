@@ -13,14 +13,15 @@ from dataclasses import dataclass
 
 from services.common.values.leases import prefix_digest
 from services.engine_agent.leases.port import Handoff, ResidentPrefix
-from services.engine_agent.sim.block_pool import BlockPool, KVBlock, hash_full_blocks
+from services.engine_agent.sim.block_pool import BlockPool, KVBlock, PrefixHashes
 from services.engine_agent.sim.kv_cache import KVCacheManager
 from services.engine_agent.sim.sequence import Sequence as Seq
 
 log = logging.getLogger(__name__)
 
-#: Histories whose block hashes are kept (a pending result is looked up every evaluation).
-_HASH_CACHE = 256
+
+#: Prefix digests remembered (a pending result's prefix is described every evaluation).
+_DIGESTS = 1024
 
 
 @dataclass(eq=False, slots=True)
@@ -33,7 +34,7 @@ class SimLeases:
     """Lease references on one ``BlockPool``; every method runs on the engine's event loop."""
 
     def __init__(self, kv: KVCacheManager, clock: Callable[[], float],
-                 on_release: Callable[[], None]) -> None:
+                 on_release: Callable[[], None], hashes: PrefixHashes | None = None) -> None:
         self._kv = kv
         self._pool: BlockPool = kv.pool
         self._clock = clock
@@ -41,7 +42,9 @@ class SimLeases:
         self._held: dict[str, _Held] = {}
         self._bound: dict[str, str] = {}  # request id -> lease id
         self._handoffs: list[Handoff] = []
-        self._hashes: dict[tuple[int, ...], list[int]] = {}  # block hashes of recent histories
+        # block hashes of recent histories (the engine shares its own: prompts extend them)
+        self._hashes = hashes or PrefixHashes(self._pool.block_size)
+        self._digests: dict[tuple[int, int], str] = {}  # (blocks, last hash) -> digest
         self.added = 0  # references added, summed over blocks
         self.released = 0  # references dropped, summed over blocks
 
@@ -49,17 +52,21 @@ class SimLeases:
         """Resident reusable prefix: whole blocks, never the one holding the last token."""
         size = self._pool.block_size
         max_blocks = max(len(token_ids) - 1, 0) // size
-        ids = tuple(token_ids)
-        hashes = self._hashes.pop(ids, None)  # re-inserted below: least recently used goes first
-        if hashes is None:
-            hashes = hash_full_blocks(ids, size)
-        self._hashes[ids] = hashes
-        while len(self._hashes) > _HASH_CACHE:
-            del self._hashes[next(iter(self._hashes))]
-        blocks = self._pool.longest_prefix(hashes, max_blocks)
-        return ResidentPrefix(tuple(b.block_id for b in blocks),
-                              prefix_digest(_hashes(blocks)),
+        blocks = self._pool.longest_prefix(self._hashes(token_ids), max_blocks)
+        return ResidentPrefix(tuple(b.block_id for b in blocks), self._digest(blocks),
                               frozenset(b.block_id for b in blocks if b.ref_cnt == 0))
+
+    def _digest(self, blocks: Sequence[KVBlock]) -> str:
+        """``prefix_digest`` of the blocks' hashes, remembered by the last one: a chained hash
+        names its whole prefix, so (length, last hash) names the digest."""
+        if not blocks or blocks[-1].block_hash is None:
+            return prefix_digest(_hashes(blocks))
+        key = (len(blocks), blocks[-1].block_hash)
+        digest = self._digests.pop(key, None) or prefix_digest(_hashes(blocks))
+        self._digests[key] = digest
+        while len(self._digests) > _DIGESTS:
+            del self._digests[next(iter(self._digests))]
+        return digest
 
     def acquire(self, lease_id: str, block_ids: Sequence[int], digest: str) -> bool:
         """Touch exactly ``block_ids`` iff they still hold the prefix named by ``digest``."""
@@ -96,6 +103,11 @@ class SimLeases:
         self._bound[request_id] = lease_id
         if running is not None and running.allocated:
             self.on_allocated(running)
+
+    def holds_for(self, seq: Seq) -> bool:
+        """Whether a live lease is bound to ``seq``'s request: its history is pinned for it
+        (Continuum's queue puts such requests first)."""
+        return seq.request_id in self._bound
 
     def on_allocated(self, seq: Seq) -> None:
         """The engine gave ``seq`` its first positive-token allocation: verify and hand off."""

@@ -8,8 +8,10 @@ characters, or a run of whitespace; about 1.3 tokens per English word.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
+import itertools
 import random
 import re
 
@@ -46,10 +48,64 @@ def pieces(text: str) -> list[str]:
     return _PIECE_RE.findall(text)
 
 
-@functools.lru_cache(maxsize=256)
 def encode(text: str) -> tuple[int, ...]:
-    """Token ids of ``text`` (cached: fills and their canonical twins repeat prompts)."""
-    return tuple(_piece_id(p) for p in _PIECE_RE.findall(text))
+    """Token ids of ``text``.
+
+    Cached, and incremental: an agent's prompts grow by appending (history, then the
+    observation, then the next output), so a text that extends a recently encoded one is
+    tokenized only from near the end of that one. Restarting the scan at a piece boundary at
+    least ``_RESCAN_CHARS`` characters before the end of the known text gives exactly the
+    pieces a scan from the start would (every piece pattern decides its end within a few
+    characters), so the result never differs from a full scan.
+    """
+    return _ENCODED.encode(text)
+
+
+#: Characters before the end of a known prefix where an incremental scan restarts (>> the
+#: 8 characters any piece pattern looks ahead).
+_RESCAN_CHARS = 64
+
+
+class _Encoded:
+    """The recently encoded texts: token ids and the end offset of every piece, by text."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._texts: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        hit = self._texts.pop(text, None)
+        if hit is None:
+            hit = self._scan(text)
+        self._texts[text] = hit  # most recently used last
+        while len(self._texts) > self.size:
+            del self._texts[next(iter(self._texts))]
+        return hit[0]
+
+    def _scan(self, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        ids: tuple[int, ...] = ()
+        ends: tuple[int, ...] = ()
+        start = 0
+        base = self._longest_prefix(text)
+        if base is not None:
+            known_ids, known_ends = self._texts[base]
+            keep = bisect.bisect_right(known_ends, len(base) - _RESCAN_CHARS)
+            if keep:
+                ids, ends, start = known_ids[:keep], known_ends[:keep], known_ends[keep - 1]
+        found = _PIECE_RE.findall(text, start)
+        new_ends = tuple(itertools.accumulate(map(len, found), initial=start))[1:]
+        return ids + tuple(map(_piece_id, found)), ends + new_ends
+
+    def _longest_prefix(self, text: str) -> str | None:
+        best: str | None = None
+        for known in self._texts:
+            if (len(known) > _RESCAN_CHARS and len(known) < len(text)
+                    and (best is None or len(known) > len(best)) and text.startswith(known)):
+                best = known
+        return best
+
+
+_ENCODED = _Encoded()
 
 
 def text_key(*parts: str) -> int:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.engine_agent.sim.block_pool import (
     ROOT_HASH,
     BlockPool,
+    PrefixHashes,
     hash_block_tokens,
     hash_full_blocks,
 )
@@ -118,3 +121,12 @@ def test_longest_prefix_stops_at_the_first_miss() -> None:
         pool.cache_block(block, h)
     assert pool.longest_prefix([1, 2, 3, 4], 4) == blocks[:2]
     assert pool.longest_prefix([1, 2, 3, 4], 1) == blocks[:1]
+
+
+@given(st.lists(st.lists(st.integers(0, 3), max_size=40), min_size=1, max_size=12))
+def test_prefix_hashes_equal_a_full_hash_of_every_sequence(sequences: list[list[int]]) -> None:
+    hashes = PrefixHashes(4, size=4)
+    running: list[int] = []
+    for extra in sequences:  # mostly extensions of the last, sometimes a fresh start
+        running = running + extra if len(extra) % 3 else extra
+        assert hashes(running) == tuple(hash_full_blocks(running, 4))

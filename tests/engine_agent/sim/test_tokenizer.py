@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.engine_agent.sim import tokenizer
 from services.engine_agent.sim.tokenizer import EOS_TOKEN_ID, PseudoText, encode, pieces
@@ -45,3 +47,13 @@ def test_pseudo_text_depends_only_on_its_key_and_ends_at_eos() -> None:
     assert first[:5] == [b.next() for _ in range(5)]
     assert first[5] == (EOS_TOKEN_ID, "")
     assert [c.next() for _ in range(5)] != first[:5]
+
+
+ALPHABET = "ab cdXY  \n\n\t123456,.;-=ü"
+
+
+@given(st.text(ALPHABET, max_size=200), st.text(ALPHABET, max_size=80))
+def test_an_extended_text_encodes_as_if_scanned_from_the_start(base: str, tail: str) -> None:
+    encode(base)  # known: the extension is scanned from near its end
+    whole = base + tail
+    assert encode(whole) == tuple(tokenizer.piece_id(p) for p in pieces(whole))
