@@ -60,6 +60,9 @@ class GenerationRequest:
     priority: Priority = Priority.CANONICAL
     #: Tool calling or JSON output: backends with a chat template render this themselves.
     chat: ChatSpec | None = None
+    #: The program (agent workflow) the call belongs to, for engines that order their queue
+    #: by program (program-level FCFS); "" when unknown (the request is its own program).
+    program: str = ""
 
 
 @dataclass(frozen=True, slots=True)

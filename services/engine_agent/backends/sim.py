@@ -19,6 +19,8 @@ from services.engine_agent.backend import BackendInfo, Finished, GenerationEvent
 from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
 from services.engine_agent.sim.cost_model import CostPreset, StepWork, get_preset, load_preset_file
 from services.engine_agent.sim.engine import SimEngine
+from services.engine_agent.sim.offload import OffloadSpec
+from services.engine_agent.sim.scheduler import QueuePolicy
 from services.engine_agent.sim.tokenizer import encode
 from services.engine_agent.sim.tools import parse_tool_calls
 
@@ -39,12 +41,14 @@ class SimBackend:
     def __init__(self, preset: str | CostPreset = "qwen3-32b-h200", *, time_scale: float = 0.0,
                  engine_id: str = "sim-0", model: str | None = None,
                  output_len_range: tuple[int, int] = (32, 512),
-                 preempt_fills: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+                 preempt_fills: bool = True, clock: Callable[[], float] = time.monotonic,
+                 queue_policy: QueuePolicy = "fcfs", offload_gib: float = 0.0) -> None:
         self.preset = get_preset(preset) if isinstance(preset, str) else preset
         self.engine_id = engine_id
+        offload = OffloadSpec.from_preset(self.preset, offload_gib) if offload_gib > 0 else None
         self.engine = SimEngine(self.preset, model=model, time_scale=time_scale,
                                 output_len_range=output_len_range, preempt_fills=preempt_fills,
-                                clock=clock)
+                                clock=clock, queue_policy=queue_policy, offload=offload)
         chunk = StepWork()
         chunk.add(0, KAPPA_CHUNK_TOKENS, False)
         self._kappa_s = self.preset.step_time(chunk) * time_scale
@@ -54,7 +58,8 @@ class SimBackend:
             max_running=self.preset.max_running, leases_supported=True, simulated=True,
             tools_supported=True,
             extra={"engine_id": engine_id, "preset": self.preset.name,
-                   "time_scale": repr(time_scale)})
+                   "time_scale": repr(time_scale), "queue_policy": queue_policy,
+                   "offload_gib": repr(offload_gib)})
 
     @classmethod
     def from_settings(cls, settings: Any) -> SimBackend:
@@ -69,7 +74,8 @@ class SimBackend:
         if overrides:
             preset = preset.with_overrides(**overrides)
         return cls(preset, time_scale=settings.time_scale, engine_id=settings.engine_id,
-                   model=settings.model)
+                   model=settings.model, queue_policy=settings.queue_policy,
+                   offload_gib=settings.kv_offload_gib)
 
     @property
     def info(self) -> BackendInfo:

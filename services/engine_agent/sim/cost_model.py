@@ -73,21 +73,24 @@ QWEN2_5_7B = ModelSpec(
 # dense BF16 TFLOPS at its lower power); decode is bandwidth-bound, so that gap only touches
 # long prefills. Capacity is counted in GiB: the DRAM behind "141 GB" is binary-sized
 # (nvidia-smi reports ~140 GiB usable).
+# Host link: the datasheet's "PCIe Gen5: 128 GB/s" is both directions; 64 GB/s each way.
 H200 = GpuSpec(name="NVIDIA H200", memory_bytes=141 * GiB, hbm_bytes_per_s=4.8e12,
-               peak_flops=989e12)
+               peak_flops=989e12, host_link_bytes_per_s=64e9)
 
 # NVIDIA Ada whitepaper (RTX 4090): 24 GB GDDR6X (12 × 16 Gbit = 24 GiB), 1,008 GB/s;
 # 165.2 dense BF16 tensor TFLOPS *with FP32 accumulate* (330.3 is FP16 with FP16 accumulate,
 # which BF16 GEMMs in PyTorch/vLLM do not use); 2:4 sparsity doubles both.
+# Host link PCIe 4.0 x16: 32 GB/s each way.
 RTX_4090 = GpuSpec(name="NVIDIA GeForce RTX 4090", memory_bytes=24 * GiB,
-                   hbm_bytes_per_s=1008e9, peak_flops=165.2e12)
+                   hbm_bytes_per_s=1008e9, peak_flops=165.2e12, host_link_bytes_per_s=32e9)
 
 # NVIDIA RTX PRO 5000 Blackwell datasheet: 48 GB GDDR7 with ECC, 1,344 GB/s; "2,064 AI TOPS",
 # which NVIDIA quotes as FP4 with 2:4 sparsity: dense FP4 1,032, dense FP8 516, dense BF16 with
 # FP32 accumulate 258 TFLOPS (the professional parts do not halve FP32-accumulate rates). The GPU
 # of the LADS paper's evaluation (§5.1, two cards; one serves the model).
+# Host link (datasheet): PCIe 5.0 x16, 64 GB/s each way.
 RTX_PRO_5000 = GpuSpec(name="NVIDIA RTX PRO 5000 Blackwell", memory_bytes=48 * GiB,
-                       hbm_bytes_per_s=1344e9, peak_flops=258e12)
+                       hbm_bytes_per_s=1344e9, peak_flops=258e12, host_link_bytes_per_s=64e9)
 
 # --- Presets --------------------------------------------------------------------------------
 # Assumptions (ours, not measured): compute_efficiency 0.5 is a typical MFU of large BF16 GEMMs

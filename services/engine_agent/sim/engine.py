@@ -4,13 +4,13 @@ Protocol-free core of the ``sim`` backend (DESIGN.md §3 engine_agent). One owne
 steps: schedule, price the step with the cost preset, sleep ``step_s × time_scale`` of wall
 time (only yielding at scale 0), then apply it (advance KV, sample tokens, finish). Reported
 timings are simulated engine seconds whatever the scale. With no runnable work the task
-waits on an event, never spinning.
+waits on an event (or until the next load from the CPU tier completes), never spinning.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import logging
 import random
 import time
@@ -31,11 +31,12 @@ from services.common.values.generation import (
     Usage,
 )
 from services.engine_agent.backend import Allocated, Finished, PrefixLookup, Queued
-from services.engine_agent.sim.block_pool import BlockPool, hash_full_blocks
+from services.engine_agent.sim.block_pool import BlockPool, PrefixHashes
 from services.engine_agent.sim.cost_model import CostPreset
 from services.engine_agent.sim.kv_cache import KVCacheManager
 from services.engine_agent.sim.leases import SimLeases
-from services.engine_agent.sim.scheduler import Scheduler, StepPlan
+from services.engine_agent.sim.offload import HostTier, OffloadSpec
+from services.engine_agent.sim.scheduler import QueuePolicy, Scheduler, StepPlan
 from services.engine_agent.sim.sequence import SeqState, Sequence
 from services.engine_agent.sim.tokenizer import PseudoText, ScriptedText, encode, text_key
 from services.engine_agent.sim.tools import scripted_output
@@ -51,7 +52,8 @@ class SimEngine:
 
     def __init__(self, preset: CostPreset, *, model: str | None = None, time_scale: float = 0.0,
                  output_len_range: tuple[int, int] = (32, 512), preempt_fills: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, queue_policy: QueuePolicy = "fcfs",
+                 offload: OffloadSpec | None = None) -> None:
         if time_scale < 0:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
         lo, hi = output_len_range
@@ -62,15 +64,19 @@ class SimEngine:
         self.time_scale = time_scale
         self.max_model_len = preset.context_len
         self.pool = BlockPool(preset.kv_blocks, preset.block_size)
-        self.kv = KVCacheManager(self.pool)
-        self.scheduler = Scheduler(self.kv, max_running=preset.max_running,
-                                   max_batched_tokens=preset.max_batched_tokens,
-                                   preempt_fills=preempt_fills)
+        self.prefix_hashes = PrefixHashes(preset.block_size)
+        self.tier = HostTier(offload) if offload is not None else None
+        self.kv = KVCacheManager(self.pool, self.tier)
         self._output_len_range = output_len_range
         self._live: dict[str, Sequence] = {}
         self._wake = asyncio.Event()
         self._mono = clock  # wall clock that paces steps (a replay passes a virtual one)
-        self.leases = SimLeases(self.kv, clock, self._wake.set)
+        self.leases = SimLeases(self.kv, clock, self._wake.set, self.prefix_hashes)
+        self.scheduler = Scheduler(self.kv, max_running=preset.max_running,
+                                   max_batched_tokens=preset.max_batched_tokens,
+                                   preempt_fills=preempt_fills, queue_policy=queue_policy,
+                                   pinned=self.leases.holds_for, tier=self.tier, clock=clock,
+                                   time_scale=time_scale)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._clock = 0.0  # simulated seconds at the end of the last step
@@ -110,7 +116,7 @@ class SimEngine:
         self._validate(request)
         prompt_ids = encode(request.prompt)
         self._check_fits(len(prompt_ids))
-        hashes = list(_prompt_hashes(request.prompt, self.pool.block_size))
+        hashes = list(self.prefix_hashes(prompt_ids))
         seq = Sequence(request, prompt_ids, hashes, self._pseudo_text(request), self.now())
         self._live[request.request_id] = seq
         ahead = self.scheduler.add(seq)
@@ -225,10 +231,19 @@ class SimEngine:
             if plan is not None and plan.preempted and not plan.scheduled:
                 continue  # a preemption changed the queues: schedule again before idling
             if plan is None or not plan.scheduled:
-                await self._wake.wait()
+                await self._idle()
                 self._anchor = (self._mono(), self._clock)
                 continue
             await self._run_step(plan)
+
+    async def _idle(self) -> None:
+        """Wait for new work, or until the earliest KV load from the CPU tier completes."""
+        load_at = self.scheduler.next_load_at()
+        if load_at is None:
+            await self._wake.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), max(0.0, load_at - self._mono()))
 
     async def _run_step(self, plan: StepPlan) -> None:
         dt = self.preset.step_time(plan.work())
@@ -297,12 +312,6 @@ class SimEngine:
         first = end if seq.first_token_s is None else seq.first_token_s
         return Timings(queue_s=alloc - seq.submit_s, prefill_s=first - alloc,
                        decode_s=end - first, total_s=end - seq.submit_s)
-
-
-@functools.lru_cache(maxsize=256)
-def _prompt_hashes(prompt: str, block_size: int) -> tuple[int, ...]:
-    """Block hashes of a prompt (cached: fills and their canonical twins repeat prompts)."""
-    return tuple(hash_full_blocks(encode(prompt), block_size))
 
 
 def _validate_sampling(request: GenerationRequest, max_model_len: int) -> None:

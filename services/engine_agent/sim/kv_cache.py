@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 
 from services.engine_agent.sim.block_pool import BlockPool, KVBlock, hash_full_blocks
+from services.engine_agent.sim.offload import HostTier
 from services.engine_agent.sim.sequence import Sequence
 
 
 class KVCacheManager:
     """Gives sequences blocks for the tokens they compute, with prefix-cache hits."""
 
-    def __init__(self, pool: BlockPool) -> None:
+    def __init__(self, pool: BlockPool, tier: HostTier | None = None) -> None:
         self.pool = pool
         self.block_size = pool.block_size
+        self.tier = tier  # a CPU tier every newly computed full block is copied to
 
     def computed_blocks(self, seq: Sequence) -> list[KVBlock]:
         """Resident leading blocks of ``seq``; like vLLM, never covering its last token."""
@@ -61,6 +63,8 @@ class KVCacheManager:
         cache_block = self.pool.cache_block
         for i in range(seq.num_cached_blocks, full):
             cache_block(seq.blocks[i], hashes[i])
+            if self.tier is not None:
+                self.tier.store(hashes[i])
         seq.num_cached_blocks = full
 
     def free(self, seq: Sequence) -> None:

@@ -29,6 +29,7 @@ class Sequence:
         "hit_tokens", "cached_prompt_tokens", "output_tokens", "text", "emitted",
         "submit_s", "alloc_s", "first_token_s", "events", "pending_text", "pending_tokens",
         "finished", "waiter", "preemptions", "_pseudo", "_holdback", "stop_string",
+        "program", "load_done_at", "loaded_tokens",
     )
 
     def __init__(self, request: GenerationRequest, prompt_ids: tuple[int, ...],
@@ -65,6 +66,12 @@ class Sequence:
         self._holdback = max(map(len, stop)) - 1 if stop else 0
         #: The stop string that ended the text ("" until one does).
         self.stop_string = ""
+        #: The program (agent workflow) it belongs to: program-level FCFS orders by this.
+        self.program = request.program or request.request_id
+        #: Engine wall time its KV load from the CPU tier completes (None: no load under way).
+        self.load_done_at: float | None = None
+        #: Prompt tokens loaded from the CPU tier at its admission (reported as cached).
+        self.loaded_tokens = 0
 
     @property
     def num_pending(self) -> int:

@@ -88,6 +88,9 @@ class GpuSpec:
     memory_bytes: float
     hbm_bytes_per_s: float | None = None
     peak_flops: float | None = None
+    #: Host link, one direction (PCIe per the datasheet): what a KV block reload from CPU
+    #: memory crosses (``offload.py``); None where unknown (no offloading modelled).
+    host_link_bytes_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,10 @@ preempts the newest running fill (recompute preemption: it requeues at the front
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from services.common.values.generation import Priority
 from services.engine_agent.sim.block_pool import BlockPool, hash_full_blocks
 from services.engine_agent.sim.kv_cache import KVCacheManager
@@ -54,3 +58,46 @@ def test_a_canonical_request_preempts_the_newest_fill_when_blocks_run_out() -> N
     assert next(iter(s.waiting[Priority.FILL])) == "f"  # requeued at the front
     assert s.num_preemptions == 1
     assert plan.scheduled == {canonical: 8}  # admitted in the blocks the fill gave back
+
+
+def program_seq(rid: str, program: str, n: int = 4, start: int = 0) -> Sequence:
+    ids = list(range(start, start + n))
+    request = dataclasses.replace(make_request(rid), program=program)
+    return Sequence(request, tuple(ids), hash_full_blocks(ids, 4), PseudoText(1, None), 0.0)
+
+
+def test_program_fcfs_admits_by_the_program_s_first_arrival_pinned_programs_first() -> None:
+    pinned = {"c2"}
+    s = Scheduler(KVCacheManager(BlockPool(64, 4)), max_running=1, max_batched_tokens=64,
+                  queue_policy="program", pinned=lambda q: q.request_id in pinned)
+    first = [program_seq(f"{p}0", p, start=10 * i) for i, p in enumerate("abc")]
+    for q in first:
+        s.add(q)
+    order = []
+    for _ in range(3):
+        plan = s.schedule()
+        (running,) = plan.scheduled
+        order.append(running.request_id)
+        s.remove(running)
+    assert order == ["a0", "b0", "c0"]
+    # Later turns of the same programs arrive in reverse order: program c's earlier turn came
+    # first... but c2's prefix is pinned, so it goes first; then a before b by first arrival.
+    for q in (program_seq("c2", "c", start=100), program_seq("b1", "b", start=200),
+              program_seq("a1", "a", start=300)):
+        s.add(q)
+    order = []
+    for _ in range(3):
+        (running,) = s.schedule().scheduled
+        order.append(running.request_id)
+        s.remove(running)
+    assert order == ["c2", "a1", "b1"]
+
+
+def test_fcfs_keeps_arrival_order_and_an_unknown_queue_policy_is_refused() -> None:
+    s = scheduler(max_running=1)
+    for q in (program_seq("b1", "b"), program_seq("a1", "a", start=50)):
+        s.add(q)
+    assert [q.request_id for q in s.schedule().scheduled] == ["b1"]
+    with pytest.raises(ValueError, match="queue_policy"):
+        Scheduler(KVCacheManager(BlockPool(4, 4)), max_running=1, max_batched_tokens=4,
+                  queue_policy="lifo")  # type: ignore[arg-type]
