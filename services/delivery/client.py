@@ -23,7 +23,7 @@ class DeliveryClient:
 
     async def start_tool(self, request: delivery_pb2.StartToolRequest,
                          timeout_s: float = SHORT_DEADLINE_S) -> bool:
-        """A tool call started; True when the engine pinned the history (ttl_pin only)."""
+        """A tool call started; True when the engine pinned the history (ttl_* baselines only)."""
         return (await self.stub.StartTool(request, timeout=timeout_s)).pinned
 
     async def deliver(self, request: delivery_pb2.DeliverRequest,

@@ -43,7 +43,8 @@ class DeliverySettings(ServiceSettings):
         "every Deliver is refused until the service is restarted with engines"))
     policy: str = Field(
         "lads", description="delivery policy (LADS §3.3; the others are the paper's baselines); "
-        "the engines' lease_mode must match: lads for lads*, ttl for ttl_pin")
+        "the engines' lease_mode must match: lads for lads*, ttl for ttl_simple, continuum for "
+        "ttl_continuum (with the sim's queue_policy program), fixed_ttl for ttl_fixed")
     link_bytes_per_s: float = Field(1.25e8, gt=0, le=1e12, allow_inf_nan=False, description=(
         "R: pace of the return link to each engine in bytes/s (1 Gbit/s; the LADS benchmark "
         "uses 4000)"))

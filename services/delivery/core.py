@@ -199,7 +199,7 @@ class DeliveryCore:
         return port
 
     async def start_tool(self, key: ResultKey, engine_id: str, history: str, tool: str) -> bool:
-        """A tool call started: the engine may pin the history's prefix (ttl_pin)."""
+        """A tool call started: the engine may pin the history's prefix (the ttl_* baselines)."""
         return await self.engine(engine_id).tool_started(key, history, tool)
 
     async def deliver(self, result: ToolResult) -> Delivered:

@@ -4,7 +4,9 @@ Each policy sees one engine's inventory in FIFO order, its paced link and its le
 returns a ``Choice`` (or None to hold, for the release-controlled baseline). One policy instance
 serves one engine's link, so per-link state (the consecutive-promotion counter, the ledger)
 lives on the instance. ``leases`` names the engine-side lease mode a policy needs: ``none``,
-``lads`` (FIFO prefix leases under the demand budget) or ``ttl`` (pin at tool start).
+``lads`` (FIFO prefix leases under the demand budget), ``ttl`` (the simplified pin at tool
+start), ``continuum`` or ``fixed_ttl`` (Continuum's pins); ``engine_queue`` the engine queue
+order it assumes (``program`` for Continuum's program-level FCFS).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class DeliveryPolicy(Protocol):
 
     name: str
     leases: str
+    engine_queue: str
 
     def choose(self, view: DecisionView) -> Choice | None:
         """The frame to commit now, or None to hold until the next event."""
@@ -76,6 +79,8 @@ class _Base:
 
     name: str = ""
     leases: str = "none"
+    #: The engine queue order the policy's baseline assumes (the sim's ``queue_policy``).
+    engine_queue: str = "fcfs"
 
     def on_commit(self, choice: Choice) -> None:
         """No state to update."""
@@ -258,18 +263,37 @@ class TailAwarePolicy(_Base):
             self._sums[name] = (total + output_tokens, count + 1)
 
 
-class TtlPinPolicy(FifoPolicy):
-    """FIFO delivery with engine-side TTL pinning at tool start (Continuum, Li et al. 2026,
-    arXiv:2511.02230); the pinning itself is the engine agent's."""
+class TtlSimplePolicy(FifoPolicy):
+    """FIFO delivery with the simplified TTL pin at tool start (the tool's mean duration when
+    under 2 s); the pinning itself is the engine agent's (lease mode ``ttl``)."""
 
-    name = "ttl_pin"
+    name = "ttl_simple"
     leases = "ttl"
+
+
+class TtlContinuumPolicy(FifoPolicy):
+    """FIFO delivery in front of Continuum (Li et al. 2026, arXiv:2511.02230): the engine pins
+    for τ* and runs program-level FCFS (lease mode ``continuum``, queue ``program``)."""
+
+    name = "ttl_continuum"
+    leases = "continuum"
+    engine_queue = "program"
+
+
+class TtlFixedPolicy(FifoPolicy):
+    """FIFO delivery in front of Continuum's mechanism with one fixed TTL (the engine's
+    ``lease_ttl_s``): the TTL sweep's arm."""
+
+    name = "ttl_fixed"
+    leases = "fixed_ttl"
+    engine_queue = "program"
 
 
 #: Policy name → class, the baselines first and LADS last (the order of ``bench lads``' table).
 POLICIES: dict[str, Callable[[], DeliveryPolicy]] = {
     cls.name: cls for cls in (FifoPolicy, SizeFirstPolicy, CacheFirstPolicy, TailAwarePolicy,
-                              TtlPinPolicy, LadsNoTurnoverPolicy, LadsPolicy)
+                              TtlSimplePolicy, TtlContinuumPolicy, TtlFixedPolicy,
+                              LadsNoTurnoverPolicy, LadsPolicy)
 }
 
 
@@ -284,5 +308,6 @@ def make_policy(name: str) -> DeliveryPolicy:
 __all__ = [
     "DEFAULT_EXPECTED_OUTPUT", "DEFAULT_THETA", "OUTPUT_WEIGHT", "POLICIES", "CacheFirstPolicy",
     "Choice", "DecisionView", "FifoPolicy", "LadsNoTurnoverPolicy", "LadsPolicy", "DeliveryPolicy",
-    "SizeFirstPolicy", "TailAwarePolicy", "TtlPinPolicy", "cache_first", "make_policy",
+    "SizeFirstPolicy", "TailAwarePolicy", "TtlContinuumPolicy", "TtlFixedPolicy",
+    "TtlSimplePolicy", "cache_first", "make_policy",
 ]

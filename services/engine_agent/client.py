@@ -58,7 +58,7 @@ class EngineAgentClient:
     # --- LADS ---------------------------------------------------------------------------------
     async def tool_started(self, request: engine_pb2.ToolStartedRequest,
                            timeout_s: float = 1.0) -> engine_pb2.ToolStartedResponse:
-        """A tool call began (the ttl_pin baseline pins here)."""
+        """A tool call began (the ttl_* baselines pin here)."""
         return await self.stub.ToolStarted(request, timeout=timeout_s)
 
     async def result_ready(self, request: engine_pb2.ResultReadyRequest,

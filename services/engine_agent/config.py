@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from services.common.values.config import ServiceSettings
 from services.engine_agent.leases.state import LeaseMode, LeaseSettings
 from services.engine_agent.registry import BACKEND_NAMES
+from services.engine_agent.sim.scheduler import QueuePolicy
 
 #: The lease provider's defaults (LADS §5.1), the one copy the settings below take theirs from.
 _LEASES = LeaseSettings()
@@ -31,6 +32,12 @@ class EngineAgentSettings(ServiceSettings):
     block_size: int = Field(0, ge=0, le=4096, description="tokens per KV block; 0: preset's")
     kv_blocks: int = Field(0, ge=0, description="KV blocks in the pool; 0: preset's")
     max_running: int = Field(0, ge=0, le=4096, description="max running sequences; 0: preset's")
+    queue_policy: QueuePolicy = Field("fcfs", description=(
+        "sim: waiting-queue order; fcfs (vLLM's) or program (Continuum's program-level FCFS, "
+        "pinned programs first: the ttl_continuum and ttl_fixed baselines)"))
+    kv_offload_gib: float = Field(0.0, ge=0, le=1 << 20, description=(
+        "sim: host memory for KV offloading in GiB, like vLLM's --kv-offloading-size (evicted "
+        "blocks reload over the preset's host link instead of being recomputed); 0: none"))
     # real engines
     model_path: str = Field("", description="vllm: local model folder")
     engine_url: str = Field("", description="openai/sglang: base URL of the server")
@@ -45,14 +52,17 @@ class EngineAgentSettings(ServiceSettings):
         "priority), SGLang with -1 (--enable-priority-scheduling, higher values first)"))
     # LADS prefix leases (backends with a LeasePort: sim, embedded vllm, openai with a channel)
     lease_mode: LeaseMode = Field(
-        _LEASES.mode, description="lads: budgeted FIFO prefix leases; ttl: the Continuum TTL-pin "
-        "baseline; none: cache hints only")
+        _LEASES.mode, description="lads: budgeted FIFO prefix leases; ttl: the simplified TTL "
+        "pin; continuum: Continuum's τ* pins (with queue_policy program); fixed_ttl: the same "
+        "pins for lease_ttl_s; none: cache hints only")
     lease_lifetime_s: float = Field(_LEASES.lifetime_s, gt=0, le=3600,
                                     description="ℓ: cumulative lease lifetime from first grant")
     lease_headroom_blocks: int = Field(-1, ge=-1, description=(
         "H: blocks kept free; -1 scales the LADS paper's 2,048 of 12,315 blocks to this pool"))
     lease_interval_s: float = Field(_LEASES.interval_s, gt=0, le=10,
                                     description="budget evaluation period")
+    lease_ttl_s: float = Field(_LEASES.ttl_s, gt=0, le=3600,
+                               description="fixed_ttl: the TTL every pin gets")
     # limits and reporting
     max_prompt_bytes: int = Field(1024 * 1024, ge=1, description="largest prompt accepted")
     load_interval_s: float = Field(0.05, gt=0, le=60, description="default WatchLoad interval")

@@ -66,7 +66,8 @@ def lease_provider(settings: EngineAgentSettings, backend: EngineBackend) -> Lea
     if headroom < 0:
         headroom = scaled_headroom(backend.info.kv_blocks_total)
     lease_settings = LeaseSettings(mode=settings.lease_mode, lifetime_s=settings.lease_lifetime_s,
-                                   headroom_blocks=headroom, interval_s=settings.lease_interval_s)
+                                   headroom_blocks=headroom, interval_s=settings.lease_interval_s,
+                                   ttl_s=settings.lease_ttl_s)
     return LeaseProvider(backend, engine_id=settings.engine_id,
                          tokenize=backend.tokenize,  # type: ignore[attr-defined]
                          settings=lease_settings)

@@ -91,7 +91,9 @@ def test_the_policy_table_names_every_policy_and_its_lease_mode() -> None:
     modes = {name: make_policy(name).leases for name in POLICIES}
     assert modes == {"fifo": "none", "size_first": "none", "cache_first": "none",
                      "lads": "lads", "lads_no_turnover": "lads", "tail_aware": "none",
-                     "ttl_pin": "ttl"}
+                     "ttl_simple": "ttl", "ttl_continuum": "continuum", "ttl_fixed": "fixed_ttl"}
+    queues = {name for name in POLICIES if make_policy(name).engine_queue == "program"}
+    assert queues == {"ttl_continuum", "ttl_fixed"}  # Continuum's program-level FCFS
     with pytest.raises(ValueError, match="policy"):
         make_policy("nope")
 

@@ -64,3 +64,20 @@ async def test_a_backend_that_finds_its_leases_at_start_gets_its_provider_then()
     provider, receipts = agent.leases()
     assert provider.port is backend and receipts.backend is backend
     await agent.close()
+
+
+async def test_the_continuum_settings_reach_the_provider_and_the_sim_engine() -> None:
+    from services.engine_agent.backends.sim import SimBackend
+
+    settings = EngineAgentSettings(lease_mode="fixed_ttl", lease_ttl_s=15.0, queue_policy="program",
+                                   kv_offload_gib=8, preset="qwen2.5-7b-rtxpro5000", time_scale=0)
+    backend = SimBackend.from_settings(settings)
+    agent = EngineAgent.from_settings(settings, backend)
+    assert agent.provider is not None and agent.provider.settings.mode == "fixed_ttl"
+    assert agent.provider.settings.ttl_s == 15.0
+    assert backend.engine.scheduler.queue_policy == "program"
+    assert backend.engine.tier is not None and backend.engine.tier.spec.capacity_blocks == (
+        8 * (1 << 30) // (56 * 1024 * 16))  # Qwen2.5-7B: 56 KiB of KV a token
+    with pytest.raises(ValueError, match="queue_policy"):
+        EngineAgentSettings(queue_policy="lifo")  # type: ignore[arg-type]
+    await backend.close()

@@ -57,7 +57,7 @@ class DeliveryServicer:
     """
 
     def StartTool(self, request, context):
-        """A tool call started (the ttl_pin policy pins the history's prefix here). Idempotent.
+        """A tool call started (the ttl_* policies pin the history's prefix here). Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -152,7 +152,7 @@ class EngineAgentServicer:
     def ToolStarted(self, request, context):
         """LADS (papers/lads.txt §3; used by the delivery service). FAILED_PRECONDITION when the
         backend has no lease provider.
-        A tool call started (the ttl_pin baseline pins here). Idempotent per key.
+        A tool call started (the ttl_* baselines pin here). Idempotent per key.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

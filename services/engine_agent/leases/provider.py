@@ -11,10 +11,16 @@ that engine, and in ``lads`` mode protects their resident history prefixes with 
 * it publishes a budget record per evaluation and a record per live lease (versioned, stamped
   with the budget generation, E_i, g_i and d_i) to every listener.
 
-``ttl`` mode is the Continuum baseline (Li et al. 2026, arXiv:2511.02230, §4 "KV cache
-time-to-live"): pin a workflow's resident prefix when its tool call starts, for a TTL equal to a
-per-tool moving average of the tool's duration, only when that estimate is under 2 s; no budget.
-``none`` mode only answers the readiness lookup (the cache hint) and leases nothing.
+The TTL baselines pin without a budget. ``ttl`` is a simplified Continuum: pin a workflow's
+resident prefix when its tool call starts, for the tool's moving-average duration (start to
+readiness), only when that is under 2 s. ``continuum`` is Continuum as published
+(``continuum.py`` says what we followed, file and function): pin at the call's finish (= the tool's
+start) for τ* from its cost-benefit model over the tool's gaps from finish to the next request's
+arrival at the engine, keep the pin while that request waits, end it at its allocation, and
+under memory pressure with at most one request running release the pin with the latest
+deadline; the engine's queue runs program-level FCFS (the sim's ``queue_policy: program``).
+``fixed_ttl`` is the same with one fixed TTL (``ttl_s``, the sweep's). ``none`` mode only answers
+the readiness lookup (the cache hint) and leases nothing.
 
 This module holds the policy (when to grant, expire and revoke); its ``LeaseBook``
 (``book.py``) holds the pending results, their leases and the records published about them.
@@ -28,7 +34,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from services.common.values.errors import FailedPrecondition, InvalidArgument, NotFound
-from services.common.values.leases import BudgetRecord, InventoryView, LeaseState, ResultKey
+from services.common.values.leases import (
+    KAPPA_CHUNK_TOKENS,
+    BudgetRecord,
+    InventoryView,
+    LeaseState,
+    ResultKey,
+    engine_queue_delay,
+)
 from services.engine_agent.leases.book import LeaseBook, Record
 from services.engine_agent.leases.budget import (
     Budget,
@@ -37,6 +50,7 @@ from services.engine_agent.leases.budget import (
     horizon,
     inventory_etas,
 )
+from services.engine_agent.leases.continuum import MIN_PIN_S, GapBook, optimal_ttl, pin_price
 from services.engine_agent.leases.port import LeasePort, PoolState
 from services.engine_agent.leases.state import (
     Descriptor,
@@ -50,6 +64,8 @@ from services.engine_agent.leases.state import (
 
 log = logging.getLogger(__name__)
 
+#: The modes that pin like Continuum (at the call's finish, without a budget).
+PIN_MODES = ("continuum", "fixed_ttl")
 #: A lease within this of its deadline is ended now: early by at most a timer's resolution,
 #: never late (a timer due sooner than the loop's clock resolution fires without time passing).
 EXPIRY_SLACK_S = 2e-3
@@ -66,6 +82,7 @@ class LeaseProvider:
         self._book = LeaseBook(port, engine_id=engine_id, tokenize=tokenize,
                                settings=self.settings, clock=clock)
         self._view: InventoryView | None = None
+        self._gaps = GapBook()  # Continuum's gap samples (finish to next arrival), per tool
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
@@ -99,7 +116,8 @@ class LeaseProvider:
 
     def _next_wait(self) -> float:
         """The evaluation interval, or less: a lease ends at its deadline, not up to 100 ms late."""
-        deadlines = [p.lease.deadline for p in self._book.pending.values() if p.held and p.lease]
+        deadlines = [p.lease.deadline for p in self._book.pending.values()
+                     if p.held and p.lease and not self._postponed(p)]
         wait = self.settings.interval_s
         if deadlines:
             wait = min(wait, max(0.0, min(deadlines) - self._clock()))
@@ -114,8 +132,13 @@ class LeaseProvider:
         return Descriptor(key, prefix.blocks, prefix.blocks * size, prefix.digest, None)
 
     async def tool_started(self, key: ResultKey, history: str, tool: str) -> bool:
-        """A tool call began (``ttl`` mode pins now when the tool is expected under 2 s)."""
-        self._book.tools.started(key, tool, self._clock())
+        """A tool call began (its model call finished): the TTL modes may pin now."""
+        now = self._clock()
+        self._book.tools.started(key, tool, now)
+        if self.settings.mode in PIN_MODES:
+            self._gaps.finished(key, tool, now)
+            async with self._lock:
+                return await self._pin(key, history, tool)
         expected = self._book.tools.expected(tool)
         if self.settings.mode != "ttl" or expected is None:
             return False
@@ -124,6 +147,28 @@ class LeaseProvider:
         async with self._lock:
             pending = await self._book.track(key, history, "")
             return await self._book.grant(pending, ttl_s=expected)
+
+    async def _pin(self, key: ResultKey, history: str, tool: str) -> bool:
+        """Continuum's pin (``continuum``: τ*; ``fixed_ttl``: ``ttl_s``); True when pinned."""
+        if key in self._book.pending:
+            return False
+        pending = await self._book.track(key, history, "")
+        tau = self.settings.ttl_s
+        if self.settings.mode == "continuum":
+            state = await self.port.pool_state()
+            price = pin_price(
+                prefix_blocks=pending.prefix.blocks, block_size=self.port.lease_block_size,
+                pool_blocks=state.total_blocks, waiting=state.waiting, running=state.running,
+                kappa_s=state.kappa_s, chunk_tokens=KAPPA_CHUNK_TOKENS,
+                queue_s=engine_queue_delay(state.waiting, state.running, state.max_running,
+                                           state.kappa_s))
+            tau = optimal_ttl(self._gaps.gaps(tool), price, max_ttl_s=self.settings.ttl_max_s)
+        self.stats.pin_decisions += 1
+        if tau <= MIN_PIN_S or not await self._book.grant(pending, ttl_s=tau):
+            self._book.forget(pending)  # tracked again at readiness
+            return False
+        self.stats.pinned_ttl_s += tau
+        return True
 
     async def ready(self, key: ResultKey, history: str, payload_digest: str) -> Descriptor:
         """The tool result is ready: evaluate, try a lease, describe the prefix to the sender."""
@@ -152,6 +197,9 @@ class LeaseProvider:
             if payload_digest != pending.payload_digest:
                 raise FailedPrecondition(f"payload digest of {key} does not match its readiness")
             pending.request_id = request_id
+            if self.settings.mode in PIN_MODES:
+                self._gaps.arrived(key, self._clock())
+                self.stats.pins_reused += pending.held
             if not pending.held or prefix_digest != pending.prefix.digest:
                 return False
             assert pending.lease is not None
@@ -203,6 +251,8 @@ class LeaseProvider:
         await self._book.drain_handoffs()
         await self._expire(now)
         state = await self.port.pool_state()
+        if self.settings.mode in PIN_MODES:
+            state = await self._unpin_for_memory(state)
         if self.settings.mode == "lads":
             revoked = self.stats.revocations
             state = await self._revoke_for_headroom(state)
@@ -220,8 +270,11 @@ class LeaseProvider:
                               max_running=state.max_running, kappa_s=state.kappa_s)
         candidates = [self._candidate(p, now, etas) for p in self._book.pending.values()
                       if p.held or not (p.cold or p.allocated)]
-        return evaluate(candidates, free_blocks=state.free_blocks, protected=self.protected,
-                        headroom=self.settings.headroom_blocks)
+        budget = evaluate(candidates, free_blocks=state.free_blocks, protected=self.protected,
+                          headroom=self.settings.headroom_blocks)
+        if self.settings.unbudgeted:
+            return Budget(budget.demand, budget.safe, state.total_blocks, state.total_blocks)
+        return budget
 
     def _candidate(self, p: Pending, now: float, etas: dict[ResultKey, float]) -> Candidate:
         g = p.lease.granted_at if p.lease is not None else None
@@ -261,6 +314,8 @@ class LeaseProvider:
         """End leases at g_i + ℓ (or the TTL); forget results that are over or abandoned."""
         for p in list(self._book.pending.values()):
             due = p.lease is not None and p.lease.deadline <= now + EXPIRY_SLACK_S
+            if due and self._postponed(p):
+                due = False  # Continuum keeps a pin while its program's request waits
             if due and p.lease is not None and not p.lease.state.final:
                 if p.held and await self.port.release(p.lease.lease_id):
                     self._book.account_release(p.lease.lease_id)
@@ -287,6 +342,26 @@ class LeaseProvider:
             state = await self.port.pool_state()
             if state.blocked_blocks and self._freed_enough(state):
                 break
+        return state
+
+    def _postponed(self, p: Pending) -> bool:
+        """A Continuum pin whose program's next request waits in the engine: it outlives its
+        deadline until that request is allocated (or the pin is released for memory)."""
+        return (self.settings.mode in PIN_MODES and p.request_id is not None
+                and not p.allocated)
+
+    async def _unpin_for_memory(self, state: PoolState) -> PoolState:
+        """Continuum under memory pressure: while waiting work lacks blocks and at most one
+        request runs, release the pin with the latest deadline."""
+        lacking, free = state.blocked_blocks, state.free_blocks  # as of the engine's last step
+        while lacking > 0 and state.running <= 1 and state.free_blocks - free < lacking:
+            live = [p for p in self._book.pending.values() if p.held and p.lease is not None]
+            if not live:
+                break
+            victim = max(live, key=lambda p: p.lease.deadline)  # type: ignore[union-attr]
+            await self._book.end_lease(victim, LeaseState.REVOKED)
+            self.stats.revocations += 1
+            state = await self.port.pool_state()
         return state
 
     def _short(self, state: PoolState) -> bool:

@@ -29,7 +29,11 @@ async def token_ids(tokenize: Tokenize, text: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-LeaseMode = Literal["lads", "ttl", "none"]
+#: ``lads``: budgeted FIFO prefix leases (LADS §3.4-3.7); ``ttl``: the simplified TTL pin (at
+#: tool start, for the tool's mean duration when it is under 2 s); ``continuum``: Continuum's
+#: pins with the TTL τ* of ``continuum.optimal_ttl``; ``fixed_ttl``: the same pins with one
+#: fixed TTL (``ttl_s``); ``none``: the readiness lookup only.
+LeaseMode = Literal["lads", "ttl", "continuum", "fixed_ttl", "none"]
 #: The lease modes, in one place (``LeaseMode`` is the list; this tuple is derived from it).
 LEASE_MODES: tuple[str, ...] = get_args(LeaseMode)
 
@@ -44,13 +48,18 @@ class LeaseSettings:
     interval_s: float = 0.1
     ttl_max_expected_s: float = 2.0
     ttl_alpha: float = 0.5
+    ttl_s: float = 2.0  # the pin of ``fixed_ttl`` (Continuum's code pins for 2 s)
+    ttl_max_s: float = 60.0  # the longest τ* ``continuum`` may choose
+    #: ``lads`` with B(t) = the whole pool: a reference for the budget rule, not a policy
+    unbudgeted: bool = False
     max_pending_s: float = 600.0  # forget a result nobody delivered or withdrew after this
 
     def __post_init__(self) -> None:
         if self.mode not in LEASE_MODES:
             raise InvalidArgument("lease_mode", f"must be one of {', '.join(LEASE_MODES)}, "
                                                 f"got {self.mode!r}")
-        for name in ("lifetime_s", "interval_s", "ttl_max_expected_s", "max_pending_s"):
+        for name in ("lifetime_s", "interval_s", "ttl_max_expected_s", "ttl_s", "ttl_max_s",
+                     "max_pending_s"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(name, "must be positive")
         if self.headroom_blocks < 0:
@@ -114,6 +123,9 @@ class LeaseStats:
     grants_over_target: int = 0  # grants after which U(t) > B(t): must stay 0
     cpu_s: float = 0.0
     evaluations: int = 0
+    pin_decisions: int = 0  # continuum / fixed_ttl: calls whose TTL was decided
+    pinned_ttl_s: float = 0.0  # ... the sum of the TTLs they pinned for (0 for no pin)
+    pins_reused: int = 0  # ... pins still held when their continuation arrived
 
 
 @dataclass(slots=True)

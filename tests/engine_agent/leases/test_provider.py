@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,14 +42,14 @@ class Clock:
 
 
 def build(blocks: int = 64, headroom: int = 4, lifetime: float = 8.0, mode: str = "lads",
-          max_running: int = 4) -> tuple[SimBackend, LeaseProvider, Clock, list]:
+          max_running: int = 4, **settings: Any) -> tuple[SimBackend, LeaseProvider, Clock, list]:
     backend = make_backend(small_preset(num_kv_blocks=blocks, max_model_len=min(1024, blocks * 16),
                                         max_running=max_running))
     clock = Clock()
     provider = LeaseProvider(backend, engine_id="e0", tokenize=backend.tokenize, clock=clock,
                              settings=LeaseSettings(mode=mode,  # type: ignore[arg-type]
                                                     lifetime_s=lifetime,
-                                                    headroom_blocks=headroom))
+                                                    headroom_blocks=headroom, **settings))
     records: list = []
     provider.subscribe(records.append)
     return backend, provider, clock, records
@@ -243,6 +244,90 @@ async def test_ttl_mode_pins_at_tool_start_only_for_short_tools() -> None:
     assert provider.protected == 0 and provider.stats.expiries == 1
     assert not await provider.tool_started(ResultKey("slow", 1), history, "crawl") or True
     await provider.close()
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_a_fixed_ttl_pin_is_kept_while_its_continuation_waits_then_handed_off() -> None:
+    backend, provider, clock, _ = build(mode="fixed_ttl", ttl_s=2.0)
+    history = await warm(backend, "a", 96)
+    assert await provider.tool_started(key(1), history, "search")  # pinned at the call's finish
+    assert provider.protected == 5 and provider.stats.pinned_ttl_s == 2.0
+    clock.t += 1.5  # the tool and the link: the result reaches the engine within the TTL
+    descriptor = await provider.ready(key(1), history, digest(b"1"))
+    assert await provider.receipt(key(1), digest(b"1"), descriptor.prefix_digest, "c1")
+    clock.t += 5.0  # past the deadline, but its program's request waits: Continuum keeps it
+    await provider.evaluate()
+    assert provider.protected == 5 and provider.stats.expiries == 0
+    assert provider._next_wait() > 0  # a postponed pin is no deadline: the loop does not spin
+    await finish(backend, make_request("c1", history + " observed", max_tokens=1))
+    await provider.allocated(key(1))
+    assert provider.stats.handoffs == 1 and provider.stats.pins_reused == 1
+    assert provider.protected == 0
+    await provider.close()
+    assert provider.stats.added_refs == provider.stats.released_refs
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_a_pin_whose_continuation_is_late_expires_at_its_ttl() -> None:
+    backend, provider, clock, _ = build(mode="fixed_ttl", ttl_s=2.0)
+    history = await warm(backend, "a", 96)
+    assert await provider.tool_started(key(1), history, "search")
+    clock.t += 2.5
+    await provider.evaluate()
+    assert provider.protected == 0 and provider.stats.expiries == 1
+    await provider.ready(key(1), history, digest(b"1"))
+    assert provider.protected == 0  # readiness never pins in the TTL modes
+    await provider.close()
+    await backend.close()
+
+
+async def test_continuum_pins_for_tau_star_of_the_gaps_it_measured() -> None:
+    backend, provider, clock, _ = build(mode="continuum", ttl_max_s=60.0)
+    backend._kappa_s = 0.05  # a reload costs time (the test engine runs at time scale 0)
+    history = await warm(backend, "a", 96)
+    # Before any sample: the code's cold-start pin of 2 s.
+    assert await provider.tool_started(key(1), history, "search")
+    assert provider.stats.pinned_ttl_s == 2.0
+    clock.t += 3.0  # the gap from finish to arrival, seen at receipt
+    d = await provider.ready(key(1), history, digest(b"1"))
+    await provider.receipt(key(1), digest(b"1"), d.prefix_digest, "c1")
+    await finish(backend, make_request("c1", history + " x", max_tokens=1))
+    await provider.allocated(key(1))
+    # One gap of 3 s; the engine is idle now, so holding costs nothing: τ* = 3 s.
+    assert await provider.tool_started(key(2), history, "search")
+    assert provider.stats.pinned_ttl_s == pytest.approx(2.0 + 3.0)
+    # A busy engine makes the same pin dear: 20 requests share the pool, c = 5/64 x 20 > R/3.
+    backend._kappa_s = 0.001
+    for i in range(20):
+        backend.engine.submit(make_request(f"q{i}", words(8, f"q{i}"), max_tokens=1))
+    assert not await provider.tool_started(ResultKey("wf9", 1), history, "search")
+    await provider.close()
+    assert provider.stats.added_refs == provider.stats.released_refs
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+async def test_continuum_releases_the_latest_pin_when_waiting_work_lacks_memory() -> None:
+    backend, provider, clock, records = build(blocks=24, mode="fixed_ttl", ttl_s=30.0,
+                                              max_running=2)
+    a, b = await warm(backend, "a", 96), await warm(backend, "b", 96)
+    assert await provider.tool_started(key(1), a, "t")
+    clock.t += 1.0
+    assert await provider.tool_started(key(2), b, "t")  # the later deadline
+    assert provider.protected == 10
+    gen = backend.generate(make_request("big", words(300, "w"), max_tokens=1))  # 19 blocks
+    await anext(gen)  # queued: it lacks blocks with 10 of 24 pinned
+    await asyncio.sleep(0)
+    await provider.evaluate()  # nothing runs: release pins, the latest deadline first
+    states = {r.key: r.state for r in records if isinstance(r, LeaseRecord)}
+    assert provider.stats.revocations == 1  # 19 needed, 14 free: one 5-block pin is enough
+    assert states == {key(1): LeaseState.ACTIVE, key(2): LeaseState.REVOKED}
+    events = [e async for e in gen]
+    assert events[-1].usage.completion_tokens == 1
+    await provider.close()
+    assert provider.stats.added_refs == provider.stats.released_refs
     await backend.close()
     assert_idle(backend.engine)
 

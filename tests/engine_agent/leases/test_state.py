@@ -1,6 +1,6 @@
 """The lease provider's settings and tool timing (``leases.state``): a mode outside
 ``LEASE_MODES`` is refused naming the setting, and tool durations average per tool (the TTL of
-the Continuum baseline's pins)."""
+the simplified TTL baseline's pins)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from services.engine_agent.leases.state import LEASE_MODES, LeaseSettings, ToolT
 
 
 def test_only_the_known_lease_modes_are_accepted() -> None:
-    assert LEASE_MODES == ("lads", "ttl", "none")
+    assert LEASE_MODES == ("lads", "ttl", "continuum", "fixed_ttl", "none")
     for mode in LEASE_MODES:
         assert LeaseSettings(mode=mode).mode == mode
     with pytest.raises(InvalidArgument) as info:
         LeaseSettings(mode="fifo")  # type: ignore[arg-type]
-    assert info.value.field == "lease_mode" and "lads, ttl, none" in str(info.value)
+    assert info.value.field == "lease_mode"
+    assert "lads, ttl, continuum, fixed_ttl, none" in str(info.value)
 
 
 def test_tool_durations_average_per_tool_and_unknown_calls_are_ignored() -> None:
