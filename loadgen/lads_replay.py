@@ -37,6 +37,7 @@ from services.engine_agent import (
     get_preset,
     scaled_headroom,
 )
+from services.engine_agent.leases.state import token_ids
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Stages:
     n: float = math.nan
     f: float = math.nan
     cached_tokens: int = 0
+    prompt_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -108,7 +110,8 @@ class _Run:
     """The wiring of one run (see the module docstring) over any backend with a ``LeasePort``."""
 
     def __init__(self, workload: LadsWorkload, policy: str, backend: Any, *,
-                 clock: Callable[[], float], headroom_blocks: int) -> None:
+                 clock: Callable[[], float], headroom_blocks: int,
+                 lease_settings: dict[str, Any] | None = None) -> None:
         self.clock = clock
         self.workload, self.result = workload, RunResult(policy)
         leases = make_policy(policy).leases  # the sender builds its own per engine
@@ -116,8 +119,8 @@ class _Run:
         self.model = backend.info.model
         self.provider = LeaseProvider(
             backend, engine_id=ENGINE, tokenize=backend.tokenize, clock=clock,
-            settings=LeaseSettings(mode=leases,  # type: ignore[arg-type]
-                                   headroom_blocks=headroom_blocks))
+            settings=LeaseSettings(**{"mode": leases, "headroom_blocks": headroom_blocks,
+                                      **(lease_settings or {})}))
         self.sender = Sender(policy, link_bytes_per_s=workload.link_bytes_per_s,
                              framing_bytes=FRAMING_BYTES, window=WINDOW, clock=clock,
                              receive=self._receive,
@@ -155,7 +158,7 @@ class _Run:
         await asyncio.sleep(max(0.0, t0 + wf.arrival_s - self.clock()))
         arrived = self.clock()
         prompt = wf.history_text
-        text = await self._generate(f"{wf.workflow_id}/0", prompt, None)
+        text = await self._generate(f"{wf.workflow_id}/0", prompt, wf.workflow_id)
         history = prompt + text
         for call in wf.calls[1:]:
             key = ResultKey(wf.workflow_id, call.turn)
@@ -172,8 +175,9 @@ class _Run:
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         stages = self.result.stages.setdefault(key, Stages())
         stages.r = self.clock()
+        stages.prompt_tokens = len(await token_ids(self.backend.tokenize, prompt))
         frame = Frame.build(key, ENGINE, payload, ready_at=stages.r,
-                            prompt_tokens=len(self.backend.tokenize(prompt)),
+                            prompt_tokens=stages.prompt_tokens,
                             resident_blocks=descriptor.resident_blocks,
                             prefix_digest=descriptor.prefix_digest, tool=tool,
                             continuation=(prompt, done))
@@ -190,7 +194,7 @@ class _Run:
         stages.s = times.commit if times is not None else math.nan
         request_id = f"{key.workflow_id}/{key.turn}"
         await self.provider.receipt(key, frame.payload_digest, frame.prefix_digest, request_id)
-        gen = self.backend.generate(self._request(request_id, prompt))
+        gen = self.backend.generate(self._request(request_id, prompt, key.workflow_id))
         await anext(gen)  # Queued: the continuation is in the engine's FIFO
         task = asyncio.create_task(self._continue(key, gen, done))
         self.tasks.add(task)
@@ -214,18 +218,18 @@ class _Run:
                 done.set_exception(exc)
             raise
 
-    async def _generate(self, request_id: str, prompt: str, key: ResultKey | None) -> str:
+    async def _generate(self, request_id: str, prompt: str, program: str) -> str:
         text = ""
-        async for event in self.backend.generate(self._request(request_id, prompt)):
+        async for event in self.backend.generate(self._request(request_id, prompt, program)):
             if isinstance(event, Finished):
                 text = event.text
         self.result.outputs[request_id] = text
         return text
 
-    def _request(self, request_id: str, prompt: str) -> GenerationRequest:
+    def _request(self, request_id: str, prompt: str, program: str) -> GenerationRequest:
         tokens = self.workload.output_tokens
         return GenerationRequest(request_id, self.model, prompt,
-                                 Sampling(max_tokens=tokens, ignore_eos=True))
+                                 Sampling(max_tokens=tokens, ignore_eos=True), program=program)
 
     async def _stats(self) -> dict[str, Any]:
         p, s = self.provider.stats, self.sender.stats
@@ -235,7 +239,8 @@ class _Run:
             "regrants": p.regrants, "expiries": p.expiries, "handoffs": p.handoffs,
             "revocations": p.revocations, "denials": p.denials, "added_refs": p.added_refs,
             "released_refs": p.released_refs, "grants_over_target": p.grants_over_target,
-            "all_references_released": released,
+            "all_references_released": released, "pin_decisions": p.pin_decisions,
+            "pinned_ttl_s": p.pinned_ttl_s, "pins_reused": p.pins_reused,
             "promotions": _stat(s, "promotions"),
             "controller_cpu_s": p.cpu_s + _stat(s, "decision_cpu_s"),
         }
@@ -246,37 +251,71 @@ def _stat(stats: dict[str, Any], name: str) -> float:
     return float(sum(getattr(lane, name) for lane in stats.values()))
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSetup:
+    """How the sim engine of one arm differs from the preset: its pool, a CPU tier, its queue
+    order, and the lease settings the arm overrides."""
+
+    #: KV blocks in the pool (None: the preset's; the no-eviction bound passes a pool that
+    #: holds every history).
+    kv_blocks: int | None = None
+    #: Host memory for vLLM-style KV offloading, GiB (0: none).
+    offload_gib: float = 0.0
+    #: The sim's queue order (None: what the delivery policy's baseline assumes).
+    queue_policy: str | None = None
+    #: LeaseSettings fields to override (e.g. ``{"ttl_s": 4.0}`` for one point of the sweep).
+    lease: tuple[tuple[str, Any], ...] = ()
+
+
 async def run_on(backend: Any, workload: LadsWorkload, policy: str, *, headroom_blocks: int,
-                 clock: Callable[[], float]) -> RunResult:
+                 clock: Callable[[], float],
+                 lease_settings: dict[str, Any] | None = None) -> RunResult:
     """One run on a started backend that implements ``LeasePort`` (the sim, embedded vLLM)."""
-    return await _Run(workload, policy, backend, clock=clock,
-                      headroom_blocks=headroom_blocks).run()
+    return await _Run(workload, policy, backend, clock=clock, headroom_blocks=headroom_blocks,
+                      lease_settings=lease_settings).run()
 
 
-async def _virtual(workload: LadsWorkload, policy: str, preset: str) -> RunResult:
+async def _virtual(workload: LadsWorkload, policy: str, preset: str,
+                   setup: EngineSetup) -> RunResult:
     with VirtualClock().patch_loop():
         clock = asyncio.get_running_loop().time
         spec = get_preset(preset)
-        backend = SimBackend(spec, time_scale=1.0, engine_id=ENGINE, model=MODEL, clock=clock)
+        if setup.kv_blocks is not None:
+            spec = spec.with_overrides(num_kv_blocks=setup.kv_blocks)
+        queue = setup.queue_policy or make_policy(policy).engine_queue
+        backend = SimBackend(spec, time_scale=1.0, engine_id=ENGINE, model=MODEL, clock=clock,
+                             queue_policy=queue,  # type: ignore[arg-type]
+                             offload_gib=setup.offload_gib)
         await backend.start()
         try:
+            # H is the paper's share of the preset's own pool, whatever pool this arm has
             result = await run_on(backend, workload, policy, clock=clock,
-                                  headroom_blocks=scaled_headroom(spec.kv_blocks))
-            pool = backend.engine.pool
-            result.stats["all_references_released"] &= all(b.ref_cnt == 0 for b in pool.blocks)
-            result.stats["preemptions"] = backend.engine.scheduler.num_preemptions
+                                  headroom_blocks=scaled_headroom(get_preset(preset).kv_blocks),
+                                  lease_settings=dict(setup.lease))
+            engine = backend.engine
+            result.stats["all_references_released"] &= all(b.ref_cnt == 0
+                                                            for b in engine.pool.blocks)
+            result.stats["preemptions"] = engine.scheduler.num_preemptions
+            result.stats["evicted_blocks"] = engine.pool.evictions
+            result.stats["engine_busy_s"] = engine.now()
+            if engine.tier is not None:
+                tier = engine.tier.stats
+                result.stats.update(offload_loaded_blocks=tier.loaded_blocks,
+                                    offload_load_s=tier.load_s, offload_dropped=tier.dropped)
             return result
         finally:
             await backend.close()
 
 
-def run_policy(workload: LadsWorkload, policy: str, preset: str) -> RunResult:
+def run_policy(workload: LadsWorkload, policy: str, preset: str,
+               setup: EngineSetup | None = None) -> RunResult:
     """One run of the sim with ``preset`` on a fresh stdlib event loop with a virtual clock."""
     loop = asyncio.SelectorEventLoop()  # the virtual clock patches a stdlib loop, not uvloop
     try:
-        return loop.run_until_complete(_virtual(workload, policy, preset))
+        return loop.run_until_complete(_virtual(workload, policy, preset,
+                                                setup or EngineSetup()))
     finally:
         loop.close()
 
 
-__all__ = ["CohortService", "RunResult", "Stages", "run_on", "run_policy"]
+__all__ = ["CohortService", "EngineSetup", "RunResult", "Stages", "run_on", "run_policy"]

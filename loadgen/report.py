@@ -7,8 +7,10 @@ ratios): all of its arms on the same schedules, its seeds merged into one paired
 quick matrix (the default) is the four workloads at low load, 24 workflows, one seed, on both
 recurrence profiles (``data``: as the data sets give it; ``paper``: the paper's, where it
 differs: Routing and ReAct). ``--full`` is 48 workflows × 5 seeds per cell, every arm, at low and
-high load (open-loop Poisson) plus one serial closed loop per workload, on both profiles, and
-the λ and replay-rate sweeps. A failed cell is listed in the report and left out of the plots.
+high load (open-loop Poisson) plus one serial closed loop per workload, on both profiles, the
+λ and replay-rate sweeps, and ``dynbranch bench lads`` in full (every delivery policy, the TTL
+baselines and sweep, KV offloading and the no-eviction bound: ``fig_lads.png`` and a table). A
+failed cell is listed in the report and left out of the plots.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from typing import Any
 from rich.progress import Progress
 
 from loadgen.report_plots import (
+    LADS_ARMS,
     arm_order,
     figure8,
     figure9,
     figure10,
     figure14,
+    figure_lads,
 )
 from loadgen.report_summary import PAPER, summary_markdown
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
@@ -115,6 +119,14 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
                 extra.append(figure10(sweep, out / "fig10_replay_rate.png",
                                       f"{SWEEP_WORKLOAD}: speedup vs exact-replay rate "
                                       f"({label})"))
+            progress.update(task, description="LADS: every delivery policy and baseline")
+            lads = run_lads(failures)
+            if lads is not None:
+                sweeps["lads"] = lads
+                extra.append(figure_lads(lads["results"], out / "fig_lads.png",
+                                         "LADS delivery vs FIFO, Size-first, Cache-first, "
+                                         "Tail-aware, the TTL baselines, KV offloading and the "
+                                         "no-eviction bound (SIMULATED engines, virtual time)"))
     return write_report(matrix, results, failures, out, time.monotonic() - started, extra,
                         sweeps)
 
@@ -169,6 +181,37 @@ def run_sweeps(progress: Progress, failures: list[dict[str, Any]]
     return by_rate, sweep
 
 
+def run_lads(failures: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``bench lads`` in full (its table captured); None, with the failure listed, if it fails."""
+    from loadgen.bench.lads import run
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return run(False)
+    except Exception as exc:
+        failures.append({"workload": "lads", "load": "bursts", "profile": "data",
+                         "error": f"{type(exc).__name__}: {exc}"})
+        return None
+
+
+def lads_section(lads: dict[str, Any]) -> str:
+    """The LADS table of the summary: each arm's latency against FIFO and its share of the
+    no-eviction bound's saving, per workload and preset."""
+    arms = [a for a in LADS_ARMS if a != "fifo"]
+    lines = ["", "## LADS delivery (`dynbranch bench lads`, SIMULATED engines, virtual time)", "",
+             "Mean complete-workflow latency as a ratio to FIFO (per matched seed, mean over "
+             "seeds) / share of the no-eviction bound's saving.", "",
+             "| workload / preset | FIFO mean | " + " | ".join(arms) + " |",
+             "|---|---|" + "---|" * len(arms)]
+    for block in lads["results"]:
+        p = block["policies"]
+        cells = [f"{p[a]['ratio_to_fifo']:.3f} / {p[a]['bound_share']:.0%}" if a in p else "—"
+                 for a in arms]
+        lines.append(f"| {block['workload']} / {block['preset']} ({len(block['seeds'])} seeds) "
+                     f"| {p['fifo']['mean_s']:.1f} s | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict[str, Any]],
                  out: Path, wall_s: float, extra: list[Path] | None = None,
                  sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -185,6 +228,8 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
                              f"Fan-out and speculative engine-seconds vs latency ({label})"))
     plots += extra or []
     summary = summary_markdown(ok, matrix=matrix, plots=plots) + _coverage_section(ok)
+    if sweeps and sweeps.get("lads"):
+        summary += lads_section(sweeps["lads"])
     if failures:
         summary += "\n## Failed cells (left out)\n\n" + "\n".join(
             f"- {f['workload']} {f['load']} ({f.get('profile', 'data')}): {f['error']}"
@@ -193,7 +238,8 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
     report = {"matrix": matrix, "wall_s": round(wall_s, 1), "results": results,
               "failures": failures, "plots": [p.name for p in plots],
               "sweeps": {name: [{"x": x, "result": r} for x, r in points]
-                         for name, points in (sweeps or {}).items()}}
+                         for name, points in (sweeps or {}).items() if name != "lads"},
+              "lads": (sweeps or {}).get("lads")}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
 
@@ -266,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         "and write the report: JSON, plots and a Markdown summary."))
     parser.add_argument("--full", action="store_true",
                         help="48 workflows x 5 seeds per cell at low and high load, a serial "
-                             "loop, every arm, both recurrence profiles, and the λ and "
-                             "replay-rate sweeps (default: the quick matrix, 24 workflows)")
+                             "loop, every arm, both recurrence profiles, the λ and "
+                             "replay-rate sweeps, and the LADS bench in full (default: the "
+                             "quick matrix, 24 workflows)")
     parser.add_argument("--out", default=".dynbranch/report", help="report folder")
     args = parser.parse_args(argv)
     out = Path(args.out)

@@ -128,6 +128,46 @@ def figure14(by_rate: Sequence[tuple[float, dict[str, Any]]], path: Path, title:
     return _save(fig, path)
 
 
+#: The LADS figure's arms, left to right (the sweep appears as its best TTL).
+LADS_ARMS = ("fifo", "size_first", "cache_first", "tail_aware", "ttl_simple", "ttl_continuum",
+             "ttl_best", "lads_no_turnover", "lads", "lads_program_fcfs", "lads_unbudgeted",
+             "fifo_offload",
+             "lads_offload", "no_eviction_bound")
+
+
+def figure_lads(blocks: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+    """One row per workload and preset: mean complete-workflow latency per arm with its 95%
+    t-interval over seeds, and the protection block-seconds it spent."""
+    fig, axes = plt.subplots(len(blocks), 2, figsize=(13, 3.1 * len(blocks)), squeeze=False)
+    for row, block in zip(axes, blocks, strict=True):
+        arms = [a for a in LADS_ARMS if a in block["policies"]]
+        ps = [block["policies"][a] for a in arms]
+        means = [p["mean_s"] for p in ps]
+        lo = [max(m - (p["mean_ci95"] or (m, m))[0], 0.0) for m, p in zip(means, ps, strict=True)]
+        hi = [max((p["mean_ci95"] or (m, m))[1] - m, 0.0) for m, p in zip(means, ps, strict=True)]
+        labels = [f"ttl_best ({p['ttl_s']:g} s)" if a == "ttl_best" else a
+                  for a, p in zip(arms, ps, strict=True)]
+        colors = ["tab:green" if a.startswith("lads") else "tab:gray" if a in (
+            "fifo_offload", "no_eviction_bound") else "tab:orange" if a.startswith("ttl")
+            else "tab:blue" for a in arms]
+        ax = row[0]
+        ax.bar(range(len(arms)), means, yerr=[lo, hi], capsize=2, color=colors)
+        for x, p in enumerate(ps):
+            ax.text(x, p["mean_s"], f"{p['ratio_to_fifo']:.2f}", ha="center", va="bottom",
+                    fontsize=6)
+        ax.set_xticks(range(len(arms)), labels, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("mean latency (s)")
+        ax.set_title(f"{block['workload']} on {block['preset']}, seeds {block['seeds']} "
+                     "(× FIFO above the bars)", fontsize=8)
+        ax = row[1]
+        ax.bar(range(len(arms)), [p["protection_block_s"] for p in ps], color=colors)
+        ax.set_xticks(range(len(arms)), labels, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("protection block-seconds")
+        ax.set_title("blocks held by leases or pins, integrated over the run", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
 def arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
     """Arm names in the order the results first list them."""
     seen: list[str] = []

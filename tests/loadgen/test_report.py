@@ -121,3 +121,27 @@ def test_the_paper_section_sets_each_workload_beside_the_paper_and_says_why(
         in summary
     assert "25% of calls served by the library" in summary and "40% of the oracle" in summary
     assert (tmp_path / "fig9_fanout_cost.png").stat().st_size > 1000
+
+
+def test_the_lads_figure_and_table_show_every_arm_against_fifo_and_the_bound(
+        tmp_path: Path) -> None:
+    from loadgen.report import lads_section
+    from loadgen.report_plots import figure_lads
+
+    def arm(mean: float, share: float, **extra: float) -> dict:
+        return {"mean_s": mean, "mean_ci95": [mean - 2, mean + 2], "ratio_to_fifo": mean / 200,
+                "bound_share": share, "protection_block_s": 1000.0 * share, **extra}
+
+    block = {"workload": "cohort", "preset": "qwen2.5-7b-rtxpro5000", "seeds": [1, 2],
+             "policies": {"fifo": arm(200.0, 0.0), "lads": arm(110.0, 0.75),
+                          "ttl_best": arm(130.0, 0.6, ttl_s=15.0),
+                          "no_eviction_bound": arm(80.0, 1.0)}}
+    assert figure_lads([block, {**block, "workload": "web_burst"}],
+                       tmp_path / "lads.png", "t").stat().st_size > 1000
+    table = lads_section({"results": [block]})
+    assert "| cohort / qwen2.5-7b-rtxpro5000 (2 seeds) | 200.0 s |" in table
+    assert "0.550 / 75%" in table and "0.400 / 100%" in table and "| — |" in table
+    report = write_report("full", [result("routing", 0, 0.6)], [], tmp_path, 1.0,
+                          sweeps={"lads": {"results": [block]}})
+    assert "## LADS delivery" in (tmp_path / "summary.md").read_text()
+    assert report["lads"]["results"][0]["workload"] == "cohort"
