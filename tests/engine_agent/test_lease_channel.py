@@ -91,6 +91,19 @@ async def test_nobody_listening_is_a_deadline_not_a_hang(short_dir: Path) -> Non
         await channel.call("dynbranch_info")
 
 
+async def test_a_call_that_timed_out_never_reaches_a_server_that_comes_up_later(
+        short_dir: Path) -> None:
+    endpoint = f"ipc://{short_dir}/leases.ipc"
+    channel = await open_channel(endpoint, deadline_s=0.2)
+    with pytest.raises(DeadlineExceeded):
+        await channel.call("dynbranch_acquire", "L", [1, 2], "digest", 60.0)
+    async with serving(endpoint) as (_, engine):
+        await asyncio.sleep(0.3)  # ZMQ reconnects on its own
+        assert await channel.call("dynbranch_lease_refs", deadline_s=2.0) == {}
+        assert engine.calls == ["dynbranch_lease_refs"]  # the stale acquire was never sent
+    await channel.close()
+
+
 async def test_refused_and_failed_calls_say_why(short_dir: Path) -> None:
     endpoint = f"ipc://{short_dir}/leases.ipc"
     async with serving(endpoint) as (_, engine):

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from dynbranch_vllm_plugin import engine_core as plugin
 
-from services.common.values.errors import FailedPrecondition, Unimplemented
+from services.common.values.errors import FailedPrecondition, InvalidArgument, Unimplemented
 from services.common.values.leases import ResultKey
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import OpenAIBackend, RemoteSettings
@@ -161,3 +161,19 @@ async def test_without_the_setting_nothing_is_tried(caplog: pytest.LogCaptureFix
         await backend.start()
     assert not caplog.records and not backend.info.leases_supported
     await backend.close()
+
+
+async def test_ttl_leases_and_stats_over_the_channel(short_dir: Path) -> None:
+    endpoint = f"ipc://{short_dir}/leases.ipc"
+    async with serving(endpoint) as (_, engine):
+        blocks = cache_prefix(engine.pool, list(range(10)), 1)
+        backend = backend_for(FakeVllm(), endpoint)
+        await backend.start()
+        assert await backend.lease_prefix(list(range(10)), "T", 5.0) == 2
+        assert await backend.block_refs(blocks) == [1, 1]
+        assert (await backend.lease_stats())["blocks"] == 2
+        assert await backend.release_lease("T") == 2
+        assert await backend.block_refs(blocks) == [0, 0]
+        with pytest.raises(InvalidArgument, match="ttl_s"):
+            await backend.lease_prefix([1], "T", 0.0)
+        await backend.close()

@@ -5,7 +5,8 @@ One ZMQ DEALER connected to the plugin's ROUTER in the vLLM API server. Calls go
 ``[1, call_id, op, args]`` and their answers ``[call_id, ok, value]`` come back in any order; one
 reader task hands each to the call that waits for it, so any number of calls may be in flight
 (a ``dynbranch_wait_allocated`` pending until its request is scheduled holds up nothing). Every
-call has a deadline: past it the call raises ``DeadlineExceeded`` and a late answer is dropped.
+call has a deadline, sending included: past it the call raises ``DeadlineExceeded`` and a late
+answer is dropped.
 A refused or failed call raises ``Unavailable`` with the server's message.
 """
 
@@ -52,6 +53,9 @@ class LeaseChannel:
         self._ctx = zmq.asyncio.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        # Queue a call only on a live connection: with no server a send waits (and its deadline
+        # ends it) instead of reaching a server that comes up later, long after its caller gave up.
+        self._sock.setsockopt(zmq.IMMEDIATE, 1)
         self._sock.connect(self.endpoint)
         self._reader = asyncio.get_running_loop().create_task(self._read(),
                                                               name="lease-channel-reader")
@@ -64,9 +68,9 @@ class LeaseChannel:
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = answer
         limit = self.deadline_s if deadline_s is None else deadline_s
+        frame = msgpack.packb([PROTOCOL, call_id, op, list(args)])
         try:
-            await self._sock.send(msgpack.packb([PROTOCOL, call_id, op, list(args)]))
-            ok, value = await asyncio.wait_for(answer, limit)
+            ok, value = await asyncio.wait_for(self._send(frame, answer), limit)
         except TimeoutError as exc:
             raise DeadlineExceeded(f"lease channel {self.endpoint}: {op} got no answer in "
                                    f"{limit:g} s") from exc
@@ -75,6 +79,11 @@ class LeaseChannel:
         if not ok:
             raise Unavailable(f"lease channel {self.endpoint}: {op} failed: {value}")
         return value
+
+    async def _send(self, frame: bytes, answer: asyncio.Future[Any]) -> Any:
+        assert self._sock is not None
+        await self._sock.send(frame)
+        return await answer
 
     async def _read(self) -> None:
         assert self._sock is not None
