@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import logging
 import tomllib
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from dynbranch_vllm_plugin import frontend, values
 from services.common.values import leases as dynbranch_values
 from services.engine_agent.backends.remote.lease_channel import LeaseChannel
 from tests.engine_agent.channel_fakes import FakeEngineCore, short_folder
+from tests.engine_agent.vllm_plugin_fakes import plugin_log
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "plugins" / "vllm"
@@ -110,7 +112,7 @@ def test_no_running_loop_or_an_unbindable_endpoint_never_stops_vllm(
         short_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     cls = fake_async_llm()
     frontend.wrap_async_llm(cls, f"ipc://{short_dir}/leases.ipc")
-    with caplog.at_level(logging.WARNING):
+    with plugin_log(caplog, logging.WARNING):
         cls().shutdown()  # built outside an event loop
     assert "outside an event loop" in caplog.text
 
@@ -119,7 +121,7 @@ def test_no_running_loop_or_an_unbindable_endpoint_never_stops_vllm(
         frontend.wrap_async_llm(other, f"ipc://{short_dir}/no/such/folder/leases.ipc")
         other().shutdown()
 
-    with caplog.at_level(logging.ERROR):
+    with plugin_log(caplog, logging.ERROR):
         asyncio.run(unbindable())
     assert "did not open" in caplog.text
 
@@ -127,21 +129,14 @@ def test_no_running_loop_or_an_unbindable_endpoint_never_stops_vllm(
 def test_install_needs_a_local_endpoint(caplog: pytest.LogCaptureFixture) -> None:
     assert frontend.install({}) is False
     assert frontend.install({frontend.ENV_CHANNEL: ""}) is False
-    with caplog.at_level(logging.ERROR):
+    with plugin_log(caplog, logging.ERROR):
         assert frontend.install({frontend.ENV_CHANNEL: "tcp://0.0.0.0:1"}) is False
     assert "will not open" in caplog.text
 
 
-def test_the_plugins_log_lines_go_where_vllms_go(monkeypatch: pytest.MonkeyPatch) -> None:
-    ours, theirs = logging.getLogger("dynbranch_vllm_plugin"), logging.getLogger("vllm")
-    handler = logging.NullHandler()
-    for logger in (ours, theirs):
-        monkeypatch.setattr(logger, "handlers", [])
-        monkeypatch.setattr(logger, "propagate", True)
-    monkeypatch.setattr(ours, "level", logging.NOTSET)
-    dynbranch_vllm_plugin.log_with_vllm()  # vLLM has not configured logging: leave it alone
-    assert ours.handlers == [] and ours.propagate
-    theirs.handlers = [handler]
-    dynbranch_vllm_plugin.log_with_vllm()
-    dynbranch_vllm_plugin.log_with_vllm()  # once
-    assert ours.handlers == [handler] and not ours.propagate
+
+def test_the_plugins_log_lines_go_where_vllms_go() -> None:
+    # vLLM configures only its `vllm` logger: the plugin's must be under it to reach its log
+    for module in ("channel", "engine_core", "frontend", "leases"):
+        logger = importlib.import_module(f"dynbranch_vllm_plugin.{module}").logger
+        assert logger.name == f"vllm.dynbranch_vllm_plugin.{module}"

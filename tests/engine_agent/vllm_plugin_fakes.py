@@ -8,8 +8,12 @@ hashes are the token ids of the prefix up to the block (``plain_hashes``).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from types import SimpleNamespace
 
+import pytest
 from dynbranch_vllm_plugin import engine_core as plugin
 from dynbranch_vllm_plugin import leases as plugin_leases
 
@@ -106,6 +110,23 @@ def run_request(core, pool: Pool, engine_id: str, block_ids: list[int]) -> None:
     pool.touch(blocks)
     core.scheduler.requests[engine_id] = object()
     core.scheduler.kv_cache_manager.coordinator.held[engine_id] = blocks
+
+
+#: The plugin's loggers' parent (under ``vllm``, whose logger vLLM configures not to propagate).
+PLUGIN_LOGGER = "vllm.dynbranch_vllm_plugin"
+
+
+@contextlib.contextmanager
+def plugin_log(caplog: pytest.LogCaptureFixture, level: int) -> Iterator[None]:
+    """``caplog`` sees the plugin's records at ``level`` and above, also where vLLM's logging was
+    configured earlier in the session (records may then be captured twice)."""
+    logger = logging.getLogger(PLUGIN_LOGGER)
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(level, logger=PLUGIN_LOGGER):
+            yield
+    finally:
+        logger.removeHandler(caplog.handler)
 
 
 def plain_hashes(core, ids: list[int]) -> list[tuple]:

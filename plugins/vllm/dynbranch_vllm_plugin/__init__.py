@@ -12,12 +12,12 @@ distribution's ``pyproject.toml``) in every one of its processes, and calls ``re
   server when ``DYNBRANCH_LEASE_CHANNEL`` names an endpoint;
 * ``values``: the two values shared with dynbranch, copied (this package imports no dynbranch).
 
-Importing the package is cheap: vLLM is imported only inside ``register()``.
+Importing the package is cheap: vLLM is imported only inside ``register()``. Its loggers are
+named ``vllm.dynbranch_vllm_plugin.*``: vLLM configures its ``vllm`` logger (handlers, no
+propagation) and nothing else, so only there do the plugin's lines reach vLLM's log.
 """
 
 from __future__ import annotations
-
-import logging
 
 
 def register() -> None:
@@ -25,21 +25,8 @@ def register() -> None:
     where ``DYNBRANCH_LEASE_CHANNEL`` is set. Safe to call more than once, in any process."""
     from dynbranch_vllm_plugin import engine_core, frontend
 
-    log_with_vllm()
     engine_core.register_engine_core()
     frontend.install()
 
 
-def log_with_vllm() -> None:
-    """Send the plugin's log lines where vLLM sends its own (vLLM configures only the ``vllm``
-    logger; without this an operator would not see that the lease channel opened)."""
-    ours, theirs = logging.getLogger(__name__), logging.getLogger("vllm")
-    if ours.handlers or not theirs.handlers:
-        return
-    for handler in theirs.handlers:
-        ours.addHandler(handler)
-    ours.setLevel(theirs.level or logging.INFO)
-    ours.propagate = False
-
-
-__all__ = ["log_with_vllm", "register"]
+__all__ = ["register"]

@@ -30,7 +30,8 @@ from typing import Any
 
 from dynbranch_vllm_plugin.request_ids import SERVER_FORMS
 
-logger = logging.getLogger(__name__)
+#: Under ``vllm.``: vLLM configures only its own logger (package ``__init__``).
+logger = logging.getLogger(f"vllm.{__name__}")
 
 PROTOCOL = 1
 #: The utilities a client may call over the channel (everything the lease provider, the remote

@@ -35,7 +35,8 @@ from dynbranch_vllm_plugin import leases
 from dynbranch_vllm_plugin.leases import block_size, manager
 from dynbranch_vllm_plugin.request_ids import names, stems
 
-logger = logging.getLogger(__name__)
+#: Under ``vllm.``: vLLM configures only its own logger (package ``__init__``).
+logger = logging.getLogger(f"vllm.{__name__}")
 
 #: Allocation records kept for requests whose waiter has not asked yet.
 _MAX_ALLOC_RECORDS = 8192

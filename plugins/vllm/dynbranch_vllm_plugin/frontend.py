@@ -32,7 +32,8 @@ from typing import Any
 
 from dynbranch_vllm_plugin.channel import ChannelServer, check_endpoint
 
-logger = logging.getLogger(__name__)
+#: Under ``vllm.``: vLLM configures only its own logger (package ``__init__``).
+logger = logging.getLogger(f"vllm.{__name__}")
 
 #: The environment variable that names the channel's endpoint; unset or empty: no channel.
 ENV_CHANNEL = "DYNBRANCH_LEASE_CHANNEL"

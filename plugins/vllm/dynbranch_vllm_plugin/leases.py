@@ -24,7 +24,8 @@ from typing import Any
 from dynbranch_vllm_plugin.request_ids import is_request_of, names, stems
 from dynbranch_vllm_plugin.values import KAPPA_CHUNK_TOKENS, prefix_digest
 
-logger = logging.getLogger(__name__)
+#: Under ``vllm.``: vLLM configures only its own logger (package ``__init__``).
+logger = logging.getLogger(f"vllm.{__name__}")
 
 _LEASES_ATTR = "_dynbranch_leases"
 #: Handoff records kept for a parent that has not drained them yet.
