@@ -3,8 +3,8 @@ command lines' ``choices``, the launcher, the experiment mesh) is derived from `
 
 Adding a backend is its own module (a class with ``from_settings``) and one line here;
 ``factory.make_backend`` builds the one a setting names. The table
-holds import paths, not classes, so that reading it imports no engine (the vLLM plugin loads
-this package in vLLM's own processes).
+holds import paths, not classes, so that reading it imports no engine (the settings, the command
+lines and the tests read it without vLLM or SGLang installed).
 """
 
 from __future__ import annotations

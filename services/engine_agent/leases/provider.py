@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -64,6 +65,8 @@ from services.engine_agent.leases.state import (
 
 log = logging.getLogger(__name__)
 
+#: While evaluations keep failing (a lost engine), a line this often rather than every interval.
+FAILURE_LOG_S = 30.0
 #: The modes that pin like Continuum (at the call's finish, without a budget).
 PIN_MODES = ("continuum", "fixed_ttl")
 #: A lease within this of its deadline is ended now: early by at most a timer's resolution,
@@ -107,12 +110,29 @@ class LeaseProvider:
             await self._book.release_all()
 
     async def _run(self) -> None:
+        failing_since: float | None = None
+        last_log = -math.inf
         while True:
             await asyncio.sleep(self._next_wait())
             try:
                 await self.evaluate()
-            except Exception:  # one bad evaluation must not end protection for good
-                log.exception("lease evaluation failed")
+            except Exception as exc:  # one bad evaluation must not end protection for good
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    log.exception("lease evaluation failed (retrying every %.2f s)",
+                                  self.settings.interval_s)
+                elif now - last_log >= FAILURE_LOG_S:  # a lost engine: one line a while
+                    log.warning("lease evaluation still failing after %.0f s: %s",
+                                now - failing_since, exc)
+                else:
+                    continue
+                last_log = now
+            else:
+                if failing_since is not None:
+                    log.info("lease evaluation recovered after %.1f s",
+                             time.monotonic() - failing_since)
+                failing_since = None
 
     def _next_wait(self) -> float:
         """The evaluation interval, or less: a lease ends at its deadline, not up to 100 ms late."""

@@ -452,3 +452,27 @@ async def test_a_lease_due_within_a_timer_resolution_ends_now() -> None:
     assert provider._next_wait() == provider.settings.interval_s  # nothing left to wake for
     await provider.close()
     await backend.close()
+
+
+async def test_a_lost_engine_is_logged_once_not_every_interval(caplog: pytest.LogCaptureFixture
+                                                               ) -> None:
+    backend, provider, _, _ = build(interval_s=0.01)
+    real = backend.pool_state
+    lost = True
+
+    async def pool_state():  # noqa: ANN202
+        if lost:
+            raise ConnectionError("engine gone")
+        return await real()
+
+    backend.pool_state = pool_state  # type: ignore[method-assign]
+    with caplog.at_level("INFO", logger="services.engine_agent.leases.provider"):
+        await provider.start()
+        await asyncio.sleep(0.3)  # about 30 failed evaluations
+        lost = False
+        await asyncio.sleep(0.05)
+        await provider.close()
+    lines = [r for r in caplog.records if r.name == "services.engine_agent.leases.provider"]
+    assert [r.levelname for r in lines] == ["ERROR", "INFO"]
+    assert "retrying" in lines[0].getMessage() and "recovered" in lines[1].getMessage()
+    await backend.close()
