@@ -422,6 +422,69 @@ def test_random_interleavings_release_every_reference(ops: list[tuple]) -> None:
     asyncio.run(_interleave(ops))
 
 
+PIN_OPS = st.lists(st.one_of(
+    st.tuples(st.just("started"), st.integers(0, 5)),
+    st.tuples(st.just("ready"), st.integers(0, 5)),
+    st.tuples(st.just("receipt"), st.integers(0, 5)),
+    st.tuples(st.just("withdraw"), st.integers(0, 5)),
+    st.tuples(st.just("tick"), st.floats(0.0, 3.0)),
+    st.tuples(st.just("native"), st.integers(0, 5)),
+), max_size=30)
+
+
+async def _interleave_pins(ops: list[tuple], mode: str) -> None:
+    """Continuum's pins (no budget; kept while their request waits; released for memory)."""
+    backend, provider, clock, records = build(blocks=40, headroom=6, mode=mode, ttl_s=2.0,
+                                              max_running=2)
+    backend._kappa_s = 0.01
+    histories = [await warm(backend, f"p{i}", 48 + 16 * (i % 3)) for i in range(6)]
+    tasks: list[asyncio.Task] = []
+    for op, arg in ops:
+        if op == "started":
+            await provider.tool_started(key(arg), histories[arg], f"tool{arg % 2}")
+        elif op == "ready":
+            await provider.ready(key(arg), histories[arg], digest(str(arg)))
+        elif op == "receipt" and key(arg) in provider.pending_keys():
+            d = await provider.lookup(key(arg), histories[arg])
+            rid = f"c{arg}-{len(tasks)}"
+            try:
+                await provider.receipt(key(arg), digest(str(arg)), d.prefix_digest, rid)
+            except FailedPrecondition:  # pinned at tool start, never made ready
+                continue
+            request = make_request(rid, histories[arg] + " obs", max_tokens=2)
+            tasks.append(asyncio.create_task(finish(backend, request)))
+        elif op == "withdraw":
+            await provider.withdraw(key(arg))
+        elif op == "tick":
+            clock.t += arg
+            await provider.evaluate()
+        elif op == "native":
+            request = make_request(f"n{len(tasks)}", words(200, f"n{arg}"), max_tokens=2)
+            tasks.append(asyncio.create_task(finish(backend, request)))
+        await asyncio.sleep(0)
+        backend.engine.pool.check()
+        assert provider._next_wait() >= 0
+    while not all(t.done() for t in tasks):  # a pin never starves work: evaluation frees it
+        clock.t += 0.1
+        await provider.evaluate()
+        await asyncio.sleep(0.001)
+    await asyncio.gather(*tasks)
+    clock.t += 100
+    await provider.evaluate()
+    assert await backend.lease_refs() == {}
+    await provider.close()
+    assert provider.stats.added_refs == provider.stats.released_refs
+    await backend.close()
+    assert_idle(backend.engine)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=PIN_OPS, mode=st.sampled_from(["fixed_ttl", "continuum"]))
+def test_random_interleavings_of_pins_release_every_reference(ops: list[tuple],
+                                                             mode: str) -> None:
+    asyncio.run(asyncio.wait_for(_interleave_pins(ops, mode), 60))
+
+
 async def test_a_running_provider_ends_a_lease_at_its_deadline_not_at_the_next_tick() -> None:
     backend = make_backend(small_preset())
     loop = asyncio.get_running_loop()
