@@ -236,6 +236,7 @@ class _Run:
         released = p.added_refs == p.released_refs and not await self.backend.lease_refs()
         return {
             "protection_block_s": p.protection_block_s, "grants": p.grants,
+            "handoffs_at_bind": p.handoffs_at_bind,
             "regrants": p.regrants, "expiries": p.expiries, "handoffs": p.handoffs,
             "revocations": p.revocations, "denials": p.denials, "added_refs": p.added_refs,
             "released_refs": p.released_refs, "grants_over_target": p.grants_over_target,

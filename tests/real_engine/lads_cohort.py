@@ -87,8 +87,8 @@ class RecordingPort:
 
     async def handoffs(self) -> list[Handoff]:
         raw = await self._backend.call_utility("dynbranch_handoffs")
-        drained = [Handoff(h["lease_id"], h["request_id"], float(h["t"]), bool(h["owned"]))
-                   for h in raw]
+        drained = [Handoff(h["lease_id"], h["request_id"], float(h["t"]), bool(h["owned"]),
+                           bool(h.get("at_bind", False))) for h in raw]
         self.at_bind |= {h["lease_id"] for h in raw if h.get("at_bind")}
         self.handed_off += drained
         return drained

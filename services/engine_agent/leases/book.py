@@ -154,6 +154,7 @@ class LeaseBook:
                 self.stats.handoffs_unowned += 1
                 continue
             self.stats.handoffs += 1
+            self.stats.handoffs_at_bind += handoff.at_bind
             self.account_release(handoff.lease_id)
             p = self._by_lease.get(handoff.lease_id)
             if p is not None and p.lease is not None and p.lease.lease_id == handoff.lease_id:

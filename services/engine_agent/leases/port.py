@@ -69,12 +69,16 @@ class Handoff:
 
     ``owned`` is True when the request referenced every leased block and the port released the
     lease's references; False when it did not (the references stay until expiry or revocation).
+    ``at_bind`` is True when the request already held its blocks when the lease was bound (a
+    lease granted between the engine's allocation and the provider hearing of it): it protected
+    nothing, and it is counted apart.
     """
 
     lease_id: str
     request_id: str
     at: float
     owned: bool
+    at_bind: bool = False
 
 
 @runtime_checkable

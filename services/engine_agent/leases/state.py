@@ -114,6 +114,7 @@ class LeaseStats:
     regrants: int = 0
     expiries: int = 0
     handoffs: int = 0
+    handoffs_at_bind: int = 0  # of ``handoffs``: leases whose request was allocated already
     handoffs_unowned: int = 0
     revocations: int = 0
     denials: int = 0

@@ -102,22 +102,23 @@ class SimLeases:
         held.request_id = request_id
         self._bound[request_id] = lease_id
         if running is not None and running.allocated:
-            self.on_allocated(running)
+            self.on_allocated(running, at_bind=True)
 
     def holds_for(self, seq: Seq) -> bool:
         """Whether a live lease is bound to ``seq``'s request: its history is pinned for it
         (Continuum's queue puts such requests first)."""
         return seq.request_id in self._bound
 
-    def on_allocated(self, seq: Seq) -> None:
-        """The engine gave ``seq`` its first positive-token allocation: verify and hand off."""
+    def on_allocated(self, seq: Seq, *, at_bind: bool = False) -> None:
+        """The engine gave ``seq`` its first positive-token allocation (or, ``at_bind``, the
+        lease was bound after it): verify and hand off."""
         lease_id = self._bound.get(seq.request_id)
         if lease_id is None:
             return
         held = self._held[lease_id]
         owned_ids = {b.block_id for b in seq.blocks}
         owned = all(b.block_id in owned_ids for b in held.blocks)
-        self._handoffs.append(Handoff(lease_id, seq.request_id, self._clock(), owned))
+        self._handoffs.append(Handoff(lease_id, seq.request_id, self._clock(), owned, at_bind))
         if owned:
             self.release(lease_id)
         else:

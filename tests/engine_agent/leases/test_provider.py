@@ -539,3 +539,22 @@ async def test_a_lost_engine_is_logged_once_not_every_interval(caplog: pytest.Lo
     assert [r.levelname for r in lines] == ["ERROR", "INFO"]
     assert "retrying" in lines[0].getMessage() and "recovered" in lines[1].getMessage()
     await backend.close()
+
+
+async def test_a_lease_bound_after_its_request_was_allocated_is_counted_apart() -> None:
+    backend, provider, clock, _ = build()
+    history = await warm(backend, "a", 96)
+    gen = backend.generate(make_request("c1", history + " obs", max_tokens=50))
+    async for event in gen:  # the continuation is allocated before its result is ready here
+        if type(event).__name__ == "Allocated":
+            break
+    descriptor = await provider.ready(key(1), history, digest(b"1"))
+    assert descriptor.lease is not None
+    await provider.receipt(key(1), digest(b"1"), descriptor.prefix_digest, "c1")
+    await provider.allocated(key(1))
+    assert provider.stats.handoffs == 1 and provider.stats.handoffs_at_bind == 1
+    await gen.aclose()
+    await provider.close()
+    assert provider.stats.added_refs == provider.stats.released_refs
+    await backend.close()
+    assert_idle(backend.engine)

@@ -104,7 +104,8 @@ class VllmLeasePort:
 
     async def handoffs(self) -> list[Handoff]:
         """Handoffs since the last call, oldest first."""
-        return [Handoff(h["lease_id"], h["request_id"], float(h["t"]), bool(h["owned"]))
+        return [Handoff(h["lease_id"], h["request_id"], float(h["t"]), bool(h["owned"]),
+                        bool(h.get("at_bind", False)))
                 for h in await self._call("dynbranch_handoffs")]
 
     async def lease_refs(self) -> dict[str, int]:
