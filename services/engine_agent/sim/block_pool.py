@@ -19,6 +19,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+from services.engine_agent.sim.recent import recent
+
 #: Parent hash of a sequence's first block.
 ROOT_HASH = 0
 
@@ -51,20 +53,13 @@ class PrefixHashes:
 
     def __init__(self, block_size: int, size: int = 64) -> None:
         self.block_size, self.size = block_size, size
-        # token ids -> (their packed bytes, their block hashes), least recently used first; a
-        # plain dict, as an OrderedDict's iterator hashes every (long) key
+        # token ids -> (their packed bytes, their block hashes), least recently used first
         self._known: dict[tuple[int, ...], tuple[bytes, tuple[int, ...]]] = {}
 
     def __call__(self, token_ids: Sequence[int]) -> tuple[int, ...]:
         """The chained hashes of every full block of ``token_ids``."""
         ids = tuple(token_ids)
-        known = self._known.pop(ids, None)
-        if known is None:
-            known = self._extend(ids)
-        self._known[ids] = known  # most recently used last
-        while len(self._known) > self.size:
-            del self._known[next(iter(self._known))]
-        return known[1]
+        return recent(self._known, ids, lambda: self._extend(ids), self.size)[1]
 
     def _extend(self, ids: tuple[int, ...]) -> tuple[bytes, tuple[int, ...]]:
         size, raw = self.block_size, array("I", ids).tobytes()

@@ -15,6 +15,7 @@ from services.common.values.leases import prefix_digest
 from services.engine_agent.leases.port import Handoff, ResidentPrefix
 from services.engine_agent.sim.block_pool import BlockPool, KVBlock, PrefixHashes
 from services.engine_agent.sim.kv_cache import KVCacheManager
+from services.engine_agent.sim.recent import recent
 from services.engine_agent.sim.sequence import Sequence as Seq
 
 log = logging.getLogger(__name__)
@@ -61,12 +62,8 @@ class SimLeases:
         names its whole prefix, so (length, last hash) names the digest."""
         if not blocks or blocks[-1].block_hash is None:
             return prefix_digest(_hashes(blocks))
-        key = (len(blocks), blocks[-1].block_hash)
-        digest = self._digests.pop(key, None) or prefix_digest(_hashes(blocks))
-        self._digests[key] = digest
-        while len(self._digests) > _DIGESTS:
-            del self._digests[next(iter(self._digests))]
-        return digest
+        return recent(self._digests, (len(blocks), blocks[-1].block_hash),
+                      lambda: prefix_digest(_hashes(blocks)), _DIGESTS)
 
     def acquire(self, lease_id: str, block_ids: Sequence[int], digest: str) -> bool:
         """Touch exactly ``block_ids`` iff they still hold the prefix named by ``digest``."""

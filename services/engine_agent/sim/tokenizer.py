@@ -15,6 +15,8 @@ import itertools
 import random
 import re
 
+from services.engine_agent.sim.recent import recent
+
 #: Piece pattern; the alternatives cover every character, so pieces always join back to the text.
 _PIECE_RE = re.compile(r" ?[A-Za-z]{1,8}| ?\d{1,3}| ?[^\sA-Za-z\d]{1,4}|\s+(?!\S)|\s+")
 
@@ -74,13 +76,7 @@ class _Encoded:
         self._texts: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     def encode(self, text: str) -> tuple[int, ...]:
-        hit = self._texts.pop(text, None)
-        if hit is None:
-            hit = self._scan(text)
-        self._texts[text] = hit  # most recently used last
-        while len(self._texts) > self.size:
-            del self._texts[next(iter(self._texts))]
-        return hit[0]
+        return recent(self._texts, text, lambda: self._scan(text), self.size)[0]
 
     def _scan(self, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         ids: tuple[int, ...] = ()
