@@ -195,27 +195,22 @@ class Scheduler:
             return False
         if seq.load_done_at is not None:
             self._finish_load(seq)
+        computed: list[KVBlock] = []
         if seq.blocks:  # it holds blocks loaded from the CPU tier: only its chunk is new
             hit = seq.hit_tokens + seq.loaded_tokens
-            n = min(seq.num_pending, plan.budget)
-            if not self.kv.allocate(seq, n):
-                self.blocked_blocks = max(self.kv.shortfall(seq, n), 0)
-                return False
-            self.kv.pool.record_query(len(seq.token_ids), hit)
-            self._run(seq, plan, n, hit)
-            return True
-        computed = self.kv.computed_blocks(seq)
-        hit = len(computed) * self.kv.block_size
-        if self.tier is not None:
-            loading = self._start_load(seq, computed)
-            if loading is not None:
-                return loading
-        n = min(len(seq.token_ids) - hit, plan.budget)
+        else:
+            computed = self.kv.computed_blocks(seq)
+            hit = len(computed) * self.kv.block_size
+            if self.tier is not None:
+                loading = self._start_load(seq, computed)
+                if loading is not None:
+                    return loading
+            seq.loaded_tokens = 0
+        n = min(seq.num_pending - len(computed) * self.kv.block_size, plan.budget)
         if not self.kv.allocate(seq, n, computed):
             self.blocked_blocks = max(self.kv.shortfall(seq, n, computed), 0)
             return False
         self.kv.pool.record_query(len(seq.token_ids), hit)
-        seq.loaded_tokens = 0
         self._run(seq, plan, n, hit)
         return True
 
