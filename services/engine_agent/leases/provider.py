@@ -357,12 +357,16 @@ class LeaseProvider:
         for p in live:
             if not self._short(state):
                 break
-            await self._book.end_lease(p, LeaseState.REVOKED)
-            self.stats.revocations += 1
-            state = await self.port.pool_state()
+            state = await self._revoke(p)
             if state.blocked_blocks and self._freed_enough(state):
                 break
         return state
+
+    async def _revoke(self, p: Pending) -> PoolState:
+        """Revoke the live lease of ``p`` (only its own references); the pool after it."""
+        await self._book.end_lease(p, LeaseState.REVOKED)
+        self.stats.revocations += 1
+        return await self.port.pool_state()
 
     def _postponed(self, p: Pending) -> bool:
         """A Continuum pin whose program's next request waits in the engine: it outlives its
@@ -374,14 +378,12 @@ class LeaseProvider:
         """Continuum under memory pressure: while waiting work lacks blocks and at most one
         request runs, release the pin with the latest deadline."""
         lacking, free = state.blocked_blocks, state.free_blocks  # as of the engine's last step
-        while lacking > 0 and state.running <= 1 and state.free_blocks - free < lacking:
-            live = [p for p in self._book.pending.values() if p.held and p.lease is not None]
-            if not live:
+        live = sorted((p for p in self._book.pending.values() if p.held),
+                      key=lambda p: p.lease.deadline, reverse=True)  # type: ignore[union-attr]
+        for p in live:
+            if not (lacking > 0 and state.running <= 1 and state.free_blocks - free < lacking):
                 break
-            victim = max(live, key=lambda p: p.lease.deadline)  # type: ignore[union-attr]
-            await self._book.end_lease(victim, LeaseState.REVOKED)
-            self.stats.revocations += 1
-            state = await self.port.pool_state()
+            state = await self._revoke(p)
         return state
 
     def _short(self, state: PoolState) -> bool:
