@@ -378,28 +378,40 @@ OPS = st.lists(st.one_of(
 ), max_size=30)
 
 
+async def _apply(op: str, arg: Any, backend: SimBackend, provider: LeaseProvider, clock: Clock,
+                 histories: list[str], tasks: list[asyncio.Task]) -> None:
+    """One step of a random interleaving: a tool start, a readiness, a receipt with its
+    continuation, a withdrawal, time passing with an evaluation, or native work."""
+    if op == "started":
+        await provider.tool_started(key(arg), histories[arg], f"tool{arg % 2}")
+    elif op == "ready":
+        await provider.ready(key(arg), histories[arg], digest(str(arg)))
+    elif op == "receipt" and key(arg) in provider.pending_keys():
+        d = await provider.lookup(key(arg), histories[arg])
+        rid = f"c{arg}-{len(tasks)}"
+        try:
+            await provider.receipt(key(arg), digest(str(arg)), d.prefix_digest, rid)
+        except FailedPrecondition:  # pinned at tool start, never made ready
+            return
+        request = make_request(rid, histories[arg] + " obs", max_tokens=2)
+        tasks.append(asyncio.create_task(finish(backend, request)))
+    elif op == "withdraw":
+        await provider.withdraw(key(arg))
+    elif op == "tick":
+        clock.t += arg
+        await provider.evaluate()
+    elif op == "native":
+        request = make_request(f"n{len(tasks)}", words(200, f"n{arg}"), max_tokens=2)
+        tasks.append(asyncio.create_task(finish(backend, request)))
+    await asyncio.sleep(0)
+
+
 async def _interleave(ops: list[tuple]) -> None:
     backend, provider, clock, records = build(blocks=40, headroom=6, lifetime=2.5)
     histories = [await warm(backend, f"p{i}", 48 + 16 * (i % 3)) for i in range(6)]
     tasks: list[asyncio.Task] = []
     for op, arg in ops:
-        if op == "ready":
-            await provider.ready(key(arg), histories[arg], digest(str(arg)))
-        elif op == "receipt" and key(arg) in provider.pending_keys():
-            prefix = await backend.resident(backend.tokenize(histories[arg]))
-            rid = f"c{arg}-{len(tasks)}"
-            await provider.receipt(key(arg), digest(str(arg)), prefix.digest, rid)
-            request = make_request(rid, histories[arg] + " obs", max_tokens=2)
-            tasks.append(asyncio.create_task(finish(backend, request)))
-        elif op == "withdraw":
-            await provider.withdraw(key(arg))
-        elif op == "tick":
-            clock.t += arg
-            await provider.evaluate()
-        elif op == "native":
-            request = make_request(f"n{len(tasks)}", words(200, f"n{arg}"), max_tokens=2)
-            tasks.append(asyncio.create_task(finish(backend, request)))
-        await asyncio.sleep(0)
+        await _apply(op, arg, backend, provider, clock, histories, tasks)
         # Invariants: no grant above B(t); a held lease never past g_i + ℓ after evaluation.
         assert provider.stats.grants_over_target == 0
         live = [r for r in records if isinstance(r, LeaseRecord)]
@@ -440,28 +452,7 @@ async def _interleave_pins(ops: list[tuple], mode: str) -> None:
     histories = [await warm(backend, f"p{i}", 48 + 16 * (i % 3)) for i in range(6)]
     tasks: list[asyncio.Task] = []
     for op, arg in ops:
-        if op == "started":
-            await provider.tool_started(key(arg), histories[arg], f"tool{arg % 2}")
-        elif op == "ready":
-            await provider.ready(key(arg), histories[arg], digest(str(arg)))
-        elif op == "receipt" and key(arg) in provider.pending_keys():
-            d = await provider.lookup(key(arg), histories[arg])
-            rid = f"c{arg}-{len(tasks)}"
-            try:
-                await provider.receipt(key(arg), digest(str(arg)), d.prefix_digest, rid)
-            except FailedPrecondition:  # pinned at tool start, never made ready
-                continue
-            request = make_request(rid, histories[arg] + " obs", max_tokens=2)
-            tasks.append(asyncio.create_task(finish(backend, request)))
-        elif op == "withdraw":
-            await provider.withdraw(key(arg))
-        elif op == "tick":
-            clock.t += arg
-            await provider.evaluate()
-        elif op == "native":
-            request = make_request(f"n{len(tasks)}", words(200, f"n{arg}"), max_tokens=2)
-            tasks.append(asyncio.create_task(finish(backend, request)))
-        await asyncio.sleep(0)
+        await _apply(op, arg, backend, provider, clock, histories, tasks)
         backend.engine.pool.check()
         assert provider._next_wait() >= 0
     while not all(t.done() for t in tasks):  # a pin never starves work: evaluation frees it
