@@ -27,6 +27,7 @@ __all__, __getattr__ = lazy_face(__name__, {
     "get_preset": "sim.cost_model", "load_preset_file": "sim.cost_model",
     "make_backend": "backends.factory", "pieces": "sim.tokenizer",
     "predicted": "sim.calibrate_fit", "rel_errors": "sim.calibrate_fit", "resolve": "registry",
+    "RunningFills": "running",
     "scaled_headroom": "leases.budget", "sglang_python": "backends.servers",
     "sglang_server": "backends.servers", "spec": "registry", "text_key": "sim.tokenizer",
     "tiny_engine_settings": "calibrate", "tiny_model_path": "registry",

@@ -15,6 +15,7 @@ from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,
+    Priority,
     Timings,
     Usage,
 )
@@ -129,7 +130,20 @@ class EngineBackend(Protocol):
         """Abort everything, release every reference, stop the engine; idempotent."""
 
 
+@runtime_checkable
+class PriorityPort(Protocol):
+    """A backend that can move a request between priority classes while it queues or runs: a
+    fill adopted by a canonical demand is raised to canonical priority, and lowered back when
+    its adopter goes away (``running.RunningFills``). ``sim`` and ``vllm`` (embedded, with the
+    plugin and ``scheduling_policy: priority``) have it; a backend without it still streams an
+    adopted fill, at the priority it was submitted with."""
+
+    async def set_priority(self, request_id: str, priority: Priority) -> bool:
+        """Move the queued or running request to ``priority``; False when it is not live (or
+        the engine cannot move it now)."""
+
+
 __all__ = [
     "FINISH_REASONS", "Allocated", "BackendInfo", "EngineBackend", "Finished", "GenerationEvent",
-    "PrefixLookup", "Queued", "TokenDelta", "finish_reason_named",
+    "PrefixLookup", "PriorityPort", "Queued", "TokenDelta", "finish_reason_named",
 ]

@@ -39,6 +39,13 @@ class EngineAgentClient:
                                       timeout=timeout_s)
         return reply.aborted
 
+    def adopt(self, request_id: str, text: bool = False,
+              timeout_s: float = DEFAULT_DEADLINE_S) -> AsyncIterator[engine_pb2.AdoptEvent]:
+        """Adopt a running fill: its progress until it ends (see the Adopt rpc); cancelling the
+        returned call gives the fill up (it runs on, at fill priority)."""
+        return self.stub.Adopt(engine_pb2.AdoptRequest(request_id=request_id, text=text),
+                               timeout=timeout_s)
+
     def watch_load(self, interval_s: float = 0.0, timeout_s: float = 3600.0
                    ) -> AsyncIterator[common_pb2.LoadView]:
         """Stream load views; a long-lived call the owner cancels or renews after ``timeout_s``."""

@@ -1,6 +1,7 @@
 """The engine agent's composition root, protocol-free: one engine backend, the LADS lease
-provider over it when the backend has a ``LeasePort`` (``papers/lads.txt`` §3.4–3.7), and the
-once-only continuations of returned results (``leases.receipts``). The servicer maps the
+provider over it when the backend has a ``LeasePort`` (``papers/lads.txt`` §3.4–3.7), the
+once-only continuations of returned results (``leases.receipts``), and the fills running now,
+which canonical demands may adopt (``running``). The servicer maps the
 EngineAgent RPCs onto this object; the server builds it from the settings."""
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ from services.engine_agent.leases.budget import scaled_headroom
 from services.engine_agent.leases.port import LeasePort
 from services.engine_agent.leases.provider import LeaseProvider, LeaseSettings
 from services.engine_agent.leases.receipts import Receipts
+from services.engine_agent.running import RunningFills
 
 
 class EngineAgent:
-    """One engine: its backend, and its lease provider and receipts when it has leases."""
+    """One engine: its backend, its running fills, and its lease provider and receipts when it
+    has leases."""
 
     def __init__(self, engine_id: str, backend: EngineBackend,
                  provider: LeaseProvider | None = None,
                  settings: EngineAgentSettings | None = None) -> None:
         self.engine_id, self.backend, self.provider = engine_id, backend, provider
         self.receipts = Receipts(backend, provider) if provider is not None else None
+        #: Every generation goes through it: fills are recorded so that demands may adopt them.
+        self.fills = RunningFills(backend)
         self._settings = settings
 
     @classmethod
@@ -56,6 +61,7 @@ class EngineAgent:
         if self.provider is not None:
             await self.provider.close()
         await self.backend.close()
+        await self.fills.close()
 
 
 def lease_provider(settings: EngineAgentSettings, backend: EngineBackend) -> LeaseProvider | None:

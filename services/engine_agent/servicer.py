@@ -1,7 +1,8 @@
 """EngineAgent gRPC servicer: protos ↔ ``EngineBackend`` values only (STYLE.md §2).
 
 Generation (``Generate``, ``GenerateMux``, ``Abort``), the load stream and prefix lookups go to
-the backend; the LADS methods (``ToolStarted``, ``ResultReady``, ``ReceiveResult``,
+the backend, every generation through the agent's running fills, which ``Adopt`` watches; the
+LADS methods (``ToolStarted``, ``ResultReady``, ``ReceiveResult``,
 ``WithdrawResult``, ``SyncInventory``, ``WatchLeases``) go to the lease provider and to
 ``leases.receipts.Receipts``, which runs each received result's continuation once.
 """
@@ -177,7 +178,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         sequence = 0
         span = self._span(req, otel_context.get_current())  # the caller's, attached
         try:
-            async for event in self.backend.generate(req):
+            async for event in self.agent.fills.generate(req):
                 if request.final_only and not isinstance(event, Finished):
                     continue
                 if isinstance(event, Finished):
@@ -193,7 +194,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         span = self._span(req, trace)
         finished: Finished | None = None
         try:
-            async for event in self.backend.generate(req):
+            async for event in self.agent.fills.generate(req):
                 if isinstance(event, Finished):
                     self._finished(req, event, span)
                     finished = event
@@ -215,6 +216,13 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                     context: grpc.aio.ServicerContext) -> engine_pb2.AbortResponse:
         require(request.request_id, "request_id", MAX_REQUEST_ID)
         return engine_pb2.AbortResponse(aborted=await self.backend.abort(request.request_id))
+
+    async def Adopt(self, request: engine_pb2.AdoptRequest, context: grpc.aio.ServicerContext
+                    ) -> AsyncIterator[engine_pb2.AdoptEvent]:
+        require(request.request_id, "request_id", MAX_REQUEST_ID)
+        async for p in self.agent.fills.adopt(request.request_id, request.text):
+            yield engine_pb2.AdoptEvent(text=p.text, tokens=p.tokens, allocated=p.allocated,
+                                        raised=p.raised, finished=p.finished)
 
     def load_view(self) -> common_pb2.LoadView:
         """The backend's current load as the next LoadView of this agent."""

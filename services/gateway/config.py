@@ -35,8 +35,16 @@ class GatewaySettings(ServiceSettings):
     c1: bool = Field(True, description="exact subgraph reuse on every demand")
     c2: bool = Field(True, description="early fill at decision points")
     top_k: int = Field(2, ge=0, le=64, description="in-process fixed policy: fills per branch")
-    fill_wait_s: float = Field(1.0, ge=0, le=60,
-                               description="longest a demand waits for a matching running fill")
+    fill_wait_s: float = Field(1.0, ge=0, le=60, description=(
+        "longest a demand waits for its branch to be opened (admission's answer), and for a "
+        "fill another gateway replica runs; a fill running here is adopted instead (no cap: "
+        "adopt_stall_s and adopt_check_s)"))
+    adopt_stall_s: float = Field(5.0, gt=0, le=600, description=(
+        "a demand adopting a running fill runs the stage anew once the fill produced no token "
+        "for this long (a hung or thrashing engine)"))
+    adopt_check_s: float = Field(0.05, gt=0, le=60, description=(
+        "how often an adopting demand re-weighs waiting against running anew: a raised fill "
+        "still queued after it, while an engine could start the stage now, is given up"))
     shadow_ttl_s: float = Field(60.0, gt=0, le=86_400, description="life of unclaimed shadows")
     fill_timeout_s: float = Field(120.0, gt=0, le=3600,
                                   description="deadline of one fill step on an engine (s)")

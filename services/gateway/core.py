@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import yaml
@@ -34,7 +34,7 @@ from services.gateway.templates import (
 )
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.corpus_port import CorpusPort
-from services.gateway.values import Answer, Demand, unknown_model
+from services.gateway.values import Answer, Demand, TextStream, unknown_model
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +175,8 @@ class GatewayCore:
         return self.engines.max_model_len(model) or 1
 
     async def call(self, d: Demand, timeout_s: float,
-                   on_delta: Callable[[str], None] | None = None) -> Answer:
-        """Validate and answer one demand (``on_delta``: streamed text of an engine execution).
+                   stream: TextStream | None = None) -> Answer:
+        """Validate and answer one demand (``stream``: its text as an engine decodes it).
 
         At ``limits.max_in_flight`` demands in flight, one more is refused at once with
         ``ResourceExhausted`` (gRPC RESOURCE_EXHAUSTED, HTTP 429): overload never queues."""
@@ -188,7 +188,7 @@ class GatewayCore:
                                     "in flight (max_in_flight); retry later")
         self.in_flight += 1
         try:
-            return await self.stages.run(d, timeout_s, on_delta)
+            return await self.stages.run(d, timeout_s, stream)
         finally:
             self.in_flight -= 1
             self._act_on_counters()

@@ -7,16 +7,22 @@ miss and refuses stores, a lost admission service opens no branch, a lost engine
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from services.common.values.candidates import FillEstimate, RankedCandidate
 from services.common.values.chat import ToolCall
-from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
+from services.common.values.generation import (
+    FinishReason,
+    GenerationRequest,
+    Progress,
+    Timings,
+    Usage,
+)
 from services.common.values.reads import Claimed, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName
-from services.gateway.values import Demand
+from services.gateway.values import Demand, TextStream
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +37,17 @@ class Execution:
     tool_calls: tuple[ToolCall, ...] = ()
     #: The stop string that ended it ("" when none did, or the engine does not say).
     stop_string: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """Where a canonical generation of a running fill's model could start now, as the load
+    views say (``EnginePort.room``): what the adoption rule weighs against waiting."""
+
+    #: On the fill's own engine, besides the fill itself.
+    here: bool
+    #: On another healthy engine serving the model.
+    elsewhere: bool
 
 
 class LibraryPort(Protocol):
@@ -97,6 +114,17 @@ class EnginePort(Protocol):
         ``on_delta`` receives streamed text as it arrives (SSE streaming fronts).
         """
 
+    def adopt(self, request_id: str, text: bool, timeout_s: float) -> AsyncIterator[Progress]:
+        """Adopt the fill this gateway runs as ``request_id`` (EngineAgent.Adopt): raised to
+        canonical priority where its backend can, its progress until it ends (``text``: with
+        its text, the first event everything so far). Closing the iterator gives the fill up
+        (it runs on at fill priority). ``NotFound`` when the fill is not (or not yet) running
+        on its engine; ``Unavailable`` when the engine cannot be reached."""
+
+    def room(self, request_id: str) -> Room | None:
+        """Where a canonical generation of the running fill ``request_id``'s model could
+        start now; None when no such fill runs through this gateway."""
+
     def models(self) -> set[str]:
         """Models served by at least one engine."""
 
@@ -130,9 +158,11 @@ class Speculation(Protocol):
 class SpeculationPort(Protocol):
     """Early fill (C2) as the demand path calls it: once per demand, before the library."""
 
-    async def speculate(self, d: Demand, name: ReuseName | None,
-                        timeout_s: float) -> Speculation:
-        """Settle and open this demand's branches; promote a matching fill step."""
+    async def speculate(self, d: Demand, name: ReuseName | None, timeout_s: float,
+                        stream: TextStream | None = None) -> Speculation:
+        """Settle and open this demand's branches; promote a matching fill step, adopting it
+        while it still runs (``stream``: a streamed demand gets the fill's text as it is
+        decoded)."""
 
 
 class AdmissionPort(Protocol):
@@ -158,5 +188,5 @@ class AdmissionPort(Protocol):
         retirement): what its fills saved, cost, and the waits that did not pay."""
 
 
-__all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort", "Speculation",
+__all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort", "Room", "Speculation",
            "SpeculationPort"]

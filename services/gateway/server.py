@@ -221,6 +221,8 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                 resolve=_title_resolver(extra[0][0]) if extra else None)
         branches = BranchManager(executor, library, admission, predictor,
                                  BranchSettings(fill_wait_s=settings.fill_wait_s,
+                                                adopt_stall_s=settings.adopt_stall_s,
+                                                adopt_check_s=settings.adopt_check_s,
                                                 fill_timeout_s=settings.fill_timeout_s,
                                                 shadow_ttl_s=settings.shadow_ttl_s,
                                                 branch_ttl_s=settings.branch_ttl_s,

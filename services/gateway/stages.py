@@ -2,9 +2,10 @@
 
 ``StageService.run`` is the gateway's hot path, top to bottom: derive the reuse name
 (``execution``); call speculation once (``ports.SpeculationPort``, C2), which may promote a
-matching shadow or wait briefly for a matching fill; probe the library (C1); after a miss, claim
-another replica's fill if speculation said one may hold it; otherwise execute (``execution``)
-and store the result with its read-set; tell speculation the answer. Nothing here calls up into
+matching shadow, adopting its fill while it still runs (``speculation.adoption``); probe the
+library (C1); after a miss, claim another replica's fill if speculation said one may hold it;
+otherwise execute (``execution``) within what is left of the demand's deadline and store the
+result with its read-set; tell speculation the answer. Nothing here calls up into
 the core: a served result refused as stale is counted (``refused_stale``), and the core acts on
 the count. Stores run in owned background tasks so an answer never waits for
 them; a demand for a name whose store is still in flight awaits that store first.
@@ -48,6 +49,7 @@ from services.gateway.values import (
     AnswerSource,
     Demand,
     StoredResult,
+    TextStream,
     charge_wait,
     end_wait_account,
     start_wait_account,
@@ -85,17 +87,18 @@ class StageService:
         self.joined = 0
 
     async def run(self, d: Demand, timeout_s: float,
-                  on_delta: Callable[[str], None] | None = None) -> Answer:
+                  stream: TextStream | None = None) -> Answer:
         """Answer one demand: promoted fill, library hit, or execution.
 
-        ``on_delta`` receives the text as an engine streams it; an answer served without engine
-        work arrives whole in the returned ``Answer`` only.
+        ``stream`` receives the text as an engine decodes it (this demand's execution, or the
+        fill it adopted); an answer served from a finished shadow or the library arrives whole
+        in the returned ``Answer`` only.
         """
         start = clock.now()
         d = self.executor.resolved(d)  # a no-op for a demand resolved where it came in
         waited, token = start_wait_account()
         try:
-            answer, spec = await self._run(d, timeout_s, on_delta, start)
+            answer, spec = await self._run(d, timeout_s, stream, start)
         finally:
             end_wait_account(token)
         if waited[0]:
@@ -104,27 +107,31 @@ class StageService:
             spec.answered(answer.text)
         return answer
 
-    async def _run(self, d: Demand, timeout_s: float, on_delta: Callable[[str], None] | None,
+    async def _run(self, d: Demand, timeout_s: float, stream: TextStream | None,
                    start: float) -> tuple[Answer, Speculation | None]:
         stage = d.stage
         name = self.executor.demand_name(d, stage)
-        served, source, spec = await self._reuse(d, name, timeout_s)
+        served, source, spec = await self._reuse(d, name, timeout_s, stream)
         stored = await self._current(served, name) if served is not None else None
         if stored is not None:
             return self._answer_served(d, stored, source, name, start), spec
-        run, joined = await self._execute(d, stage, name, timeout_s, on_delta)
+        remaining = timeout_s - (clock.now() - start)  # the demand's own deadline, not anew
+        if remaining <= 0:
+            raise DeadlineExceeded("the deadline passed before the demand could run")
+        run, joined = await self._execute(d, stage, name, remaining, stream)
         if joined:
             return self._answer_served(d, run.stored, AnswerSource.JOINED, name, start), spec
         if name is not None and self.features.c1 and run.storable:
             self._store(name, run)
         return self._answer_run(d, run, name, start), spec
 
-    async def _reuse(self, d: Demand, name: ReuseName | None, timeout_s: float
+    async def _reuse(self, d: Demand, name: ReuseName | None, timeout_s: float,
+                     stream: TextStream | None
                      ) -> tuple[Served | None, AnswerSource, Speculation | None]:
         """Speculation (once), then the library, then another replica's fill."""
         spec = None
         if self.speculation is not None and d.stage is not None:
-            spec = await self.speculation.speculate(d, name, timeout_s)
+            spec = await self.speculation.speculate(d, name, timeout_s, stream)
             if spec.served is not None:
                 return spec.served, AnswerSource.PROMOTED_FILL, spec
         if name is None:

@@ -8,8 +8,9 @@ import contextvars
 import enum
 import itertools
 import json
+import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,8 @@ from services.common.values.errors import InvalidArgument
 if TYPE_CHECKING:
     from services.gateway.templates.model import Stage
 from services.common.values.generation import FinishReason, Sampling, Timings, Usage
+
+_log = logging.getLogger(__name__)
 
 
 class AnswerSource(enum.IntEnum):
@@ -86,6 +89,45 @@ class Answer:
     waited_s: float = 0.0
     #: The stop string that ended the generation ("" when none did, or it is not known).
     stop_string: str = ""
+
+
+class TextStream:
+    """Where a streamed demand's text goes as it is produced (the SSE fronts' sink).
+
+    ``source`` says whose execution produces the text: the demand's own (ENGINE) unless it
+    adopted a fill still running for it (PROMOTED_FILL, set before the fill's first text). A
+    demand that gives an adoption up and runs anew streams the same text again from its start
+    (its stage is deterministic): ``restart`` makes the stream drop what it already sent."""
+
+    __slots__ = ("_deliver", "_replay", "_sent", "source")
+
+    def __init__(self, deliver: Callable[[str], None]) -> None:
+        self._deliver = deliver
+        self._sent: list[str] = []
+        self._replay = ""
+        self.source = AnswerSource.ENGINE
+
+    def __call__(self, text: str) -> None:
+        if self._replay:
+            n = min(len(self._replay), len(text))
+            if text[:n] != self._replay[:n]:
+                _log.warning("a run anew streamed other text than the adopted fill had")
+                self._replay = ""
+            else:
+                self._replay, text = self._replay[n:], text[n:]
+        if text:
+            self._sent.append(text)
+            self._deliver(text)
+
+    @property
+    def sent(self) -> str:
+        """The text delivered so far."""
+        return "".join(self._sent)
+
+    def restart(self) -> None:
+        """A new execution will stream this text again from its start: drop what was sent."""
+        self._replay = self.sent
+        self.source = AnswerSource.ENGINE
 
 
 #: The current demand's wait accumulator (``StageService.run`` sets it; ``charge_wait`` adds).
@@ -181,5 +223,5 @@ def unknown_model(model: str, served: Iterable[str]) -> InvalidArgument:
 
 
 __all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "AnswerSource", "StoredResult",
-           "charge_wait", "end_wait_account", "new_request_id", "start_wait_account",
+           "TextStream", "charge_wait", "end_wait_account", "new_request_id", "start_wait_account",
            "unknown_model"]

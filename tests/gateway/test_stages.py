@@ -144,7 +144,7 @@ class _Speculation:
         self.calls: list[Demand] = []
         self.spec = _Spec()
 
-    async def speculate(self, d: Demand, name, timeout_s: float) -> _Spec:  # type: ignore  # noqa
+    async def speculate(self, d: Demand, name, timeout_s: float, stream=None) -> _Spec:  # type: ignore  # noqa
         self.calls.append(d)
         return self.spec
 

@@ -234,6 +234,28 @@ class AbortResponse(_message.Message):
     aborted: bool
     def __init__(self, aborted: _Optional[bool] = ...) -> None: ...
 
+class AdoptRequest(_message.Message):
+    __slots__ = ("request_id", "text")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    text: bool
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[bool] = ...) -> None: ...
+
+class AdoptEvent(_message.Message):
+    __slots__ = ("text", "tokens", "allocated", "raised", "finished")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    RAISED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    tokens: int
+    allocated: bool
+    raised: bool
+    finished: bool
+    def __init__(self, text: _Optional[str] = ..., tokens: _Optional[int] = ..., allocated: _Optional[bool] = ..., raised: _Optional[bool] = ..., finished: _Optional[bool] = ...) -> None: ...
+
 class WatchLoadRequest(_message.Message):
     __slots__ = ("interval_s",)
     INTERVAL_S_FIELD_NUMBER: _ClassVar[int]

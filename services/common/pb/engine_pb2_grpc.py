@@ -51,6 +51,11 @@ class EngineAgentStub:
                 request_serializer=dynbranch_dot_v1_dot_engine__pb2.AbortRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_engine__pb2.AbortResponse.FromString,
                 _registered_method=True)
+        self.Adopt = channel.unary_stream(
+                '/dynbranch.v1.EngineAgent/Adopt',
+                request_serializer=dynbranch_dot_v1_dot_engine__pb2.AdoptRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_engine__pb2.AdoptEvent.FromString,
+                _registered_method=True)
         self.WatchLoad = channel.unary_stream(
                 '/dynbranch.v1.EngineAgent/WatchLoad',
                 request_serializer=dynbranch_dot_v1_dot_engine__pb2.WatchLoadRequest.SerializeToString,
@@ -123,6 +128,18 @@ class EngineAgentServicer:
 
     def Abort(self, request, context):
         """Abort a generation by request id; frees its slot and KV blocks at once. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Adopt(self, request, context):
+        """Adopt a running fill for the canonical demand it was run for (dynbranch §3.3): raise it to
+        canonical priority where the backend can (sim; vllm embedded with the plugin), then stream
+        its progress: first a snapshot of what it produced so far, then what each step adds, then
+        its end (its result still goes to the fill's own caller). Closing the stream before the
+        end lowers the fill back to fill priority unless another adopter holds it; it never aborts
+        the fill. NOT_FOUND when no fill of that request id runs on this agent. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -213,6 +230,11 @@ def add_EngineAgentServicer_to_server(servicer, server):
                     servicer.Abort,
                     request_deserializer=dynbranch_dot_v1_dot_engine__pb2.AbortRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_engine__pb2.AbortResponse.SerializeToString,
+            ),
+            'Adopt': grpc.unary_stream_rpc_method_handler(
+                    servicer.Adopt,
+                    request_deserializer=dynbranch_dot_v1_dot_engine__pb2.AdoptRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_engine__pb2.AdoptEvent.SerializeToString,
             ),
             'WatchLoad': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchLoad,
@@ -342,6 +364,33 @@ class EngineAgent:
             '/dynbranch.v1.EngineAgent/Abort',
             dynbranch_dot_v1_dot_engine__pb2.AbortRequest.SerializeToString,
             dynbranch_dot_v1_dot_engine__pb2.AbortResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Adopt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dynbranch.v1.EngineAgent/Adopt',
+            dynbranch_dot_v1_dot_engine__pb2.AdoptRequest.SerializeToString,
+            dynbranch_dot_v1_dot_engine__pb2.AdoptEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -107,5 +107,24 @@ class LoadReport:
         return slots + kv
 
 
-__all__ = ["FinishReason", "GenerationRequest", "LoadReport", "Priority", "Sampling", "Timings",
-           "Usage"]
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What an adopted fill has done, as its engine agent streams it (``EngineAgent.Adopt``):
+    the first event is a snapshot (its text so far), each later one what the engine added."""
+
+    #: New output text since the previous event (the first: everything so far); "" unless the
+    #: adopter asked for text (a streamed demand).
+    text: str = ""
+    #: Output tokens produced so far (cumulative).
+    tokens: int = 0
+    #: The fill holds KV and runs (it was allocated; a preempted fill stays allocated here).
+    allocated: bool = False
+    #: First event only: the fill now runs at canonical priority (False: the backend cannot
+    #: raise it, or it is not running any more).
+    raised: bool = False
+    #: The fill ended; the last event (its result went to the fill's own caller).
+    finished: bool = False
+
+
+__all__ = ["FinishReason", "GenerationRequest", "LoadReport", "Priority", "Progress", "Sampling",
+           "Timings", "Usage"]

@@ -13,7 +13,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from services.common.values.generation import FinishReason, GenerationRequest, LoadReport
+from services.common.values.generation import (
+    FinishReason,
+    GenerationRequest,
+    LoadReport,
+    Priority,
+)
 from services.common.values.leases import KAPPA_CHUNK_TOKENS
 from services.engine_agent.backend import BackendInfo, Finished, GenerationEvent, PrefixLookup
 from services.engine_agent.leases.port import Handoff, PoolState, ResidentPrefix
@@ -107,6 +112,10 @@ class SimBackend:
     async def abort(self, request_id: str) -> bool:
         """Abort a queued or running request; False when unknown or already finished."""
         return self.engine.abort(request_id)
+
+    async def set_priority(self, request_id: str, priority: Priority) -> bool:
+        """``PriorityPort``: move a queued or running request to ``priority``."""
+        return self.engine.set_priority(request_id, priority)
 
     def load(self) -> LoadReport:
         """Current load."""

@@ -133,6 +133,16 @@ class SimEngine:
         self._finish(seq, FinishReason.ABORT)
         return True
 
+    def set_priority(self, request_id: str, priority: Priority) -> bool:
+        """Move a queued or running request to ``priority`` (see ``Scheduler.reprioritize``);
+        False when it is not live."""
+        seq = self._live.get(request_id)
+        if seq is None:
+            return False
+        self.scheduler.reprioritize(seq, priority)
+        self._wake.set()
+        return True
+
     def abort_seq(self, seq: Sequence) -> None:
         """Abort ``seq`` unless it already finished (the consumer went away)."""
         if seq.state is not SeqState.FINISHED:

@@ -124,6 +124,23 @@ class Scheduler:
                 self._programs.popitem(last=False)
         return ahead
 
+    def reprioritize(self, seq: Sequence, priority: Priority) -> None:
+        """Move ``seq`` to another priority class (a fill adopted by a canonical demand, or one
+        its adopter gave up on). Waiting, it joins that class's queue in arrival order, as
+        vLLM's priority queue orders by (priority, arrival); running, it keeps its slot and
+        stops (or starts) being a preemption victim of its old class."""
+        if seq.priority is priority:
+            return
+        queue = self.waiting[seq.priority]
+        waiting = queue.pop(seq.request_id, None)
+        seq.priority = priority
+        if waiting is None:
+            return
+        target = self.waiting[priority]
+        target[seq.request_id] = seq
+        for later in [s for s in target.values() if s.submit_s > seq.submit_s]:
+            target.move_to_end(later.request_id)
+
     def next_load_at(self) -> float | None:
         """When the earliest KV load from the CPU tier completes (None: no load under way)."""
         done = [seq.load_done_at for queue in self.waiting.values() for seq in queue.values()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -16,20 +16,21 @@ from services.common.pb import common_pb2, engine_pb2
 from services.common.runtime.convert import chat_to_proto, sampling_to_proto, tool_calls_from_proto
 from services.common.runtime.grpc_errors import error_from_rpc
 from services.common.runtime.records import published_s
-from services.common.values.errors import Unavailable
+from services.common.values.errors import NotFound, Unavailable
 from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
     LoadReport,
     Priority,
+    Progress,
     Timings,
     Usage,
 )
 from services.common.values.record_guard import SequenceGuard
 from services.common.values.tracing import outgoing_metadata
 from services.engine_agent.client import EngineAgentClient
-from services.gateway.adapters.router import EngineState, Router
-from services.gateway.ports import Execution
+from services.gateway.adapters.router import EngineState, Router, rooms
+from services.gateway.ports import Execution, Room
 
 log = logging.getLogger(__name__)
 #: A load view older than this on arrival is refused (DESIGN.md §3), as admission's default.
@@ -61,6 +62,8 @@ class EnginePool:
         self.states: dict[str, EngineState] = {}
         self.router = Router()
         self._watchers: list[asyncio.Task[None]] = []
+        #: The engine of every fill running through this pool, by request id (adoption).
+        self._fills: dict[str, EngineState] = {}
         #: Load views refused by the record rule (stale, future-dated, duplicate, out of order).
         self.refused_views = 0
 
@@ -153,11 +156,35 @@ class EnginePool:
         state = self.pick(request.model, fill=fill, affinity_key=prefix_key)
         state.outstanding += 1
         state.outstanding_fills += fill
+        if fill:
+            self._fills[request.request_id] = state
         try:
             return await self._run(state, request, timeout_s, on_delta)
         finally:
             state.outstanding -= 1
             state.outstanding_fills -= fill
+            if fill and self._fills.get(request.request_id) is state:
+                del self._fills[request.request_id]
+
+    async def adopt(self, request_id: str, text: bool, timeout_s: float
+                    ) -> AsyncIterator[Progress]:
+        """See ``ports.EnginePort.adopt``."""
+        state = self._fills.get(request_id)
+        if state is None:
+            raise NotFound(f"request_id: no fill {request_id!r} runs through this gateway")
+        call = self.clients[state.target].adopt(request_id, text, timeout_s)
+        try:
+            async for e in call:
+                yield Progress(e.text, e.tokens, e.allocated, e.raised, e.finished)
+        except grpc.aio.AioRpcError as err:
+            raise error_from_rpc(err, f"engine {state.engine_id}", "Adopt") from None
+        finally:
+            call.cancel()
+
+    def room(self, request_id: str) -> Room | None:
+        """See ``ports.EnginePort.room``."""
+        state = self._fills.get(request_id)
+        return Room(*rooms(self.states.values(), state)) if state is not None else None
 
     async def _run(self, state: EngineState, request: GenerationRequest, timeout_s: float,
                    on_delta: DeltaSink | None) -> Execution:

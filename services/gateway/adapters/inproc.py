@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from services.common.values.errors import DeadlineExceeded, Unavailable
-from services.common.values.generation import GenerationRequest, Priority
+from services.common.values.errors import DeadlineExceeded, NotFound, Unavailable
+from services.common.values.generation import GenerationRequest, Priority, Progress
 from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName, name_key
-from services.engine_agent import Finished, TokenDelta
-from services.gateway.adapters.router import EngineState, Router
-from services.gateway.ports import Execution
+from services.engine_agent import Finished, RunningFills, TokenDelta
+from services.gateway.adapters.router import EngineState, Router, rooms
+from services.gateway.ports import Execution, Room
 
 if TYPE_CHECKING:
     from services.csl import AsyncSubgraphLibrary
@@ -40,20 +40,28 @@ class InprocEngines:
 
     def __init__(self, backends: Sequence[EngineBackend], hop_s: float = 0.0) -> None:
         self.backends = {b.engine_id: b for b in backends}
+        #: Every generation runs through its engine's running fills, as in an engine agent.
+        self.fills = {eid: RunningFills(b) for eid, b in self.backends.items()}
         self.hop_s = hop_s
         self.router = Router()
         self.states = {eid: EngineState(eid, eid, b.info.model, b.info.max_model_len, b.load())
                        for eid, b in self.backends.items()}
+        self._running: dict[str, EngineState] = {}  # fills by request id
+
+    def _refresh(self) -> None:
+        for eid, state in self.states.items():  # the load reports as of now
+            state.load = self.backends[eid].load()
 
     async def generate(self, request: GenerationRequest, timeout_s: float, prefix_key: str = "",
                        on_delta: Callable[[str], None] | None = None) -> Execution:
-        for eid, state in self.states.items():  # the load reports as of now
-            state.load = self.backends[eid].load()
+        self._refresh()
         fill = request.priority is Priority.FILL
         state = self.router.pick(self.states.values(), request.model, fill=fill,
                                  affinity_key=prefix_key)
         state.outstanding += 1
         state.outstanding_fills += fill
+        if fill:
+            self._running[request.request_id] = state
         try:
             async with asyncio.timeout(timeout_s):
                 await hop(self.hop_s)
@@ -64,10 +72,30 @@ class InprocEngines:
         finally:
             state.outstanding -= 1
             state.outstanding_fills -= fill
+            if fill and self._running.get(request.request_id) is state:
+                del self._running[request.request_id]
+
+    async def adopt(self, request_id: str, text: bool, timeout_s: float
+                    ) -> AsyncIterator[Progress]:
+        state = self._running.get(request_id)
+        if state is None:
+            raise NotFound(f"request_id: no fill {request_id!r} runs through this gateway")
+        await hop(self.hop_s)
+        events = self.fills[state.engine_id].adopt(request_id, text)
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async for progress in events:
+                yield progress
+
+    def room(self, request_id: str) -> Room | None:
+        state = self._running.get(request_id)
+        if state is None:
+            return None
+        self._refresh()
+        return Room(*rooms(self.states.values(), state))
 
     async def _run(self, engine_id: str, request: GenerationRequest,
                    on_delta: Callable[[str], None] | None) -> Execution:
-        events = self.backends[engine_id].generate(request)
+        events = self.fills[engine_id].generate(request)
         async with contextlib.aclosing(events):  # closing the stream aborts the request
             async for event in events:
                 if isinstance(event, TokenDelta) and on_delta is not None:

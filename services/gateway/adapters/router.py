@@ -49,6 +49,25 @@ class EngineState:
         return (busy + mine) / slots + kv
 
 
+    def canonical_room(self, besides: int = 0) -> bool:
+        """Whether a canonical generation could start here now: a slot free of canonical work,
+        counting running fills as free (engines preempt them for canonical work) and every
+        waiting request (but ``besides`` of them) as ahead of it."""
+        load = self.load
+        busy = load.running - load.fill_running + max(load.waiting - besides, 0)
+        return busy + self.outstanding - self.outstanding_fills < load.max_running
+
+
+def rooms(engines: Iterable[EngineState], running: EngineState) -> tuple[bool, bool]:
+    """Where a canonical generation of ``running``'s model could start now: on ``running``
+    itself besides the one request waiting there (the fill being adopted), and on another
+    healthy engine serving the model (``ports.Room``)."""
+    here = running.canonical_room(besides=1)
+    elsewhere = any(e is not running and e.model == running.model and e.healthy
+                    and e.canonical_room() for e in engines)
+    return here, elsewhere
+
+
 def _serving(engines: Iterable[EngineState], model: str) -> list[EngineState]:
     engines = list(engines)
     serving = [e for e in engines if e.model == model]
@@ -98,4 +117,4 @@ class Router:
             self._affinity.popitem(last=False)
 
 
-__all__ = ["AFFINITY_MARGIN", "EngineState", "Router", "pick_engine"]
+__all__ = ["AFFINITY_MARGIN", "EngineState", "Router", "pick_engine", "rooms"]

@@ -67,7 +67,7 @@ from services.gateway.http.stream import (
     unless_disconnected,
 )
 from services.gateway.http.wires import WIRES, Wire
-from services.gateway.values import Answer, AnswerSource, Demand, new_request_id
+from services.gateway.values import Answer, AnswerSource, Demand, TextStream, new_request_id
 
 log = logging.getLogger(__name__)
 
@@ -295,21 +295,21 @@ class HttpFront:
             raise InvalidArgument("body", "not valid JSON") from None
 
     def _call(self, demand: Demand, request: Request,
-              on_delta: Callable[[str], None] | None = None) -> asyncio.Task[Answer]:
+              stream: TextStream | None = None) -> asyncio.Task[Answer]:
         parent = _trace_parent(request.headers, demand.tenant, demand.workflow_id)
-        call = asyncio.create_task(self._traced(demand, parent, on_delta),
+        call = asyncio.create_task(self._traced(demand, parent, stream),
                                    name=f"http-call:{demand.request_id}")
         self._calls.add(call)
         call.add_done_callback(self._calls.discard)
         return call
 
     async def _traced(self, demand: Demand, parent: otel_context.Context,
-                      on_delta: Callable[[str], None] | None) -> Answer:
+                      stream: TextStream | None) -> Answer:
         with maybe_span(self.tracer, "gateway.call", context=parent, attributes={
                 "dynbranch.request_id": demand.request_id, "dynbranch.edge": "http",
                 "dynbranch.workflow_id": demand.workflow_id,
                 "dynbranch.stage_id": demand.stage_id}) as span:
-            answer = await self.core.call(demand, self.deadline_s, on_delta)
+            answer = await self.core.call(demand, self.deadline_s, stream)
             span.set_attribute("dynbranch.source", answer.source.name.lower())
             span.set_attribute("dynbranch.engine_id", answer.engine_id)
         if self.observe is not None:
@@ -330,10 +330,11 @@ class HttpFront:
         """Wait for the first event of any choice, then stream; errors before it are ordinary
         error responses with their status. ``picks[i]``: the demand choice i reads."""
         queue: asyncio.Queue[Item] = asyncio.Queue()
-        calls = []
+        calls, streams = [], []
         for k, demand in enumerate(demands):
             indices = [i for i, pick in enumerate(picks) if pick == k]
-            call = self._call(demand, request, _feed(queue, indices))
+            streams.append(TextStream(_feed(queue, indices)))
+            call = self._call(demand, request, streams[-1])
             call.add_done_callback(_feed(queue, indices, done=True))  # after every delta
             calls.append(call)
         try:
@@ -341,8 +342,9 @@ class HttpFront:
             if first[1] is None:
                 answer = outcome(calls[picks[first[0]]])  # raises the call's error
                 source, name = answer.source, answer.reuse_name
-            else:
-                source, name = AnswerSource.ENGINE, self._reuse_name(demands[picks[first[0]]])
+            else:  # streamed text: the demand's own execution, or a fill it adopted
+                source = streams[picks[first[0]]].source
+                name = self._reuse_name(demands[picks[first[0]]])
         except BaseException:
             for call in calls:
                 call.cancel()

@@ -8,8 +8,9 @@ candidate whose rendered name equals the demand's is the winner. An exclusive br
 loser's fill at once and discards its shadows; an independent one keeps them until their TTL.
 A demand whose name matches exactly one promotable fill step promotes that step's shadow (exact
 name and fresh read-set, checked atomically by the library; ``promotion.py`` says which steps
-count: never a settled exclusive branch's loser), waiting a bounded interval when the step is
-still running; chained steps are promoted one demand at a time. Anything that goes wrong leaves
+count: never a settled exclusive branch's loser), adopting the step while it still runs
+(``adoption.py``: raised to canonical priority, waited for under a stated rule, no flat cap);
+chained steps are promoted one demand at a time. Anything that goes wrong leaves
 the demand to run normally (DESIGN.md §5.6). Across gateway replicas, the manager claims other
 replicas' shadows and follows this gateway's held fills (its "across gateway replicas" part).
 """
@@ -37,6 +38,7 @@ from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span, run_in
 from services.gateway.execution import Executor
 from services.gateway.ports import AdmissionPort, LibraryPort
+from services.gateway.speculation.adoption import Adopter
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
 from services.gateway.speculation.promotion import PROMOTION_COUNTERS, Promotions
@@ -48,7 +50,7 @@ from services.gateway.speculation.state import (
     scope_of,
 )
 from services.gateway.templates import DecisionPoint, Stage, StageKind, Template, Window
-from services.gateway.values import Demand
+from services.gateway.values import Demand, TextStream
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +74,26 @@ class BranchManager:
                          "fills_discarded": 0, "fills_aborted": 0, "ambiguous": 0,
                          "promoted_elsewhere": 0, "claimed_elsewhere": 0,
                          "skipped_library_down": 0, **PROMOTION_COUNTERS}
-        self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort)
+        self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort,
+                                     adopter=Adopter(executor.engines, settings))
         self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold)
 
     # -- entry from the canonical path -------------------------------------------------------
 
-    async def speculate(self, d: Demand, name: ReuseName | None,
-                        timeout_s: float) -> BranchVerdict:
+    async def speculate(self, d: Demand, name: ReuseName | None, timeout_s: float,
+                        stream: TextStream | None = None) -> BranchVerdict:
         """``SpeculationPort.speculate``: settle and open this demand's branches, promote a
-        matching fill step, and say whether another replica may hold its fill."""
+        matching fill step (adopting it while it runs), and say whether another replica may
+        hold its fill."""
         stage = d.stage
         if stage is None:
             return BranchVerdict(self, d, None, name)
-        served = await self.handle(d, stage, name, timeout_s)
+        served = await self.handle(d, stage, name, timeout_s, stream)
         claimable = served is None and self.claimable(d, stage, name)
         return BranchVerdict(self, d, stage, name, served, claimable)
 
     async def handle(self, d: Demand, stage: Stage, name: ReuseName | None,
-                     timeout_s: float) -> Served | None:
+                     timeout_s: float, stream: TextStream | None = None) -> Served | None:
         """Open a branch at a decision point; resolve and claim branches this demand matches."""
         self._retire_expired()
         served = None
@@ -99,7 +103,8 @@ class BranchManager:
                 await self._settle_on(branch, d, name, timeout_s)
             if name is not None:
                 served = await self.promotions.serve(
-                    [b for b in branches if b.template.id == d.template_id], name, timeout_s)
+                    [b for b in branches if b.template.id == d.template_id], name, timeout_s,
+                    stream)
             for branch in branches:
                 self._maybe_final(branch)
         template = self.executor.registry.get(d.template_id)
@@ -430,8 +435,10 @@ class BranchManager:
         cost = sum(f.cost_s for f in branch.fills.values())
         consumed = [p for f in branch.fills.values() for p in f.promoted]
         per_wall = self.executor.pace.engine_per_wall(branch.model)  # setup, waits: engine s
+        # G_s of Eq. 4: what the consumed fills saved, less what their demands still waited
+        saved = max(branch.saved_s - branch.adopted_wait_s * per_wall, 0.0)
         self._spawn(self.admission.report(branch.id, branch.point.coordinate,
-                                          branch.selected or branch.winner, branch.saved_s,
+                                          branch.selected or branch.winner, saved,
                                           cost, branch.setup_s * per_wall, final, consumed,
                                           branch.wait_s * per_wall),
                     f"report:{branch.id}:{'final' if final else 'resolved'}", branch.trace)

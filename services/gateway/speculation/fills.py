@@ -24,7 +24,7 @@ from services.gateway.speculation.state import (
     producer_id,
     span_attrs,
 )
-from services.gateway.templates import Stage
+from services.gateway.templates import Stage, StageKind
 from services.gateway.templates.render import RenderedStage, render_candidate_stage
 from services.gateway.values import Demand, StoredResult
 
@@ -61,7 +61,7 @@ class FillRunner:
             log.info("fill %s/%s ended: %s", branch.id, fill.candidate, exc)
         finally:
             for step in fill.steps:
-                step.done.set()
+                step.finish()
                 if not step.ok and step.hold is not None:
                     step.hold.cancel()  # no shadow will come: drop the placeholder
 
@@ -97,7 +97,7 @@ class FillRunner:
             stored = StoredResult.decode(hit.result) if hit is not None else None
             if stored is not None and await self.executor.reads_current(stored.reads):
                 step.ok = step.confirmed = True
-                step.done.set()
+                step.finish()
                 return stored.text
         return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
 
@@ -106,6 +106,8 @@ class FillRunner:
                             previous: ReuseName | None) -> str | None:
         assert step.name is not None
         request_id = f"fill-{branch.id}-{next(self._seq)}"
+        if stage.kind is StageKind.LLM:  # an engine generation: a demand may adopt it
+            step.request_id = request_id
         demand = Demand(tenant=branch.tenant, request_id=request_id, model=rendered.model,
                         prompt=rendered.text, sampling=rendered.sampling,
                         workflow_id=branch.workflow_id, template_id=rendered.template_id,
@@ -128,7 +130,7 @@ class FillRunner:
         with maybe_span(self.tracer, "shadow.store", attributes=span_attrs(
                 branch, fill, step.name)):
             step.ok = await self.library.put_shadow(shadow, self.settings.shadow_ttl_s)
-        step.done.set()
+        step.finish()
         return run.stored.text if step.ok else None
 
 

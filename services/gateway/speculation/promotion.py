@@ -6,24 +6,30 @@ still answer it (``Branch.promotable``): steps of live fills (every fill of an o
 the winner's once an exclusive branch is settled: its losers are aborted and their shadows
 discarded, so from the pick on they match nothing; every fill of an independent branch) that
 are neither promoted already, nor ended without a shadow, nor cut short by an abort. Exactly
-one such step is promoted, waiting a bounded interval while it still runs; a demand matching
-more than one (of one fill or several branches) promotes none: ambiguity is a miss, never a
-guess. Each refusal is counted under its reason (``promotion_refused_*``), and what became of
-each admitted winner's first step under ``winners_promoted`` / ``winners_lost_*``.
+one such step is promoted; while it still runs, the demand adopts it (``adoption``: raised to
+canonical priority, waited for under the adoption rule, its text streamed to a streamed
+demand). A demand matching more than one (of one fill or several branches) promotes none:
+ambiguity is a miss, never a guess. Each refusal is counted under its reason
+(``promotion_refused_*``), and what became of each admitted winner's first step under
+``winners_promoted`` / ``winners_lost_*``. An adopted fill's wait is the part of its execution it
+did not hide: the branch's return counts it (``Branch.adopted_wait_s``), and how long each
+matched step still ran when its demand arrived is kept (``remaining_s``).
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections import deque
 from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
 
 from services.common.values import clock
+from services.common.values.errors import DeadlineExceeded
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
 from services.gateway.ports import LibraryPort
+from services.gateway.speculation.adoption import DEADLINE, Adopter
 from services.gateway.speculation.state import (
     REFUSALS,
     Branch,
@@ -32,31 +38,44 @@ from services.gateway.speculation.state import (
     FillStep,
     span_attrs,
 )
-from services.gateway.values import charge_wait
+from services.gateway.values import TextStream, charge_wait
 
 #: The counters this module keeps in the branch manager's table, all starting at 0.
 PROMOTION_COUNTERS: dict[str, int] = {
     "winners_admitted": 0, "winners_promoted": 0,
+    # demands that adopted a running fill step, and those of them it served
+    "adoptions": 0, "adoptions_served": 0,
     **{f"promotion_refused_{why}": 0 for why in REFUSALS},
     **{f"winners_lost_{why}": 0 for why in (*REFUSALS, "unseen")},
 }
 
 
+#: Remaining times kept for the bench (the most recent).
+MAX_REMAINING = 100_000
+
+
 class Promotions:
     """Matches demands to promotable fill steps and promotes them for the branch manager
-    (``counters`` is the manager's table; ``abort`` its way of stopping a fill)."""
+    (``counters`` is the manager's table; ``abort`` its way of stopping a fill; ``adopter``
+    waits for a step still running)."""
 
     def __init__(self, library: LibraryPort, settings: BranchSettings, tracer: Tracer,
-                 counters: dict[str, int], *, abort: Callable[[Fill, str], None]) -> None:
+                 counters: dict[str, int], *, abort: Callable[[Fill, str], None],
+                 adopter: Adopter) -> None:
         self.library = library
         self.settings = settings
         self.tracer = tracer
         self.counters = counters
         self._abort = abort
+        self.adopter = adopter
+        #: Per matched step that ended with a shadow: how long it still ran when its demand
+        #: arrived (run's clock; 0 when it had already ended): how far fills outlast windows.
+        self.remaining_s: deque[float] = deque(maxlen=MAX_REMAINING)
 
-    async def serve(self, branches: list[Branch], name: ReuseName,
-                    timeout_s: float) -> Served | None:
-        """Promote the one promotable fill step under ``name`` among this workflow's branches.
+    async def serve(self, branches: list[Branch], name: ReuseName, timeout_s: float,
+                    stream: TextStream | None = None) -> Served | None:
+        """Promote the one promotable fill step under ``name`` among this workflow's branches,
+        adopting it while it runs (``DeadlineExceeded`` when the deadline passes meanwhile).
 
         Only steps that could still answer count (``Branch.promotable``): a settled exclusive
         branch's losers never do, from the pick on. A demand matching promotable steps of more
@@ -64,8 +83,12 @@ class Promotions:
         found = [(b, f, s) for b in branches for f, s in b.promotable(name)]
         if len(found) == 1:
             branch, fill, step = found[0]
-            served, why = await self._claim(branch, fill, step, name, timeout_s)
+            served, why = await self._claim(branch, fill, step, name,
+                                            clock.now() + timeout_s, stream)
             self.outcome(branch, fill, step, why)
+            if why == DEADLINE:
+                raise DeadlineExceeded("the deadline passed while the demand waited for the "
+                                       "fill it adopted")
             return served
         if found:
             self.counters["ambiguous"] += 1
@@ -99,25 +122,26 @@ class Promotions:
         self.counters[key] = self.counters.get(key, 0) + 1
 
     async def _claim(self, branch: Branch, fill: Fill, step: FillStep, name: ReuseName,
-                     timeout_s: float) -> tuple[Served | None, str]:
-        """Promote ``step``'s shadow; the served result and "promoted", or None and why not
-        (a ``REFUSALS`` key, counted in ``promotion_refused_*``)."""
+                     deadline: float, stream: TextStream | None) -> tuple[Served | None, str]:
+        """Promote ``step``'s shadow, adopting it while it runs; the served result and
+        "promoted", or None and why not (a ``REFUSALS`` key, counted in
+        ``promotion_refused_*``)."""
+        arrival = waited = 0.0
         if not step.done.is_set():
-            waiting = clock.now()
-            try:
-                await asyncio.wait_for(asyncio.shield(step.done.wait()),
-                                       min(self.settings.fill_wait_s, timeout_s))
-            except TimeoutError:
-                branch.wait_s += clock.now() - waiting  # a wait that did not pay (W_b)
-                self._abort(fill, "demand stopped waiting")
-                self._refused("wait_timeout")
-                return None, "wait_timeout"
-            finally:
-                charge_wait(clock.now() - waiting)
+            arrival = clock.now()
+            why = await self._adopt(branch, fill, step, deadline, stream)
+            waited = clock.now() - arrival
+            if why is not None:
+                return None, why
         if not step.ok or step.confirmed:  # a confirmed entry: the canonical path probes it
             why = "confirmed" if step.confirmed else "fill_failed"
+            branch.wait_s += waited  # a wait that did not pay (W_b)
+            if stream is not None:
+                stream.restart()
             self._refused(why)
             return None, why
+        if step.done_at is not None:
+            self.remaining_s.append(max(step.done_at - arrival, 0.0) if arrival else 0.0)
         step.claiming = True
         try:
             with maybe_span(self.tracer, "branch.promote", attributes=span_attrs(
@@ -132,11 +156,37 @@ class Promotions:
         step.claimed = True
         fill.promoted.append(step.producer)
         branch.saved_s += served.cost_s
+        branch.adopted_wait_s += waited  # the part of the fill it did not hide
+        self.counters["adoptions_served"] += 1 if arrival else 0
         self.counters["stages_promoted"] += 1
         if not fill.consumed:
             fill.consumed = True
             self.counters["fills_consumed"] += 1
         return served, "promoted"
+
+    async def _adopt(self, branch: Branch, fill: Fill, step: FillStep, deadline: float,
+                     stream: TextStream | None) -> str | None:
+        """Wait for the running ``step`` under the adoption rule; None once it ended, else why
+        the demand stopped waiting (counted; the fill is aborted unless the deadline passed:
+        the demand runs anew in its place)."""
+        self.counters["adoptions"] += 1
+        waiting = clock.now()
+        why = None
+        try:
+            why = await self.adopter.wait(step, deadline, stream)
+        finally:
+            waited = clock.now() - waiting
+            charge_wait(waited)
+            if why is not None or not step.done.is_set():  # gave up, or was cancelled
+                branch.wait_s += waited  # a wait that did not pay (W_b)
+        if why is None:
+            return None
+        self._refused(why)
+        if stream is not None:
+            stream.restart()
+        if why != DEADLINE:
+            self._abort(fill, f"its demand runs anew ({why})")
+        return why
 
 
 

@@ -22,8 +22,15 @@ _DEFAULTS = GatewaySettings.model_fields
 class BranchSettings:
     """Knobs of the branch lifecycle."""
 
-    #: Longest a demand waits for a matching fill step that is still running.
+    #: Longest a demand waits for a branch still being opened (its fills not yet launched),
+    #: and for another gateway replica's fill (whose progress this gateway cannot see).
     fill_wait_s: float = _DEFAULTS["fill_wait_s"].default
+    #: An adopted fill that produced no token for this long (run's clock) is given up: the
+    #: demand runs anew (``adoption``).
+    adopt_stall_s: float = _DEFAULTS["adopt_stall_s"].default
+    #: How often an adopting demand re-weighs waiting against running anew (run's clock); a
+    #: raised fill still queued after it, while an engine could start the stage, is given up.
+    adopt_check_s: float = _DEFAULTS["adopt_check_s"].default
     #: Deadline of one fill step on an engine.
     fill_timeout_s: float = _DEFAULTS["fill_timeout_s"].default
     #: Seconds an unclaimed shadow lives (independent branches keep theirs this long).
@@ -53,6 +60,16 @@ class FillStep:
     claiming: bool = False
     #: The task holding the step's placeholder in the library (other replicas wait on it).
     hold: asyncio.Task[None] | None = None
+    #: The engine request id of its generation ("" for a tool step, or before it started).
+    request_id: str = ""
+    #: When it ended (the run's clock; None while it runs).
+    done_at: float | None = None
+
+    def finish(self) -> None:
+        """The step ended (with a shadow or without): wake whoever waits for it."""
+        if self.done_at is None:
+            self.done_at = clock.now()
+        self.done.set()
 
     def open(self, fill: Fill) -> bool:
         """Whether a demand could still be served from this step of ``fill``: not promoted,
@@ -107,6 +124,9 @@ class Branch:
     saved_s: float = 0.0
     #: Seconds demands waited on this branch's fills without being served (W_b, Eq. 4).
     wait_s: float = 0.0
+    #: Seconds demands waited for adopted fills that then served them: the part of those
+    #: fills' execution they did not hide (Eq. 4's G_s is the rest).
+    adopted_wait_s: float = 0.0
     #: The predicted candidate the resolving demand selected, filled or not ("": none of them).
     selected: str = ""
     #: Reuse names of the predicted candidates' first stages (what identifies ``selected``).
@@ -161,9 +181,14 @@ class Branch:
 
 
 #: Why an admitted winner's first step was not promoted (the ``promotion_refused_*`` counters).
+#: ``stalled``, ``sooner`` and ``deadline`` are the adoption rule's (``adoption``): a demand
+#: that adopted a running fill and stopped waiting for it.
 REFUSALS = {
     "ambiguous": "the demand matched promotable steps of more than one fill or branch",
-    "wait_timeout": "the fill step was still running when the demand stopped waiting",
+    "stalled": "the adopted fill made no progress for adopt_stall_s: the demand ran anew",
+    "sooner": "the adopted fill was still queued while an engine could start the stage at "
+              "once: the demand ran anew",
+    "deadline": "the demand's deadline passed while it waited for the adopted fill",
     "fill_failed": "the fill step ended without a shadow (aborted, failed or not storable)",
     "library_refused": "the library refused the promotion (stale read-set, expired or evicted)",
     "confirmed": "a confirmed library entry already held the name (served from the library)",
