@@ -62,17 +62,16 @@ def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> 
 
 
 @contextlib.contextmanager
-def up_url(args: list[str], run_dir: Path, pattern: str, timeout_s: float = 120,
-           stop_s: float = 30, group: bool = False) -> Iterator[str]:
-    """``dynbranch up ARGS`` with its temporary files under ``run_dir``: the first group of
-    ``pattern`` in what it prints up to its ``try:`` line. SIGTERM at the end, SIGKILL (its whole
-    process group with ``group``, which starts it in a session of its own) after ``stop_s``."""
+def up_lines(args: list[str], run_dir: Path, timeout_s: float = 120, stop_s: float = 30,
+             group: bool = False) -> Iterator[list[str]]:
+    """``dynbranch up ARGS`` with its temporary files under ``run_dir``: what it prints up to
+    its ``try:`` line. SIGTERM at the end, SIGKILL (its whole process group with ``group``, which
+    starts it in a session of its own) after ``stop_s``."""
     proc = subprocess.Popen([*DYNBRANCH, "up", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=group,
                             env={**os.environ, "TMPDIR": str(run_dir)})
     try:
-        lines = _read_until(proc, r"^try: ", timeout_s)
-        yield next(m.group(1) for line in lines if (m := re.search(pattern, line)))
+        yield _read_until(proc, r"^try: ", timeout_s)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -83,6 +82,19 @@ def up_url(args: list[str], run_dir: Path, pattern: str, timeout_s: float = 120,
                     os.killpg(proc.pid, signal.SIGKILL)
                 else:
                     proc.kill()
+
+
+def printed(lines: list[str], pattern: str) -> str:
+    """The first group of ``pattern`` in what ``dynbranch up`` printed."""
+    return next(m.group(1) for line in lines if (m := re.search(pattern, line)))
+
+
+@contextlib.contextmanager
+def up_url(args: list[str], run_dir: Path, pattern: str, timeout_s: float = 120,
+           stop_s: float = 30, group: bool = False) -> Iterator[str]:
+    """``dynbranch up ARGS`` (``up_lines``): the first group of ``pattern`` in what it prints."""
+    with up_lines(args, run_dir, timeout_s, stop_s, group) as lines:
+        yield printed(lines, pattern)
 
 
 @pytest.mark.slow
