@@ -1,6 +1,6 @@
 """Per-arm figures of a paired run: means over workflows that completed in every arm, ratios to
-the floor with paired-bootstrap CIs, supported quantiles, fill counters, value equivalence and the
-share of the oracle bound each arm realizes."""
+the floor with paired-bootstrap CIs, supported quantiles, fill counters, adoptions, value
+equivalence and the share of the oracle bound each arm realizes."""
 
 from __future__ import annotations
 
@@ -11,14 +11,21 @@ from loadgen.arms import ArmResult
 from loadgen.equivalence import compare_outputs
 from loadgen.oracle import OracleBound, oracle_share
 from loadgen.stats import (
+    min_samples,
     paired_bootstrap_ci,
     paired_difference_ci,
+    quantile,
     ratio_of_means,
     supported_quantiles,
 )
 from services.gateway import REFUSALS
 
 FILL_KEYS = ("fills_issued", "fills_consumed", "stages_promoted", "fills_discarded")
+#: Why a demand that found its fill still running did not get it (``adoption``'s rule): it ran
+#: the stage anew, or its deadline passed first.
+GAVE_UP = ("stalled", "sooner", "deadline")
+#: Quantiles of the fills' remaining times, where the sample supports them.
+REMAINING_QUANTILES = {"p50_s": 0.5, "p90_s": 0.9}
 
 
 def completed_everywhere(arms: dict[str, ArmResult]) -> list[str]:
@@ -66,6 +73,40 @@ def _promotions(arm: ArmResult) -> dict[str, Any]:
             "joined": c.get("joined", 0)}
 
 
+def _remaining(values: list[float] | None) -> dict[str, Any] | None:
+    """The distribution of the fills' remaining times (None where the gateway was not seen)."""
+    if values is None:
+        return None
+    n = len(values)
+    return {"n": n, "share_positive": round(sum(v > 0 for v in values) / n, 3) if n else None,
+            **{k: round(quantile(values, q), 3) if n >= min_samples(q) else None
+               for k, q in REMAINING_QUANTILES.items()},
+            "max_s": round(max(values), 3) if n else None}
+
+
+def _adoption(arm: ArmResult) -> dict[str, Any]:
+    """How far fills outlasted their windows, and what their demands did.
+
+    ``remaining_s``: per promoted fill step, how long it still ran when its demand arrived
+    (simulated s; 0 when it had ended). ``adoptions``: demands that found their fill still
+    running and adopted it; ``adoptions_served``: those it answered. ``wait_timeout``: those it
+    did not, by reason: stalled and sooner (the gateway gave up on the fill and ran the stage
+    anew), deadline (the deadline passed first), and fill_failed: the demand waited on its
+    fill, then ran anew for none of those reasons (its calls answered by an engine after a wait
+    on engine work, less stalled and sooner: the fill ended without a shadow, or rarely the
+    library refused it). ``library_after_wait``: calls the library answered after such a wait
+    (a confirmed entry took the name while the fill ran)."""
+    c = arm.counters
+    gave_up = {why: c.get(f"promotion_refused_{why}", 0) for why in GAVE_UP}
+    waited = [s.source for r in arm.results for s in r.stages if s.waited_s > 0]
+    anew = sum(1 for source in waited if source == "engine")
+    return {"remaining_s": _remaining(arm.remaining_s), "adoptions": c.get("adoptions", 0),
+            "adoptions_served": c.get("adoptions_served", 0),
+            "wait_timeout": {**gave_up, "fill_failed": max(
+                0, anew - gave_up["stalled"] - gave_up["sooner"])},
+            "library_after_wait": sum(1 for source in waited if source == "library")}
+
+
 def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
          bound: OracleBound | None) -> dict[str, Any]:
     by_id = {r.workflow_id: r.measured_s for r in arm.results}
@@ -86,6 +127,7 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         **{k: round(arm.counters.get(k, 0) / n, 3) for k in FILL_KEYS},
         "branches_opened": arm.counters.get("opened", 0),
         "promotions": _promotions(arm),
+        "adoption": _adoption(arm),
         **_engine_seconds(arm, floor, n),
         "sources": _sources(arm), "cache_hits": arm.cache_hits,
         "failed": sum(1 for r in arm.results if r.error),

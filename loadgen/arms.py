@@ -87,8 +87,10 @@ class MeshConfig:
     fail_stalls: bool = True
     #: Fills per branch under the gateway's fixed admission policy.
     top_k: int = 2
-    #: Longest a demand waits for a matching running fill, in simulated seconds.
-    fill_wait_sim_s: float = 30.0
+    #: The gateway's ``fill_wait_s`` in simulated seconds, at its default: the longest a demand
+    #: waits for its branch to be opened (admission's answer) and for a fill another gateway
+    #: replica runs. A fill running on this gateway is adopted, with no such cap (``adoption``).
+    fill_wait_sim_s: float = 1.0
     #: Life of a branch record in simulated seconds (its final admission report is sent then).
     branch_ttl_sim_s: float = 120.0
     data_dir: str | None = None
@@ -126,6 +128,10 @@ class ArmResult:
     cache_hits: int = 0
     #: The admission policy's own account of its decisions (``Policy.account``; {} without one).
     admission: dict[str, Any] = field(default_factory=dict)
+    #: Per fill step promoted over the schedule, how long it still ran when its demand arrived
+    #: (simulated s, 0 when it had ended: ``Promotions.remaining_s``); None where the gateway
+    #: runs in another process.
+    remaining_s: list[float] | None = None
 
 
 @dataclass(slots=True)
@@ -289,7 +295,8 @@ async def _started(stack: contextlib.AsyncExitStack, runtime: Any) -> None:
 async def _run_workflow(client: Any, workload: Workload, arrival: Arrival, clock: SimClock,
                         started: float, fail_stalls: bool
                         ) -> tuple[WorkflowResult, tuple[CallRecord, ...]]:
-    trace = RecordingTrace(client, workload.template, arrival.workflow_id, clock)
+    trace = RecordingTrace(client, workload.template, arrival.workflow_id, clock,
+                           max_tokens=workload.stage_max_tokens)
     error = ""
     try:
         await workload.run(trace, arrival.instance)
@@ -372,15 +379,28 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
     return await _live_arm(spec, workload, schedule, config, warmup)
 
 
+def _remaining(core: Any, clock: SimClock) -> Callable[[], list[float]]:
+    """The gateway core's record of how long matched fill steps still ran, in simulated s
+    (``Promotions.remaining_s``, kept in the run's clock; a bench's schedule stays far below
+    its bound, so what a schedule added is its tail)."""
+    branches = getattr(core, "branches", None)
+    if branches is None:
+        return list
+    return lambda: [clock.to_sim(s) for s in branches.promotions.remaining_s]
+
+
 async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config: MeshConfig,
                    warmup: Schedule | None, clock: SimClock, target: str | DynbranchClient,
                    counters: Callable[[], Awaitable[dict[str, int]]],
-                   account: Callable[[], dict[str, Any]] = dict) -> ArmResult:
+                   account: Callable[[], dict[str, Any]] = dict,
+                   remaining: Callable[[], list[float]] | None = None) -> ArmResult:
     """What every mesh does with an arm once it runs: the warm-up, then the schedule, the
-    gateway's counters over the schedule alone, and the admission policy's account."""
+    gateway's counters and fills' remaining times over the schedule alone, and the admission
+    policy's account."""
     if warmup is not None and warmup.arrivals:
         await run_schedule(target, workload, warmup, clock)
     before = await counters()
+    kept = len(remaining()) if remaining is not None else 0
     calls: dict[str, tuple[CallRecord, ...]] = {}
     hits: list[int] = []
     results = await run_schedule(target, workload, schedule, clock, calls=calls,
@@ -389,7 +409,7 @@ async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config
     after = await counters()
     return ArmResult(spec.name, schedule.digest(), results,
                      {k: v - before.get(k, 0) for k, v in after.items()}, calls, sum(hits),
-                     account())
+                     account(), remaining()[kept:] if remaining is not None else None)
 
 
 #: Gateway settings the process mesh passes on (``_gateway_settings`` computes them); the
@@ -444,7 +464,8 @@ async def _virtual_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
             policy = mesh.policy
             return await _measure(spec, workload, schedule, config, warmup, clock,
                                   mesh.client, counters,
-                                  policy.account if policy is not None else dict)
+                                  policy.account if policy is not None else dict,
+                                  _remaining(mesh.core, clock))
 
 
 async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
@@ -454,9 +475,10 @@ async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
             return mesh.counters()
 
         policy = mesh.admission.policy if mesh.admission is not None else None
-        return await _measure(spec, workload, schedule, config, warmup,
-                              SimClock(config.time_scale), mesh.address, counters,
-                              policy.account if policy is not None else dict)
+        clock = SimClock(config.time_scale)
+        return await _measure(spec, workload, schedule, config, warmup, clock, mesh.address,
+                              counters, policy.account if policy is not None else dict,
+                              _remaining(mesh.gateway.core, clock))
 
 
 async def run_arms(workload: Workload, schedule: Schedule, config: MeshConfig,

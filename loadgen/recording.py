@@ -42,17 +42,19 @@ class CallRecord:
 
 
 def request_name(client: Any, template: str, stage: str, *, inputs: Mapping[str, str],
-                 outputs: Mapping[str, str] | None, candidate: str | None) -> str:
+                 outputs: Mapping[str, str] | None, candidate: str | None,
+                 max_tokens: int | None = None) -> str:
     """Digest of the rendered request: equal digests, identical requests."""
     return _rendered(client, template, stage, inputs=inputs, outputs=outputs,
-                     candidate=candidate)[0]
+                     candidate=candidate, max_tokens=max_tokens)[0]
 
 
 def _rendered(client: Any, template: str, stage: str, *, inputs: Mapping[str, str],
-              outputs: Mapping[str, str] | None, candidate: str | None) -> tuple[str, str]:
-    """(digest, prompt) of the rendered request."""
+              outputs: Mapping[str, str] | None, candidate: str | None,
+              max_tokens: int | None) -> tuple[str, str]:
+    """(digest, prompt) of the rendered request (``max_tokens``: the call's cap, if any)."""
     rendered = client.render(template, stage, inputs=inputs, outputs=outputs,
-                             candidate=candidate)
+                             candidate=candidate, max_tokens=max_tokens)
     key = f"{template}|{stage}|{rendered.stage_version}|{rendered.model}|" \
           f"{rendered.sampling!r}|{rendered.text}"
     return hashlib.sha256(key.encode()).hexdigest()[:24], rendered.text
@@ -71,7 +73,8 @@ class RecordingTrace(Trace):
                    post_click: bool = False) -> str:
         """Record the request's name, then call it as ``Trace.call`` does."""
         name, prompt = _rendered(self.client, self.template, stage, inputs=inputs,
-                                 outputs=outputs, candidate=candidate)
+                                 outputs=outputs, candidate=candidate,
+                                 max_tokens=self.max_tokens.get(stage))
         text = await Trace.call(self, stage, inputs=inputs, outputs=outputs, candidate=candidate,
                                 offered=offered, observation=observation, post_click=post_click)
         record = self.stages[-1]
@@ -116,7 +119,8 @@ class WholeRequestCacheClient:
     async def call_stage(self, template_id: str, stage_id: str, **kwargs: Any) -> Any:
         """The stored answer of an identical earlier request, else the gateway's."""
         key = request_name(self._client, template_id, stage_id, inputs=kwargs["inputs"],
-                           outputs=kwargs.get("outputs"), candidate=kwargs.get("candidate"))
+                           outputs=kwargs.get("outputs"), candidate=kwargs.get("candidate"),
+                           max_tokens=kwargs.get("max_tokens"))
         if key in self.answers:
             self.hits += 1
             return CachedReply(self.answers[key])

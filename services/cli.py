@@ -220,6 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _arms_args(bench: argparse.ArgumentParser) -> None:
     from loadgen.workloads import WORKLOADS
+    from loadgen.workloads.profiles import PROFILES
 
     arms = bench.add_argument_group("bench arms", "flags only `bench arms` takes")
     arms.add_argument("--workload", choices=tuple(WORKLOADS),
@@ -257,9 +258,11 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--time-scale", type=float, metavar="S",
                       help="live or process mesh: wall seconds per simulated second (default 0.5; "
                       "at least 0.5)")
-    arms.add_argument("--profile", choices=["data", "paper"],
-                      help="recurrence profile: data (as the data sets give it; default) or paper "
-                      "(Routing replays 45%%, ReAct repeats half its questions)")
+    arms.add_argument("--profile", choices=list(PROFILES),
+                      help="schedule profile: data (recurrence as the data sets give it; "
+                      "default), paper (Routing replays 45%%, ReAct repeats half its questions) "
+                      "or window (data, with the deciding stage's decode capped so decisions "
+                      "resolve while their fills still run)")
     arms.add_argument("--hop-ms", type=float, metavar="MS",
                       help="virtual mesh: modelled cost of one cross-service call (default 0.5)")
 

@@ -12,8 +12,11 @@ spends more than ``STALL_S`` outside the engine is a stall: its workflow fails, 
 counted per arm. Workflows pair by id across arms. Per arm
 it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio
 to the floor with a paired-bootstrap 95% CI, quantiles the sample supports, the gateway's fill
-counters per request, whether every workflow's outputs equal the floor's (from the floor's own
-mesh) and the share of the oracle bound it realizes (``loadgen.oracle``). A failed workflow fails
+counters per request, how long promoted fills still ran when their demands arrived and what
+those demands did (adopted and served, or why not: ``arm_summary``), whether every workflow's
+outputs equal the floor's (from the floor's own mesh) and the share of the oracle bound it
+realizes (``loadgen.oracle``). ``--profile window`` caps the deciding stage's decode so that
+fills outlast their windows (``loadgen.workloads.profiles``). A failed workflow fails
 the run: it is counted per arm and left out of every mean.
 """
 
@@ -40,7 +43,7 @@ from loadgen.real_engines import ENGINES, RealEngine
 from loadgen.virtual_mesh import DEFAULT_HOP_S
 from loadgen.workloads import WORKLOADS, build_schedule, get_workload
 from loadgen.workloads.base import Workload
-from loadgen.workloads.profiles import knobs, profile_options
+from loadgen.workloads.profiles import knobs, profile_options, window_knobs
 from loadgen.workloads.schedule import Schedule
 from services.engine_agent import tiny_model_path
 
@@ -107,8 +110,10 @@ def _merge(parts: list[ArmResult]) -> ArmResult:
     digest = ",".join(p.schedule_digest for p in parts)
     accounts = [p.admission for p in parts if p.admission]
     account = accounts[0] if len(accounts) == 1 else ({"per_seed": accounts} if accounts else {})
+    remaining = None if any(p.remaining_s is None for p in parts) else [
+        s for p in parts for s in p.remaining_s or ()]
     return ArmResult(parts[0].arm, digest, [r for p in parts for r in p.results], counters,
-                     calls, sum(p.cache_hits for p in parts), account)
+                     calls, sum(p.cache_hits for p in parts), account, remaining)
 
 
 def _bound(floor: ArmResult, ids: set[str], post_click: bool) -> OracleBound:
@@ -225,6 +230,7 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
         "model": real.model_path if real is not None else config.model,
         "clock": clock, "hop_s": config.hop_s if clock == "virtual" else None,
         "profile": opts.profile, "recurrence": knobs(workload),
+        "decision_window": window_knobs(workload),
         "engines": config.engines,
         "time_scale": config.time_scale if clock != "virtual" else None, "workflows": n,
         "warmup_workflows": warm, "arrival": opts.arrival,
@@ -267,6 +273,34 @@ def _fmt(value: float | None, width: int) -> str:
     return f"{value:>{width}.3f}" if value is not None else f"{'-':>{width}}"
 
 
+def _window(result: dict[str, Any]) -> str:
+    w = result["decision_window"]
+    if w["decision_max_tokens"] is None:
+        return "decision window: the template's"
+    return f"decision window: {w['decision_stage']} capped at {w['decision_max_tokens']} tokens"
+
+
+def _print_adoption(result: dict[str, Any]) -> None:
+    """Per arm with fills: how long promoted fill steps still ran when their demands arrived,
+    the adoptions, and the demands that found their fill running but did not get it."""
+    rows = [(n, a["adoption"]) for n, a in result["arms"].items()
+            if a["branches_opened"] or a["adoption"]["adoptions"]]
+    if not rows:
+        return
+    print(f"  fills still running at their demand (simulated s); {_window(result)}")
+    print(f"  {'arm':<15} {'steps':>5} {'>0':>6} {'p50_s':>7} {'p90_s':>7} {'max_s':>7} "
+          f"{'adopted':>7} {'served':>6}  not served: stalled sooner deadline fill_failed "
+          f"library")
+    for name, a in rows:
+        r = a["remaining_s"] or {}
+        gave = a["wait_timeout"]
+        print(f"  {name:<15} {r.get('n', '-'):>5} {_fmt(r.get('share_positive'), 6)} "
+              f"{_fmt(r.get('p50_s'), 7)} {_fmt(r.get('p90_s'), 7)} {_fmt(r.get('max_s'), 7)} "
+              f"{a['adoptions']:>7} {a['adoptions_served']:>6}  {gave['stalled']:>19} "
+              f"{gave['sooner']:>6} {gave['deadline']:>8} {gave['fill_failed']:>11} "
+              f"{a['library_after_wait']:>7}")
+
+
 def _print(result: dict[str, Any]) -> None:
     load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
             else "serial closed loop")
@@ -296,6 +330,7 @@ def _print(result: dict[str, Any]) -> None:
               f"{ci_text:>15} {_fmt(arm['oracle_share'], 7)} {arm['fills_issued']:>11.3f} "
               f"{arm['fills_consumed']:>13.3f} {arm['stalls']:>6}  {same}"
               + (f"  ({arm['failed']} FAILED)" if arm["failed"] else ""))
+    _print_adoption(result)
     note = next((a["quantile_note"] for a in result["arms"].values() if a["quantile_note"]), "")
     if note:
         print(f"  quantiles withheld: {note}")

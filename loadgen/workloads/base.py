@@ -15,6 +15,13 @@ data set's ground truth supplies the *decision* (the function BFCL's reference a
 entities HotpotQA's supporting facts name, MuSiQue's decomposition order, the option the SGD
 user picked). Every arm of an experiment therefore takes the same path through each workflow.
 
+The resolution window of a model-decided branch is the deciding stage's decode. The harness may
+cap it (``decision_max_tokens``, the ``window`` profile): the deciding stage is then called with
+that ``max_tokens`` (``Trace.max_tokens``), so the decision resolves while its fills still run.
+Only the deciding stage is capped, and no candidate stage renders from its output (a template
+lets a subgraph read its deciding stage only under a user's window), so every candidate stage
+still renders exactly as its fill does.
+
 Latency is measured in simulated seconds, on the run's clock (``SimClock``): on the virtual mesh
 (``loadgen.virtual_mesh``) the event loop's virtual time, where only the engines' simulated work,
 waits and a modelled cost per hop pass; on the live mesh wall seconds divided by the engines'
@@ -94,6 +101,9 @@ class StageRecord:
     #: Simulated seconds outside the engine: latency less the engine time that answered it and
     #: the time it waited on another request's engine work (a fill, a joined execution).
     outside_s: float = 0.0
+    #: Simulated seconds it waited on another request's engine work: a fill it adopted (served
+    #: by it, or given up and run anew) or a joined execution.
+    waited_s: float = 0.0
 
     @property
     def stalled(self) -> bool:
@@ -138,6 +148,9 @@ class Trace:
     workflow_id: str
     clock: SimClock
     stages: list[StageRecord] = field(default_factory=list)
+    #: Per stage id, the ``max_tokens`` its calls decode at most instead of the template's
+    #: (``Workload.stage_max_tokens``: the deciding stage under a capped window).
+    max_tokens: Mapping[str, int] = field(default_factory=dict)
 
     async def call(self, stage: str, *, inputs: Mapping[str, str],
                    outputs: Mapping[str, str] | None = None, candidate: str | None = None,
@@ -147,14 +160,15 @@ class Trace:
         start = self.clock.wall()
         reply = await self.client.call_stage(
             self.template, stage, workflow_id=self.workflow_id, inputs=inputs, outputs=outputs,
-            candidate=candidate, offered=offered, observation=observation)
+            candidate=candidate, offered=offered, observation=observation,
+            max_tokens=self.max_tokens.get(stage))
         latency = self.clock.sim_since(start)
         engine_s = reply.timings.total_s if hasattr(reply, "timings") else latency
         waited = self.clock.to_sim(getattr(reply, "waited_s", 0.0))
         self.stages.append(StageRecord(stage, candidate or "", reply.text,
                                        SOURCE_NAMES.get(reply.source, str(reply.source)),
                                        latency, post_click,
-                                       max(0.0, latency - engine_s - waited)))
+                                       max(0.0, latency - engine_s - waited), waited))
         return reply.text
 
     async def user_wait(self, sim_s: float) -> None:
@@ -204,6 +218,9 @@ class Workload(abc.ABC):
     post_click_latency: ClassVar[bool] = False
     #: The ``paper`` recurrence profile's options for this workload (``profiles.PROFILES``).
     paper_profile: ClassVar[Mapping[str, Any]] = {}
+    #: The stage whose decode resolves the workload's branches ("" when a user resolves them):
+    #: the one ``decision_max_tokens`` caps.
+    decision_stage: ClassVar[str] = ""
     #: Poisson rate λ (workflows per simulated s) of the workload's low load in ``bench arms``.
     low_rate: ClassVar[float] = 0.12
     #: Whether the leak guard fits the predictor's word-overlap weight on the train split
@@ -211,9 +228,17 @@ class Workload(abc.ABC):
     fits_overlap_weight: ClassVar[bool] = False
 
     def __init__(self, data_dir: str | Path | None = None, *, split: str = "test",
-                 split_seed: int = 0, replay_rate: float | None = None) -> None:
+                 split_seed: int = 0, replay_rate: float | None = None,
+                 decision_max_tokens: int | None = None) -> None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if decision_max_tokens is not None and (not self.decision_stage
+                                                or decision_max_tokens < 1):
+            raise ValueError(f"decision_max_tokens {decision_max_tokens}: needs a deciding "
+                             f"stage that decodes and a cap >= 1 ({self.name!r} deciding stage: "
+                             f"{self.decision_stage or 'none, a user decides'})")
+        #: The deciding stage's decode cap (None: the template's): how short its window is.
+        self.decision_max_tokens = decision_max_tokens
         rate = self.default_replay if replay_rate is None else replay_rate
         if not 0 <= rate < 1:
             raise ValueError(f"replay_rate must be in [0, 1), got {rate}")
@@ -224,6 +249,12 @@ class Workload(abc.ABC):
         self.split = split
         self.split_seed = split_seed
         self._pool: list[Any] | None = None
+
+    @property
+    def stage_max_tokens(self) -> dict[str, int]:
+        """``Trace.max_tokens`` of this harness: the deciding stage's cap, when set."""
+        cap = self.decision_max_tokens
+        return {self.decision_stage: cap} if cap is not None else {}
 
     def pool(self) -> list[Any]:
         """Every usable instance of the data set, both splits (loaded once, on first use)."""

@@ -1,4 +1,4 @@
-"""Recurrence profiles: how much of a schedule recurs, as stated knobs.
+"""Profiles: how much of a schedule recurs, and how long its decisions take, as stated knobs.
 
 A schedule's recurrence sets what C1 can remove: ``replay_rate`` (whole workflows replayed
 exactly, dynbranch Fig. 10), ReAct's ``retrieval_recurrence`` (retrievals of an entity an earlier
@@ -11,6 +11,15 @@ question retrieved) and Sub-Agent's ``subtask_recurrence`` (sub-tasks an earlier
   repeats whole questions as its reproducibility appendix does (38 repeated-question groups
   holding 96 of 116 executions over three seeds: half the executions repeat an earlier one,
   in groups of two to three), on top of its retrieval recurrence.
+- ``window``: the data's recurrence, with the deciding stage's decode capped at
+  ``WINDOW_MAX_TOKENS`` (``decision_max_tokens``): the decision resolves while its fills still
+  run, the regime in which a demand adopts a running fill. Routing's router names the function
+  without reasoning first (its prompt asks for "the function name only"), ReAct's think and
+  Sub-Agent's plan name their entity or sub-task at once. The paper's windows are already
+  shorter than the work they precede (dynbranch §2.2 F3: 0.36-0.77x at p50 outside HCI), and its
+  gain "depends on ... how much execution each fill hides within the remaining resolution
+  window" (§5.5); this profile takes the window far below that. HCI has no such knob: a user's
+  think time resolves its branches, not a decode.
 
 Each bench and report run states the profile and every knob it set.
 """
@@ -21,10 +30,19 @@ from typing import Any
 
 from loadgen.workloads import WORKLOADS
 
+#: The ``window`` profile's cap of a deciding stage's decode: a choice named at once, with no
+#: reasoning before it (the sim's outputs reach EOS after 32-512 tokens, so a capped stage
+#: decodes this many unless a stop string ends it first).
+WINDOW_MAX_TOKENS = 32
+
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "data": {},
     "paper": {name: dict(w.paper_profile) for name, w in WORKLOADS.items() if w.paper_profile},
+    "window": {name: {"decision_max_tokens": WINDOW_MAX_TOKENS}
+               for name, w in WORKLOADS.items() if w.decision_stage},
 }
+#: The profiles that set recurrence alone (``dynbranch report`` runs its matrix over them).
+RECURRENCE_PROFILES = ("data", "paper")
 
 
 def profile_options(profile: str, workload: str) -> dict[str, Any]:
@@ -41,4 +59,12 @@ def knobs(workload: Any) -> dict[str, float]:
                                               "subtask_recurrence") if hasattr(workload, k)}
 
 
-__all__ = ["PROFILES", "knobs", "profile_options"]
+def window_knobs(workload: Any) -> dict[str, Any]:
+    """The decision-window knob a workload harness runs with: its deciding stage and that
+    stage's decode cap (None: the template's own ``max_tokens``)."""
+    return {"decision_stage": workload.decision_stage or None,
+            "decision_max_tokens": workload.decision_max_tokens}
+
+
+__all__ = ["PROFILES", "RECURRENCE_PROFILES", "WINDOW_MAX_TOKENS", "knobs", "profile_options",
+           "window_knobs"]

@@ -78,6 +78,7 @@ class ReactWorkload(Workload):
 
     name = "react"
     template = "react"
+    decision_stage = "think"
     corpus_source = "hotpotqa"
     paper_profile = {"replay_rate": 0.5}
     default_replay = 0.0  # recurrence is per retrieval, in ``instances`` (not whole workflows)

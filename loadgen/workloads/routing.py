@@ -78,6 +78,7 @@ class RoutingWorkload(Workload):
     fits_overlap_weight = True
     paper_profile = {"replay_rate": 0.45}
     template = "routing"
+    decision_stage = "router"
     default_replay = 0.25  # exact replays of earlier requests (dynbranch Fig. 10: 0.22-0.77)
 
     def __init__(self, data_dir: str | Path | None = None,

@@ -117,6 +117,7 @@ class SubagentWorkload(Workload):
 
     name = "subagent"
     template = "subagent"
+    decision_stage = "plan"
     corpus_source = "musique"
 
     def __init__(self, data_dir: str | Path | None = None,

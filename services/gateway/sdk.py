@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -68,18 +69,24 @@ class DynbranchClient:
 
     def render(self, template_id: str, stage_id: str, *, inputs: Mapping[str, str],
                outputs: Mapping[str, str] | None = None, coordinate: str = "",
-               candidate: str | None = None,
-               values: Mapping[str, str] | None = None) -> RenderedStage:
-        """Render a stage exactly as the gateway renders fills."""
+               candidate: str | None = None, values: Mapping[str, str] | None = None,
+               max_tokens: int | None = None) -> RenderedStage:
+        """Render a stage exactly as the gateway renders fills; ``max_tokens`` caps this call's
+        decode instead of the stage's own (so rendered, a stage matches none of its fills: cap
+        a deciding stage, never a candidate's)."""
         template = self.templates.get(template_id)
         outputs = outputs or {}
         if candidate is not None:
             point = coordinate or self._coordinate_of(template, stage_id)
-            return render_candidate_stage(template, point, candidate, stage_id, inputs=inputs,
-                                          outputs=outputs)
-        bindings = resolve_stage_bindings(template, stage_id, inputs=inputs, outputs=outputs,
-                                          values=values)
-        return render_stage(template, stage_id, bindings)
+            rendered = render_candidate_stage(template, point, candidate, stage_id,
+                                              inputs=inputs, outputs=outputs)
+        else:
+            bindings = resolve_stage_bindings(template, stage_id, inputs=inputs,
+                                              outputs=outputs, values=values)
+            rendered = render_stage(template, stage_id, bindings)
+        if max_tokens is None or rendered.sampling is None:  # a tool stage decodes nothing
+            return rendered
+        return replace(rendered, sampling=replace(rendered.sampling, max_tokens=max_tokens))
 
     @staticmethod
     def _coordinate_of(template: Template, stage_id: str) -> str:
@@ -97,11 +104,13 @@ class DynbranchClient:
                          coordinate: str = "", candidate: str | None = None,
                          values: Mapping[str, str] | None = None, offered: Sequence[str] = (),
                          observation: str = "", workflow_type: str = "", agent_id: str = "",
-                         request_id: str = "", timeout_s: float | None = None
-                         ) -> gateway_pb2.CallResponse:
-        """Render a template stage and run it through the gateway."""
+                         request_id: str = "", timeout_s: float | None = None,
+                         max_tokens: int | None = None) -> gateway_pb2.CallResponse:
+        """Render a template stage (``max_tokens``: as ``render``) and run it through the
+        gateway."""
         rendered = self.render(template_id, stage_id, inputs=inputs, outputs=outputs,
-                               coordinate=coordinate, candidate=candidate, values=values)
+                               coordinate=coordinate, candidate=candidate, values=values,
+                               max_tokens=max_tokens)
         demand = common_pb2.StageDemand(
             workflow_type=workflow_type or template_id, workflow_id=workflow_id,
             agent_id=agent_id, template_id=template_id, stage_id=stage_id,

@@ -1,9 +1,11 @@
 """Arms harness pieces without a mesh: arm table and order, value equivalence, the oracle bound,
-the whole-request cache."""
+the whole-request cache, the capped decision window; and one short ``bench arms`` run in the
+regime where fills outlast their window."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -13,7 +15,9 @@ from loadgen.arm_set import ARM_SPECS, QUICK_ARMS, resolve, rotated
 from loadgen.equivalence import compare_outputs
 from loadgen.oracle import oracle_bound, oracle_share
 from loadgen.recording import CACHE_SOURCE, CallRecord, WholeRequestCacheClient
-from loadgen.workloads.base import StageRecord, WorkflowResult
+from loadgen.workloads import get_workload
+from loadgen.workloads.base import SimClock, StageRecord, Trace, WorkflowResult
+from loadgen.workloads.profiles import WINDOW_MAX_TOKENS, profile_options
 
 
 def _result(wid: str, path: list[tuple[str, str, str]], error: str = "") -> WorkflowResult:
@@ -119,18 +123,22 @@ def test_oracle_bound_counts_open_vocabulary_branches_as_covered() -> None:
 
 
 class _Gateway:
-    """Stands in for the SDK client: renders deterministically and counts calls."""
+    """Stands in for the SDK client: renders deterministically, counts calls and keeps the
+    decode cap each call carried."""
 
     def __init__(self) -> None:
         self.calls = 0
 
+        self.caps: list[tuple[str, object]] = []
+
     def render(self, template: str, stage: str, *, inputs: dict, outputs: dict | None,
-               candidate: str | None) -> SimpleNamespace:
-        return SimpleNamespace(stage_version="1", model="m", sampling=None,
+               candidate: str | None, max_tokens: int | None = None) -> SimpleNamespace:
+        return SimpleNamespace(stage_version="1", model="m", sampling=max_tokens,
                                text=f"{stage}|{sorted(inputs.items())}|{candidate}")
 
     async def call_stage(self, template: str, stage: str, **kwargs: object) -> SimpleNamespace:
         self.calls += 1
+        self.caps.append((stage, kwargs.get("max_tokens")))
         return SimpleNamespace(text=f"answer-{self.calls}", source=1)
 
 
@@ -145,3 +153,32 @@ def test_whole_request_cache_hits_only_identical_requests() -> None:
     first, again, other = asyncio.run(go())
     assert again.text == first.text and again.source == CACHE_SOURCE
     assert other.text != first.text and gateway.calls == 2 and cache.hits == 1
+
+
+def test_the_window_profile_caps_the_deciding_stage_only() -> None:
+    routing = get_workload("routing", **profile_options("window", "routing"))
+    assert routing.stage_max_tokens == {"router": WINDOW_MAX_TOKENS}
+    gateway = _Gateway()
+    trace = Trace(gateway, "routing", "w", SimClock(1.0), max_tokens=routing.stage_max_tokens)
+    instance = routing.instances(1, random.Random(0))[0]
+    asyncio.run(routing.run(trace, instance))
+    # the handler and executor render as their fills do: nothing caps them
+    assert gateway.caps == [("router", WINDOW_MAX_TOKENS), ("handler", None), ("executor", None)]
+    assert profile_options("window", "hci") == {}  # a user's think time is HCI's window
+    with pytest.raises(ValueError, match="deciding stage"):
+        get_workload("hci", decision_max_tokens=WINDOW_MAX_TOKENS)
+
+
+def test_under_the_window_profile_fills_outlast_their_window_and_are_adopted() -> None:
+    from loadgen.bench.arms import run
+
+    result = run(True, "routing", profile="window", workflows=4, arms=("full",))
+    assert result["ok"] and result["outputs_equal_floor"]
+    assert result["decision_window"] == {"decision_stage": "router",
+                                         "decision_max_tokens": WINDOW_MAX_TOKENS}
+    adoption = result["arms"]["full"]["adoption"]
+    remaining = adoption["remaining_s"]
+    assert remaining["n"] > 0 and remaining["share_positive"] > 0 and remaining["max_s"] > 0
+    assert adoption["adoptions"] > 0 and adoption["adoptions_served"] > 0
+    assert set(adoption["wait_timeout"]) == {"stalled", "sooner", "deadline", "fill_failed"}
+    assert result["arms"]["floor"]["adoption"]["adoptions"] == 0
