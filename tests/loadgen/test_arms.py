@@ -182,3 +182,29 @@ def test_under_the_window_profile_fills_outlast_their_window_and_are_adopted() -
     assert adoption["adoptions"] > 0 and adoption["adoptions_served"] > 0
     assert set(adoption["wait_timeout"]) == {"stalled", "sooner", "deadline", "fill_failed"}
     assert result["arms"]["floor"]["adoption"]["adoptions"] == 0
+
+
+def test_a_demand_that_waited_on_its_fill_and_ran_anew_counts_under_its_reason() -> None:
+    from loadgen.arm_summary import summarize
+    from loadgen.arms import ArmResult
+
+    def flow(wid: str, handler: StageRecord) -> WorkflowResult:
+        return WorkflowResult(wid, wid, (StageRecord("router", "", "r", "engine", 1.0),
+                                         handler), 2.0, 2.0)
+
+    engine = StageRecord("handler", "a", "h", "engine", 1.0)
+    waited = {s: replace(engine, source=s, waited_s=0.5)
+              for s in ("engine", "library", "promoted_fill")}
+    full = ArmResult("full", "d", [flow("1", waited["engine"]), flow("2", waited["engine"]),
+                                   flow("3", waited["library"]),
+                                   flow("4", waited["promoted_fill"])],
+                     {"adoptions": 4, "adoptions_served": 1, "promotion_refused_stalled": 1},
+                     remaining_s=[0.0, 0.5])
+    floor = ArmResult("floor", "d", [flow(w, engine) for w in "1234"], remaining_s=[])
+    adoption = summarize({"floor": floor, "full": full})["full"]["adoption"]
+    # two ran anew after a wait: one the gateway gave up on (stalled), one whose fill failed
+    assert adoption["wait_timeout"] == {"stalled": 1, "sooner": 0, "deadline": 0,
+                                        "fill_failed": 1}
+    assert adoption["library_after_wait"] == 1
+    assert adoption["remaining_s"] == {"n": 2, "share_positive": 0.5, "p50_s": 0.0,
+                                       "p90_s": None, "max_s": 0.5}
