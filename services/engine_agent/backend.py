@@ -134,9 +134,12 @@ class EngineBackend(Protocol):
 class PriorityPort(Protocol):
     """A backend that can move a request between priority classes while it queues or runs: a
     fill adopted by a canonical demand is raised to canonical priority, and lowered back when
-    its adopter goes away (``running.RunningFills``). ``sim`` and ``vllm`` (embedded, with the
-    plugin and ``scheduling_policy: priority``) have it; a backend without it still streams an
-    adopted fill, at the priority it was submitted with."""
+    its adopter goes away (``running.RunningFills``). ``sim``, ``vllm`` (embedded, with the
+    plugin and ``scheduling_policy: priority``) and ``openai`` (in front of a ``vllm serve``
+    with the plugin's lease channel and the priority policy) have it; ``sglang`` does not
+    (SGLang 0.5.23 has no way to change a submitted request's priority). A backend without it,
+    or whose ``set_priority`` answers False, still streams an adopted fill, at the priority it
+    was submitted with."""
 
     async def set_priority(self, request_id: str, priority: Priority) -> bool:
         """Move the queued or running request to ``priority``; False when it is not live (or

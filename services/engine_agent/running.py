@@ -4,11 +4,11 @@ the fill still running for it instead of starting the stage over (dynbranch §3.
 Every fill generation (priority FILL) passes through ``RunningFills.generate``, which records
 its progress (text, output tokens, allocation) as the backend streams it and fans it out to
 its adopters. ``adopt`` raises the fill to canonical priority where the backend can
-(``backend.PriorityPort``: sim, embedded vLLM), yields a snapshot of what the fill has produced
-so far, then what each later event adds, then its end. When the last adopter leaves before the
-end (its demand was cancelled or gave up), the fill goes back to fill priority: it is a fill
-again, and its shadow may still serve a later demand. Canonical generations pass straight
-through: the canonical path pays nothing for this.
+(``backend.PriorityPort``: sim, vLLM embedded or over the plugin's lease channel; not SGLang),
+yields a snapshot of what the fill has produced so far, then what each later event adds, then
+its end. When the last adopter leaves before the end (its demand was cancelled or gave up),
+the fill goes back to fill priority: it is a fill again, and its shadow may still serve a later
+demand. Canonical generations pass straight through: the canonical path pays nothing for this.
 
 Any backend can be teed this way, since the agent reads every backend's event stream; only
 the priority raise depends on the backend.

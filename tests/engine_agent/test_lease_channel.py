@@ -23,7 +23,7 @@ from tests.engine_agent.channel_fakes import (
     serving,
     short_folder,
 )
-from tests.engine_agent.vllm_plugin_fakes import step
+from tests.engine_agent.vllm_plugin_fakes import add_req, priority_scheduling, step
 
 
 @pytest.fixture
@@ -102,6 +102,22 @@ async def test_a_call_that_timed_out_never_reaches_a_server_that_comes_up_later(
         assert await channel.call("dynbranch_lease_refs", deadline_s=2.0) == {}
         assert engine.calls == ["dynbranch_lease_refs"]  # the stale acquire was never sent
     await channel.close()
+
+
+async def test_set_priority_moves_the_servers_request_over_the_channel(short_dir: Path) -> None:
+    endpoint = f"ipc://{short_dir}/leases.ipc"
+    engine = FakeEngineCore()
+    priority_scheduling(engine.core)
+    fill = add_req(engine.core, "cmpl-fill-0-0a1b2c3d", 1, 0.0)  # as vllm serve names it
+    add_req(engine.core, "chatcmpl-canon-0a1b2c3d", 0, 1.0)
+    async with serving(endpoint, engine):
+        channel = await open_channel(endpoint)
+        assert "dynbranch_set_priority" in OPS
+        assert await channel.call("dynbranch_set_priority", "fill", 0) is True
+        assert fill.priority == 0
+        assert engine.core.scheduler.waiting.order()[0] == "cmpl-fill-0-0a1b2c3d"
+        assert await channel.call("dynbranch_set_priority", "gone", 0) is False
+        await channel.close()
 
 
 async def test_refused_and_failed_calls_say_why(short_dir: Path) -> None:

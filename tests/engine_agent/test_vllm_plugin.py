@@ -17,11 +17,14 @@ from dynbranch_vllm_plugin import engine_core as plugin
 from dynbranch_vllm_plugin import leases as plugin_leases
 
 from tests.engine_agent.vllm_plugin_fakes import (
+    Policy,
+    add_req,
     cache_prefix,
     leased_prefix,
     make_core,
     plain_hashes,
     plugin_log,
+    priority_scheduling,
     run_request,
     step,
 )
@@ -443,3 +446,76 @@ def test_a_second_wait_replaces_the_first_and_old_waits_expire(monkeypatch) -> N
     monkeypatch.setattr(plugin.time, "monotonic", lambda: now + plugin._MAX_WAIT_S + 5)
     plugin._on_scheduled(core, step())
     assert second.result() is None and plugin._state(core).waiters == {}
+
+
+# ---- moving a live request between priorities (an adopted fill) ------------------------------
+
+SET_PRIORITY = plugin.UTILITIES["dynbranch_set_priority"]
+
+
+def test_a_waiting_request_is_requeued_in_priority_then_arrival_order() -> None:
+    core, _ = make_core()
+    priority_scheduling(core)
+    for i, rid in enumerate(("a", "b", "c")):
+        add_req(core, f"cmpl-{rid}-0-0a1b2c3d", 1, arrival=float(i))  # fills, as the server names
+    add_req(core, "x-0a1b2c3d", 0, arrival=9.0)  # canonical, arrived last
+    waiting = core.scheduler.waiting
+    assert waiting.order()[0] == "x-0a1b2c3d"
+    assert SET_PRIORITY(core, "c", 0) is True  # by the client's id
+    # c now goes first: canonical, and it arrived before x
+    assert waiting.order() == ["cmpl-c-0-0a1b2c3d", "x-0a1b2c3d", "cmpl-a-0-0a1b2c3d",
+                               "cmpl-b-0-0a1b2c3d"]
+    assert SET_PRIORITY(core, "c", 1) is True  # lowered back: behind a, which arrived first
+    assert waiting.order()[-1] == "cmpl-c-0-0a1b2c3d" and len(waiting) == 4
+    assert len(core.scheduler.kv_holding_waiting) == 0
+
+
+def test_a_kv_holding_request_stays_in_its_queue_and_a_running_one_changes_in_place() -> None:
+    core, _ = make_core()
+    priority_scheduling(core)
+    held = add_req(core, "h", 1, 0.0, where="kv_holding_waiting")
+    add_req(core, "k", 0, 1.0, where="kv_holding_waiting")
+    old = add_req(core, "old", 1, 0.0, where="running")
+    young = add_req(core, "young", 1, 5.0, where="running")
+    assert SET_PRIORITY(core, "h", 0) and core.scheduler.kv_holding_waiting.order() == ["h", "k"]
+    assert held.priority == 0 and len(core.scheduler.waiting) == 0
+    victim = max(core.scheduler.running, key=lambda r: (r.priority, r.arrival_time))  # vLLM's
+    assert victim is young
+    assert SET_PRIORITY(core, "young", 0) and young.priority == 0
+    assert core.scheduler.running == [old, young]  # not moved, only changed
+    assert max(core.scheduler.running, key=lambda r: (r.priority, r.arrival_time)) is old
+
+
+def test_set_priority_refuses_unknown_finished_and_fcfs_requests() -> None:
+    core, _ = make_core()
+    priority_scheduling(core)
+    done = add_req(core, "done", 1, 0.0)
+    done.finished = True
+    assert SET_PRIORITY(core, "nobody", 0) is False
+    assert SET_PRIORITY(core, "done", 0) is False and done.priority == 1
+    fcfs, _ = make_core()
+    priority_scheduling(fcfs, Policy.FCFS)
+    request = add_req(fcfs, "r", 0, 0.0)
+    assert SET_PRIORITY(fcfs, "r", 5) is False and request.priority == 0
+    fcfs.scheduler.policy = "fcfs"  # a plain string is told apart as well
+    assert SET_PRIORITY(fcfs, "r", 5) is False
+    fcfs.scheduler.policy = "PRIORITY"
+    assert SET_PRIORITY(fcfs, "r", 5) is True and request.priority == 5
+
+
+def test_set_priority_never_raises_into_the_engine_core(monkeypatch, caplog) -> None:
+    core, _ = make_core()
+    priority_scheduling(core)
+    request = add_req(core, "r", 1, 0.0)
+
+    def broken(_request) -> None:
+        raise RuntimeError("heap corrupted")
+
+    monkeypatch.setattr(core.scheduler.waiting, "remove_request", broken)
+    with plugin_log(caplog, logging.ERROR):
+        assert SET_PRIORITY(core, "r", 0) is False
+        assert SET_PRIORITY(core, "r", "high") is False  # not an int: refused, not raised
+    assert "dynbranch_set_priority('r', 0) failed" in caplog.text
+    assert request.priority == 1 and core.scheduler.waiting.order() == ["r"]  # untouched
+    core.scheduler = SimpleNamespace()  # internals it does not know
+    assert SET_PRIORITY(core, "r", 0) is False

@@ -9,8 +9,10 @@ hashes are the token ids of the prefix up to the block (``plain_hashes``).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 from collections.abc import Iterator
+from enum import Enum
 from types import SimpleNamespace
 
 import pytest
@@ -110,6 +112,75 @@ def run_request(core, pool: Pool, engine_id: str, block_ids: list[int]) -> None:
     pool.touch(blocks)
     core.scheduler.requests[engine_id] = object()
     core.scheduler.kv_cache_manager.coordinator.held[engine_id] = blocks
+
+
+class Policy(Enum):
+    """vLLM's ``SchedulingPolicy`` (its values: the plugin compares by value)."""
+
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
+class Req:
+    """A ``vllm.v1.request.Request`` as priority scheduling reads it: ordered by (priority,
+    arrival time, id) like vLLM's ``Request.__lt__``."""
+
+    def __init__(self, request_id: str, priority: int, arrival_time: float) -> None:
+        self.request_id, self.priority, self.arrival_time = request_id, priority, arrival_time
+        self.finished = False
+
+    def is_finished(self) -> bool:
+        return self.finished
+
+    def __lt__(self, other: Req) -> bool:
+        return ((self.priority, self.arrival_time, self.request_id)
+                < (other.priority, other.arrival_time, other.request_id))
+
+
+class PriorityQueue:
+    """vLLM's ``PriorityRequestQueue``: a heap; ``remove_request`` raises ValueError when the
+    request is not in it; iteration pops a copy, in scheduling order."""
+
+    def __init__(self) -> None:
+        self._heap: list[Req] = []
+
+    def add_request(self, request: Req) -> None:
+        heapq.heappush(self._heap, request)
+
+    def remove_request(self, request: Req) -> None:
+        self._heap.remove(request)
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Req]:
+        heap = self._heap[:]
+        while heap:
+            yield heapq.heappop(heap)
+
+    def order(self) -> list[str]:
+        """Request ids in the order the scheduler would take them."""
+        return [r.request_id for r in self]
+
+
+def priority_scheduling(core, policy: Policy = Policy.PRIORITY) -> None:
+    """Give the fake scheduler vLLM's two waiting queues, its running list and ``policy``."""
+    sched = core.scheduler
+    sched.policy, sched.running = policy, []
+    sched.waiting, sched.kv_holding_waiting = PriorityQueue(), PriorityQueue()
+
+
+def add_req(core, engine_id: str, priority: int, arrival: float,
+            where: str = "waiting") -> Req:
+    """A request known to the scheduler, in ``where`` (a waiting queue, or ``running``)."""
+    request = Req(engine_id, priority, arrival)
+    core.scheduler.requests[engine_id] = request
+    if where == "running":
+        core.scheduler.running.append(request)
+    else:
+        getattr(core.scheduler, where).add_request(request)
+    return request
 
 
 #: The plugin's loggers' parent (under ``vllm``, whose logger vLLM configures not to propagate).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,15 @@ import pytest_asyncio
 
 from services.common.values.errors import AlreadyExists, InvalidArgument, PayloadTooLarge
 from services.common.values.generation import FinishReason, GenerationRequest, Priority, Sampling
-from services.engine_agent.backend import Allocated, EngineBackend, Finished, Queued, TokenDelta
+from services.engine_agent.backend import (
+    Allocated,
+    EngineBackend,
+    Finished,
+    GenerationEvent,
+    PriorityPort,
+    Queued,
+    TokenDelta,
+)
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings
 from tests.real_engine.engines import MODEL_NAME, long_prompt, require_plugin
@@ -317,3 +326,50 @@ async def test_a_canonical_request_is_scheduled_ahead_of_queued_fills(
 
 async def _waiting(backend: VllmBackend) -> bool:
     return backend.load().waiting > 0
+
+
+async def test_set_priority_moves_queued_fills_ahead_of_fills_queued_before_them(
+        backend: VllmBackend) -> None:
+    """``PriorityPort`` on the engine core (the plugin's ``dynbranch_set_priority``): with every
+    slot taken by fills, three more queue (a, b, c); b is raised to canonical priority before it
+    is submitted, c once it waits in the engine's queue. The slot one aborted fill frees goes to
+    b, then c (canonical, by arrival), then a."""
+    assert isinstance(backend, PriorityPort)
+    allocated: dict[str, float] = {}
+
+    def fill(rid: str, seed: int, max_tokens: int) -> AsyncIterator[GenerationEvent]:
+        return backend.generate(GenerationRequest(rid, MODEL_NAME, long_prompt(seed, 40),
+                                                  greedy(max_tokens), Priority.FILL))
+
+    async def watch(rid: str, events: AsyncIterator[GenerationEvent]) -> None:
+        async for event in events:
+            if isinstance(event, Allocated | TokenDelta):
+                allocated.setdefault(rid, time.monotonic())
+
+    async def counts(running: int, waiting: int) -> bool:
+        load = await backend.refresh_load()
+        return (load.running, load.waiting) == (running, waiting)
+
+    tasks = [asyncio.create_task(watch(f"setp-run-{i}", fill(f"setp-run-{i}", 800 + i, 200)))
+             for i in range(16)]
+    await wait_until(lambda: counts(16, 0), timeout=20)  # two blocks each: no preemption
+    queued = ["setp-a", "setp-b", "setp-c"]
+    for n, rid in enumerate(queued, 1):  # submitted one after another: a, b, c by arrival
+        events = fill(rid, 900 + n, 4)
+        if rid == "setp-b":  # not submitted yet: it will be, at canonical priority
+            assert await backend.set_priority(rid, Priority.CANONICAL) is True
+        tasks.append(asyncio.create_task(watch(rid, events)))
+        await wait_until(lambda n=n: counts(16, n))
+    assert await backend.set_priority("setp-c", Priority.CANONICAL) is True  # moved in the queue
+    assert not set(queued) & set(allocated)  # no slot is free yet
+    assert await backend.abort("setp-run-0") is True  # one slot: each queued fill takes it
+    await wait_until(lambda: _allocated(queued, allocated), timeout=10)  # in turn (4 tokens)
+    assert sorted(queued, key=allocated.__getitem__) == ["setp-b", "setp-c", "setp-a"]
+    for rid in [f"setp-run-{i}" for i in range(1, 16)]:
+        await backend.abort(rid)
+    await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    assert await backend.set_priority("setp-c", Priority.FILL) is False  # not live any more
+
+
+async def _allocated(rids: list[str], allocated: dict[str, float]) -> bool:
+    return set(rids) <= set(allocated)

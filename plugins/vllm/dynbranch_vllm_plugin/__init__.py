@@ -7,6 +7,7 @@ distribution's ``pyproject.toml``) in every one of its processes, and calls ``re
 
 * ``engine_core``: the ``dynbranch_*`` utility methods added to ``EngineCore`` and the guarded
   schedule hook (handoffs, allocation signals, κ); ``leases``: the lease mechanism;
+  ``priority``: moving a live request between priorities (an adopted fill raised);
   ``request_ids``: which engine request ids are a client's own id;
 * ``channel``: the lease channel's server (ZMQ ROUTER); ``frontend``: opens it in the API
   server when ``DYNBRANCH_LEASE_CHANNEL`` names an endpoint;

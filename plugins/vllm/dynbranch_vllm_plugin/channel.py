@@ -35,13 +35,14 @@ logger = logging.getLogger(f"vllm.{__name__}")
 
 PROTOCOL = 1
 #: The utilities a client may call over the channel (everything the lease provider, the remote
-#: backend and its tests need; nothing that drops every lease or reaches the model).
+#: backend and its tests need, and the priority move of an adopted fill; nothing that drops
+#: every lease or reaches the model).
 OPS = frozenset({
     "dynbranch_info", "dynbranch_resident", "dynbranch_lookup", "dynbranch_load",
     "dynbranch_acquire", "dynbranch_release", "dynbranch_bind", "dynbranch_handoffs",
     "dynbranch_lease_refs", "dynbranch_pool_state", "dynbranch_wait_allocated",
     "dynbranch_forget", "dynbranch_block_refs", "dynbranch_lease", "dynbranch_lease_stats",
-    "dynbranch_sweep",
+    "dynbranch_sweep", "dynbranch_set_priority",
 })
 #: Requests in progress at most (a wait counts until its request is allocated); more are refused.
 MAX_INFLIGHT = 4096

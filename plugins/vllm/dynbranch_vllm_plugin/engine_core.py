@@ -1,5 +1,6 @@
-"""The engine-core side of the dynbranch vLLM plugin: prefix residency, prefix leases and the
-exact first-allocation signal, as ``dynbranch_*`` utility methods of ``EngineCore``.
+"""The engine-core side of the dynbranch vLLM plugin: prefix residency, prefix leases, the
+exact first-allocation signal and priority moves, as ``dynbranch_*`` utility methods of
+``EngineCore``.
 
 ``register_engine_core()`` adds them (``dynbranch_vllm_plugin.register``, the entry point, calls
 it in every vLLM process). A client calls them with ``engine_core.call_utility_async(name,
@@ -9,7 +10,8 @@ busy-loop thread between steps, so they may read and change the block pool witho
 itself stays unmodified.
 
 This module holds registration, the schedule hook, prefix lookup and the first-allocation
-signal; the lease mechanism (acquire, release, bind, the handoff check, κ) is in ``leases``.
+signal; the lease mechanism (acquire, release, bind, the handoff check, κ) is in ``leases``,
+moving a live request between priorities (``dynbranch_set_priority``) in ``priority``.
 Rules every hook keeps, because an exception escaping a scheduler hook kills the engine:
 
 * every hook is guarded and logs instead of raising, each step part on its own;
@@ -31,7 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynbranch_vllm_plugin import leases
+from dynbranch_vllm_plugin import leases, priority
 from dynbranch_vllm_plugin.leases import block_size, manager
 from dynbranch_vllm_plugin.request_ids import names, stems
 
@@ -309,6 +311,7 @@ UTILITIES = {
     for fn in (
         dynbranch_info, dynbranch_lookup, dynbranch_lease, dynbranch_load,
         dynbranch_wait_allocated, dynbranch_forget, dynbranch_resident, *leases.LEASE_UTILITIES,
+        priority.dynbranch_set_priority,
     )
 }
 

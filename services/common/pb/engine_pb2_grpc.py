@@ -135,11 +135,13 @@ class EngineAgentServicer:
 
     def Adopt(self, request, context):
         """Adopt a running fill for the canonical demand it was run for (dynbranch §3.3): raise it to
-        canonical priority where the backend can (sim; vllm embedded with the plugin), then stream
-        its progress: first a snapshot of what it produced so far, then what each step adds, then
-        its end (its result still goes to the fill's own caller). Closing the stream before the
-        end lowers the fill back to fill priority unless another adopter holds it; it never aborts
-        the fill. NOT_FOUND when no fill of that request id runs on this agent. Idempotent.
+        canonical priority where the backend can (sim; vllm embedded with the plugin; openai in
+        front of a vllm serve with the plugin's lease channel; vllm only under its priority policy;
+        never sglang, which cannot change a submitted request's priority), then stream its
+        progress: first a snapshot of what it produced so far, then what each step adds, then its
+        end (its result still goes to the fill's own caller). Closing the stream before the end
+        lowers the fill back to fill priority unless another adopter holds it; it never aborts the
+        fill. NOT_FOUND when no fill of that request id runs on this agent. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

