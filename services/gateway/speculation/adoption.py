@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 #: Why an adopting demand stopped waiting (``state.REFUSALS`` keys).
 STALLED, SOONER, DEADLINE = "stalled", "sooner", "deadline"
+#: A deadline this close counts as passed: a timer due sooner than the loop's clock resolution
+#: fires without time passing (on a virtual clock the wait would spin).
+_SLACK_S = 1e-6
 
 
 class _Watch:
@@ -93,7 +96,7 @@ class Adopter:
         try:
             while not step.done.is_set():
                 now = clock.now()
-                if now >= deadline:
+                if now >= deadline - _SLACK_S:
                     return DEADLINE
                 if follower is None and step.request_id:
                     follower = asyncio.create_task(

@@ -101,3 +101,34 @@ def test_fcfs_keeps_arrival_order_and_an_unknown_queue_policy_is_refused() -> No
     with pytest.raises(ValueError, match="queue_policy"):
         Scheduler(KVCacheManager(BlockPool(4, 4)), max_running=1, max_batched_tokens=4,
                   queue_policy="lifo")  # type: ignore[arg-type]
+
+
+def test_a_raised_waiting_fill_joins_canonical_work_in_arrival_order() -> None:
+    """Adoption (``Scheduler.reprioritize``): a fill raised to canonical priority goes behind
+    canonical work that arrived before it and ahead of what arrived after, as vLLM's
+    (priority, arrival) queue orders it; lowered again, it waits behind canonical work."""
+    s = scheduler(max_running=1)
+    early, fill, late = seq("early", 4), seq("fill", 4, Priority.FILL, 100), seq("late", 4, 0, 50)
+    early.submit_s, fill.submit_s, late.submit_s = 1.0, 2.0, 3.0
+    late.priority = Priority.CANONICAL
+    for each in (early, fill, late):
+        s.add(each)
+    s.reprioritize(fill, Priority.CANONICAL)
+    assert list(s.waiting[Priority.CANONICAL]) == ["early", "fill", "late"]
+    assert not s.waiting[Priority.FILL] and fill.priority is Priority.CANONICAL
+    s.reprioritize(fill, Priority.FILL)
+    assert list(s.waiting[Priority.CANONICAL]) == ["early", "late"]
+    assert list(s.waiting[Priority.FILL]) == ["fill"]
+
+
+def test_a_raised_running_fill_is_no_longer_the_preemption_victim() -> None:
+    s = scheduler(blocks=4, budget=64)
+    fill = seq("f", 12, Priority.FILL, 100)  # 3 of the 4 blocks
+    s.add(fill)
+    s.schedule()
+    s.reprioritize(fill, Priority.CANONICAL)
+    canonical = seq("c", 8)  # needs 2 blocks: only 1 is free, and no fill runs now
+    s.add(canonical)
+    plan = s.schedule()
+    assert fill.state is SeqState.RUNNING and fill.preemptions == 0
+    assert canonical not in plan.scheduled and s.num_preemptions == 0
