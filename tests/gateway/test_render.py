@@ -183,3 +183,34 @@ def test_separated_placeholders_render_injectively(x: tuple[str, str],
     def render(v: tuple[str, ...]) -> str:
         return render_text(template.stages[0].prompt, {"a": v[0], "b": v[1]})
     assert (render(x) == render(y)) == (x == y)
+
+
+# -- chat form ----------------------------------------------------------------------------------
+
+def _chat_stage(**extra: Any) -> Template:
+    stage = {"id": "s", "kind": "llm", "prompt": "Call {{function}} for: {{query}}",
+             "chat": True, "sampling": {"max_tokens": 8}, **extra}
+    return parse_template({"id": "t", "version": 1, "model": "m", "stages": [stage]})
+
+
+def test_a_chat_form_stage_renders_as_the_chat_fronts_render_its_messages() -> None:
+    """The fill of a stage in chat form names what a chat, Responses or Messages request with
+    the same turns names: one ChatML rendering (``templates.chatml``) for both."""
+    from services.gateway.http.chat import parse_chat
+
+    template = _chat_stage(system="You write calls for {{query}}.")
+    assert template.stage("s").inputs == ("query", "function")
+    rendered = render_stage(template, "s", {"function": "f", "query": "q"})
+    parsed = parse_chat({"messages": [{"role": "system", "content": "You write calls for q."},
+                                      {"role": "user", "content": "Call f for: q"}]})
+    assert rendered.text == parsed.prompt and parsed.spec is None
+    plain = render_stage(one_stage("Call {{function}} for: {{query}}"), "s",
+                         {"function": "f", "query": "q"})
+    assert plain.text == "Call f for: q"  # without chat: the prompt as written
+
+
+def test_a_system_turn_needs_the_chat_form() -> None:
+    with pytest.raises(Exception, match="system"):
+        parse_template({"id": "t", "version": 1, "model": "m", "stages": [
+            {"id": "s", "kind": "llm", "prompt": "p", "system": "s",
+             "sampling": {"max_tokens": 8}}]})

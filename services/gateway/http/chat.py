@@ -13,7 +13,6 @@ openai backends) renders the spec itself; the sim engine reads this prompt.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,18 +20,12 @@ from typing import Any
 
 from services.common.values.chat import ChatSpec, ToolChoice, canonical_json
 from services.common.values.errors import InvalidArgument
+from services.gateway.templates import chatml
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 #: OpenAI's rule for function names.
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_TOOLS = 128
-TOOLS_PREAMBLE = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
-TOOLS_POSTAMBLE = (
-    "\n</tools>\n\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,37 +240,12 @@ def response_format(value: Any) -> dict[str, Any] | None:
 
 
 def render_chat(messages: Any, tools: list[dict[str, Any]] | None = None) -> str:
-    """The prompt of a conversation: ChatML turns, then an open assistant turn."""
+    """The prompt of a conversation: ChatML turns, then an open assistant turn
+    (``templates.chatml``, the rendering a template stage in chat form shares)."""
     if not isinstance(messages, list) or not messages:
         raise InvalidArgument("messages", "must be a non-empty array of messages")
-    messages = [_message(f"messages[{i}]", m) for i, m in enumerate(messages)]
-    turns = []
-    if tools:
-        system = messages[0]["content"] + "\n\n" if messages[0]["role"] == "system" else ""
-        # Sorted keys: the engine's template renders the canonical tools of the chat spec.
-        lines = "".join("\n" + json.dumps(t, ensure_ascii=False, sort_keys=True) for t in tools)
-        turns.append(f"<|im_start|>system\n{system}{TOOLS_PREAMBLE}{lines}{TOOLS_POSTAMBLE}"
-                     "<|im_end|>\n")
-        if messages[0]["role"] == "system":
-            messages = messages[1:]
-    for i, m in enumerate(messages):
-        turns.append(_render_turn(m, messages[i - 1] if i else None,
-                                  messages[i + 1] if i + 1 < len(messages) else None))
-    return "".join(turns) + "<|im_start|>assistant\n"
-
-
-def _render_turn(m: dict[str, Any], before: dict[str, Any] | None,
-                 after: dict[str, Any] | None) -> str:
-    if m["role"] == "tool":  # consecutive tool results share one user turn, as in Qwen3
-        head = "" if before and before["role"] == "tool" else "<|im_start|>user"
-        tail = "" if after and after["role"] == "tool" else "<|im_end|>\n"
-        return f"{head}\n<tool_response>\n{m['content']}\n</tool_response>{tail}"
-    text = m["content"]
-    for call in m.get("tool_calls", ()):
-        fn = call["function"]
-        text += ("\n" if text else "") + '<tool_call>\n{"name": ' + json.dumps(fn["name"]) + \
-            ', "arguments": ' + fn["arguments"] + "}\n</tool_call>"
-    return f"<|im_start|>{m['role']}\n{text}<|im_end|>\n"
+    return chatml.render([_message(f"messages[{i}]", m) for i, m in enumerate(messages)],
+                         tools or ())
 
 
 __all__ = ["FUNCTION_NAME", "MAX_TOOLS", "ParsedChat", "conversation", "function_tool",

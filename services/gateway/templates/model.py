@@ -121,6 +121,12 @@ class Stage:
     shared: bool = False
     bind: Binding = ()
     description: str = ""
+    #: Chat form (llm stages): ``prompt`` is the user turn of a conversation, ``system`` its
+    #: system turn ("" none), rendered in ChatML as every chat front renders a conversation
+    #: (``chatml``): a chat, Responses or Messages request with exactly these messages names
+    #: the same stage as the fill of it, and may adopt it.
+    chat: bool = False
+    system: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +212,8 @@ def _stage_doc(stage: Stage) -> dict[str, Any]:
         doc |= {"tool": stage.tool, "args": dict(stage.args), "read_only": stage.read_only}
     doc |= {"speculable": stage.speculable, "shared": stage.shared,
             "bind": {k: str(v) for k, v in stage.bind}, "description": stage.description}
+    if stage.chat:  # only when set: a stage without it documents (and digests) as before
+        doc |= {"chat": True, "system": stage.system}
     return doc
 
 

@@ -147,7 +147,7 @@ def _parse_stage(node: _At, default_model: str) -> Stage:
     if kind not in ("llm", "tool"):
         node.at("kind").fail("required: 'llm' or 'tool'")
     if kind == "llm":
-        node.keys(("id", "kind", "prompt", "sampling"), ("model", *_COMMON))
+        node.keys(("id", "kind", "prompt", "sampling"), ("model", "chat", "system", *_COMMON))
     else:
         node.keys(("id", "kind", "tool"), ("args", "read_only", *_COMMON))
     stage = _llm_stage(node, default_model) if kind == "llm" else _tool_stage(node)
@@ -167,15 +167,21 @@ def _parse_stage(node: _At, default_model: str) -> Stage:
 
 def _llm_stage(node: _At, default_model: str) -> Stage:
     prompt = node.at("prompt").text()
-    try:
-        inputs = placeholders(prompt)
-    except ValueError as exc:
-        node.at("prompt").fail(str(exc))
+    chat = node.opt("chat", _At.flag, False)
+    system = node.opt("system", _At.text, "")
+    if system and not chat:
+        node.at("system").fail("only a stage in chat form (chat: true) has a system turn")
+    inputs: tuple[str, ...] = ()
+    for key, text in (("system", system), ("prompt", prompt)):
+        try:
+            inputs += placeholders(text)
+        except ValueError as exc:
+            node.at(key).fail(str(exc))
     model = node.opt("model", _At.text, default_model)
     if not model:
         node.at("model").fail("required (here or as the template's default model)")
-    return Stage("", StageKind.LLM, inputs, model=model, prompt=prompt,
-                 sampling=_parse_sampling(node.at("sampling")))
+    return Stage("", StageKind.LLM, tuple(dict.fromkeys(inputs)), model=model, prompt=prompt,
+                 sampling=_parse_sampling(node.at("sampling")), chat=chat, system=system)
 
 
 def _tool_stage(node: _At) -> Stage:

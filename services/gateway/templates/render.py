@@ -28,6 +28,7 @@ from services.gateway.templates import (
     Stage,
     StageKind,
     Template,
+    chatml,
 )
 
 #: Prefix of the fingerprint ``model`` of tool stages, e.g. ``tool:retrieve``.
@@ -77,12 +78,23 @@ def render_text(text: str, bindings: Mapping[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: bindings[m.group(1)], text)
 
 
+def render_prompt(stage: Stage, bindings: Mapping[str, str]) -> str:
+    """An llm stage's prompt text; a stage in chat form as the ChatML of its turns."""
+    text = render_text(stage.prompt, bindings)
+    if not stage.chat:
+        return text
+    turns = [{"role": "user", "content": text}]
+    if stage.system:
+        turns.insert(0, {"role": "system", "content": render_text(stage.system, bindings)})
+    return chatml.render(turns)
+
+
 def render_stage(template: Template, stage_id: str, bindings: Mapping[str, str]) -> RenderedStage:
     """Render one stage of ``template`` with placeholder values ``bindings``."""
     stage = template.stage(stage_id)
     _check_bindings(template, stage, bindings)
     if stage.kind is StageKind.LLM:
-        data = _utf8(render_text(stage.prompt, bindings), "bindings")
+        data = _utf8(render_prompt(stage, bindings), "bindings")
         return RenderedStage(template.id, template.version, stage.id, stage.version, stage.kind,
                              stage.model, data, stage.sampling, speculable=stage.speculable,
                              shared=stage.shared)
@@ -183,6 +195,6 @@ def _utf8(text: str, field: str) -> bytes:
 
 
 __all__ = [
-    "TOOL_MODEL_PREFIX", "RenderedStage", "render_args", "render_candidate_stage", "render_stage",
-    "render_text", "resolve_bindings", "resolve_stage_bindings",
+    "TOOL_MODEL_PREFIX", "RenderedStage", "render_args", "render_candidate_stage", "render_prompt",
+    "render_stage", "render_text", "resolve_bindings", "resolve_stage_bindings",
 ]
