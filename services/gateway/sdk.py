@@ -20,7 +20,7 @@ picked ``candidate`` or report the pick with :meth:`DynbranchClient.settle`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,6 +108,37 @@ class DynbranchClient:
                          max_tokens: int | None = None) -> gateway_pb2.CallResponse:
         """Render a template stage (``max_tokens``: as ``render``) and run it through the
         gateway."""
+        demand = self._stage_demand(
+            template_id, stage_id, workflow_id=workflow_id, inputs=inputs, outputs=outputs,
+            coordinate=coordinate, candidate=candidate, values=values, offered=offered,
+            observation=observation, workflow_type=workflow_type, agent_id=agent_id,
+            request_id=request_id, max_tokens=max_tokens)
+        return await self.stub.Call(gateway_pb2.CallRequest(demand=demand),
+                                    timeout=timeout_s or self.timeout_s, metadata=self.metadata)
+
+    def stream_stage(self, template_id: str, stage_id: str, *, workflow_id: str,
+                     inputs: Mapping[str, str], outputs: Mapping[str, str] | None = None,
+                     coordinate: str = "", candidate: str | None = None,
+                     values: Mapping[str, str] | None = None, offered: Sequence[str] = (),
+                     observation: str = "", workflow_type: str = "", agent_id: str = "",
+                     request_id: str = "", timeout_s: float | None = None,
+                     max_tokens: int | None = None) -> AsyncIterator[gateway_pb2.CallEvent]:
+        """``call_stage``, streamed (the CallStream rpc): text as it is decoded (by the demand's
+        own execution or the fill it adopted), then the whole answer."""
+        demand = self._stage_demand(
+            template_id, stage_id, workflow_id=workflow_id, inputs=inputs, outputs=outputs,
+            coordinate=coordinate, candidate=candidate, values=values, offered=offered,
+            observation=observation, workflow_type=workflow_type, agent_id=agent_id,
+            request_id=request_id, max_tokens=max_tokens)
+        return self.stub.CallStream(gateway_pb2.CallRequest(demand=demand),
+                                    timeout=timeout_s or self.timeout_s, metadata=self.metadata)
+
+    def _stage_demand(self, template_id: str, stage_id: str, *, workflow_id: str,
+                      inputs: Mapping[str, str], outputs: Mapping[str, str] | None,
+                      coordinate: str, candidate: str | None, values: Mapping[str, str] | None,
+                      offered: Sequence[str], observation: str, workflow_type: str,
+                      agent_id: str, request_id: str, max_tokens: int | None
+                      ) -> common_pb2.StageDemand:
         rendered = self.render(template_id, stage_id, inputs=inputs, outputs=outputs,
                                coordinate=coordinate, candidate=candidate, values=values,
                                max_tokens=max_tokens)
@@ -120,8 +151,7 @@ class DynbranchClient:
         demand.header.id = request_id or uuid.uuid4().hex
         if rendered.sampling is not None:
             demand.sampling.CopyFrom(sampling_to_proto(rendered.sampling))
-        return await self.stub.Call(gateway_pb2.CallRequest(demand=demand),
-                                    timeout=timeout_s or self.timeout_s, metadata=self.metadata)
+        return demand
 
     async def call(self, prompt: str, model: str, *, max_tokens: int, temperature: float = 0.0,
                    seed: int | None = None, timeout_s: float | None = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry.trace import NoOpTracer, Tracer
@@ -25,7 +28,7 @@ from services.delivery.client import DeliveryClient
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
 from services.gateway.templates import StageKind
-from services.gateway.values import Answer, AnswerSource, Demand, new_request_id
+from services.gateway.values import Answer, AnswerSource, Demand, TextStream, new_request_id
 
 
 class CoreCollector(Collector):
@@ -111,6 +114,11 @@ def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDeman
         offered=tuple(msg.offered), observation=msg.observation, stage=stage)
 
 
+def _delta(text: str, stream: TextStream) -> gateway_pb2.CallEvent:
+    return gateway_pb2.CallEvent(delta=gateway_pb2.CallDelta(text=text,
+                                                             source=int(stream.source)))
+
+
 def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
     """The wire form of an answer."""
     return gateway_pb2.CallResponse(
@@ -135,21 +143,52 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     async def Call(self, request: gateway_pb2.CallRequest,
                    context: grpc.aio.ServicerContext) -> gateway_pb2.CallResponse:
+        tenant, demand = self._demand(request, context)
+        return answer_to_proto(await self._call(tenant, demand, context))
+
+    async def CallStream(self, request: gateway_pb2.CallRequest,
+                         context: grpc.aio.ServicerContext
+                         ) -> AsyncIterator[gateway_pb2.CallEvent]:
+        tenant, demand = self._demand(request, context)
+        texts: asyncio.Queue[str] = asyncio.Queue()
+        stream = TextStream(texts.put_nowait)
+        call = asyncio.create_task(self._call(tenant, demand, context, stream),
+                                   name=f"call-stream:{demand.request_id}")
+        try:
+            while True:
+                text = asyncio.ensure_future(texts.get())
+                await asyncio.wait({text, call}, return_when=asyncio.FIRST_COMPLETED)
+                if not text.done():
+                    text.cancel()
+                    break
+                yield _delta(text.result(), stream)
+            while not texts.empty():  # decoded just before the answer
+                yield _delta(texts.get_nowait(), stream)
+            yield gateway_pb2.CallEvent(answer=answer_to_proto(call.result()))
+        finally:
+            call.cancel()  # the client went away: the demand stops (a no-op once answered)
+
+    def _demand(self, request: gateway_pb2.CallRequest, context: grpc.aio.ServicerContext
+                ) -> tuple[str, Demand]:
         tenant = self.auth.tenant(_authorization(context))
         if not request.HasField("demand"):
             raise InvalidArgument("demand", "required")
         require(request.demand.prompt, "demand.prompt")
-        demand = demand_from_proto(self.core, tenant, request.demand)
+        return tenant, demand_from_proto(self.core, tenant, request.demand)
+
+    async def _call(self, tenant: str, demand: Demand, context: grpc.aio.ServicerContext,
+                    stream: TextStream | None = None) -> Answer:
         with maybe_span(self.tracer, "gateway.call",
                         context=self._parent(context, tenant, demand.workflow_id), attributes={
                 "dynbranch.request_id": demand.request_id,
                 "dynbranch.workflow_id": demand.workflow_id,
                 "dynbranch.stage_id": demand.stage_id}) as span:
-            answer = await self.core.call(demand, deadline(context, self.call_deadline_s))
+            answer = await self.core.call(demand, deadline(context, self.call_deadline_s),
+                                          stream)
             span.set_attribute("dynbranch.source", answer.source.name.lower())
             span.set_attribute("dynbranch.engine_id", answer.engine_id)
         self.metrics.observe(answer)
-        return answer_to_proto(answer)
+        return answer
 
     async def RegisterTemplate(self, request: gateway_pb2.RegisterTemplateRequest,
                                context: grpc.aio.ServicerContext

@@ -86,6 +86,22 @@ class CallRequest(_message.Message):
     demand: _common_pb2.StageDemand
     def __init__(self, demand: _Optional[_Union[_common_pb2.StageDemand, _Mapping]] = ...) -> None: ...
 
+class CallEvent(_message.Message):
+    __slots__ = ("delta", "answer")
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    delta: CallDelta
+    answer: CallResponse
+    def __init__(self, delta: _Optional[_Union[CallDelta, _Mapping]] = ..., answer: _Optional[_Union[CallResponse, _Mapping]] = ...) -> None: ...
+
+class CallDelta(_message.Message):
+    __slots__ = ("text", "source")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    source: ResultSource
+    def __init__(self, text: _Optional[str] = ..., source: _Optional[_Union[ResultSource, str]] = ...) -> None: ...
+
 class CallResponse(_message.Message):
     __slots__ = ("request_id", "text", "finish_reason", "usage", "timings", "engine_id", "source", "gateway_s", "reuse_name", "waited_s")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

@@ -42,6 +42,11 @@ class GatewayStub:
                 request_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallResponse.FromString,
                 _registered_method=True)
+        self.CallStream = channel.unary_stream(
+                '/dynbranch.v1.Gateway/CallStream',
+                request_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallEvent.FromString,
+                _registered_method=True)
         self.RegisterTemplate = channel.unary_unary(
                 '/dynbranch.v1.Gateway/RegisterTemplate',
                 request_serializer=dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateRequest.SerializeToString,
@@ -71,6 +76,17 @@ class GatewayServicer:
 
     def Call(self, request, context):
         """Run one stage demand and return its result. Not idempotent (never retried).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CallStream(self, request, context):
+        """Run one stage demand and stream its text as it is decoded: by the demand's own execution,
+        or by the fill it adopted (the fill's text so far at once, then the rest), then the whole
+        answer. An answer served whole (a library hit, a fill that had finished, a joined
+        execution) sends the answer only. Cancelling the call cancels the demand (an adopted fill
+        runs on as a fill). Not idempotent (never retried).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,6 +133,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Call,
                     request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallResponse.SerializeToString,
+            ),
+            'CallStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.CallStream,
+                    request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallEvent.SerializeToString,
             ),
             'RegisterTemplate': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterTemplate,
@@ -168,6 +189,33 @@ class Gateway:
             '/dynbranch.v1.Gateway/Call',
             dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
             dynbranch_dot_v1_dot_gateway__pb2.CallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dynbranch.v1.Gateway/CallStream',
+            dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
+            dynbranch_dot_v1_dot_gateway__pb2.CallEvent.FromString,
             options,
             channel_credentials,
             insecure,
