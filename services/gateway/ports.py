@@ -164,6 +164,10 @@ class SpeculationPort(Protocol):
         while it still runs (``stream``: a streamed demand gets the fill's text as it is
         decoded)."""
 
+    def confirmed(self, name: ReuseName) -> None:
+        """A demand's execution under ``name`` was stored in the library: demands adopting a
+        fill under the same name stop waiting for it (the library answers them)."""
+
 
 class AdmissionPort(Protocol):
     """The admission service (C3) as the gateway uses it."""

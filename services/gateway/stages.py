@@ -214,7 +214,10 @@ class StageService:
     async def _put(self, name: ReuseName, run: StageRun) -> bool:
         with maybe_span(self.tracer, "csl.put", attributes={
                 "dynbranch.reuse_name": str(name)}):
-            return await self.library.put(name, run.stored.encode(), run.read_set, run.cost_s)
+            stored = await self.library.put(name, run.stored.encode(), run.read_set, run.cost_s)
+        if stored and self.speculation is not None:
+            self.speculation.confirmed(name)  # adopters of an identical fill: served now
+        return stored
 
     async def close(self) -> None:
         """Wait for in-flight stores (bounded by their own deadlines)."""

@@ -142,11 +142,15 @@ class _Spec:
 class _Speculation:
     def __init__(self) -> None:
         self.calls: list[Demand] = []
+        self.confirmed_names: list[object] = []
         self.spec = _Spec()
 
     async def speculate(self, d: Demand, name, timeout_s: float, stream=None) -> _Spec:  # type: ignore  # noqa
         self.calls.append(d)
         return self.spec
+
+    def confirmed(self, name) -> None:  # type: ignore  # noqa
+        self.confirmed_names.append(name)
 
 
 async def test_speculation_is_called_once_per_demand_and_told_the_answer() -> None:
@@ -161,5 +165,7 @@ async def test_speculation_is_called_once_per_demand_and_told_the_answer() -> No
         assert len(speculation.calls) == 1 and speculation.calls[0].stage is not None
         assert speculation.spec.claims == [30.0]  # a library miss: another replica may hold it
         assert speculation.spec.answers == [answer.text]
+        await core.stages.close()  # the store ran: adopters of the name are told
+        assert [str(n) for n in speculation.confirmed_names] == [answer.reuse_name]
         untagged = await core.stages.run(_demand(), 30.0)  # not a template stage: no call
         assert len(speculation.calls) == 1 and untagged.source is AnswerSource.ENGINE

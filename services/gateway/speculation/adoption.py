@@ -22,6 +22,11 @@ A demand whose exact reuse name matches exactly one promotable fill step that ha
 
   There is no flat cap: a fill that keeps producing tokens is waited for to its end, however
   long the decision left it to run.
+- Identical work elsewhere (C1 on): when another demand on this gateway confirms the same reuse
+  name meanwhile (it promoted its own workflow's fill, or stored its execution), the demand
+  stops waiting and is answered from the library at once (``confirmed``): a replay whose own
+  fill has just started joins whichever identical work ends sooner. Its fill is given back, not
+  aborted (the rest of its chain may still serve the workflow).
 - A tool step (a builtin tool, in-process) has no engine progress to watch: it is waited for to
   its end, within the deadline.
 - When the deadline passes first the demand fails with DEADLINE_EXCEEDED, as its own execution
@@ -46,7 +51,7 @@ from services.gateway.values import AnswerSource, TextStream
 log = logging.getLogger(__name__)
 
 #: Why an adopting demand stopped waiting (``state.REFUSALS`` keys).
-STALLED, SOONER, DEADLINE = "stalled", "sooner", "deadline"
+STALLED, SOONER, DEADLINE, CONFIRMED = "stalled", "sooner", "deadline", "confirmed"
 #: A deadline this close counts as passed: a timer due sooner than the loop's clock resolution
 #: fires without time passing (on a virtual clock the wait would spin).
 _SLACK_S = 1e-6
@@ -84,15 +89,17 @@ class Adopter:
         self.engines = engines
         self.settings = settings
 
-    async def wait(self, step: FillStep, deadline: float,
-                   stream: TextStream | None = None) -> str | None:
+    async def wait(self, step: FillStep, deadline: float, stream: TextStream | None = None,
+                   elsewhere: asyncio.Event | None = None) -> str | None:
         """Wait for the adopted ``step`` to end (None), or say why the demand stops waiting
-        (``STALLED`` or ``SOONER``: it runs anew; ``DEADLINE``). A streamed demand's
-        ``stream`` gets the fill's text as it is decoded."""
+        (``STALLED`` or ``SOONER``: it runs anew; ``CONFIRMED``: ``elsewhere`` was set, the
+        name is confirmed in the library; ``DEADLINE``). A streamed demand's ``stream`` gets
+        the fill's text as it is decoded."""
         start = clock.now()
         watch = _Watch(start)
         follower: asyncio.Task[None] | None = None
         ended = asyncio.ensure_future(step.done.wait())
+        other = asyncio.ensure_future((elsewhere or asyncio.Event()).wait())
         try:
             while not step.done.is_set():
                 now = clock.now()
@@ -102,19 +109,20 @@ class Adopter:
                     follower = asyncio.create_task(
                         self._follow(step.request_id, watch, stream, deadline - now),
                         name=f"adopt:{step.request_id}")
-                why = self._verdict(step, watch, start, now)
+                why = CONFIRMED if other.done() else self._verdict(step, watch, start, now)
                 if why is not None:
                     return why
                 watch.changed.clear()
                 changed = asyncio.ensure_future(watch.changed.wait())
                 try:
-                    await asyncio.wait({ended, changed},
+                    await asyncio.wait({ended, changed, other},
                                        timeout=min(self.settings.adopt_check_s, deadline - now))
                 finally:
                     changed.cancel()
             return None
         finally:
             ended.cancel()
+            other.cancel()
             if follower is not None:  # closing the stream gives the fill back (fill priority)
                 follower.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -159,4 +167,4 @@ class Adopter:
                 return
 
 
-__all__ = ["DEADLINE", "SOONER", "STALLED", "Adopter"]
+__all__ = ["CONFIRMED", "DEADLINE", "SOONER", "STALLED", "Adopter"]

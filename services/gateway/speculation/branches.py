@@ -75,7 +75,8 @@ class BranchManager:
                          "promoted_elsewhere": 0, "claimed_elsewhere": 0,
                          "skipped_library_down": 0, **PROMOTION_COUNTERS}
         self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort,
-                                     adopter=Adopter(executor.engines, settings))
+                                     adopter=Adopter(executor.engines, settings),
+                                     join_confirmed=executor.features.c1)
         self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold)
 
     # -- entry from the canonical path -------------------------------------------------------
@@ -91,6 +92,11 @@ class BranchManager:
         served = await self.handle(d, stage, name, timeout_s, stream)
         claimable = served is None and self.claimable(d, stage, name)
         return BranchVerdict(self, d, stage, name, served, claimable)
+
+    def confirmed(self, name: ReuseName) -> None:
+        """``SpeculationPort.confirmed``: demands adopting a fill under ``name`` stop waiting
+        (the library answers them)."""
+        self.promotions.confirmed(name)
 
     async def handle(self, d: Demand, stage: Stage, name: ReuseName | None,
                      timeout_s: float, stream: TextStream | None = None) -> Served | None:

@@ -18,6 +18,7 @@ matched step still ran when its demand arrived is kept (``remaining_s``).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable
 
@@ -29,7 +30,7 @@ from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
 from services.gateway.ports import LibraryPort
-from services.gateway.speculation.adoption import DEADLINE, Adopter
+from services.gateway.speculation.adoption import CONFIRMED, DEADLINE, Adopter
 from services.gateway.speculation.state import (
     REFUSALS,
     Branch,
@@ -61,13 +62,17 @@ class Promotions:
 
     def __init__(self, library: LibraryPort, settings: BranchSettings, tracer: Tracer,
                  counters: dict[str, int], *, abort: Callable[[Fill, str], None],
-                 adopter: Adopter) -> None:
+                 adopter: Adopter, join_confirmed: bool = True) -> None:
         self.library = library
         self.settings = settings
         self.tracer = tracer
         self.counters = counters
         self._abort = abort
         self.adopter = adopter
+        #: With C1 on, an adopting demand stops waiting once another demand confirms its name
+        #: (``confirmed``): the library answers it.
+        self.join_confirmed = join_confirmed
+        self._adopting: dict[ReuseName, set[asyncio.Event]] = {}
         #: Per matched step that ended with a shadow: how long it still ran when its demand
         #: arrived (run's clock; 0 when it had already ended): how far fills outlast windows.
         self.remaining_s: deque[float] = deque(maxlen=MAX_REMAINING)
@@ -154,6 +159,7 @@ class Promotions:
             self._refused("library_refused")
             return None, "library_refused"
         step.claimed = True
+        self.confirmed(name)
         fill.promoted.append(step.producer)
         branch.saved_s += served.cost_s
         branch.adopted_wait_s += waited  # the part of the fill it did not hide
@@ -164,29 +170,46 @@ class Promotions:
             self.counters["fills_consumed"] += 1
         return served, "promoted"
 
+    def confirmed(self, name: ReuseName) -> None:
+        """Another demand confirmed ``name`` in the library (promoted or stored it): demands
+        adopting a fill under it stop waiting (``adoption``, identical work elsewhere)."""
+        for event in self._adopting.get(name, ()):
+            event.set()
+
     async def _adopt(self, branch: Branch, fill: Fill, step: FillStep, deadline: float,
                      stream: TextStream | None) -> str | None:
         """Wait for the running ``step`` under the adoption rule; None once it ended, else why
-        the demand stopped waiting (counted; the fill is aborted unless the deadline passed:
-        the demand runs anew in its place)."""
+        the demand stopped waiting (counted; the fill is aborted when the demand runs anew in
+        its place, given back when the deadline passed or the library answers it)."""
         self.counters["adoptions"] += 1
         waiting = clock.now()
-        why = None
+        why, elsewhere = None, asyncio.Event()
+        if self.join_confirmed and step.name is not None:
+            self._adopting.setdefault(step.name, set()).add(elsewhere)
         try:
-            why = await self.adopter.wait(step, deadline, stream)
+            why = await self.adopter.wait(step, deadline, stream, elsewhere)
         finally:
             waited = clock.now() - waiting
             charge_wait(waited)
+            self._forget(step.name, elsewhere)
             if why is not None or not step.done.is_set():  # gave up, or was cancelled
                 branch.wait_s += waited  # a wait that did not pay (W_b)
         if why is None:
             return None
         self._refused(why)
+        if why in (DEADLINE, CONFIRMED):
+            return why  # a library answer continues what was streamed; no rerun
         if stream is not None:
             stream.restart()
-        if why != DEADLINE:
-            self._abort(fill, f"its demand runs anew ({why})")
+        self._abort(fill, f"its demand runs anew ({why})")
         return why
+
+    def _forget(self, name: ReuseName | None, event: asyncio.Event) -> None:
+        waiting = self._adopting.get(name) if name is not None else None
+        if waiting is not None:
+            waiting.discard(event)
+            if not waiting:
+                del self._adopting[name]  # type: ignore[arg-type]
 
 
 

@@ -22,7 +22,7 @@ from services.common.values.errors import DeadlineExceeded, NotFound
 from services.common.values.generation import Progress
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.gateway.execution import DecodePace
+from services.gateway.execution import DecodePace, Features
 from services.gateway.ports import Room
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor
@@ -93,7 +93,8 @@ def _manager(engines: _Engines, settings: BranchSettings = FAST
     library = _Library()
     registry = TemplateRegistry()
     registry.register(ROUTING)
-    executor = SimpleNamespace(registry=registry, pace=DecodePace(), engines=engines)
+    executor = SimpleNamespace(registry=registry, pace=DecodePace(), engines=engines,
+                               features=Features())
     manager = BranchManager(executor, library, StaticAdmission(),  # type: ignore[arg-type]
                             default_predictor(3), settings, TracerProvider().get_tracer("t"))
     branch = Branch(id="b0", tenant="acme", workflow_id="wf", template=ROUTING,
@@ -268,6 +269,23 @@ async def test_a_failed_fill_sends_the_demand_anew() -> None:
     await manager.close()
 
 
+async def test_identical_work_confirmed_elsewhere_ends_the_wait() -> None:
+    """Another demand confirms the name (it promoted its own workflow's fill, or stored its
+    execution): the adopter stops waiting and the library answers it; its fill is given back."""
+    engines = _Engines([Progress("", 3, True, raised=True)])
+    manager, library, branch, fill, step = _manager(engines, BranchSettings(
+        adopt_stall_s=60, adopt_check_s=0.01))
+    demand = asyncio.create_task(_serve(manager))
+    async with asyncio.timeout(5):
+        while not engines.opened:
+            await asyncio.sleep(0.005)
+    manager.confirmed(NAME)
+    assert await demand is None and library.promoted == []
+    assert manager.counters["promotion_refused_confirmed"] == 1
+    assert not fill.aborted and engines.closed == 1 and step.open(fill)
+    await manager.close()
+
+
 # -- streaming ----------------------------------------------------------------------------------
 
 async def test_a_streamed_demand_gets_the_text_so_far_then_the_rest() -> None:
@@ -330,3 +348,22 @@ async def test_a_handler_demand_adopts_the_fill_a_short_router_left_running() ->
         print(f"adopted {adopted_s:.3f} s, floor {floor_s:.3f} s, "
               f"{ran.usage.completion_tokens} tokens")
         assert adopted_s < floor_s
+
+
+async def test_a_replay_joins_the_identical_fill_that_ends_sooner() -> None:
+    """A replay whose router the library answers opens its own branch; its handler adopts its
+    own, just-started fill, and is answered from the library as soon as the original's
+    handler is promoted (identical work elsewhere), not when its own fill would end."""
+    async with local_core(time_scale=0.05, engines=2) as core:
+        assert core.branches is not None
+        await core.stages.run(_router("first", 96), 30)
+        handler = routing_demand("acme", "first", "handler", INPUTS, choice="get_weather")
+        first = asyncio.create_task(core.stages.run(handler, 30))
+        replayed = await core.stages.run(_router("again", 96), 30)
+        assert replayed.source is AnswerSource.LIBRARY
+        again = dataclasses.replace(handler, workflow_id="again", request_id="again-handler")
+        answer = await core.stages.run(again, 30)
+        original = await first
+        assert original.source is AnswerSource.PROMOTED_FILL
+        assert answer.source is AnswerSource.LIBRARY and answer.text == original.text
+        assert core.branches.counters["promotion_refused_confirmed"] >= 1

@@ -27,7 +27,7 @@ from services.common.values.errors import DeadlineExceeded, NotFound
 from services.common.values.generation import Progress
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.gateway.execution import DecodePace
+from services.gateway.execution import DecodePace, Features
 from services.gateway.ports import Room
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor
@@ -159,7 +159,8 @@ async def _scenario(ops: list[tuple], room: Room) -> None:  # type: ignore[type-
     world = _World(room)
     registry = TemplateRegistry()
     registry.register(ROUTING)
-    executor = SimpleNamespace(registry=registry, pace=DecodePace(), engines=world)
+    executor = SimpleNamespace(registry=registry, pace=DecodePace(), engines=world,
+                               features=Features())
     manager = BranchManager(executor, world, StaticAdmission(),  # type: ignore[arg-type]
                             default_predictor(3),
                             BranchSettings(adopt_stall_s=1.0, adopt_check_s=0.05),

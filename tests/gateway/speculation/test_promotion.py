@@ -24,7 +24,7 @@ from services.common.pb import gateway_pb2
 from services.common.values.errors import DeadlineExceeded
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.gateway.execution import DecodePace
+from services.gateway.execution import DecodePace, Features
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
@@ -141,7 +141,7 @@ def _manager() -> tuple[BranchManager, _Library]:
     registry = TemplateRegistry()
     registry.register(ROUTING)
     executor = SimpleNamespace(registry=registry, pace=DecodePace(),  # all the manager reads
-                               engines=None)
+                               engines=None, features=Features())
     manager = BranchManager(executor, library, StaticAdmission(),  # type: ignore[arg-type]
                             default_predictor(3), BranchSettings(fill_wait_s=0.001),
                             TracerProvider().get_tracer("t"))
