@@ -107,6 +107,19 @@ def _adoption(arm: ArmResult) -> dict[str, Any]:
             "library_after_wait": sum(1 for source in waited if source == "library")}
 
 
+def _filled_slower(arm: ArmResult, floor: ArmResult, ids: list[str]) -> dict[str, Any]:
+    """Paired workflows in which a stage was served from a fill or waited on one (its winner
+    was filled), and those of them slower than on the floor: early fill must never cost a
+    workflow it acted on time (``worst_s``: the largest excess, simulated s)."""
+    mine = {r.workflow_id: r for r in arm.results}
+    base = {r.workflow_id: r.measured_s for r in floor.results}
+    filled = [i for i in ids if any(s.source == "promoted_fill" or s.waited_s > 0
+                                    for s in mine[i].stages)]
+    excess = [mine[i].measured_s - base[i] for i in filled if mine[i].measured_s > base[i]]
+    return {"workflows": len(filled), "slower": len(excess),
+            "worst_s": round(max(excess), 3) if excess else None}
+
+
 def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
          bound: OracleBound | None) -> dict[str, Any]:
     by_id = {r.workflow_id: r.measured_s for r in arm.results}
@@ -128,6 +141,7 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         "branches_opened": arm.counters.get("opened", 0),
         "promotions": _promotions(arm),
         "adoption": _adoption(arm),
+        "filled_slower_than_floor": _filled_slower(arm, floor, ids),
         **_engine_seconds(arm, floor, n),
         "sources": _sources(arm), "cache_hits": arm.cache_hits,
         "failed": sum(1 for r in arm.results if r.error),

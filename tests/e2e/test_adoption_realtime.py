@@ -216,7 +216,7 @@ def as_written(snippet: str, base_url: str, workflow_id: str) -> str:
     root = base_url.removesuffix("/v1")
     fills = {"http://127.0.0.1:PORT/v1": base_url, "http://127.0.0.1:PORT": root,
              '"KEY"': '"unused"', '"run-1"': f'"{workflow_id}"',
-             "llm.chat.completions.create(...)": "llm.chat.completions.create(**ROUTER)",
+             "..., extra_body=": "**ROUTER, extra_body=",
              "llm.completions.create(...)": "llm.completions.create(**handler_args(decision))"}
     for placeholder, value in fills.items():
         assert placeholder in snippet, f"README's tagging snippet no longer has {placeholder}"
@@ -233,12 +233,11 @@ async def test_readme_tagging_snippet_as_written_adopts_the_running_fill(mesh: M
         return {"model": MODEL, "prompt": handler_prompt(inputs, chosen), "temperature": 0,
                 "max_tokens": HANDLER_TOKENS}
 
-    # The router's arguments: the snippet's tags alone open no fill; the template's inputs,
-    # which it does not show, must travel in the ``dynbranch`` body object.
-    namespace: dict[str, Any] = {"handler_args": handler_args, "ROUTER": {
+    # The router's arguments besides the template's inputs, which the snippet passes itself
+    # in the ``dynbranch`` body object (without them no fill runs).
+    namespace: dict[str, Any] = {"handler_args": handler_args, "inputs": inputs, "ROUTER": {
         "model": MODEL, "messages": [{"role": "user", "content": inputs["query"]}],
-        "tools": TOOLS, "tool_choice": "required", "temperature": 0,
-        "extra_body": {"dynbranch": {"inputs": inputs}}}}
+        "tools": TOOLS, "tool_choice": "required", "temperature": 0}}
     exec(as_written(readme_snippet(), mesh.base_url, f"run-{uuid.uuid4().hex[:8]}"), namespace)
     before = await counters(mesh)
     start = time.perf_counter()

@@ -208,3 +208,19 @@ def test_a_demand_that_waited_on_its_fill_and_ran_anew_counts_under_its_reason()
     assert adoption["library_after_wait"] == 1
     assert adoption["remaining_s"] == {"n": 2, "share_positive": 0.5, "p50_s": 0.0,
                                        "p90_s": None, "max_s": 0.5}
+
+
+def test_filled_workflows_slower_than_the_floor_are_counted() -> None:
+    from loadgen.arm_summary import summarize
+    from loadgen.arms import ArmResult
+
+    def flow(wid: str, source: str, latency: float) -> WorkflowResult:
+        stage = StageRecord("handler", "a", "h", source, latency)
+        return WorkflowResult(wid, wid, (stage,), latency, latency)
+
+    floor = ArmResult("floor", "d", [flow(w, "engine", 2.0) for w in "123"], remaining_s=[])
+    full = ArmResult("full", "d", [flow("1", "promoted_fill", 1.0),
+                                   flow("2", "promoted_fill", 2.5),
+                                   flow("3", "engine", 3.0)], remaining_s=[])  # 3: no fill
+    assert summarize({"floor": floor, "full": full})["full"]["filled_slower_than_floor"] == {
+        "workflows": 2, "slower": 1, "worst_s": 0.5}
