@@ -72,10 +72,13 @@ async def test_a_live_fill_is_raised_and_lowered_over_the_lease_channel(short_di
         await anext(stream), await anext(stream)  # Queued, then the server has it
         request = engine.core.scheduler.requests[f"cmpl-fill-1-0{SUFFIX}"]
         assert request.priority == 1  # sent as a fill
+        await anext(stream)  # its first token: it runs, as fill occupancy
+        assert backend.load().fill_running == 1
         assert await backend.set_priority("fill-1", Priority.CANONICAL) is True
         assert request.priority == 0
+        assert backend.load().fill_running == 0  # raised: canonical work now
         assert await backend.set_priority("fill-1", Priority.FILL) is True
-        assert request.priority == 1
+        assert request.priority == 1 and backend.load().fill_running == 1
         assert await backend.set_priority("other", Priority.CANONICAL) is False  # not ours
         _ = [event async for event in stream]
         assert await backend.set_priority("fill-1", Priority.CANONICAL) is False  # it ended

@@ -185,12 +185,15 @@ class OpenAIBackend(RemoteBackend):
         if value is None or stream is None or stream.aborted or not self.leases_on:
             return False
         try:
-            return bool(await self._lease_engine().call_utility(
+            moved = bool(await self._lease_engine().call_utility(
                 "dynbranch_set_priority", request_id, value))
         except DynbranchError as exc:  # the fill streams on at its old priority
             logger.warning("moving request %s to priority %d over the lease channel failed: %s",
                            request_id, value, exc)
             return False
+        if moved:
+            stream.raised = priority is Priority.CANONICAL
+        return moved
 
     async def call_utility(self, name: str, *args: Any) -> Any:
         """Run one ``dynbranch_*`` utility on the server's engine core, over the channel."""

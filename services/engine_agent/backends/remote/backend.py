@@ -114,6 +114,8 @@ class RemoteStream:
     completion_tokens: int = 0
     first_token_at: float = 0.0
     text: str = ""
+    #: An adopted fill the server moved to canonical priority (no longer fill occupancy).
+    raised: bool = False
 
 
 class RemoteBackend:
@@ -248,7 +250,7 @@ class RemoteBackend:
         info = self.info
         base = self._snapshot.to_load(info.max_running, info.block_size, info.kv_blocks_total)
         fills = [a for a in self._active.values()
-                 if a.request.priority == Priority.FILL and a.allocated]
+                 if a.request.priority == Priority.FILL and a.allocated and not a.raised]
         size = max(base.block_size, 1)
         fill_blocks = sum(math.ceil((a.prompt_tokens + a.completion_tokens) / size) for a in fills)
         return LoadReport(

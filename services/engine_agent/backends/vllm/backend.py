@@ -239,11 +239,18 @@ class VllmBackend:
             self._load.leased_blocks = view["leased_blocks"]
         return self.load()
 
+    def _raised(self, active: _Active) -> bool:
+        """A fill an adopting demand moved to canonical priority (it no longer counts as fill
+        occupancy: nothing preempts it for canonical work)."""
+        return (self.settings.scheduling_policy == "priority"
+                and active.priority == self.settings.priority_of(False)
+                and self.settings.priority_of(True) != active.priority)
+
     def load(self) -> LoadReport:
         """Latest load view: the scheduler's own counts, fill occupancy tracked here."""
         info, state = self.info, self._load
         fills = [a for a in self._active.values()
-                 if a.request.priority == Priority.FILL and a.allocated]
+                 if a.request.priority == Priority.FILL and a.allocated and not self._raised(a)]
         size = max(info.block_size, 1)
         fill_blocks = sum(math.ceil((a.prompt_tokens + a.completion_tokens) / size) for a in fills)
         return LoadReport(
