@@ -367,3 +367,20 @@ async def test_a_replay_joins_the_identical_fill_that_ends_sooner() -> None:
         assert original.source is AnswerSource.PROMOTED_FILL
         assert answer.source is AnswerSource.LIBRARY and answer.text == original.text
         assert core.branches.counters["promotion_refused_confirmed"] >= 1
+
+
+async def test_the_branch_return_counts_an_adopted_fills_saving_less_its_wait() -> None:
+    """Eq. 4: a consumed fill saves its execution (G_s) less what its demand still waited; a
+    wait that did not pay is W_b."""
+    engines = _Engines([Progress("", 1, True, raised=True)])
+    manager, _, branch, _, step = _manager(engines, BranchSettings(adopt_stall_s=60,
+                                                                   adopt_check_s=0.01))
+    done = _finish_after(step, 0.3)
+    assert await _serve(manager) is not None  # the shadow's cost is 2.0 engine s
+    await done
+    assert 0.3 <= branch.adopted_wait_s < 1.0 and branch.wait_s == 0.0
+    manager._report(branch)
+    await manager.close()
+    admission = manager.admission
+    (_, _, saved), = [r for r in admission.reports if r[0] == branch.id]  # type: ignore[attr-defined]
+    assert saved == pytest.approx(2.0 - branch.adopted_wait_s)  # 1 engine s per wall s here
