@@ -4,11 +4,13 @@ names the workflow and each node's name its stage of the built-in ``routing`` te
 gateway fills the handler for each function the router may pick while the router still decodes,
 and the handler node's call is answered from that fill.
 
-    dynbranch up --engines 2 --time-scale 0.01      # in one shell; it prints the API's URL
+    dynbranch up                                    # in one shell; it prints the API's URL
     DYNBRANCH_BASE_URL=http://127.0.0.1:PORT/v1 python examples/langgraph_tagged.py
 
 It prints where each answer came from (``x-dynbranch-source``): the router's from an engine,
-the handler's ``promoted_fill``. What makes it so, besides base URL and key, is marked 1-3.
+the handler's ``promoted_fill`` (in real time, the default time scale 1, the router's short tool
+call ends while the handler's fill still decodes: the handler adopts it). What makes it so,
+besides base URL and key, is marked 1-3; the handler's prompt is the template's rendering.
 """
 
 from __future__ import annotations
