@@ -12,9 +12,9 @@ handler call arrives while its fill still runs and adopts it:
 - a streamed handler (``/v1/completions`` with ``stream=True``): the fill's text so far comes at
   once, its first chunk long before the stream ends, and the text equals the whole answer.
 
-Only a completion carries a template's handler prompt byte for byte: a chat-shaped request
-(chat completions, Responses, Messages) renders its conversation as ChatML, a different reuse
-name from the fill's, so streaming is checked on completions only.
+The built-in ``routing`` handler is not in chat form, so its prompt travels as a completion;
+a chat, Responses or Messages handler adopts a fill of a stage in chat form
+(``tests/gateway/test_stream_adoption.py``).
 
 One ``dynbranch up`` process (every service its own process) serves the whole module."""
 
