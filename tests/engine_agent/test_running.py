@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import grpc
 import pytest
@@ -38,6 +39,17 @@ async def _until(predicate, timeout_s: float = 5.0) -> None:  # noqa: ANN001
             await asyncio.sleep(0.001)
 
 
+async def _running_fill() -> tuple[Any, RunningFills, asyncio.Task[Finished], Any]:
+    """A sim backend, its running fills, and a 60-token fill running there (task, sequence)."""
+    backend = make_backend("qwen3-32b-h200", time_scale=0.05)
+    fills = RunningFills(backend)
+    fill = asyncio.create_task(_consume(fills, "f1", Priority.FILL, words(20), 60))
+    await _until(lambda: backend.engine.running_seq("f1") is not None)
+    seq = backend.engine.running_seq("f1")
+    assert seq is not None
+    return backend, fills, fill, seq
+
+
 async def test_an_adopter_gets_the_text_so_far_then_every_delta_and_the_end() -> None:
     backend = make_backend("qwen3-32b-h200", time_scale=0.05)
     fills = RunningFills(backend)
@@ -59,12 +71,7 @@ async def test_an_adopter_gets_the_text_so_far_then_every_delta_and_the_end() ->
 
 
 async def test_an_adopter_that_leaves_gives_the_fill_back_to_fill_priority() -> None:
-    backend = make_backend("qwen3-32b-h200", time_scale=0.05)
-    fills = RunningFills(backend)
-    fill = asyncio.create_task(_consume(fills, "f1", Priority.FILL, words(20), 60))
-    await _until(lambda: backend.engine.running_seq("f1") is not None)
-    seq = backend.engine.running_seq("f1")
-    assert seq is not None
+    backend, fills, fill, seq = await _running_fill()
     events = fills.adopt("f1")
     first = await anext(events)
     assert first.raised and first.text == ""  # no text asked for: token counts only
@@ -77,12 +84,7 @@ async def test_an_adopter_that_leaves_gives_the_fill_back_to_fill_priority() -> 
 
 
 async def test_the_fill_stays_raised_while_another_adopter_holds_it() -> None:
-    backend = make_backend("qwen3-32b-h200", time_scale=0.05)
-    fills = RunningFills(backend)
-    fill = asyncio.create_task(_consume(fills, "f1", Priority.FILL, words(20), 60))
-    await _until(lambda: backend.engine.running_seq("f1") is not None)
-    seq = backend.engine.running_seq("f1")
-    assert seq is not None
+    backend, fills, fill, seq = await _running_fill()
     one, two = fills.adopt("f1"), fills.adopt("f1")
     await anext(one)
     await anext(two)
