@@ -331,8 +331,8 @@ class PricedController:
         pricing = LoadPricing(self.curves)
         use = self.usability_mean(st)
         cap = window_s * 1000.0 if window_s > 0 else math.inf
-        candidates = [FillCandidate(p.candidate,
-                                    min(self.selection_upper(st, p.rank, p.probability) * use, 1),
+        sel = {p.candidate: self.selection_upper(st, p.rank, p.probability) for p in proposals}
+        candidates = [FillCandidate(p.candidate, min(sel[p.candidate] * use, 1),
                                     min(self._gain_ms(st, p), cap), self._footprint(st, p, v))
                       for p in proposals if p.candidate not in b.admitted]
         decision: FillDecision[LoadSnapshot] = admit(
@@ -349,7 +349,7 @@ class PricedController:
         by_name = {c.name: c for c in candidates}
         costs = {c.name: pricing.cost_ms(c, v) for c in candidates}  # C_s at the view it saw
         priced = tuple((c.name, Priced(ranks[c.name], c.p, c.gain_ms, costs[c.name],
-                                       c.name in names)) for c in candidates)
+                                       c.name in names, sel[c.name], use)) for c in candidates)
         for name, entry in priced:
             self.ledger.priced(branch_id, name, entry)
         for name in names:
@@ -394,7 +394,7 @@ class PricedController:
         prefix = b.producers.get(outcome.selected, "")
         consumed = bool(prefix) and outcome.saved_s > 0 \
             and any(p.startswith(prefix) for p in outcome.consumed)
-        self.ledger.settle(outcome.branch_id, outcome.selected, consumed)
+        self.ledger.settle(outcome.branch_id, outcome.selected, consumed, outcome.final)
         if outcome.final:
             del self.settled[outcome.branch_id]
             self._learn(st, b, outcome, consumed)

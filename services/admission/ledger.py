@@ -1,28 +1,49 @@
 """The priced controller's account of its own decisions, branch by branch: what Action 0 decided
 and why, what Action 1 was offered and admitted, the price C beside the gain G of every
-candidate, and what the branch realised (the selected rank, whether a fill was consumed). A run
-reads ``summary`` to judge the controller against outcomes: opened and refused (by reason),
-admitted per opened branch, C against G, and p̃ against the realised selection rate by rank over
-every settled branch and once a class has ``warm`` settled branches. Bounded (the oldest branches
-are forgotten).
+candidate, and what the branch realised (the selected candidate, whether its fill was used). A
+run reads ``summary`` to judge the controller against outcomes: opened and refused (by reason),
+admitted per opened branch, C against G, and p̃ against the event it estimates, by rank.
+
+p̃_s = π̃_sel x π̄_use (dynbranch §3.4, Action 1) is the probability that a fill is *useful*: its
+candidate is selected and the fill is used in time (consumed, saving time). Per rank the summary
+sets each estimate beside its own realised rate, on the candidates where that event is observed:
+
+- ``p_tilde`` against ``useful`` (selected and consumed): admitted candidates of branches with a
+  final report (a fill never admitted has no use to observe);
+- its factors, so a reader sees which one is off: ``pi_sel`` against ``selected`` over every
+  offered candidate of a settled branch, and ``pi_use`` against ``used`` over admitted candidates
+  that were selected (finally reported).
+
+It does so over every settled branch, once a class has ``warm`` settled branches (the factor-2
+check), and once it has ``WARM_STRICT`` (the factor-1.25 check of ranks 0–2). Bounded (the
+oldest branches are forgotten).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+#: Settled branches a class needs before its p̃ is held to the strict check (factor 1.25 on
+#: ranks 0–2), and the ranks that check covers.
+WARM_STRICT = 48
+STRICT_RANKS = (0, 1, 2)
 
 
 @dataclass(frozen=True, slots=True)
 class Priced:
-    """One candidate as Action 1 priced it."""
+    """One candidate as Action 1 priced it: p̃ and, when the pricer gives them, its factors
+    π̃_sel and π̄_use (None: a pricer without them)."""
 
     rank: int
     p: float
     gain_ms: float
     cost_ms: float
     admitted: bool
+    p_sel: float | None = None
+    p_use: float | None = None
 
 
 @dataclass(slots=True)
@@ -34,17 +55,32 @@ class Entry:
     #: The class's settled-branch count when the branch opened (p̃ is judged once warm).
     settled_before: int = 0
     candidates: dict[str, Priced] = field(default_factory=dict)
-    #: Rank of the selected candidate (-1: none of the predicted; None: not settled yet).
-    selected_rank: int | None = None
+    #: Name of the selected candidate (None: not settled yet; may name no candidate priced).
+    selected: str | None = None
+    #: The selected candidate's fill was consumed; known once ``final``.
     consumed: bool = False
+    final: bool = False
+
+    @property
+    def selected_rank(self) -> int | None:
+        """Rank of the selected candidate (-1: none of the priced; None: not settled)."""
+        if self.selected is None:
+            return None
+        pick = self.candidates.get(self.selected)
+        return pick.rank if pick is not None else -1
+
+    def useful(self, name: str) -> bool:
+        """The candidate was selected and its fill consumed (the event p̃ estimates)."""
+        return self.final and self.consumed and self.selected == name
 
 
 class Ledger:
     """Branch entries, bounded, and the counters that outlive them."""
 
-    def __init__(self, max_entries: int = 100_000, warm: int = 24) -> None:
+    def __init__(self, max_entries: int = 100_000, warm: int = 24,
+                 warm_strict: int = WARM_STRICT) -> None:
         self.entries: OrderedDict[str, Entry] = OrderedDict()
-        self.max_entries, self.warm = max_entries, warm
+        self.max_entries, self.warm, self.warm_strict = max_entries, warm, warm_strict
         self.gate = Counter[str]()
 
     def opened(self, branch_id: str, branch_class: str, kind: str, settled_before: int) -> None:
@@ -62,14 +98,14 @@ class Ledger:
         if entry is not None:
             entry.candidates[name] = candidate
 
-    def settle(self, branch_id: str, selected: str, consumed: bool) -> None:
-        """The branch's selection is known (and, on the final report, its consumption)."""
+    def settle(self, branch_id: str, selected: str, consumed: bool, final: bool = True) -> None:
+        """The branch's selection is known; on the ``final`` report, its consumption too."""
         entry = self.entries.get(branch_id)
         if entry is None:
             return
-        pick = entry.candidates.get(selected)
-        entry.selected_rank = pick.rank if pick is not None else -1
+        entry.selected = selected
         entry.consumed = entry.consumed or consumed
+        entry.final = entry.final or final
 
     def summary(self) -> dict[str, object]:
         """The per-branch figures (see the module docstring)."""
@@ -79,8 +115,9 @@ class Ledger:
         costs = [c.cost_ms for c in priced]
         gains = [c.gain_ms for c in priced]
         even = [c.cost_ms / (c.gain_ms + c.cost_ms) for c in priced if c.gain_ms + c.cost_ms > 0]
-        settled = [e for e in opened if e.selected_rank is not None and e.candidates]
-        warm_by_rank = _by_rank([e for e in settled if e.settled_before >= self.warm])
+        settled = [e for e in opened if e.selected is not None and e.candidates]
+        warm = by_rank([e for e in settled if e.settled_before >= self.warm])
+        strict = by_rank([e for e in settled if e.settled_before >= self.warm_strict])
 
         def median(xs: list[float]) -> float | None:
             return round(statistics.median(xs), 2) if xs else None
@@ -91,34 +128,59 @@ class Ledger:
                 "consumed": sum(e.consumed for e in opened),
                 "cost_ms_median": median(costs), "gain_ms_median": median(gains),
                 "break_even_median": round(statistics.median(even), 4) if even else None,
-                "p_tilde_by_rank": _by_rank(settled), "p_tilde_by_rank_warm": warm_by_rank,
-                "p_tilde_within_2x_warm": _within_2x(warm_by_rank)}
+                "warm": self.warm, "warm_strict": self.warm_strict,
+                "p_tilde_by_rank": by_rank(settled), "p_tilde_by_rank_warm": warm,
+                "p_tilde_within_2x_warm": within(warm, 2.0),
+                "p_tilde_by_rank_warm_strict": strict,
+                "p_tilde_within_1_25x_warm_strict": within(strict, 1.25, STRICT_RANKS)}
 
 
-def _within_2x(by_rank: dict[str, dict[str, float]]) -> bool | None:
-    """Whether p̃ is within a factor 2 of the realised selection rate for every rank (a rank
-    never selected in n offers counts as realised 1/n at most); None before any warm entry."""
-    if not by_rank:
+def within(table: dict[str, dict[str, float | None]], factor: float,
+           ranks: Iterable[int] | None = None) -> bool | None:
+    """Whether p̃ is within ``factor`` of the realised useful rate for every rank (of ``ranks``,
+    when given) with an admitted candidate; a rank never useful in n admissions counts as
+    realised 1/n at most. None when no rank has one."""
+    keep = None if ranks is None else {str(r) for r in ranks}
+    rows = [r for k, r in table.items() if r["admitted"] and (keep is None or k in keep)]
+    if not rows:
         return None
 
-    def ok(r: dict[str, float]) -> bool:
-        if r["realised"] > 0:
-            return r["realised"] / 2 <= r["p_tilde"] <= 2 * r["realised"]
-        return r["p_tilde"] <= 2 / r["n"]
-    return all(ok(r) for r in by_rank.values())
+    def ok(r: dict[str, float | None]) -> bool:
+        p, useful, n = r["p_tilde"] or 0.0, r["useful"] or 0.0, r["admitted"] or 1.0
+        if useful > 0:
+            return useful / factor <= p <= factor * useful
+        return p <= factor / n
+    return all(ok(r) for r in rows)
 
 
-def _by_rank(entries: list[Entry]) -> dict[str, dict[str, float]]:
-    """Per rank: how often it was offered, the mean p̃ it was priced at, and the share of those
-    branches that selected it."""
-    out: dict[str, dict[str, float]] = {}
-    for rank in sorted({c.rank for e in entries for c in e.candidates.values()}):
-        offered = [(e, c) for e in entries for c in e.candidates.values() if c.rank == rank]
-        realised = sum(e.selected_rank == rank for e, _ in offered) / len(offered)
-        out[str(rank)] = {"n": len(offered),
-                          "p_tilde": round(statistics.fmean(c.p for _, c in offered), 4),
-                          "realised": round(realised, 4)}
+def by_rank(entries: list[Entry]) -> dict[str, dict[str, float | None]]:
+    """Per rank (see the module docstring): p̃ against the useful rate over admitted candidates
+    of finally reported branches, π̃_sel against the selection rate over offered candidates,
+    π̄_use against the use rate over admitted, selected ones. Counts beside each."""
+    pairs = [(e, name, c) for e in entries for name, c in e.candidates.items()]
+    out: dict[str, dict[str, float | None]] = {}
+    for rank in sorted({c.rank for _, _, c in pairs}):
+        offered = [(e, n, c) for e, n, c in pairs if c.rank == rank]
+        admitted = [(e, n, c) for e, n, c in offered if c.admitted and e.final]
+        chosen = [(e, n, c) for e, n, c in admitted if e.selected == n]
+        out[str(rank)] = {
+            "admitted": len(admitted), "p_tilde": _mean(c.p for _, _, c in admitted),
+            "useful": _rate(admitted, lambda e, n: e.useful(n)),
+            "offered": len(offered), "pi_sel": _mean(c.p_sel for _, _, c in offered),
+            "selected": _rate(offered, lambda e, n: e.selected == n),
+            "selected_admitted": len(chosen), "pi_use": _mean(c.p_use for _, _, c in chosen),
+            "used": _rate(chosen, lambda e, n: e.useful(n))}
     return out
 
 
-__all__ = ["Entry", "Ledger", "Priced"]
+def _mean(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return round(statistics.fmean(xs), 4) if xs else None
+
+
+def _rate(rows: list[tuple[Entry, str, Priced]], event: Callable[[Entry, str], bool]
+          ) -> float | None:
+    return round(sum(event(e, n) for e, n, _ in rows) / len(rows), 4) if rows else None
+
+
+__all__ = ["STRICT_RANKS", "WARM_STRICT", "Entry", "Ledger", "Priced", "by_rank", "within"]
