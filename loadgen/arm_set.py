@@ -45,9 +45,8 @@ ARM_SPECS: dict[str, ArmSpec] = {spec.name: spec for spec in (
     ArmSpec("fixed3", True, True, "fixed", settings=(("top_k", 3),)),
     ArmSpec("always", True, True, "always"),
     ArmSpec("threshold", True, True, "threshold"),
-    # the paper's static control counted against 16 running slots per engine: with the sim's
-    # own 1,024 it never refuses at these loads (no baseline); at 16 it acts under load
-    ArmSpec("load_threshold", True, True, "load_threshold", settings=(("static_slots", 16),)),
+    # the paper's static control over the engines as workers (baselines.StaticRule)
+    ArmSpec("load_threshold", True, True, "load_threshold"),
     ArmSpec("whole_request", False, False, whole_request_cache=True),
 )}
 ALL_ARMS = tuple(ARM_SPECS)

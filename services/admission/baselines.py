@@ -5,28 +5,33 @@
   ``fixed1`` is the same with K = 1);
 - ``always``: open every branch and admit every predicted candidate;
 - ``threshold``: a static p* on the fill gate (the paper's fixed-threshold control, §5.4);
-- ``load_threshold``: the paper's static control (§5.5): open a branch only while some engine of
-  the model has at least ``min_free_slots`` (3) free running slots and at most ``max_queue`` (2)
-  waiting requests, and admit the top K. Every answer is counted (``account``), so a run shows
-  whether the control ever acted.
+- ``load_threshold``: the paper's static control (§5.5, ``StaticRule``): open a branch only while
+  at least 3 of 4 engines are free workers (no canonical request) and at most 2 requests wait,
+  and admit the top K. Every answer is counted (``account``), so a run shows whether the
+  control ever acted.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from services.admission.core import Admission, BranchOutcome, Proposal
 from services.admission.fixed_rule import TOP_K, TopKRule
 from services.admission.generation_gate import GateDecision
-from services.admission.load_view import LoadTracker
+from services.admission.load_view import EngineLoad, LoadTracker
 from services.common.values.candidates import RankedCandidate
 from services.common.values.errors import InvalidArgument
 
-#: The paper's static control (§5.5): an engine needs this many free running slots, and at most
-#: this many waiting requests, for a branch to open.
-MIN_FREE_SLOTS = 3
+#: The paper's static control (§5.5, ``StaticRule``): the share of the engines that must be free
+#: (3 of 4 workers), the most requests waiting over them, and the canonical requests an engine
+#: may hold and still count as free.
+FREE_WORKERS = 0.75
 MAX_QUEUE = 2
+FREE_CANONICAL = 0
 #: The threshold baseline's static p*.
 P_STAR = 0.5
 
@@ -99,54 +104,98 @@ class ThresholdPolicy(AlwaysPolicy):
         return Admission(chosen, 0.0, f"threshold: p > {self.p_star}")
 
 
+@dataclass(frozen=True, slots=True)
+class StaticRule:
+    """The paper's static control over the engines of a model as its workers (dynbranch §5.5):
+    "Static opens candidate generation only with at least three free workers and queue depth
+    at most two; always opens whenever a candidate exists."
+
+    The paper does not define a free worker. Here an engine is free while it holds at most
+    ``free_canonical`` canonical requests (running sequences that are not fills, plus waiting
+    ones). The default, 0, is a worker with no canonical request: the load C3 prices a fill
+    against is the canonical requests co-resident on an engine (§3.4, Fig. 5b: the stretch a
+    fill causes is per co-resident canonical request), so a fill placed on a free worker delays
+    none. Running fills do not make a worker busy (they delay no canonical request), and the
+    engine's ``max_running`` is no measure of busy (an admission cap: 1,024 on the sim's H200
+    preset, as in vLLM). ``free_workers`` is the share of the model's engines (current reports)
+    that must be free: 3 of 4 is 0.75. The count needed is floor(share x engines), at least 1
+    (1 of 2, 3 of 4, 6 of 8): while Action 0 is asked the branch's own decision request runs on
+    one engine, so on the paper's four workers "three free" is every other worker free;
+    rounding up would ask 2 of 2 on two engines, which the decision request itself refuses.
+    The queue depth is the requests waiting over all of the model's engines: one queue, as the
+    paper states one depth."""
+
+    free_workers: float = FREE_WORKERS
+    max_queue: int = MAX_QUEUE
+    free_canonical: int = FREE_CANONICAL
+
+    def __post_init__(self) -> None:
+        if not 0 < self.free_workers <= 1:
+            raise InvalidArgument("free_workers", "must be in (0, 1]")
+        if self.max_queue < 0:
+            raise InvalidArgument("max_queue", "must be >= 0")
+        if self.free_canonical < 0:
+            raise InvalidArgument("free_canonical", "must be >= 0")
+
+    def needed(self, engines: int) -> int:
+        """Free engines needed among ``engines``: floor(share x engines), at least one."""
+        return max(math.floor(self.free_workers * engines + 1e-9), 1)
+
+    def is_free(self, r: EngineLoad) -> bool:
+        """An engine holding at most ``free_canonical`` canonical requests."""
+        return max(r.running - r.fill_running, 0) + r.waiting <= self.free_canonical
+
+    def check(self, reports: Sequence[EngineLoad]) -> tuple[bool, str, str]:
+        """(open, refusal cause or "", a reason naming the figures) for the engines' reports;
+        causes: "no_report", "free_workers", "queue", "free_workers+queue"."""
+        if not reports:
+            return False, "no_report", "load_threshold: no current engine report"
+        free = sum(self.is_free(r) for r in reports)
+        queue = sum(r.waiting for r in reports)
+        need = self.needed(len(reports))
+        causes = "+".join(c for c, failed in (("free_workers", free < need),
+                                              ("queue", queue > self.max_queue)) if failed)
+        figures = (f"{free} of {len(reports)} engines free (need {need}), queue {queue} "
+                   f"(at most {self.max_queue})")
+        return not causes, causes, f"load_threshold: {figures}"
+
+
 class LoadThresholdPolicy(AlwaysPolicy):
-    """The paper's static control (§5.5): speculate only while some engine has at least
-    ``min_free_slots`` free running slots and at most ``max_queue`` waiting requests; then open
-    and admit the top ``top_k``. ``slots`` > 0 counts free slots against that many per engine
-    instead of the engine's own ``max_running`` (an operator running engines below their
-    limit)."""
+    """The paper's static control (``StaticRule``, §5.5) at Action 0: open a branch only while
+    the rule holds over the model's engines; Action 1 then admits the top ``top_k`` (the rule
+    gates candidate generation, as the paper's does). Every answer is counted, refusals by
+    cause (``account``), so a run shows whether the control acted."""
 
     name = "load_threshold"
 
     def __init__(self, tracker: LoadTracker, top_k: int = TOP_K,
-                 min_free_slots: int = MIN_FREE_SLOTS, max_queue: int = MAX_QUEUE,
-                 slots: int = 0) -> None:
-        if min_free_slots < 0 or max_queue < 0 or slots < 0:
-            raise InvalidArgument("min_free_slots", "min_free_slots, max_queue and slots must "
-                                                    "be >= 0")
-        self.tracker, self.top_k = tracker, top_k
-        self.min_free_slots, self.max_queue, self.slots = min_free_slots, max_queue, slots
-        self.decisions = {True: 0, False: 0}
-
-    def _headroom(self, model: str, now: float) -> tuple[bool, str]:
-        best = ""
-        for r in self.tracker.reports(model, now):
-            free = (self.slots or r.max_running) - r.running
-            if free >= self.min_free_slots and r.waiting <= self.max_queue:
-                return True, f"load_threshold: {r.engine_id} has {free} free, {r.waiting} queued"
-            best = best or f"{free} free, {r.waiting} queued on {r.engine_id}"
-        return False, f"load_threshold: no engine with {self.min_free_slots} free slots and " \
-                      f"<= {self.max_queue} queued ({best or 'no current report'})"
+                 rule: StaticRule | None = None) -> None:
+        if top_k < 0:
+            raise InvalidArgument("top_k", "must be >= 0")
+        self.tracker, self.top_k, self.rule = tracker, top_k, rule or StaticRule()
+        self.opened = 0
+        self.refused = Counter[str]()
 
     def open_branch(self, branch_id: str, coordinate: str, branch_class: str, model: str,
                     now: float) -> GateDecision:
-        ok, reason = self._headroom(model, now)
-        self.decisions[ok] += 1
+        ok, cause, reason = self.rule.check(self.tracker.reports(model, now))
+        if ok:
+            self.opened += 1
+        else:
+            self.refused[cause] += 1
         return GateDecision(ok, reason)
 
     def account(self) -> dict[str, Any]:
-        """How often the control opened and refused (a control that never refuses never
-        acted)."""
-        return {"gate": {"opened": self.decisions[True], "refused": self.decisions[False]}}
+        """How often the control opened and refused, refusals by cause (a control that never
+        refuses never acted)."""
+        return {"gate": {"opened": self.opened, "refused": sum(self.refused.values())},
+                "refused_by": dict(sorted(self.refused.items()))}
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
               now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
-        ok, reason = self._headroom(model, now)
-        if not ok:
-            return Admission((), 0.0, reason)
         ranked = sorted(proposals, key=lambda p: p.rank)[: self.top_k]
         return Admission(tuple(p.candidate for p in ranked), 0.0,
                          f"load_threshold: top {self.top_k}")
 
 
-__all__ = ["AlwaysPolicy", "FixedAdapter", "LoadThresholdPolicy", "ThresholdPolicy"]
+__all__ = ["AlwaysPolicy", "FixedAdapter", "LoadThresholdPolicy", "StaticRule", "ThresholdPolicy"]

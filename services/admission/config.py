@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from services.admission.baselines import MAX_QUEUE, MIN_FREE_SLOTS, P_STAR
+from services.admission.baselines import FREE_CANONICAL, FREE_WORKERS, MAX_QUEUE, P_STAR
 from services.admission.core import ControllerSettings
 from services.admission.fixed_rule import TOP_K
 from services.admission.load_view import FILL_SHARE, KV_BUDGET_SHARE, MAX_AGE_S
@@ -34,13 +34,19 @@ class AdmissionSettings(ServiceSettings):
                        description="fixed / load_threshold: candidates admitted per branch")
     # threshold / load_threshold
     p_star: float = Field(P_STAR, ge=0.0, le=1.0, description="threshold policy: static p*")
-    min_free_slots: int = Field(MIN_FREE_SLOTS, ge=0, description=(
-        "load_threshold (the paper's static control, §5.5): free running slots an engine needs"))
-    max_queue: int = Field(MAX_QUEUE, ge=0,
-                           description="load_threshold: most waiting requests allowed")
-    static_slots: int = Field(0, ge=0, description=(
-        "load_threshold: running slots per engine the free ones are counted against (0: the "
-        "engine's own max_running)"))
+    # load_threshold: the paper's static control (§5.5, ``baselines.StaticRule``): open a
+    # branch only with at least 3 of 4 free workers and queue depth at most 2
+    free_workers: float = Field(FREE_WORKERS, gt=0.0, le=1.0, description=(
+        "load_threshold: share of the model's engines (the paper's workers) that must be free "
+        "for a branch to open; the count needed is floor(share x engines), at least 1: 0.75 is "
+        "the paper's 3 of 4 (1 of 2, 6 of 8)"))
+    free_canonical: int = Field(FREE_CANONICAL, ge=0, description=(
+        "load_threshold: canonical requests (running sequences that are not fills, plus "
+        "waiting ones) an engine may hold and still count as a free worker; 0: free means "
+        "serving no canonical request, so a fill placed there delays none"))
+    max_queue: int = Field(MAX_QUEUE, ge=0, description=(
+        "load_threshold: most requests waiting over all of the model's engines (the paper's "
+        "queue depth, 2)"))
     # priced
     window_s: float = Field(_C.window_s, gt=0,
                             description="H: co-residency window of the envelope (s)")

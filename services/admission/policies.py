@@ -12,6 +12,7 @@ from services.admission.baselines import (
     AlwaysPolicy,
     FixedAdapter,
     LoadThresholdPolicy,
+    StaticRule,
     ThresholdPolicy,
 )
 from services.admission.core import AdmissionPolicy, ControllerSettings, PricedController
@@ -37,8 +38,8 @@ POLICIES: dict[str, Callable[[Any, LoadTracker], AdmissionPolicy]] = {
     "fixed": lambda s, _t: FixedAdapter(TopKRule(open_branches=s.open_branches, top_k=s.top_k)),
     "always": lambda _s, _t: AlwaysPolicy(),
     "threshold": lambda s, _t: ThresholdPolicy(s.p_star),
-    "load_threshold": lambda s, t: LoadThresholdPolicy(t, s.top_k, s.min_free_slots,
-                                                       s.max_queue, s.static_slots),
+    "load_threshold": lambda s, t: LoadThresholdPolicy(
+        t, s.top_k, StaticRule(s.free_workers, s.max_queue, s.free_canonical)),
 }
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 
