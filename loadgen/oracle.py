@@ -18,7 +18,7 @@ against the floor divided by this bound.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from loadgen.recording import CallRecord
@@ -95,9 +95,17 @@ def oracle_bound(workflows: Sequence[Sequence[CallRecord]], *, post_click_only: 
     return OracleBound(reuse, overlap, n_hits, n_branches, n_covered)
 
 
+def summed(bounds: Iterable[OracleBound]) -> OracleBound:
+    """The bound of several independent runs (one per seed, each on its own mesh): their sum."""
+    parts = list(bounds)
+    return OracleBound(sum(b.reuse_s for b in parts), sum(b.overlap_s for b in parts),
+                       sum(b.hits for b in parts), sum(b.branches for b in parts),
+                       sum(b.covered for b in parts))
+
+
 def oracle_share(saving_s: float, bound: OracleBound) -> float | None:
     """``saving_s / bound`` (None for an empty bound)."""
     return round(saving_s / bound.total_s, 3) if bound.total_s > 0 else None
 
 
-__all__ = ["OracleBound", "oracle_bound", "oracle_share"]
+__all__ = ["OracleBound", "oracle_bound", "oracle_share", "summed"]
