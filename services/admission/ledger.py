@@ -61,14 +61,6 @@ class Entry:
     consumed: bool = False
     final: bool = False
 
-    @property
-    def selected_rank(self) -> int | None:
-        """Rank of the selected candidate (-1: none of the priced; None: not settled)."""
-        if self.selected is None:
-            return None
-        pick = self.candidates.get(self.selected)
-        return pick.rank if pick is not None else -1
-
     def useful(self, name: str) -> bool:
         """The candidate was selected and its fill consumed (the event p̃ estimates)."""
         return self.final and self.consumed and self.selected == name
