@@ -132,6 +132,9 @@ class ArmResult:
     #: (simulated s, 0 when it had ended: ``Promotions.remaining_s``); None where the gateway
     #: runs in another process.
     remaining_s: list[float] | None = None
+    #: Request names the warm-up called on this mesh before the schedule (the oracle bound
+    #: counts them as already reusable).
+    warmup_names: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -397,8 +400,9 @@ async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config
     """What every mesh does with an arm once it runs: the warm-up, then the schedule, the
     gateway's counters and fills' remaining times over the schedule alone, and the admission
     policy's account."""
+    warm_calls: dict[str, tuple[CallRecord, ...]] = {}
     if warmup is not None and warmup.arrivals:
-        await run_schedule(target, workload, warmup, clock)
+        await run_schedule(target, workload, warmup, clock, calls=warm_calls)
     before = await counters()
     kept = len(remaining()) if remaining is not None else 0
     calls: dict[str, tuple[CallRecord, ...]] = {}
@@ -409,7 +413,8 @@ async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config
     after = await counters()
     return ArmResult(spec.name, schedule.digest(), results,
                      {k: v - before.get(k, 0) for k, v in after.items()}, calls, sum(hits),
-                     account(), remaining()[kept:] if remaining is not None else None)
+                     account(), remaining()[kept:] if remaining is not None else None,
+                     frozenset(c.name for calls in warm_calls.values() for c in calls))
 
 
 #: Gateway settings the process mesh passes on (``_gateway_settings`` computes them); the

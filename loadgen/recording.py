@@ -39,6 +39,9 @@ class CallRecord:
     user_window: bool = False
     #: The rendered prompt (what a real engine's divergence is probed against).
     prompt: str = ""
+    #: When the call was made, in simulated seconds on the run's clock (only differences
+    #: between calls of one run mean anything): the oracle bound orders calls in time by it.
+    start_s: float = 0.0
 
 
 def request_name(client: Any, template: str, stage: str, *, inputs: Mapping[str, str],
@@ -75,12 +78,13 @@ class RecordingTrace(Trace):
         name, prompt = _rendered(self.client, self.template, stage, inputs=inputs,
                                  outputs=outputs, candidate=candidate,
                                  max_tokens=self.max_tokens.get(stage))
+        start = self.clock.to_sim(self.clock.wall())
         text = await Trace.call(self, stage, inputs=inputs, outputs=outputs, candidate=candidate,
                                 offered=offered, observation=observation, post_click=post_click)
         record = self.stages[-1]
         self.calls.append(CallRecord(stage, candidate or "", tuple(offered), name,
                                      record.latency_s, self._waited_s, post_click,
-                                     self._user_window(stage), prompt))
+                                     self._user_window(stage), prompt, start))
         self._waited_s = 0.0
         return text
 

@@ -120,7 +120,8 @@ def _bound(floors: list[ArmResult], ids: set[str], post_click: bool
            ) -> tuple[OracleBound, list[OracleBound]]:
     """The oracle bound of each seed's floor (each seed ran on a fresh mesh), and their sum."""
     per_seed = [oracle_bound([floor.calls.get(r.workflow_id, ()) for r in floor.results
-                              if r.workflow_id in ids], post_click_only=post_click)
+                              if r.workflow_id in ids], post_click_only=post_click,
+                             prior=floor.warmup_names)
                 for floor in floors]
     return summed(per_seed), per_seed
 

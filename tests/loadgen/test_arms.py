@@ -1,5 +1,5 @@
-"""Arms harness pieces without a mesh: arm table and order, value equivalence, the oracle bound,
-the whole-request cache, the capped decision window; and one short ``bench arms`` run in the
+"""Arms harness pieces without a mesh: arm table and order, value equivalence, the
+whole-request cache, the capped decision window; and one short ``bench arms`` run in the
 regime where fills outlast their window."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import pytest
 
 from loadgen.arm_set import ARM_SPECS, QUICK_ARMS, resolve, rotated
 from loadgen.equivalence import compare_outputs
-from loadgen.oracle import oracle_bound, oracle_share
-from loadgen.recording import CACHE_SOURCE, CallRecord, WholeRequestCacheClient
+from loadgen.recording import CACHE_SOURCE, WholeRequestCacheClient
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, StageRecord, Trace, WorkflowResult
 from loadgen.workloads.profiles import WINDOW_MAX_TOKENS, profile_options
@@ -69,57 +68,6 @@ def test_comparison_counts_failed_and_missing_workflows() -> None:
     reasons = [m.reason for m in compare_outputs(
         [_result("w", PATH, error="boom"), _result("x", PATH)], [_result("w", PATH)])]
     assert reasons == ["failed", "missing"]
-
-
-def _call(stage: str, cand: str = "", offered: tuple[str, ...] = (), name: str = "",
-          latency: float = 1.0, wait: float = 0.0, post_click: bool = False,
-          user_window: bool = False) -> CallRecord:
-    return CallRecord(stage, cand, offered, name or f"{stage}-{cand}", latency, wait, post_click,
-                      user_window)
-
-
-def test_oracle_bound_sums_reuse_and_overlap() -> None:
-    first = [_call("router", offered=("a", "b"), name="r1", latency=4.0),
-             _call("handler", "a", name="h-a", latency=2.0),
-             _call("executor", "a", name="e-a", latency=3.0)]
-    # Same handler and executor requests recur (C1), the router differs; selection c uncovered.
-    second = [_call("router", offered=("a", "b"), name="r2", latency=4.0),
-              _call("handler", "a", name="h-a", latency=2.0),
-              _call("executor", "a", name="e-a", latency=3.0)]
-    third = [_call("router", offered=("a", "b"), name="r3", latency=4.0),
-             _call("handler", "c", name="h-c", latency=2.0)]
-    bound = oracle_bound([first, second, third])
-    assert bound.reuse_s == 5.0 and bound.hits == 2
-    # first: min(4, 2 + 3) = 4; second: subgraph all C1 hits, 0; third: not covered.
-    assert bound.overlap_s == 4.0 and (bound.branches, bound.covered) == (3, 2)
-    assert oracle_share(4.5, bound) == 0.5
-
-
-def test_oracle_bound_uses_think_time_and_post_click_calls() -> None:
-    turn = [_call("offer", offered=("x", "y"), latency=1.0, user_window=True),
-            _call("fulfil", "x", wait=5.0, latency=3.0, post_click=True)]
-    bound = oracle_bound([turn], post_click_only=True)
-    assert bound.overlap_s == 3.0 and bound.reuse_s == 0.0
-
-
-def test_a_user_wait_branch_window_is_the_think_time_after_the_offer_only() -> None:
-    # The offer decodes for 4 s, the user thinks 1 s: fills read the offer's text, so only the
-    # 1 s of think time can hide the 3 s fulfil (the offer's decode cannot).
-    turn = [_call("offer", offered=("x", "y"), latency=4.0, user_window=True),
-            _call("fulfil", "x", wait=1.0, latency=3.0, post_click=True)]
-    assert oracle_bound([turn], post_click_only=True).overlap_s == 1.0
-
-
-def test_a_model_decided_branch_window_is_the_decision_decode() -> None:
-    # The router decodes for 1.5 s; the handler (2 s) and executor (3 s) can hide 1.5 s of it.
-    flow = [_call("router", offered=("a", "b"), latency=1.5),
-            _call("handler", "a", latency=2.0), _call("executor", "a", latency=3.0)]
-    assert oracle_bound([flow]).overlap_s == 1.5
-
-
-def test_oracle_bound_counts_open_vocabulary_branches_as_covered() -> None:
-    hop = [_call("think", latency=2.0), _call("retrieve", "Paris", latency=5.0)]
-    assert oracle_bound([hop]).overlap_s == 2.0
 
 
 class _Gateway:
