@@ -1,9 +1,11 @@
 """Per-arm figures of a paired run: means over workflows that completed in every arm, ratios to
-the floor with paired-bootstrap CIs, supported quantiles, fill counters, adoptions, value
-equivalence and the share of the oracle bound each arm realizes."""
+the floor with paired-bootstrap CIs (clustered by seed where several ran), supported quantiles,
+fill counters, adoptions, value equivalence and the share of the oracle bound each arm
+realizes."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from loadgen.arm_set import ADMISSION_ARMS, FIXED_K_ARMS, PRICED_ARMS
@@ -121,7 +123,7 @@ def _filled_slower(arm: ArmResult, floor: ArmResult, ids: list[str]) -> dict[str
 
 
 def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
-         bound: OracleBound | None) -> dict[str, Any]:
+         bound: OracleBound | None, clusters: Sequence[Hashable] | None) -> dict[str, Any]:
     by_id = {r.workflow_id: r.measured_s for r in arm.results}
     base_by_id = {r.workflow_id: r.measured_s for r in floor.results}
     values, base = [by_id[i] for i in ids], [base_by_id[i] for i in ids]
@@ -135,7 +137,8 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         "p50_s": quantiles["p50"], "p95_s": quantiles["p95"], "p99_s": quantiles["p99"],
         "quantile_note": note,
         "ratio_to_floor": round(ratio, 3) if ratio is not None else None,
-        "ratio_ci95": list(paired_bootstrap_ci(values, base, seed=seed) or ()) or None,
+        "ratio_ci95": list(paired_bootstrap_ci(values, base, seed=seed, clusters=clusters)
+                           or ()) or None,
         "oracle_share": oracle_share(sum(base) - sum(values), bound) if bound else None,
         **{k: round(arm.counters.get(k, 0) / n, 3) for k in FILL_KEYS},
         "branches_opened": arm.counters.get("opened", 0),
@@ -200,13 +203,15 @@ def best_fixed_k(summary: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
                for p in PRICED_ARMS if p in summary}}
 
 
-def summarize(arms: dict[str, ArmResult], *, seed: int = 0,
-              bound: OracleBound | None = None) -> dict[str, dict[str, Any]]:
+def summarize(arms: dict[str, ArmResult], *, seed: int = 0, bound: OracleBound | None = None,
+              seed_of: Mapping[str, Hashable] | None = None) -> dict[str, dict[str, Any]]:
     """Per arm figures; the floor is the reference (its ``outputs_equal_floor`` is None). With
-    the C1-only arm and a bound, every early-fill arm also gets its ``hindsight_share``."""
+    the C1-only arm and a bound, every early-fill arm also gets its ``hindsight_share``.
+    ``seed_of`` (workflow id → its seed) clusters every CI by seed where several ran."""
     floor = arms["floor"]
     ids = completed_everywhere(arms)
-    out = {name: _arm(arm, floor, ids, seed, bound) for name, arm in arms.items()}
+    clusters = [seed_of[i] for i in ids] if seed_of is not None else None
+    out = {name: _arm(arm, floor, ids, seed, bound, clusters) for name, arm in arms.items()}
     if bound is not None and "c1" in arms:
         for name, arm in arms.items():
             if arm.counters.get("opened", 0) or name in ("c2", "full"):
@@ -220,7 +225,8 @@ def summarize(arms: dict[str, ArmResult], *, seed: int = 0,
             out[priced]["vs_baselines"] = {
                 name: dict(zip(("diff", "low", "high"), d, strict=True))
                 for name in arms if name in ADMISSION_ARMS and name not in PRICED_ARMS
-                and (d := paired_difference_ci(values(priced), values(name), base, seed=seed))}
+                and (d := paired_difference_ci(values(priced), values(name), base, seed=seed,
+                                               clusters=clusters))}
     return out
 
 

@@ -11,7 +11,8 @@ servers in one process; real engines always run live). A call that
 spends more than ``STALL_S`` outside the engine is a stall: its workflow fails, and stalls are
 counted per arm. Workflows pair by id across arms. Per arm
 it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio
-to the floor with a paired-bootstrap 95% CI, quantiles the sample supports, the gateway's fill
+to the floor with a paired-bootstrap 95% CI (over seeds, then workflows, when several seeds
+ran: ``loadgen.stats``), quantiles the sample supports, the gateway's fill
 counters per request, how long promoted fills still ran when their demands arrived and what
 those demands did (adopted and served, or why not: ``arm_summary``), whether every workflow's
 outputs equal the floor's (from the floor's own mesh) and the share of the oracle bound it
@@ -138,6 +139,9 @@ async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], se
     return schedule, {s.name: results[s.name] for s in arms}
 
 
+#: How the CIs resample, by whether more than one seed ran (``loadgen.stats``).
+CI_RESAMPLING = {False: "workflows (one seed)",
+                 True: "two-stage cluster bootstrap: seeds, then workflows within each"}
 #: Seed of the train-split schedule a warm arm's controller learns from (disjoint from every
 #: measured seed and warm-up).
 TRAIN_SEED = 2_000_003
@@ -226,7 +230,9 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     ids = set(completed_everywhere(merged))
     bound, seed_bounds = _bound([r["floor"] for _, r in per_seed], ids,
                                 workload.post_click_latency)
-    summary = summarize(merged, seed=opts.seed, bound=bound)
+    seed_of = {a.workflow_id: s for (schedule, _), s in zip(per_seed, seeds, strict=True)
+               for a in schedule.arrivals}
+    summary = summarize(merged, seed=opts.seed, bound=bound, seed_of=seed_of)
     failed = sum(a["failed"] for a in summary.values())
     floor_s = sum(r.measured_s for r in merged["floor"].results if r.workflow_id in ids)
     return {
@@ -240,7 +246,7 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
         "time_scale": config.time_scale if clock != "virtual" else None, "workflows": n,
         "warmup_workflows": warm, "arrival": opts.arrival,
         "rate_per_s": rate if opts.arrival == "poisson" else None,
-        "seed": opts.seed, "seeds": seeds,
+        "seed": opts.seed, "seeds": seeds, "ci_resampling": CI_RESAMPLING[len(seeds) > 1],
         "arm_order": {s: [a.name for a in rotated(arms, s)] for s in seeds},
         "top_k": config.top_k, "schedule_digest": ",".join(s.digest() for s, _ in per_seed),
         "latency": "post_click" if workload.post_click_latency else "end_to_end",
@@ -325,7 +331,7 @@ def _print(result: dict[str, Any]) -> None:
           f"{result['seeds']}, {load}, {engine}"
           f"{result['latency'].replace('_', ' ')}); profile {result['profile']}; oracle bound "
           f"{result['oracle']['bound_s']} s (oracle full/floor "
-          f"{result['oracle']['full_over_floor']})")
+          f"{result['oracle']['full_over_floor']}); CIs resample {result['ci_resampling']}")
     print(f"  {'arm':<15} {'mean_s':>8} {'ratio':>7} {'ci95':>15} {'oracle':>7} "
           f"{'issued/req':>11} {'consumed/req':>13} {'stalls':>6}  outputs = floor")
     for name, arm in result["arms"].items():
