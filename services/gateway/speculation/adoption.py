@@ -23,9 +23,10 @@ A demand whose exact reuse name matches exactly one promotable fill step that ha
   There is no flat cap: a fill that keeps producing tokens is waited for to its end, however
   long the decision left it to run.
 - Identical work elsewhere (C1 on): when another demand on this gateway confirms the same reuse
-  name meanwhile (it promoted its own workflow's fill, or stored its execution), the demand
-  stops waiting and is answered from the library at once (``confirmed``): a replay whose own
-  fill has just started joins whichever identical work ends sooner. Its fill is given back, not
+  name meanwhile, or did after the adopted step was planned (it promoted its own workflow's
+  fill, or stored its execution), the demand stops waiting and is answered from the library
+  at once (``confirmed``): a replay whose own fill has just started joins whichever identical
+  work ends sooner. Its fill is given back, not
   aborted (the rest of its chain may still serve the workflow).
 - A tool step (a builtin tool, in-process) has no engine progress to watch: it is waited for to
   its end, within the deadline.
@@ -116,7 +117,8 @@ class Adopter:
                 changed = asyncio.ensure_future(watch.changed.wait())
                 try:
                     await asyncio.wait({ended, changed, other},
-                                       timeout=min(self.settings.adopt_check_s, deadline - now))
+                                       timeout=min(self.settings.adopt_check_s, deadline - now),
+                                       return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     changed.cancel()
             return None

@@ -19,7 +19,7 @@ matched step still ran when its demand arrived is kept (``remaining_s``).
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from opentelemetry.trace import Tracer
@@ -53,6 +53,9 @@ PROMOTION_COUNTERS: dict[str, int] = {
 
 #: Remaining times kept for the bench (the most recent).
 MAX_REMAINING = 100_000
+#: Names confirmed on this gateway whose time is kept (the most recent): a demand that arrives
+#: after the confirmation, to adopt a fill that was running when it came, goes to the library.
+MAX_CONFIRMED = 4096
 
 
 class Promotions:
@@ -73,6 +76,7 @@ class Promotions:
         #: (``confirmed``): the library answers it.
         self.join_confirmed = join_confirmed
         self._adopting: dict[ReuseName, set[asyncio.Event]] = {}
+        self._confirmed_at: OrderedDict[ReuseName, float] = OrderedDict()
         #: Per matched step that ended with a shadow: how long it still ran when its demand
         #: arrived (run's clock; 0 when it had already ended): how far fills outlast windows.
         self.remaining_s: deque[float] = deque(maxlen=MAX_REMAINING)
@@ -172,7 +176,12 @@ class Promotions:
 
     def confirmed(self, name: ReuseName) -> None:
         """Another demand confirmed ``name`` in the library (promoted or stored it): demands
-        adopting a fill under it stop waiting (``adoption``, identical work elsewhere)."""
+        adopting a fill under it stop waiting (``adoption``, identical work elsewhere), and
+        so does one that comes later to adopt a fill step already running then."""
+        self._confirmed_at[name] = clock.now()
+        self._confirmed_at.move_to_end(name)
+        if len(self._confirmed_at) > MAX_CONFIRMED:
+            self._confirmed_at.popitem(last=False)
         for event in self._adopting.get(name, ()):
             event.set()
 
@@ -186,6 +195,9 @@ class Promotions:
         why, elsewhere = None, asyncio.Event()
         if self.join_confirmed and step.name is not None:
             self._adopting.setdefault(step.name, set()).add(elsewhere)
+            confirmed_at = self._confirmed_at.get(step.name)
+            if confirmed_at is not None and confirmed_at >= step.created_at:
+                elsewhere.set()  # identical work ended while this step ran, before the demand
         try:
             why = await self.adopter.wait(step, deadline, stream, elsewhere)
         finally:

@@ -64,6 +64,9 @@ class FillStep:
     request_id: str = ""
     #: When it ended (the run's clock; None while it runs).
     done_at: float | None = None
+    #: When its fill planned it (the run's clock): a name confirmed since is identical work
+    #: that ended while it ran.
+    created_at: float = field(default_factory=clock.now)
 
     def finish(self) -> None:
         """The step ended (with a shadow or without): wake whoever waits for it."""

@@ -24,6 +24,7 @@ from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.gateway.execution import DecodePace, Features
 from services.gateway.ports import Room
+from services.gateway.speculation.adoption import Adopter
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
@@ -369,6 +370,27 @@ async def test_a_replay_joins_the_identical_fill_that_ends_sooner() -> None:
         assert core.branches.counters["promotion_refused_confirmed"] >= 1
 
 
+async def test_a_replay_arriving_after_its_identical_fill_was_promoted_gets_the_library() -> None:
+    """The original's handler is promoted after the replay opened its branch but before the
+    replay's handler arrives: that handler does not adopt its own fill (still running) but is
+    answered from the library, at once."""
+    async with local_core(time_scale=0.05, engines=2) as core:
+        assert core.branches is not None
+        await core.stages.run(_router("first", 96), 30)
+        handler = routing_demand("acme", "first", "handler", INPUTS, choice="get_weather")
+        first = asyncio.create_task(core.stages.run(handler, 30))
+        assert (await core.stages.run(_router("again", 96), 30)).source is AnswerSource.LIBRARY
+        original = await first
+        assert original.source is AnswerSource.PROMOTED_FILL
+        again = dataclasses.replace(handler, workflow_id="again", request_id="again-handler")
+        answer = await core.stages.run(again, 30)
+        assert answer.source is AnswerSource.LIBRARY and answer.text == original.text
+        steps = [s for b in core.branches.branches.values() if b.workflow_id == "again"
+                 for c, f in b.fills.items() if c == "get_weather" for s in f.steps]
+        assert steps and not steps[0].done.is_set()  # answered before its own fill ended
+        assert core.branches.counters["promotion_refused_confirmed"] >= 1
+
+
 async def test_the_branch_return_counts_an_adopted_fills_saving_less_its_wait() -> None:
     """Eq. 4: a consumed fill saves its execution (G_s) less what its demand still waited; a
     wait that did not pay is W_b."""
@@ -384,3 +406,16 @@ async def test_the_branch_return_counts_an_adopted_fills_saving_less_its_wait() 
     admission = manager.admission
     (_, _, saved), = [r for r in admission.reports if r[0] == branch.id]  # type: ignore[attr-defined]
     assert saved == pytest.approx(2.0 - branch.adopted_wait_s)  # 1 engine s per wall s here
+
+
+async def test_the_adopter_wakes_when_its_step_ends_or_the_name_is_confirmed() -> None:
+    """Either event ends the wait at once, not at the next check (``adopt_check_s``)."""
+    adopter = Adopter(SimpleNamespace(), BranchSettings(adopt_check_s=600, adopt_stall_s=600))
+    step = FillStep("handler")  # a tool step: no engine progress to follow
+    asyncio.get_running_loop().call_later(0.01, step.finish)
+    assert await asyncio.wait_for(adopter.wait(step, clock.now() + 900), 5) is None
+    elsewhere = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.01, elsewhere.set)
+    running = FillStep("handler")
+    why = await asyncio.wait_for(adopter.wait(running, clock.now() + 900, None, elsewhere), 5)
+    assert why == "confirmed"
