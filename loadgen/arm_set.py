@@ -55,8 +55,9 @@ QUICK_ARMS = ("floor", "c1", "c2", "full", "whole_request")
 ADMISSION_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission)
 #: The arms that run the priced controller (cold and warm).
 PRICED_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission == "priced")
-#: The fixed top-K arms: the best of them in a cell is the fixed K chosen in hindsight.
-FIXED_K_ARMS = ("fixed1", "fixed", "fixed3")
+#: The fixed fan-outs by K (None: every candidate), C1 alone admitting none: the lowest of them
+#: in a cell is its envelope, the fixed K chosen in hindsight (``loadgen.envelope``).
+FIXED_K: dict[str, int | None] = {"c1": 0, "fixed1": 1, "fixed": 2, "fixed3": 3, "always": None}
 
 
 def resolve(names: Sequence[str]) -> tuple[ArmSpec, ...]:
@@ -76,5 +77,5 @@ def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
     return tuple(arms[k:]) + tuple(arms[:k])
 
 
-__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARM_SPECS", "FIXED_K_ARMS", "PRICED_ARMS",
+__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARM_SPECS", "FIXED_K", "PRICED_ARMS",
            "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]

@@ -1,15 +1,16 @@
 """Per-arm figures of a paired run: means over workflows that completed in every arm, ratios to
 the floor with paired-bootstrap CIs (clustered by seed where several ran), supported quantiles,
-fill counters, adoptions, value equivalence and the share of the oracle bound each arm
-realizes."""
+fill counters, adoptions, value equivalence, the share of the oracle bound each arm realizes and
+its regret against the lower envelope of the fixed fan-outs (``loadgen.envelope``)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from loadgen.arm_set import ADMISSION_ARMS, FIXED_K_ARMS, PRICED_ARMS
+from loadgen.arm_set import ADMISSION_ARMS, PRICED_ARMS
 from loadgen.arms import ArmResult
+from loadgen.envelope import best_fixed_k, envelope_regret
 from loadgen.equivalence import compare_outputs
 from loadgen.oracle import OracleBound, oracle_share
 from loadgen.stats import (
@@ -156,22 +157,6 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
     }
 
 
-def hindsight_share(arm: ArmResult, c1: ArmResult, ids: list[str],
-                    bound: OracleBound) -> float | None:
-    """The arm's share of the hindsight utility of speculation: what it saved over the C1-only
-    arm (the same mechanisms without early fill: measured end to end, so every fill's real
-    interference and waste is in it) over the overlap term of the oracle bound — for every
-    branch, opened or refused, the exact best admission given the realised selection: fill the
-    selected candidate only, hiding min(T_gen, T_exec) when the predictor covered it. None
-    without an overlap to share."""
-    if bound.overlap_s <= 0:
-        return None
-    by_id = {r.workflow_id: r.measured_s for r in arm.results}
-    base = {r.workflow_id: r.measured_s for r in c1.results}
-    saved = sum(base[i] - by_id[i] for i in ids if i in by_id and i in base)
-    return round(saved / bound.overlap_s, 3)
-
-
 def marginal_fill_cost_s(arms: dict[str, ArmResult], ids: list[str]) -> float | None:
     """What one more fill per branch costs canonical work, measured side by side: top-2 against
     top-1 (``fixed`` against ``fixed1``). The latency the second fill adds, plus what its own
@@ -191,37 +176,29 @@ def marginal_fill_cost_s(arms: dict[str, ArmResult], ids: list[str]) -> float | 
     return round((total("fixed") - total("fixed1") + more * per_consumed) / extra, 3)
 
 
-def best_fixed_k(summary: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The fixed top-K arm with the lowest ratio to the floor in this cell: the fixed K an
-    operator would have chosen in hindsight (a reference no online policy knows in advance)."""
-    ran = [n for n in FIXED_K_ARMS if n in summary and summary[n]["ratio_to_floor"] is not None]
-    if not ran:
-        return None
-    best = min(ran, key=lambda n: summary[n]["ratio_to_floor"])
-    return {"arm": best, "ratio_to_floor": summary[best]["ratio_to_floor"],
-            **{f"{p}_minus_best": summary[p].get("vs_baselines", {}).get(best)
-               for p in PRICED_ARMS if p in summary}}
-
-
 def summarize(arms: dict[str, ArmResult], *, seed: int = 0, bound: OracleBound | None = None,
               seed_of: Mapping[str, Hashable] | None = None) -> dict[str, dict[str, Any]]:
-    """Per arm figures; the floor is the reference (its ``outputs_equal_floor`` is None). With
-    the C1-only arm and a bound, every early-fill arm also gets its ``hindsight_share``.
-    ``seed_of`` (workflow id → its seed) clusters every CI by seed where several ran."""
+    """Per arm figures; the floor is the reference (its ``outputs_equal_floor`` is None).
+    ``seed_of`` (workflow id → its seed) clusters every CI by seed where several ran. Every arm
+    but the floor gets its ``envelope_regret`` against the best fixed K that ran."""
     floor = arms["floor"]
     ids = completed_everywhere(arms)
     clusters = [seed_of[i] for i in ids] if seed_of is not None else None
     out = {name: _arm(arm, floor, ids, seed, bound, clusters) for name, arm in arms.items()}
-    if bound is not None and "c1" in arms:
-        for name, arm in arms.items():
-            if arm.counters.get("opened", 0) or name in ("c2", "full"):
-                out[name]["hindsight_share"] = hindsight_share(arm, arms["c1"], ids, bound)
+
     def values(name: str) -> list[float]:
         by_id = {r.workflow_id: r.measured_s for r in arms[name].results}
         return [by_id[i] for i in ids]
+    base = values("floor")
+    best = best_fixed_k(out)
+    if best is not None:
+        against = values(best["arm"])
+        for name in arms:
+            if name != "floor":
+                out[name]["envelope_regret"] = envelope_regret(
+                    values(name), against, base, seed=seed, clusters=clusters)
     for priced in PRICED_ARMS:  # against every other admission policy, paired per workflow
         if priced in arms:
-            base = values("floor")
             out[priced]["vs_baselines"] = {
                 name: dict(zip(("diff", "low", "high"), d, strict=True))
                 for name in arms if name in ADMISSION_ARMS and name not in PRICED_ARMS
@@ -230,5 +207,4 @@ def summarize(arms: dict[str, ArmResult], *, seed: int = 0, bound: OracleBound |
     return out
 
 
-__all__ = ["best_fixed_k", "completed_everywhere", "hindsight_share", "marginal_fill_cost_s",
-           "summarize"]
+__all__ = ["completed_everywhere", "marginal_fill_cost_s", "summarize"]

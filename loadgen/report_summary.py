@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loadgen.envelope import regret_text
 from loadgen.report_plots import engine_label
 
 #: The paper's figures (dynbranch §5.2, Tables 1–2, §2.2; ../shared/notes/paper-figures.md).
@@ -33,8 +34,9 @@ def _seeds(r: dict[str, Any]) -> str:
 
 def _table(results: Sequence[dict[str, Any]]) -> list[str]:
     lines = ["| workload | load | profile | seeds | n | arm | mean s | p95 s | ratio to floor "
-             "| 95% CI | oracle share | engine-s / floor | stalls | outputs = floor |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| 95% CI | oracle share | envelope regret [95% CI] | engine-s / floor | stalls "
+             "| outputs = floor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         for arm, a in r["arms"].items():
             ci = a.get("ratio_ci95")
@@ -47,8 +49,30 @@ def _table(results: Sequence[dict[str, Any]]) -> list[str]:
                 f"{'' if p95 is None else f'{p95:.2f}'} | {a['ratio_to_floor']:.3f} | "
                 f"{'' if not ci else f'[{ci[0]:.3f}, {ci[1]:.3f}]'} | "
                 f"{'' if share is None or arm == 'floor' else f'{share:.2f}'} | "
+                f"{regret_text(a.get('envelope_regret'))} | "
                 f"{'' if cost is None else f'{cost:.2f}'} | {a.get('stalls', 0)} | "
                 f"{_equal(a.get('outputs_equal_floor'))} |")
+    return lines
+
+
+def envelope_section(title: str, points: Sequence[tuple[float, dict[str, Any]]],
+                     worst: dict[str, dict[str, Any]]) -> list[str]:
+    """A sweep's envelope regrets: per arm and point, its full/floor minus the best fixed K's
+    there (paired 95% CI), and its worst case over the sweep."""
+    arms = [a for a in points[0][1].get("arms", {}) if a != "floor"] if points else []
+    lines = ["", f"## Envelope regret: {title}", "",
+             "An arm's full/floor minus the lowest full/floor among the fixed fan-outs that ran "
+             "at that point (C1 alone = K 0, fixed1, fixed = top 2, always = every candidate), "
+             "with the paired 95% CI; the last column is its worst case over the sweep.", "",
+             "| arm | " + " | ".join(f"{x:g} ({r.get('best_fixed_k', {}).get('arm', '—')})"
+                                    for x, r in points) + " | worst |",
+             "|---|" + "---|" * (len(points) + 1)]
+    for arm in arms:
+        cells = [regret_text(r["arms"].get(arm, {}).get("envelope_regret")) or "—"
+                 for _, r in points]
+        w = worst.get(arm)
+        lines.append(f"| {arm} | " + " | ".join(cells) + " | "
+                     + (f"{regret_text(w)} at {w['x']:g}" if w else "—") + " |")
     return lines
 
 
@@ -217,4 +241,4 @@ def _equal(flag: bool | None) -> str:
     return "(reference)" if flag is None else ("yes" if flag else "NO")
 
 
-__all__ = ["PAPER", "paper_section", "summary_markdown"]
+__all__ = ["PAPER", "envelope_section", "paper_section", "summary_markdown"]

@@ -10,10 +10,10 @@ Appendix B).
    ``fixed`` (open every branch, admit the top 2), ``fixed1`` (the top 1), ``load_threshold``
    (the paper's static control) and ``always`` (admit every candidate); the floor and C1-only
    run beside them. Per phase: mean workflow latency (simulated seconds); per arm: fills issued
-   per request and its share of the hindsight utility (``loadgen.arm_summary.hindsight_share``:
-   its saving over C1-only against, for every branch opened or refused, the exact best
-   admission given the realised selection — a check against outcomes, not the gate's own
-   estimates), and the policy's account of its decisions.
+   per request, its envelope regret (its full/floor minus the best fixed fan-out's over the
+   step — C1 alone, top 1, top 2 or every candidate — with the paired CI, ``loadgen.envelope``:
+   a check against other arms' outcomes, not the gate's own estimates), and the policy's
+   account of its decisions.
 3. ReAct with the drafted predictor under priced admission (live mesh: the drafter runs on its
    own simulated engine).
 
@@ -31,9 +31,9 @@ from dataclasses import replace
 from typing import Any
 
 from loadgen.arm_set import ARM_SPECS
-from loadgen.arm_summary import completed_everywhere, hindsight_share
+from loadgen.arm_summary import completed_everywhere, summarize
 from loadgen.arms import MeshConfig, in_process_mesh, run_arm, run_schedule
-from loadgen.oracle import oracle_bound
+from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock
 from loadgen.workloads.schedule import Arrival, Schedule
@@ -136,17 +136,15 @@ def load_step_schedule(quick: bool) -> tuple[Schedule, list[tuple[str, float, fl
 async def load_step(quick: bool) -> dict[str, Any]:
     """The load step on the virtual clock: the floor, C1-only and every admission arm on the
     same schedule, each on a fresh one-engine mesh. Per arm and phase: mean workflow latency;
-    per arm: fills issued per request, the share of the hindsight utility it realised
-    (``arm_summary.hindsight_share``) and the policy's own account of its decisions."""
+    per arm: fills issued per request, its envelope regret (``loadgen.envelope``) and the
+    policy's own account of its decisions; and the envelope (the best fixed fan-out)."""
     schedule, bounds = load_step_schedule(quick)
     workload = get_workload("routing")
     config = MeshConfig(engines=1, clock="virtual")
     results = {name: await run_arm(ARM_SPECS[name], workload, schedule, config)
                for name in ("floor", "c1", *ARMS)}
-    ids = completed_everywhere(results)
-    paired = set(ids)
-    bound = oracle_bound([results["floor"].calls.get(r.workflow_id, ())
-                          for r in results["floor"].results if r.workflow_id in paired])
+    paired = set(completed_everywhere(results))
+    summary = summarize(results, seed=SEED)
     at = {a.workflow_id: a.at_s for a in schedule.arrivals}
     out: dict[str, Any] = {}
     for name in ARMS:
@@ -162,9 +160,9 @@ async def load_step(quick: bool) -> dict[str, Any]:
                      / max(len(arm.results), 1),
                      "mean_s": statistics.fmean(r.latency_s for r in arm.results
                                                 if r.workflow_id in paired),
-                     "hindsight_share": hindsight_share(arm, results["c1"], ids, bound),
+                     "envelope_regret": summary[name].get("envelope_regret"),
                      "account": arm.admission}
-    return out
+    return {"arms": out, "best_fixed_k": best_fixed_k(summary)}
 
 
 async def react_with_draft(quick: bool, config: MeshConfig) -> dict[str, Any]:
@@ -194,10 +192,10 @@ async def react_with_draft(quick: bool, config: MeshConfig) -> dict[str, Any]:
 
 
 async def _run(quick: bool) -> dict[str, Any]:
-    arms = await load_step(quick)
+    step = await load_step(quick)
     config = MeshConfig(engines=1, time_scale=0.02 if quick else 0.05)
     react = await react_with_draft(quick, config)
-    return {"arms": arms, "react_draft": react, **await grpc_latency(200 if quick else 1000)}
+    return {**step, "react_draft": react, **await grpc_latency(200 if quick else 1000)}
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -208,7 +206,8 @@ def run(quick: bool) -> dict[str, Any]:
     high = {name: a["phases"]["B high"]["mean_s"] for name, a in arms.items()}
     result = {**latency, "grpc_decision_p50_ms": measured["grpc_decision_p50_ms"],
               "grpc_decision_p99_ms": measured["grpc_decision_p99_ms"],
-              "hindsight_share": {name: a["hindsight_share"] for name, a in arms.items()},
+              "envelope_regret": {name: a["envelope_regret"] for name, a in arms.items()},
+              "best_fixed_k": measured["best_fixed_k"],
               "fills_per_request": {name: round(a["fills_per_request"], 3)
                                     for name, a in arms.items()},
               "mean_s": {name: round(a["mean_s"], 3) for name, a in arms.items()},
@@ -224,12 +223,15 @@ def run(quick: bool) -> dict[str, Any]:
           f"over gRPC p50 {result['grpc_decision_p50_ms']:.2f} ms")
     print("load step on the virtual clock (Routing, one engine): mean latency per phase (s)")
     print(f"{'arm':<16}" + "".join(f"{p:>10}" for p in next(iter(result["phases"].values())))
-          + f"{'fills/req':>11}{'hindsight':>11}")
+          + f"{'fills/req':>11}  envelope regret [95% CI]")
     for name, phases in result["phases"].items():
-        share = result["hindsight_share"][name]
         print(f"{name:<16}" + "".join(f"{p['mean_s']:>10.2f}" for p in phases.values())
-              + f"{result['fills_per_request'][name]:>11.2f}"
-              + (f"{share:>11.3f}" if share is not None else f"{'-':>11}"))
+              + f"{result['fills_per_request'][name]:>11.2f}  "
+              + (regret_text(result["envelope_regret"][name]) or "-"))
+    best = result["best_fixed_k"]
+    if best:
+        print(f"envelope: {best['arm']} (K {best['k']}), {best['ratio_to_floor']:.3f} of the "
+              "floor")
     print(f"fastest over the step: {result['fastest']}; in the high phase: "
           f"{result['fastest_in_high_phase']}")
     rd = result["react_draft"]

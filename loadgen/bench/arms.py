@@ -15,10 +15,12 @@ to the floor with a paired-bootstrap 95% CI (over seeds, then workflows, when se
 ran: ``loadgen.stats``), quantiles the sample supports, the gateway's fill
 counters per request, how long promoted fills still ran when their demands arrived and what
 those demands did (adopted and served, or why not: ``arm_summary``), whether every workflow's
-outputs equal the floor's (from the floor's own mesh) and the share of the oracle bound it
-realizes (``loadgen.oracle``). ``--profile window`` caps the deciding stage's decode so that
-fills outlast their windows (``loadgen.workloads.profiles``). A failed workflow fails
-the run: it is counted per arm and left out of every mean.
+outputs equal the floor's (from the floor's own mesh), the share of the oracle bound it
+realizes (``loadgen.oracle``) and its envelope regret: its ratio minus the best fixed fan-out's
+among the arms that ran (C1 alone, top 1, 2, 3, every candidate; ``loadgen.envelope``).
+``--profile window`` caps the deciding stage's decode so that fills outlast their windows
+(``loadgen.workloads.profiles``). A failed workflow fails the run: it is counted per arm and
+left out of every mean.
 """
 
 from __future__ import annotations
@@ -31,13 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.arm_set import ALL_ARMS, ARM_SPECS, QUICK_ARMS, ArmSpec, resolve, rotated
-from loadgen.arm_summary import (
-    best_fixed_k,
-    completed_everywhere,
-    marginal_fill_cost_s,
-    summarize,
-)
+from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
 from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
+from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.leak_guard import check
 from loadgen.oracle import OracleBound, oracle_bound, summed
 from loadgen.real_engines import ENGINES, RealEngine
@@ -332,16 +330,22 @@ def _print(result: dict[str, Any]) -> None:
           f"{result['latency'].replace('_', ' ')}); profile {result['profile']}; oracle bound "
           f"{result['oracle']['bound_s']} s (oracle full/floor "
           f"{result['oracle']['full_over_floor']}); CIs resample {result['ci_resampling']}")
+    best = result["best_fixed_k"]
+    print(f"  envelope: {best['arm']} (K {best['k']}, {best['ratio_to_floor']:.3f}); regret: "
+          "an arm's ratio minus the envelope's [paired 95% CI]" if best else
+          "  envelope: no fixed K ran (c1, fixed1, fixed, fixed3, always)")
     print(f"  {'arm':<15} {'mean_s':>8} {'ratio':>7} {'ci95':>15} {'oracle':>7} "
-          f"{'issued/req':>11} {'consumed/req':>13} {'stalls':>6}  outputs = floor")
+          f"{'regret [ci95]':>25} {'issued/req':>11} {'consumed/req':>13} {'stalls':>6}  "
+          f"outputs = floor")
     for name, arm in result["arms"].items():
         ci = arm["ratio_ci95"]
         ci_text = f"[{ci[0]:.3f},{ci[1]:.3f}]" if ci else "-"
         same = {None: "(ref)", True: "yes", False: "NO"}[arm["outputs_equal_floor"]]
+        regret = regret_text(arm.get("envelope_regret")) or "-"
         print(f"  {name:<15} {_fmt(arm['mean_s'], 8)} {_fmt(arm['ratio_to_floor'], 7)} "
-              f"{ci_text:>15} {_fmt(arm['oracle_share'], 7)} {arm['fills_issued']:>11.3f} "
-              f"{arm['fills_consumed']:>13.3f} {arm['stalls']:>6}  {same}"
-              + (f"  ({arm['failed']} FAILED)" if arm["failed"] else ""))
+              f"{ci_text:>15} {_fmt(arm['oracle_share'], 7)} {regret:>25} "
+              f"{arm['fills_issued']:>11.3f} {arm['fills_consumed']:>13.3f} {arm['stalls']:>6}  "
+              f"{same}" + (f"  ({arm['failed']} FAILED)" if arm["failed"] else ""))
     _print_adoption(result)
     note = next((a["quantile_note"] for a in result["arms"].values() if a["quantile_note"]), "")
     if note:

@@ -29,8 +29,8 @@ def test_the_report_writes_json_plots_and_a_summary_naming_the_engine(tmp_path: 
     summary = (tmp_path / "summary.md").read_text()
     assert "SIMULATED engine" in summary and "qwen3-32b-h200" in summary
     assert ("| routing | Poisson 0.12/s | data | 0 |  | full | 6.00 |  | 0.600 | [0.550, 0.650] "
-            "|  | 1.30 | 0 | yes |") in summary
-    assert ("| routing | Poisson 0.12/s | data | 0 |  | floor | 10.00 |  | 1.000 |  |  | 1.00 "
+            "|  |  | 1.30 | 0 | yes |") in summary
+    assert ("| routing | Poisson 0.12/s | data | 0 |  | floor | 10.00 |  | 1.000 |  |  |  | 1.00 "
             "| 0 | (reference) |") in summary
     assert "react low (data): boom" in summary  # failed cells are listed, not averaged in
     assert "What is reachable" in summary
@@ -145,3 +145,24 @@ def test_the_lads_figure_and_table_show_every_arm_against_fifo_and_the_bound(
                           sweeps={"lads": {"results": [block]}})
     assert "## LADS delivery" in (tmp_path / "summary.md").read_text()
     assert report["lads"]["results"][0]["workload"] == "cohort"
+
+
+def test_a_sweep_reports_each_arms_envelope_regret_and_its_worst_case(tmp_path: Path) -> None:
+    def point(full: float, fixed1: float) -> dict:
+        r = result("routing", 0, 0.6)
+        r["best_fixed_k"] = {"arm": "fixed1", "k": 1, "ratio_to_floor": 0.6}
+        r["arms"]["full"]["envelope_regret"] = {"diff": full, "low": full - 0.01,
+                                                "high": full + 0.01}
+        r["arms"]["fixed1"] = {**r["arms"]["full"], "envelope_regret": {
+            "diff": fixed1, "low": fixed1, "high": fixed1}}
+        return r
+
+    by_rate = [(0.8, point(-0.002, 0.0)), (8.0, point(0.026, 0.0))]
+    report = write_report("full", [result("routing", 0, 0.6)], [], tmp_path, 1.0,
+                          sweeps={"routing_by_lambda": by_rate})
+    assert report["worst_envelope_regret"]["routing_by_lambda"]["full"] == {
+        "x": 8.0, "against": "fixed1", "diff": 0.026, "low": 0.016, "high": 0.036}
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Envelope regret: Routing across λ" in summary
+    assert ("| full | -0.002 [-0.012, +0.008] | +0.026 [+0.016, +0.036] "
+            "| +0.026 [+0.016, +0.036] at 8 |") in summary
