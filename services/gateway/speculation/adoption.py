@@ -23,11 +23,12 @@ A demand whose exact reuse name matches exactly one promotable fill step that ha
   There is no flat cap: a fill that keeps producing tokens is waited for to its end, however
   long the decision left it to run.
 - Identical work elsewhere (C1 on): when another demand on this gateway confirms the same reuse
-  name meanwhile, or did after the adopted step was planned (it promoted its own workflow's
-  fill, or stored its execution), the demand stops waiting and is answered from the library
-  at once (``confirmed``): a replay whose own fill has just started joins whichever identical
-  work ends sooner. Its fill is given back, not
-  aborted (the rest of its chain may still serve the workflow).
+  name meanwhile (it promoted its own workflow's fill, or stored its execution), the demand
+  stops waiting and is answered from the library at once (``confirmed``): a replay whose own
+  fill has just started joins whichever identical work ends sooner. A demand that comes after
+  such a confirmation, to a step planned before it, does not adopt the step at all
+  (``promotion``). Its fill is given back, not aborted (the rest of its chain may still serve
+  the workflow).
 - A tool step (a builtin tool, in-process) has no engine progress to watch: it is waited for to
   its end, within the deadline.
 - When the deadline passes first the demand fails with DEADLINE_EXCEEDED, as its own execution

@@ -54,7 +54,8 @@ PROMOTION_COUNTERS: dict[str, int] = {
 #: Remaining times kept for the bench (the most recent).
 MAX_REMAINING = 100_000
 #: Names confirmed on this gateway whose time is kept (the most recent): a demand that arrives
-#: after the confirmation, to adopt a fill that was running when it came, goes to the library.
+#: after the confirmation, at a fill step that was running then, goes to the library without
+#: adopting it.
 MAX_CONFIRMED = 4096
 
 
@@ -136,6 +137,9 @@ class Promotions:
         "promoted", or None and why not (a ``REFUSALS`` key, counted in
         ``promotion_refused_*``)."""
         arrival = waited = 0.0
+        if not step.done.is_set() and self._confirmed_since(step):
+            self._refused(CONFIRMED)  # identical work ended while it ran: the library answers
+            return None, CONFIRMED
         if not step.done.is_set():
             arrival = clock.now()
             why = await self._adopt(branch, fill, step, deadline, stream)
@@ -185,6 +189,13 @@ class Promotions:
         for event in self._adopting.get(name, ()):
             event.set()
 
+    def _confirmed_since(self, step: FillStep) -> bool:
+        """Whether another demand confirmed ``step``'s name after the step was planned."""
+        if not self.join_confirmed or step.name is None:
+            return False
+        confirmed_at = self._confirmed_at.get(step.name)
+        return confirmed_at is not None and confirmed_at >= step.created_at
+
     async def _adopt(self, branch: Branch, fill: Fill, step: FillStep, deadline: float,
                      stream: TextStream | None) -> str | None:
         """Wait for the running ``step`` under the adoption rule; None once it ended, else why
@@ -195,9 +206,6 @@ class Promotions:
         why, elsewhere = None, asyncio.Event()
         if self.join_confirmed and step.name is not None:
             self._adopting.setdefault(step.name, set()).add(elsewhere)
-            confirmed_at = self._confirmed_at.get(step.name)
-            if confirmed_at is not None and confirmed_at >= step.created_at:
-                elsewhere.set()  # identical work ended while this step ran, before the demand
         try:
             why = await self.adopter.wait(step, deadline, stream, elsewhere)
         finally:

@@ -388,6 +388,7 @@ async def test_a_replay_arriving_after_its_identical_fill_was_promoted_gets_the_
         steps = [s for b in core.branches.branches.values() if b.workflow_id == "again"
                  for c, f in b.fills.items() if c == "get_weather" for s in f.steps]
         assert steps and not steps[0].done.is_set()  # answered before its own fill ended
+        assert core.branches.counters["adoptions"] == 1  # the original's only: not adopted
         assert core.branches.counters["promotion_refused_confirmed"] >= 1
 
 
