@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from loadgen.arm_set import ADMISSION_ARMS, PRICED_ARMS
+from loadgen.arm_set import ADMISSION_ARMS, FIXED_K, PRICED_ARMS
 from loadgen.arms import ArmResult
 from loadgen.envelope import best_fixed_k, envelope_regret
 from loadgen.equivalence import compare_outputs
@@ -154,6 +154,7 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         "outputs_equal_floor": None if arm is floor else not mismatched,
         "mismatches": [f"{m.workflow_id}: {m.reason}" for m in mismatched][:10],
         **({"admission": arm.admission} if arm.admission else {}),
+        **({"engine_load": arm.engine_load} if arm.engine_load else {}),
     }
 
 
@@ -197,11 +198,12 @@ def summarize(arms: dict[str, ArmResult], *, seed: int = 0, bound: OracleBound |
             if name != "floor":
                 out[name]["envelope_regret"] = envelope_regret(
                     values(name), against, base, seed=seed, clusters=clusters)
-    for priced in PRICED_ARMS:  # against every other admission policy, paired per workflow
+    for priced in PRICED_ARMS:  # against every fixed K and other policy, paired per workflow
         if priced in arms:
             out[priced]["vs_baselines"] = {
                 name: dict(zip(("diff", "low", "high"), d, strict=True))
-                for name in arms if name in ADMISSION_ARMS and name not in PRICED_ARMS
+                for name in arms if (name in ADMISSION_ARMS or name in FIXED_K)
+                and name not in PRICED_ARMS
                 and (d := paired_difference_ci(values(priced), values(name), base, seed=seed,
                                                clusters=clusters))}
     return out

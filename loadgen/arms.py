@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.arm_set import ARM_SPECS, ArmSpec
+from loadgen.engine_load import EngineLoadSampler
 from loadgen.equivalence import compare_outputs
 from loadgen.process_mesh import gateway_counters, process_mesh
 from loadgen.real_engines import RealEngine, engine_state, real_backend
@@ -135,6 +136,13 @@ class ArmResult:
     #: Request names the warm-up called on this mesh before the schedule (the oracle bound
     #: counts them as already reusable).
     warmup_names: frozenset[str] = frozenset()
+    #: What the engines felt over the schedule (``engine_load.EngineLoadSampler``; virtual mesh
+    #: only, {} elsewhere).
+    engine_load: dict[str, Any] = field(default_factory=dict)
+    #: The admission policy's Action 0 answers over the schedule, as (seconds since the
+    #: schedule started, opened, the branch's mean break-even p* or None): ``Policy.decisions``
+    #: where the policy keeps them (virtual mesh).
+    decisions: list[tuple[float, bool, float | None]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -396,10 +404,12 @@ async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config
                    warmup: Schedule | None, clock: SimClock, target: str | DynbranchClient,
                    counters: Callable[[], Awaitable[dict[str, int]]],
                    account: Callable[[], dict[str, Any]] = dict,
-                   remaining: Callable[[], list[float]] | None = None) -> ArmResult:
+                   remaining: Callable[[], list[float]] | None = None,
+                   sampler: EngineLoadSampler | None = None,
+                   policy: Any = None) -> ArmResult:
     """What every mesh does with an arm once it runs: the warm-up, then the schedule, the
-    gateway's counters and fills' remaining times over the schedule alone, and the admission
-    policy's account."""
+    gateway's counters, fills' remaining times, the engines' load and the policy's timed
+    decisions over the schedule alone, and the admission policy's account."""
     warm_calls: dict[str, tuple[CallRecord, ...]] = {}
     if warmup is not None and warmup.arrivals:
         await run_schedule(target, workload, warmup, clock, calls=warm_calls)
@@ -407,14 +417,23 @@ async def _measure(spec: ArmSpec, workload: Workload, schedule: Schedule, config
     kept = len(remaining()) if remaining is not None else 0
     calls: dict[str, tuple[CallRecord, ...]] = {}
     hits: list[int] = []
+    started = clock.wall()
+    if sampler is not None:
+        sampler.start()
     results = await run_schedule(target, workload, schedule, clock, calls=calls,
                                  whole_request_cache=spec.whole_request_cache,
                                  cache_hits=hits, fail_stalls=config.fail_stalls)
+    load = await sampler.stop() if sampler is not None else {}
     after = await counters()
+    timed = getattr(policy, "decisions", None)
+    decisions = [(round(clock.to_sim(at - started), 6), opened, even)
+                 for at, opened, even in (timed() if timed is not None else ())
+                 if at >= started]
     return ArmResult(spec.name, schedule.digest(), results,
                      {k: v - before.get(k, 0) for k, v in after.items()}, calls, sum(hits),
                      account(), remaining()[kept:] if remaining is not None else None,
-                     frozenset(c.name for calls in warm_calls.values() for c in calls))
+                     frozenset(c.name for calls in warm_calls.values() for c in calls),
+                     load, decisions)
 
 
 #: Gateway settings the process mesh passes on (``_gateway_settings`` computes them); the
@@ -470,7 +489,8 @@ async def _virtual_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
             return await _measure(spec, workload, schedule, config, warmup, clock,
                                   mesh.client, counters,
                                   policy.account if policy is not None else dict,
-                                  _remaining(mesh.core, clock))
+                                  _remaining(mesh.core, clock),
+                                  EngineLoadSampler(mesh.backends), policy)
 
 
 async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,

@@ -95,6 +95,9 @@ class FillDecision(Generic[View]):
 
     admitted: list[Admitted] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    #: The refused that failed hard feasibility or their reservation (the rest were priced out:
+    #: no positive utility).
+    infeasible: list[str] = field(default_factory=list)
     view: View | None = None
 
     @property
@@ -142,6 +145,7 @@ def admit(candidates: Sequence[FillCandidate], view: View, pricing: Pricing[View
             current = pricing.project(chosen, current)
         else:
             decision.refused.append(chosen.name)
+            decision.infeasible.append(chosen.name)
         if probe:
             decision.refused += [c.name for c in remaining]
             break

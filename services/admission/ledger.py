@@ -15,8 +15,11 @@ sets each estimate beside its own realised rate, on the candidates where that ev
   that were selected (finally reported).
 
 It does so over every settled branch, once a class has ``warm`` settled branches (the factor-2
-check), and once it has ``WARM_STRICT`` (the factor-1.25 check of ranks 0–2). Bounded (the
-oldest branches are forgotten).
+check), and once it has ``WARM_STRICT`` (the factor-1.25 check of ranks 0–2). Candidates Action 1
+did not admit are counted by why (``not_admitted``: priced out, infeasible, or beyond a cold
+branch's bounded fan-out), and ``timeline`` gives each branch's time, verdict and break-even
+p* = C / (G + C) averaged over its candidates (the paper's Fig. 15a). Bounded (the oldest
+branches are forgotten).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class Entry:
     gate: str
     #: The class's settled-branch count when the branch opened (p̃ is judged once warm).
     settled_before: int = 0
+    #: When Action 0 answered (the controller's clock).
+    at_s: float = 0.0
     candidates: dict[str, Priced] = field(default_factory=dict)
     #: Name of the selected candidate (None: not settled yet; may name no candidate priced).
     selected: str | None = None
@@ -65,6 +70,12 @@ class Entry:
         """The candidate was selected and its fill consumed (the event p̃ estimates)."""
         return self.final and self.consumed and self.selected == name
 
+    def break_even(self) -> float | None:
+        """Mean over its priced candidates of p* = C / (G + C) (None: none priced)."""
+        even = [c.cost_ms / (c.gain_ms + c.cost_ms) for c in self.candidates.values()
+                if c.gain_ms + c.cost_ms > 0]
+        return round(statistics.fmean(even), 4) if even else None
+
 
 class Ledger:
     """Branch entries, bounded, and the counters that outlive them."""
@@ -74,13 +85,16 @@ class Ledger:
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.max_entries, self.warm, self.warm_strict = max_entries, warm, warm_strict
         self.gate = Counter[str]()
+        #: Candidates Action 1 priced but did not admit, by why.
+        self.not_admitted = Counter[str]()
 
-    def opened(self, branch_id: str, branch_class: str, kind: str, settled_before: int) -> None:
-        """Action 0 answered ``kind`` (``GateDecision.kind``) for a branch; ``settled_before``:
-        the class's settled branches so far as the controller counts them (restored state
-        included)."""
+    def opened(self, branch_id: str, branch_class: str, kind: str, settled_before: int,
+               at_s: float = 0.0) -> None:
+        """Action 0 answered ``kind`` (``GateDecision.kind``) for a branch at ``at_s``;
+        ``settled_before``: the class's settled branches so far as the controller counts them
+        (restored state included)."""
         self.gate[kind] += 1
-        self.entries[branch_id] = Entry(branch_class, kind, settled_before)
+        self.entries[branch_id] = Entry(branch_class, kind, settled_before, at_s)
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
 
@@ -89,6 +103,15 @@ class Ledger:
         entry = self.entries.get(branch_id)
         if entry is not None:
             entry.candidates[name] = candidate
+
+    def refused(self, cause: str, count: int = 1) -> None:
+        """Action 1 left ``count`` candidates out for ``cause``."""
+        if count > 0:
+            self.not_admitted[cause] += count
+
+    def timeline(self) -> list[tuple[float, bool, float | None]]:
+        """Per branch Action 0 answered, in order: (time, opened, mean break-even p*)."""
+        return [(e.at_s, e.gate != "refused", e.break_even()) for e in self.entries.values()]
 
     def settle(self, branch_id: str, selected: str, consumed: bool, final: bool = True) -> None:
         """The branch's selection is known; on the ``final`` report, its consumption too."""
@@ -115,6 +138,7 @@ class Ledger:
             return round(statistics.median(xs), 2) if xs else None
 
         return {"branches": len(self.entries), "gate": dict(sorted(self.gate.items())),
+                "not_admitted": dict(sorted(self.not_admitted.items())),
                 "opened": len(opened), "offered": len(priced), "admitted": len(admitted),
                 "admitted_per_opened": round(len(admitted) / len(opened), 3) if opened else None,
                 "consumed": sum(e.consumed for e in opened),

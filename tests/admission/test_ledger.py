@@ -88,3 +88,16 @@ def test_the_strict_check_holds_ranks_0_to_2_to_a_factor_1_25_once_strictly_warm
     cold = Ledger(warm_strict=48)
     _branch(cold, 0, [Priced(0, 0.7, 5000.0, 300.0, True)], "h0", consumed=True)
     assert cold.summary()["p_tilde_within_1_25x_warm_strict"] is None  # nothing strictly warm
+
+
+def test_the_timeline_gives_each_branch_its_time_verdict_and_mean_break_even() -> None:
+    ledger = Ledger()
+    ledger.opened("b1", "c", "priced", settled_before=0, at_s=3.0)
+    ledger.priced("b1", "h0", Priced(0, 0.8, gain_ms=3000.0, cost_ms=1000.0, admitted=True))
+    ledger.priced("b1", "h1", Priced(1, 0.1, gain_ms=1000.0, cost_ms=1000.0, admitted=False))
+    ledger.opened("b2", "c", "refused", settled_before=0, at_s=4.0)
+    ledger.refused("priced_out")
+    ledger.refused("infeasible", 0)  # nothing left out: not counted
+    # p* = C / (G + C): 0.25 and 0.5, averaged over the branch's candidates
+    assert ledger.timeline() == [(3.0, True, 0.375), (4.0, False, None)]
+    assert ledger.summary()["not_admitted"] == {"priced_out": 1}

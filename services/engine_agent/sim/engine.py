@@ -200,6 +200,11 @@ class SimEngine:
         start, dt, wall = self._step
         return start + min(max((self._mono() - wall) / self.time_scale, 0.0), dt)
 
+    @property
+    def busy_s(self) -> float:
+        """Simulated seconds spent in steps so far (the clock advances only while stepping)."""
+        return self._clock
+
     def load(self) -> LoadReport:
         """Current load of the engine."""
         fills = [s for s in self.scheduler.running.values() if s.priority is Priority.FILL]
