@@ -151,7 +151,7 @@ ARMS_FLAGS = {"workload": "workload", "seed": "seed", "seeds": "seeds", "arrival
               "rate": "rate", "workflows": "workflows", "preset": "preset",
               "engines": "engines", "arms": "arms", "replay_rate": "replay_rate",
               "engine": "engine", "clock": "clock", "time_scale": "time_scale",
-              "profile": "profile", "hop_ms": "hop_ms"}
+              "profile": "profile", "hop_ms": "hop_ms", "load": "load"}
 
 
 def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,6 +167,8 @@ def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(f"--{flag}: must be at least 1")
     if "rate" in given and given["rate"] <= 0:
         raise SystemExit("--rate: must be > 0")
+    if "rate" in given and "load" in given:
+        raise SystemExit("--load: give a load level or --rate, not both")
     if "replay_rate" in given and not 0 <= given["replay_rate"] <= 1:
         raise SystemExit("--replay-rate: must be in [0, 1]")
     if "time_scale" in given and not given["time_scale"] > 0:
@@ -204,7 +206,8 @@ def _bench(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from loadgen.report import main as report_main
 
-    return report_main([*(["--full"] if args.full else []), "--out", args.out])
+    return report_main([*(["--full"] if args.full else []),
+                        *(["--only", args.only] if args.only else []), "--out", args.out])
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -219,6 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _arms_args(bench: argparse.ArgumentParser) -> None:
+    from loadgen.load_levels import LEVELS
     from loadgen.workloads import WORKLOADS
     from loadgen.workloads.profiles import PROFILES
 
@@ -233,8 +237,14 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
                       help="open-loop Poisson arrivals or a serial closed loop (default poisson)")
     arms.add_argument("--rate", type=float,
                       help="Poisson rate λ per simulated s (default: the workload's low load)")
+    arms.add_argument("--load", choices=list(LEVELS),
+                      help="a load level instead of --rate: the Poisson rate at which the "
+                      "floor's mean latency is 1.0, 1.2, 1.7 or 2.3 x its idle value for this "
+                      "workload, preset and engines (a calibrated search on the virtual mesh, "
+                      "cached in .dynbranch/cache; the rate is reported)")
     arms.add_argument("--workflows", type=int, metavar="N",
-                      help="measured workflows per seed (default 24 quick, 48 full)")
+                      help="measured workflows per seed (default 24 quick, 48 full, and more "
+                      "at high rates: arrivals spread over at least 12 simulated s)")
     arms.add_argument("--preset", help="sim cost-model preset (default qwen3-32b-h200)")
     arms.add_argument("--engines", type=int, help="engine agents per mesh (default 2 quick, 4)")
     arms.add_argument("--replay-rate", type=float, metavar="P",
@@ -312,13 +322,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bench soak: minutes to run (default 2; 0.5 with --quick)")
     _arms_args(bench)
     bench.set_defaults(run=_bench)
+    from loadgen import report_help
+
     report = sub.add_parser("report", help="run the experiment matrix and write the report",
                             description="Run workloads × arms × loads × seeds on simulated "
                             "engines; write JSON, plots and a Markdown summary, print the "
                             "summary table and where the report is.")
-    report.add_argument("--full", action="store_true",
-                        help="3 seeds at low and high load, every arm (default: the quick "
-                        "matrix: one seed, low load, floor/c1/c2/full/whole-request cache)")
+    report.add_argument("--full", action="store_true", help=report_help.FULL_HELP)
+    report.add_argument("--only", choices=["c3"], help=report_help.ONLY_HELP)
     report.add_argument("--out", default=".dynbranch/report", help="report folder")
     report.set_defaults(run=_report)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",

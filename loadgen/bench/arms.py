@@ -37,6 +37,7 @@ from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summ
 from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
 from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.leak_guard import check
+from loadgen.load_levels import Calibration, cache_path, level_rate, workflows_at
 from loadgen.oracle import OracleBound, oracle_bound, summed
 from loadgen.real_engines import ENGINES, RealEngine
 from loadgen.virtual_mesh import DEFAULT_HOP_S
@@ -85,6 +86,9 @@ class Options:
     profile: str = "data"
     #: The virtual mesh's cost of one cross-service call, in milliseconds.
     hop_ms: float | None = None
+    #: A load level (``loadgen.load_levels.LEVELS``) instead of ``rate``: resolved to its
+    #: calibrated rate before the run.
+    load: str | None = None
 
 
 def _warmup(workload: Workload, schedule: Schedule, count: int, seed: int) -> Schedule:
@@ -112,7 +116,27 @@ def _merge(parts: list[ArmResult]) -> ArmResult:
     remaining = None if any(p.remaining_s is None for p in parts) else [
         s for p in parts for s in p.remaining_s or ()]
     return ArmResult(parts[0].arm, digest, [r for p in parts for r in p.results], counters,
-                     calls, sum(p.cache_hits for p in parts), account, remaining)
+                     calls, sum(p.cache_hits for p in parts), account, remaining,
+                     engine_load=merge_engine_load([p.engine_load for p in parts]),
+                     decisions=[d for p in parts for d in p.decisions])
+
+
+def merge_engine_load(loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seeds' engine loads as one: means of the per-seed means, the highest peak, samples
+    summed ({} when no seed sampled)."""
+    loads = [x for x in loads if x]
+    if not loads:
+        return {}
+    if len(loads) == 1:
+        return loads[0]
+    out: dict[str, Any] = {"engines": loads[0]["engines"],
+                           "samples": sum(x["samples"] for x in loads)}
+    for key in ("step_ms", "busy_share", "running", "fills_running", "waiting", "kv_used"):
+        found = [x[key] for x in loads if x.get(key) is not None]
+        out[key] = round(sum(found) / len(found), 3) if found else None
+    peaks = [x["kv_used_peak"] for x in loads if x.get("kv_used_peak") is not None]
+    out["kv_used_peak"] = max(peaks) if peaks else None
+    return out
 
 
 def _bound(floors: list[ArmResult], ids: set[str], post_click: bool
@@ -202,6 +226,9 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     n, engines, default_scale, warm, default_arms = (MODES if real is None
                                                      else REAL_MODES)[quick]
     clock, time_scale = _clock(opts, real, default_scale)
+    rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
+    if not opts.workflows and opts.arrival == "poisson":
+        n = workflows_at(rate, n)  # high rates: enough arrivals for the load to build
     n = opts.workflows or n
     workload = get_workload(opts.workload, **profile_options(opts.profile, opts.workload))
     guard = _leak_guard(workload)  # fits on the train split; the gateway runs what it fitted
@@ -210,7 +237,6 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     config = MeshConfig(engines=opts.engines or engines, preset=opts.preset,
                         time_scale=time_scale, overlap_weight=weight, real=real, clock=clock,
                         hop_s=hop_s)
-    rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
     arms = resolve(opts.arms or default_arms)
     if clock != "virtual" and any(a.warm for a in arms):
         if opts.arms:
@@ -263,6 +289,27 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     }
 
 
+def resolve_load(quick: bool, opts: Options) -> tuple[Options, dict[str, Any] | None]:
+    """``opts`` with its load level (if any) turned into the calibrated rate, and what the
+    calibration found (``loadgen.load_levels``); a level with --rate or a serial loop, or on a
+    real engine, is a ``ValueError``."""
+    if opts.load is None:
+        return opts, None
+    if opts.rate is not None:
+        raise ValueError("give a load level or a rate, not both")
+    if opts.arrival != "poisson" or opts.engine != "sim":
+        raise ValueError("a load level is a Poisson rate on the simulated engine")
+    engines = opts.engines or MODES[quick][1]
+    cal = Calibration(opts.workload, opts.preset, engines, opts.profile,
+                      opts.hop_ms if opts.hop_ms is not None else DEFAULT_HOP_S * 1000)
+    rate, record = level_rate(cal, opts.load)
+    found = record["levels"][opts.load]
+    return dataclasses.replace(opts, rate=rate), {
+        "level": opts.load, "rate_per_s": rate, "floor_ratio": found["floor_ratio"],
+        "target": found["target"], "idle_floor_s": record["idle_floor_s"],
+        "calibration_seed": record["seed"], "cache": str(cache_path())}
+
+
 def run(quick: bool, workload: str | None = None, *, seed: int = 0, arrival: str = "poisson",
         rate: float | None = None, **options: Any) -> dict[str, Any]:
     """Run the benchmark, print a readable table, return the JSON figures.
@@ -274,7 +321,9 @@ def run(quick: bool, workload: str | None = None, *, seed: int = 0, arrival: str
     # Aborted fills end engine streams mid-span; OpenTelemetry logs each as an error it recovers
     # from ("Failed to detach context"). Keep the table readable.
     logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
+    opts, load = resolve_load(quick, opts)
     result = asyncio.run(_run(quick, opts))
+    result["load_level"] = load
     _print(result)
     return result
 
@@ -314,6 +363,10 @@ def _print_adoption(result: dict[str, Any]) -> None:
 def _print(result: dict[str, Any]) -> None:
     load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
             else "serial closed loop")
+    level = result.get("load_level")
+    if level:
+        load += (f" (load {level['level']}: the floor at {level['floor_ratio']}x its idle "
+                 f"{level['idle_floor_s']} s in calibration)")
     if result["simulated"] and result["clock"] == "virtual":
         engine = (f"{result['engines']} x {result['preset']} on the VIRTUAL clock, "
                   f"{result['hop_s'] * 1000:g} ms per hop (SIMULATED engine; latency in "

@@ -1,0 +1,181 @@
+"""Load levels the engines feel: ``idle``, ``moderate``, ``busy`` and ``saturated`` (issue 37).
+
+A rate in workflows per second means different things per workload and engine preset: Routing at
+4/s stretches a 32B/H200 engine's decode steps, ReAct's at the same rate not as much. A level is
+instead the open-loop Poisson rate at which the **floor's** mean latency (no reuse, no fill) is
+``LEVELS[level]`` times its idle value: 1.0 (idle: the workload's low-load rate, dynbranch Fig. 8),
+1.2, 1.7 and 2.3. The rate is found by a geometric bisection over [low rate, ``MAX_RATE``] on the
+virtual mesh (deterministic: one floor arm per probe on a fixed calibration seed, distinct from
+every measured seed), and cached on disk per workload, preset, engines, profile and hop cost, so
+a report calibrates once. Every run that takes ``--load`` reports the rate it ran at and the
+calibration's measured ratio.
+
+How many workflows a run needs grows with the rate: at λ = 16/s, 48 arrivals last 3 s and the
+engines never reach the load of the rate. ``workflows_at`` keeps the arrivals spread over at
+least ``SPAN_S`` simulated seconds (one idle Routing workflow), never fewer than the run asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import os
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: Level → the floor's mean latency as a multiple of its idle value.
+LEVELS: dict[str, float] = {"idle": 1.0, "moderate": 1.2, "busy": 1.7, "saturated": 2.3}
+#: Highest rate the search tries (workflows per simulated second).
+MAX_RATE = 32.0
+#: Arrivals spread over at least this many simulated seconds (``workflows_at``).
+SPAN_S = 12.0
+#: Seed of the calibration schedules (no measured seed or warm-up uses it).
+CALIBRATION_SEED = 3_000_017
+#: Bisection steps per level, and the relative miss of the target ratio that ends one early.
+STEPS = 8
+TOLERANCE = 0.03
+#: Bump when what a cached rate means changes (the rule, the mesh, the search).
+VERSION = 1
+
+
+def workflows_at(rate: float, at_least: int) -> int:
+    """Workflows that keep Poisson arrivals at ``rate`` spread over ``SPAN_S`` seconds."""
+    return max(at_least, math.ceil(rate * SPAN_S))
+
+
+def cache_path() -> Path:
+    """Where calibrations are kept: ``$DYNBRANCH_CACHE_DIR`` or ``.dynbranch/cache``."""
+    return Path(os.environ.get("DYNBRANCH_CACHE_DIR", ".dynbranch/cache")) / "load-levels.json"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Calibration:
+    """What a level search keys on."""
+
+    workload: str
+    preset: str
+    engines: int
+    profile: str = "data"
+    hop_ms: float = 0.5
+    workflows: int = 48
+
+    def key(self) -> str:
+        return (f"v{VERSION}|{self.workload}|{self.preset}|{self.engines}|{self.profile}|"
+                f"{self.hop_ms:g}|{self.workflows}")
+
+
+def search(measure: Callable[[float], float], low: float, target: float,
+           high: float = MAX_RATE, steps: int = STEPS,
+           tolerance: float = TOLERANCE) -> tuple[float, float, list[tuple[float, float]]]:
+    """The rate in [low, high] at which ``measure`` (the floor's mean over its idle value,
+    increasing in the rate) is closest to ``target``: geometric bisection. Returns (rate, the
+    ratio measured there, every probe). ``target`` <= 1 is ``low`` itself; a target ``high``
+    cannot reach is ``high`` (its ratio says how far short)."""
+    probes: list[tuple[float, float]] = []
+
+    def probe(rate: float) -> float:
+        value = measure(rate)
+        probes.append((rate, value))
+        return value
+
+    if target <= 1.0:
+        return low, 1.0, probes
+    top = probe(high)
+    if top <= target:
+        return high, top, probes
+    lo, hi = low, high
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        value = probe(mid)
+        if abs(value - target) <= tolerance * target:
+            break
+        lo, hi = (mid, hi) if value < target else (lo, mid)
+    rate, value = min(probes, key=lambda p: abs(p[1] - target))
+    return rate, value, probes
+
+
+def _floor_mean(cal: Calibration, rate: float) -> float:
+    """The floor arm's mean latency at ``rate`` on the calibration seed (virtual mesh)."""
+    from loadgen.arm_set import ARM_SPECS
+    from loadgen.arms import MeshConfig, run_arm
+    from loadgen.workloads import build_schedule, get_workload
+    from loadgen.workloads.profiles import profile_options
+
+    workload = get_workload(cal.workload, **profile_options(cal.profile, cal.workload))
+    schedule = build_schedule(workload, workflows_at(rate, cal.workflows),
+                              seed=CALIBRATION_SEED, arrival="poisson", rate=rate)
+    config = MeshConfig(engines=cal.engines, preset=cal.preset, hop_s=cal.hop_ms / 1000)
+    result = asyncio.run(run_arm(ARM_SPECS["floor"], workload, schedule, config))
+    failed = [r for r in result.results if r.error]
+    if failed:
+        raise RuntimeError(f"calibration of {cal.workload} at {rate:g}/s: {len(failed)} "
+                           f"floor workflow(s) failed ({failed[0].error})")
+    return statistics.fmean(r.measured_s for r in result.results)
+
+
+def calibrate(cal: Calibration, measure: Callable[[Calibration, float], float] = _floor_mean
+              ) -> dict[str, Any]:
+    """Every level's rate for ``cal`` (``search`` per level over the floor's mean latency,
+    relative to its value at the workload's low-load rate), with the probes."""
+    from loadgen.workloads import WORKLOADS
+
+    low = WORKLOADS[cal.workload].low_rate
+    idle = measure(cal, low)
+    seen: dict[float, float] = {low: 1.0}
+
+    def ratio(rate: float) -> float:
+        if rate not in seen:
+            seen[rate] = measure(cal, rate) / idle
+        return seen[rate]
+
+    levels = {}
+    for level, target in LEVELS.items():
+        rate, value, _ = search(ratio, low, target)
+        levels[level] = {"rate": round(rate, 4), "floor_ratio": round(value, 3),
+                         "target": target}
+    return {"idle_floor_s": round(idle, 3), "levels": levels,
+            "probes": sorted((round(r, 4), round(v, 3)) for r, v in seen.items()),
+            "seed": CALIBRATION_SEED, **dataclasses.asdict(cal)}
+
+
+def level_rate(cal: Calibration, level: str, *, path: Path | None = None,
+               measure: Callable[[Calibration, float], float] = _floor_mean
+               ) -> tuple[float, dict[str, Any]]:
+    """``level``'s rate for ``cal`` and its calibration record, from the cache or a search
+    (stored back). An unknown level is a ``ValueError`` naming the known ones."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown load level {level!r}; known: {', '.join(LEVELS)}")
+    path = path or cache_path()
+    cached = _read(path)
+    record = cached.get(cal.key())
+    if record is None and LEVELS[level] <= 1.0:  # idle is the low-load rate: no search
+        from loadgen.workloads import WORKLOADS
+
+        low = WORKLOADS[cal.workload].low_rate
+        return low, {"idle_floor_s": None, "seed": None, "levels": {
+            level: {"rate": low, "floor_ratio": 1.0, "target": LEVELS[level]}}}
+    if record is None:
+        record = calibrate(cal, measure)
+        cached[cal.key()] = record
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cached, indent=1))
+        tmp.replace(path)
+    return record["levels"][level]["rate"], record
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The cache, or {} when it is missing or unreadable (a broken cache is recalibrated)."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+__all__ = ["LEVELS", "MAX_RATE", "SPAN_S", "Calibration", "cache_path", "calibrate",
+           "level_rate", "search", "workflows_at"]
