@@ -3,16 +3,21 @@ arms, write the report (JSON, PNG plots, a Markdown summary) and print where it 
 
 Every cell is one ``dynbranch bench arms`` run on the virtual mesh (simulated engine time plus a
 modelled cost per hop; the mesh's own CPU is in no latency, so the same command gives the same
-ratios): all of its arms on the same schedules, its seeds merged into one paired sample. The
-quick matrix (the default) is the four workloads at low load, 24 workflows, one seed, on both
-recurrence profiles (``data``: as the data sets give it; ``paper``: the paper's, where it
-differs: Routing and ReAct). ``--full`` is 48 workflows × 5 seeds per cell, every arm, at low and
-high load (open-loop Poisson) plus one serial closed loop per workload, on both profiles, the
-λ sweep (Routing under the floor, every fixed fan-out and priced admission: each arm's envelope
-regret per λ and its worst case over the sweep, ``loadgen.envelope``), the replay-rate sweep,
-and ``dynbranch bench lads`` in full (every delivery policy, the TTL baselines and sweep, KV
-offloading and the no-eviction bound: ``fig_lads.png`` and a table). A failed cell is listed in
-the report and left out of the plots.
+ratios): all of its arms on the same schedules, its seeds merged into one paired sample. Loads are
+the levels the engines feel (``loadgen.load_levels``): ``idle`` (the workload's low-load rate),
+``busy`` and ``saturated`` (the rates at which the floor's mean latency is 1.7x and 2.3x its idle
+value, calibrated once per workload and cached), plus the serial closed loop. The quick matrix
+(the default) is the four workloads at idle, 24 workflows, one seed, on both recurrence profiles
+(``data``: as the data sets give it; ``paper``: the paper's, where it differs: Routing and
+ReAct). ``--full`` is 48 workflows × 5 seeds per cell (more at high rates), every arm, at idle,
+busy and saturated plus one serial closed loop per workload, on both profiles; the C3 study
+(``loadgen.c3``: Routing and ReAct across λ 0.8–16/s under C1 alone, top 1, top 2, every
+candidate, the static rule and priced admission, with CIs, the envelope, fills and the decision
+record; the phased trace, ``loadgen.phased``; and issue 37's acceptance checks); the
+replay-rate sweep; and ``dynbranch bench lads`` in full (every delivery policy, the TTL baselines
+and sweep, KV offloading and the no-eviction bound: ``fig_lads.png`` and a table). ``--only c3``
+runs the C3 study alone: its sweeps, Routing and ReAct at every load level, Sub-Agent and HCI at
+idle, and the phased trace. A failed cell is listed in the report and left out of the plots.
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ from typing import Any
 
 from rich.progress import Progress
 
+from loadgen import c3
 from loadgen.envelope import regret_text, worst_regret
+from loadgen.phased import table as phased_table
+from loadgen.report_help import FULL_HELP, ONLY_HELP
 from loadgen.report_plots import (
     LADS_ARMS,
     arm_order,
@@ -38,19 +46,22 @@ from loadgen.report_plots import (
     figure10,
     figure14,
     figure_lads,
+    figure_sweep,
 )
 from loadgen.report_summary import PAPER, envelope_section, summary_markdown
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads.profiles import PROFILES, RECURRENCE_PROFILES
 
 WORKLOADS = tuple(WORKLOAD_CLASSES)
-#: Loads: the paper's low-load rates (per workload, in the bench) and its "at load" 0.8/s, both
-#: open-loop Poisson; ``serial`` is the closed loop of one (Table 2's setting).
-LOADS: dict[str, tuple[str, float | None]] = {
-    "low": ("poisson", None), "high": ("poisson", 0.8), "serial": ("serial", None)}
+#: Loads: levels the engines feel (``load_levels.LEVELS``: open-loop Poisson at the calibrated
+#: rate; idle is the workload's low-load rate, dynbranch Fig. 8); ``serial`` is the closed loop
+#: of one (Table 2's setting).
+LOADS: dict[str, tuple[str, str | None]] = {
+    "idle": ("poisson", "idle"), "busy": ("poisson", "busy"),
+    "saturated": ("poisson", "saturated"), "serial": ("serial", None)}
 MATRICES: dict[str, dict[str, Any]] = {
-    "quick": {"seeds": 1, "loads": ("low",), "workflows": 24},
-    "full": {"seeds": 5, "loads": ("low", "high"), "workflows": 48,
+    "quick": {"seeds": 1, "loads": ("idle",), "workflows": 24},
+    "full": {"seeds": 5, "loads": ("idle", "busy", "saturated"), "workflows": 48,
              #: the closed loop once per workload and profile: Table 2's setting, C2 beside C1
              "once": ("serial",)}}
 #: Per-cell options of the full matrix: every arm, on the full mode's four engines.
@@ -82,8 +93,10 @@ def run_cell(workload: str, load: str, profile: str, matrix: str) -> dict[str, A
     if matrix == "full":
         options.update(FULL_CELL, arms=ALL_ARMS)
     with contextlib.redirect_stdout(io.StringIO()):
-        arrival, rate = LOADS[load]
-        return run(matrix == "quick", workload, seed=0, arrival=arrival, rate=rate, **options)
+        arrival, level = LOADS[load]
+        if level is not None:
+            options["load"] = level
+        return run(matrix == "quick", workload, seed=0, arrival=arrival, **options)
 
 
 def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
@@ -112,13 +125,14 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
         progress.update(task, description="timeline of one Routing workflow")
         extra = _timeline(out, failures)
         sweeps: dict[str, Any] = {}
+        c3: dict[str, Any] | None = None
         if matrix == "full":
-            by_rate, sweep = run_sweeps(progress, failures)
-            sweeps = {"routing_by_lambda": by_rate, f"{SWEEP_WORKLOAD}_by_replay_rate": sweep}
+            c3 = run_c3(progress, failures, levels=False)
+            c3.update(c3_from_matrix(results))
+            sweep = run_replay_sweep(progress, failures)
+            sweeps = {f"{SWEEP_WORKLOAD}_by_replay_rate": sweep}
             label = _label(results)
-            if by_rate:
-                extra.append(figure14(by_rate, out / "fig14_decomposition.png",
-                                      f"Routing latency across λ ({label})"))
+            extra += c3_figures(c3, out, label)
             if sweep:
                 extra.append(figure10(sweep, out / "fig10_replay_rate.png",
                                       f"{SWEEP_WORKLOAD}: speedup vs exact-replay rate "
@@ -132,7 +146,18 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
                                          "Tail-aware, the TTL baselines, KV offloading and the "
                                          "no-eviction bound (SIMULATED engines, virtual time)"))
     return write_report(matrix, results, failures, out, time.monotonic() - started, extra,
-                        sweeps)
+                        sweeps, c3)
+
+
+def run_c3_only(out: Path) -> dict[str, Any]:
+    """``--only c3``: the C3 study alone (``run_c3`` with every level), then the report."""
+    failures: list[dict[str, Any]] = []
+    started = time.monotonic()
+    with Progress() as progress:
+        c3 = run_c3(progress, failures, levels=True)
+    extra = c3_figures(c3, out, _label([r for cells in c3["sweeps"].values()
+                                        for _, r in cells]))
+    return write_report("c3", [], failures, out, time.monotonic() - started, extra, {}, c3)
 
 
 def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
@@ -148,35 +173,100 @@ def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
         return []
 
 
-#: The full matrix's sweeps: Figure 14 (Routing across λ) and Figure 10 (exact-replay rate).
-LAMBDAS = (0.12, 0.3, 0.5, 0.8)
-#: The λ sweep's arms: the floor, every fixed fan-out but top 3 (their lower envelope is what
-#: each arm's regret is measured against; ``loadgen.envelope``) and priced admission.
-SWEEP_ARMS = ("floor", "c1", "fixed1", "fixed", "always", "full")
+#: The full matrix's replay-rate sweep (Figure 10).
 REPLAY_RATES = (0.22, 0.5, 0.77)
 SWEEP_WORKLOAD = "react"
 #: The sweeps' titles in the summary.
-SWEEP_TITLES = {"routing_by_lambda": "Routing across λ (req/s)",
-                f"{SWEEP_WORKLOAD}_by_replay_rate": "ReAct across the exact-replay rate"}
+SWEEP_TITLES = {f"{SWEEP_WORKLOAD}_by_replay_rate": "ReAct across the exact-replay rate",
+                **{f"{w}_by_lambda": f"{w.capitalize()} across λ (workflows/s)"
+                   for w in c3.SWEEP_WORKLOADS}}
+#: The C3 study's load levels for Routing and ReAct (``--only c3``; the full matrix has idle,
+#: busy and saturated of its own), and the workloads it runs at idle only.
+C3_LEVELS = ("idle", "moderate", "busy", "saturated")
+C3_IDLE_ONLY = ("subagent", "hci")
 
 
-def run_sweeps(progress: Progress, failures: list[dict[str, Any]]
-               ) -> tuple[list[tuple[float, dict[str, Any]]], list[tuple[float, dict[str, Any]]]]:
-    """Routing under ``SWEEP_ARMS`` at each λ, and ReAct under floor/full at each replay rate."""
+def _attempt(failures: list[dict[str, Any]], workload: str, load: str,
+             fn: Any) -> dict[str, Any] | None:
+    """``fn()``, or None with the failure listed (never averaged in)."""
+    try:
+        result = fn()
+    except Exception as exc:  # noqa: BLE001 - a failed cell is reported
+        failures.append({"workload": workload, "load": load, "profile": "data",
+                         "error": f"{type(exc).__name__}: {exc}"})
+        return None
+    if not result.get("ok", True):
+        failures.append({"workload": workload, "load": load, "profile": "data",
+                         "error": "failed workflow(s), left out of every mean"})
+    return result
+
+
+def run_c3(progress: Progress, failures: list[dict[str, Any]], *, levels: bool
+           ) -> dict[str, Any]:
+    """The C3 study (``loadgen.c3``): Routing and ReAct across λ, and with ``levels`` at every
+    load level and Sub-Agent and HCI at idle; the phased trace (``loadgen.phased``)."""
+    from loadgen import phased
+
+    todo = [(w, f"{x:g}/s", dict(rate=x)) for w in c3.SWEEP_WORKLOADS for x in c3.SWEEP_RATES]
+    if levels:
+        todo += [(w, level, dict(load=level)) for w in c3.SWEEP_WORKLOADS for level in C3_LEVELS]
+        todo += [(w, "idle", dict(load="idle")) for w in C3_IDLE_ONLY]
+    task = progress.add_task("C3", total=len(todo) + 1)
+    found: dict[str, Any] = {"sweeps": {}, "levels": {}, "idle": {}}
+    for workload, label, how in todo:
+        progress.update(task, description=f"C3: {workload} at {label}")
+        result = _attempt(failures, workload, label,
+                          lambda w=workload, h=how: c3.run_cell(w, **h))
+        if result is not None:
+            if "rate" in how:
+                found["sweeps"].setdefault(workload, []).append((how["rate"], result))
+            elif workload in C3_IDLE_ONLY:
+                found["idle"][workload] = result
+            else:
+                found["levels"].setdefault(workload, {})[label] = result
+        progress.advance(task)
+    progress.update(task, description="C3: the phased trace")
+    found["phased"] = _attempt(failures, "routing", "phased", lambda: phased.run(False))
+    progress.advance(task)
+    return found
+
+
+def c3_from_matrix(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The full matrix's data-profile cells by load level, as the C3 acceptance reads them."""
+    levels: dict[str, dict[str, Any]] = {}
+    idle: dict[str, Any] = {}
+    for r in results:
+        if "arms" not in r or r.get("profile", "data") != "data" or r.get("load") == "serial":
+            continue
+        if r["workload"] in c3.SWEEP_WORKLOADS:
+            levels.setdefault(r["workload"], {})[r["load"]] = r
+        elif r.get("load") == "idle":
+            idle[r["workload"]] = r
+    return {"levels": levels, "idle": idle}
+
+
+def c3_figures(found: dict[str, Any], out: Path, label: str) -> list[Path]:
+    """Fig. 14's shape per swept workload: full/floor against λ per arm with CIs and the
+    envelope, fills issued per workflow beside it; Routing's latency decomposition."""
+    paths = []
+    for workload, cells in found.get("sweeps", {}).items():
+        if cells:
+            paths.append(figure_sweep(cells, out / f"fig14_{workload}_sweep.png",
+                                      f"{workload}: full/floor across λ ({label})"))
+    routing = found.get("sweeps", {}).get("routing")
+    if routing:
+        paths.append(figure14(routing, out / "fig14_decomposition.png",
+                              f"Routing latency across λ ({label})"))
+    return paths
+
+
+def run_replay_sweep(progress: Progress, failures: list[dict[str, Any]]
+                     ) -> list[tuple[float, dict[str, Any]]]:
+    """ReAct under floor/full at each exact-replay rate (Figure 10)."""
     from loadgen.bench.arms import run
 
-    by_rate, sweep = [], []
-    task = progress.add_task("sweeps", total=len(LAMBDAS) + len(REPLAY_RATES))
-    for lam in LAMBDAS:
-        progress.update(task, description=f"routing at λ={lam}")
-        with contextlib.redirect_stdout(io.StringIO()):
-            try:
-                by_rate.append((lam, run(True, "routing", rate=lam, arms=SWEEP_ARMS,
-                                         workflows=48, seeds=2, **FULL_CELL)))
-            except Exception as exc:
-                failures.append({"workload": "routing", "load": f"λ={lam}", "profile": "data",
-                                 "error": f"{type(exc).__name__}: {exc}"})
-        progress.advance(task)
+    sweep = []
+    task = progress.add_task("replay-rate sweep", total=len(REPLAY_RATES))
     for replay in REPLAY_RATES:
         progress.update(task, description=f"{SWEEP_WORKLOAD} at replay rate {replay}")
         with contextlib.redirect_stdout(io.StringIO()):
@@ -188,7 +278,7 @@ def run_sweeps(progress: Progress, failures: list[dict[str, Any]]
                 failures.append({"workload": SWEEP_WORKLOAD, "load": f"replay={replay}",
                                  "profile": "data", "error": f"{type(exc).__name__}: {exc}"})
         progress.advance(task)
-    return by_rate, sweep
+    return sweep
 
 
 def run_lads(failures: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -224,7 +314,8 @@ def lads_section(lads: dict[str, Any]) -> str:
 
 def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict[str, Any]],
                  out: Path, wall_s: float, extra: list[Path] | None = None,
-                 sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
+                 sweeps: dict[str, Any] | None = None,
+                 c3_found: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the JSON, the plots and the Markdown summary under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     ok = [r for r in results if "arms" in r]
@@ -245,6 +336,12 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
         if found and any(a.get("envelope_regret") for _, r in found for a in r["arms"].values()):
             summary += "\n".join(envelope_section(SWEEP_TITLES.get(name, name), found,
                                                    worst[name])) + "\n"
+    study = None
+    if c3_found is not None:
+        study, text = c3_report(c3_found)
+        summary += text
+        worst.update({f"{w}_by_lambda": worst_regret(cells)
+                      for w, cells in c3_found.get("sweeps", {}).items() if cells})
     if sweeps and sweeps.get("lads"):
         summary += lads_section(sweeps["lads"])
     if failures:
@@ -256,10 +353,51 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
               "failures": failures, "plots": [p.name for p in plots],
               "sweeps": {name: [{"x": x, "result": r} for x, r in points]
                          for name, points in (sweeps or {}).items() if name != "lads"},
-              "lads": (sweeps or {}).get("lads"),
+              "lads": (sweeps or {}).get("lads"), "c3": study,
               "worst_envelope_regret": {name: w for name, w in worst.items() if w}}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The C3 study's JSON (its cells, decision records and acceptance) and its summary text."""
+    sweeps = found.get("sweeps", {})
+    levels = found.get("levels", {})
+    records = [(f"{w} {x:g}/s", c3.decision_record(r)) for w, cells in sweeps.items()
+               for x, r in cells]
+    records += [(f"{w} {level} ({r.get('rate_per_s')}/s)", c3.decision_record(r))
+                for w, by in levels.items() for level, r in by.items()]
+    checks = c3.acceptance(sweeps, levels, found.get("idle", {}), found.get("phased"))
+    lines: list[str] = []
+    for w, cells in sweeps.items():
+        lines += c3.sweep_section(SWEEP_TITLES.get(f"{w}_by_lambda", w), cells)
+    for w, by in levels.items():
+        lines += c3.sweep_section(f"{w.capitalize()} at each load level ("
+                                  + ", ".join(f"{lv} {r.get('rate_per_s')}/s"
+                                              for lv, r in by.items()) + ")",
+                                  [(float(i), r) for i, r in enumerate(by.values())])
+    if records:
+        lines += c3.decision_section(records)
+    phased = found.get("phased")
+    if phased:
+        lines += ["", f"## The phased trace (§5.5, Fig. 15; Routing, {phased['engines']} engines, "
+                  f"{len(phased['seeds'])} seeds)", "",
+                  "Mean latency (simulated s) per phase and over the trace: " + ", ".join(
+                      f"{p['name']} {p['rate']:g}/s × {p['workflows']}"
+                      + (f" ({p['repeats']:.0%} exact repeats)" if p["repeats"] else "")
+                      for p in phased["phases"]) + "; then Action 0's share of branches opened "
+                  "and the break-even threshold (candidate-set mean, phase median).", "",
+                  *phased_table(phased)]
+    lines += c3.acceptance_section(checks)
+    study = {"sweeps": {w: [{"x": x, "result": r} for x, r in cells]
+                        for w, cells in sweeps.items()},
+             "levels": {w: {lv: {"rate_per_s": r.get("rate_per_s"),
+                                 "load_level": r.get("load_level")} for lv, r in by.items()}
+                        for w, by in levels.items()},
+             "decision_records": dict(records), "phased": phased, "acceptance": checks}
+    if found.get("idle"):
+        study["idle"] = found["idle"]
+    return study, "\n".join(lines) + "\n"
 
 
 def _plotted(result: dict[str, Any]) -> dict[str, Any]:
@@ -305,7 +443,7 @@ def _label(results: list[dict[str, Any]]) -> str:
 
 def print_summary(report: dict[str, Any], out: Path) -> None:
     """The summary table on stdout, then where the report is."""
-    print(f"{'workload':<9} {'load':<6} {'profile':<7} {'seeds':>5}  " + "  ".join(
+    print(f"{'workload':<9} {'load':<9} {'profile':<7} {'seeds':>5}  " + "  ".join(
         f"{a:>7}" for a in arm_order(report["results"])) + f"  {'oracle':>7}  stalls")
     for r in report["results"]:
         if "arms" not in r:
@@ -313,7 +451,7 @@ def print_summary(report: dict[str, Any], out: Path) -> None:
         ratios = "  ".join(f"{r['arms'][a]['ratio_to_floor']:>7.3f}" if a in r["arms"]
                            else f"{'-':>7}" for a in arm_order(report["results"]))
         oracle = r.get("oracle", {}).get("full_over_floor")
-        print(f"{r['workload']:<9} {r['load']:<6} {r.get('profile', 'data'):<7} "
+        print(f"{r['workload']:<9} {r['load']:<9} {r.get('profile', 'data'):<7} "
               f"{len(r.get('seeds', [0])):>5}  {ratios}  "
               f"{oracle if oracle is not None else '-':>7}  "
               f"{sum(r.get('stalls', {}).values())}")
@@ -323,6 +461,8 @@ def print_summary(report: dict[str, Any], out: Path) -> None:
     for name, worst in report.get("worst_envelope_regret", {}).items():
         print(f"worst envelope regret over {SWEEP_TITLES.get(name, name)}: " + "; ".join(
             f"{arm} {regret_text(w)} at {w['x']:g}" for arm, w in worst.items()))
+    for check in (report.get("c3") or {}).get("acceptance", ()):
+        print(f"C3 {'met' if check['ok'] else 'NOT MET'}: {check['check']} — {check['detail']}")
     print(f"report: {out / 'summary.md'} (plots and report.json beside it)")
 
 
@@ -331,15 +471,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dynbranch report", description=(
         "Run the experiment matrix (workloads × arms × loads × seeds) on the simulated engine "
         "and write the report: JSON, plots and a Markdown summary."))
-    parser.add_argument("--full", action="store_true",
-                        help="48 workflows x 5 seeds per cell at low and high load, a serial "
-                             "loop, every arm, both recurrence profiles, the λ and "
-                             "replay-rate sweeps, and the LADS bench in full (default: the "
-                             "quick matrix, 24 workflows)")
+    parser.add_argument("--full", action="store_true", help=FULL_HELP)
+    parser.add_argument("--only", choices=["c3"], help=ONLY_HELP)
     parser.add_argument("--out", default=".dynbranch/report", help="report folder")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    report = run_matrix("full" if args.full else "quick", out)
+    if args.only == "c3":
+        report = run_c3_only(out)
+    else:
+        report = run_matrix("full" if args.full else "quick", out)
     print_summary(report, out)
     return 1 if report["failures"] else 0
 

@@ -128,6 +128,45 @@ def figure14(by_rate: Sequence[tuple[float, dict[str, Any]]], path: Path, title:
     return _save(fig, path)
 
 
+#: The sweep figure's arms, in the legend's order.
+SWEEP_ARMS = ("c1", "fixed1", "fixed", "always", "load_threshold", "full")
+
+
+def figure_sweep(cells: Sequence[tuple[float, dict[str, Any]]], path: Path, title: str) -> Path:
+    """Fig. 14's shape with the fixed fan-outs: full/floor against λ per arm with its 95% CI,
+    the envelope (best fixed K per λ) dashed; fills issued per workflow on the right."""
+    rates = [x for x, _ in cells]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.0, 3.6))
+    for arm in SWEEP_ARMS:
+        rows = [(x, r["arms"][arm]) for x, r in cells if arm in r["arms"]]
+        if not rows:
+            continue
+        xs = [x for x, _ in rows]
+        ys = [a["ratio_to_floor"] for _, a in rows]
+        lo = [max(y - (a.get("ratio_ci95") or (y, y))[0], 0.0) for y, (_, a) in zip(ys, rows,
+                                                                              strict=True)]
+        hi = [max((a.get("ratio_ci95") or (y, y))[1] - y, 0.0) for y, (_, a) in zip(ys, rows,
+                                                                              strict=True)]
+        style = {"linewidth": 2.2} if arm == "full" else {"linewidth": 1.0}
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=2,
+                    label="priced (full)" if arm == "full" else arm, **style)
+        bx.plot(xs, [a["fills_issued"] for _, a in rows], marker="o", markersize=3,
+                label=arm, **style)
+    envelope = [(x, b["ratio_to_floor"]) for x, r in cells if (b := r.get("best_fixed_k"))]
+    if envelope:
+        ax.plot([x for x, _ in envelope], [y for _, y in envelope], "k--", linewidth=1,
+                label="envelope (best fixed K)")
+    for axis in (ax, bx):
+        axis.set_xscale("log")
+        axis.set_xticks(rates, [f"{x:g}" for x in rates])
+        axis.set_xlabel("arrival rate λ (workflows/s)")
+    ax.set_ylabel("mean latency / floor")
+    bx.set_ylabel("fills issued per workflow")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 #: The LADS figure's arms, left to right (the sweep appears as its best TTL).
 LADS_ARMS = ("fifo", "size_first", "cache_first", "tail_aware", "ttl_simple", "ttl_continuum",
              "ttl_best", "lads_no_turnover", "lads", "lads_program_fcfs", "lads_unbudgeted",

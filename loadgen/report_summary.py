@@ -104,7 +104,7 @@ def _cells(results: Sequence[dict[str, Any]], workload: str, serial: bool, low: 
             continue
         if r.get("profile", "data") != "data":
             continue
-        if not serial and low and r.get("load", "low") != "low":
+        if not serial and low and r.get("load", "idle") not in ("low", "idle"):
             continue
         out.append(r)
     return out

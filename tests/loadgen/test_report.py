@@ -55,7 +55,8 @@ def test_the_matrices_cover_every_workload_on_both_profiles() -> None:
     assert {(w, p) for w, _, p in quick if p == "paper"} == {("routing", "paper"),
                                                               ("react", "paper")}
     full = cells("full")
-    assert len(full) == 6 * 3  # (4 data + 2 paper) x (low, high, serial)
+    assert len(full) == 6 * 4  # (4 data + 2 paper) x (idle, busy, saturated, serial)
+    assert {load for _, load, _ in quick} == {"idle"}
     assert {w for w, load, _ in full if load == "serial"} == {"routing", "react", "subagent",
                                                               "hci"}
 
@@ -166,3 +167,34 @@ def test_a_sweep_reports_each_arms_envelope_regret_and_its_worst_case(tmp_path: 
     assert "## Envelope regret: Routing across λ" in summary
     assert ("| full | -0.002 [-0.012, +0.008] | +0.026 [+0.016, +0.036] "
             "| +0.026 [+0.016, +0.036] at 8 |") in summary
+
+
+def test_the_c3_study_writes_its_sweep_records_phased_trace_and_acceptance(tmp_path: Path
+                                                                         ) -> None:
+    def cell(rate: float, full: float) -> dict:
+        r = result("routing", 0, full)
+        r["rate_per_s"], r["seeds"], r["workflows"] = rate, [0, 1], 48
+        for name, ratio in (("c1", 0.9), ("fixed1", 0.7), ("fixed", 0.75), ("always", 0.8),
+                            ("load_threshold", 0.85)):
+            r["arms"][name] = {**r["arms"]["floor"], "ratio_to_floor": ratio,
+                               "fills_issued": 1.0, "fills_discarded": 0.2,
+                               "envelope_regret": {"diff": ratio - 0.7, "low": 0, "high": 0}}
+        r["arms"]["full"].update(fills_discarded=0.3, envelope_regret={
+            "diff": full - 0.7, "low": full - 0.71, "high": full - 0.69})
+        r["arms"]["floor"].update(fills_discarded=0.0)
+        r["best_fixed_k"] = {"arm": "fixed1", "k": 1, "ratio_to_floor": 0.7}
+        return r
+
+    from loadgen.report import c3_figures
+
+    found = {"sweeps": {"routing": [(0.8, cell(0.8, 0.69)), (8.0, cell(8.0, 0.74))]},
+             "levels": {}, "idle": {}, "phased": None}
+    plots = c3_figures(found, tmp_path, "t")
+    report = write_report("c3", [], [], tmp_path, 1.0, plots, {}, found)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Routing across λ (workflows/s): full/floor across λ" in summary
+    assert "| envelope (best fixed K) | fixed1 0.700 | fixed1 0.700 |" in summary
+    assert "| full | 1.50 / 0.30 | 1.50 / 0.30 |" in summary  # fills issued / discarded
+    assert "| routing: priced − envelope <= +0.01 at every load | NO |" in summary  # 8/s: +0.04
+    assert report["c3"]["acceptance"] and "routing 8/s" in report["c3"]["decision_records"]
+    assert all((tmp_path / p.name).stat().st_size > 1000 for p in plots)

@@ -1,0 +1,352 @@
+"""C3 from idle to saturation (issue 37): the λ sweep of every fixed fan-out, the static rule and
+priced admission on Routing and ReAct, the load levels, and what the report says about them.
+
+The sweep (the paper's Fig. 14 shape, with the fixed fan-outs beside priced): per workload and
+rate, one ``bench arms`` cell on four engines of the virtual mesh with ``SWEEP_SEEDS`` seeds, 48
+workflows per seed and more at high rates (``load_levels.workflows_at``), under the floor, C1
+alone (K = 0), top 1, top 2, every candidate, the paper's static rule and priced admission. Each
+cell gives full/floor with its CI, the envelope (the best fixed K there) and each arm's regret
+against it, fills issued and discarded per workflow, and the decision record
+(``decision_record``). ``acceptance`` checks issue 37's criteria on those cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from loadgen.envelope import regret_text, worst_regret
+
+SWEEP_WORKLOADS = ("routing", "react")
+SWEEP_RATES = (0.8, 2.0, 4.0, 8.0, 16.0)
+#: The arms of a sweep cell (the floor is always added): every fixed fan-out but top 3, the
+#: paper's static rule, priced admission.
+SWEEP_ARMS = ("c1", "fixed1", "fixed", "always", "load_threshold", "full")
+SWEEP_SEEDS = 5
+SWEEP_ENGINES = 4
+
+
+def run_cell(workload: str, rate: float | None = None, *, load: str | None = None,
+             seeds: int = SWEEP_SEEDS, arms: Sequence[str] = SWEEP_ARMS,
+             workflows: int | None = None, quiet: bool = True) -> dict[str, Any]:
+    """One sweep cell: ``bench arms`` (full mode, four engines) at ``rate`` or a load level."""
+    from loadgen.bench.arms import run
+
+    options: dict[str, Any] = {"arms": tuple(arms), "seeds": seeds, "engines": SWEEP_ENGINES}
+    if workflows:
+        options["workflows"] = workflows
+    if load is not None:
+        options["load"] = load
+    sink = io.StringIO() if quiet else None
+    with contextlib.redirect_stdout(sink) if sink is not None else contextlib.nullcontext():
+        return run(False, workload, rate=rate, **options)
+
+
+def run_sweep(workload: str, rates: Sequence[float] = SWEEP_RATES, *,
+              seeds: int = SWEEP_SEEDS,
+              on_cell: Callable[[float, dict[str, Any] | Exception], None] | None = None
+              ) -> list[tuple[float, dict[str, Any]]]:
+    """Every rate of the sweep for ``workload``; a failed cell is passed to ``on_cell`` and
+    left out."""
+    cells = []
+    for rate in rates:
+        try:
+            result = run_cell(workload, rate, seeds=seeds)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller, never averaged in
+            if on_cell is not None:
+                on_cell(rate, exc)
+            continue
+        cells.append((rate, result))
+        if on_cell is not None:
+            on_cell(rate, result)
+    return cells
+
+
+#: Counters an account's seeds add up.
+_SUMMED = ("branches", "opened", "offered", "admitted", "consumed")
+#: Medians an account gives per seed (the merged figure is their mean over seeds).
+_MEDIANS = ("cost_ms_median", "gain_ms_median", "break_even_median")
+
+
+def merge_accounts(accounts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Seeds' priced-controller accounts (``Ledger.summary``) as one: counts summed, medians
+    averaged over seeds, p̃ and its realised rates by rank weighted by their counts, and the
+    1.25x check redone on the merged table."""
+    from services.admission.ledger import STRICT_RANKS, within
+
+    accounts = [a for a in accounts if a]
+    if len(accounts) == 1:
+        return dict(accounts[0])
+    if "refused_by" in accounts[0]:  # the static rule: answers and refusals by cause
+        return {key: _sum_counts([a.get(key, {}) for a in accounts])
+                for key in ("gate", "refused_by")} | {"seeds": len(accounts)}
+    out: dict[str, Any] = {k: sum(a.get(k, 0) for a in accounts) for k in _SUMMED}
+    for key in ("gate", "not_admitted"):
+        out[key] = _sum_counts([a.get(key, {}) for a in accounts])
+    out["admitted_per_opened"] = round(out["admitted"] / out["opened"], 3) \
+        if out["opened"] else None
+    for key in _MEDIANS:
+        found = [a[key] for a in accounts if a.get(key) is not None]
+        out[key] = round(statistics.fmean(found), 4) if found else None
+    for key in ("p_tilde_by_rank_warm_strict", "p_tilde_by_rank"):
+        out[key] = _merge_ranks([a.get(key, {}) for a in accounts])
+    out["p_tilde_within_1_25x_warm_strict"] = within(out["p_tilde_by_rank_warm_strict"], 1.25,
+                                                     STRICT_RANKS)
+    out["warm_strict"] = accounts[0].get("warm_strict")
+    out["seeds"] = len(accounts)
+    return out
+
+
+def _sum_counts(counts: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    merged: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            merged[k] = merged.get(k, 0) + v
+    return dict(sorted(merged.items()))
+
+
+#: Per rank: each rate and the count it is over (``ledger.by_rank``).
+_RATES = {"p_tilde": "admitted", "useful": "admitted", "pi_sel": "offered",
+          "selected": "offered", "pi_use": "selected_admitted", "used": "selected_admitted"}
+
+
+def _merge_ranks(tables: Sequence[Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for rank in sorted({r for t in tables for r in t}, key=int):
+        rows = [t[rank] for t in tables if rank in t]
+        merged: dict[str, Any] = {n: sum(r.get(n) or 0 for r in rows)
+                                  for n in ("admitted", "offered", "selected_admitted")}
+        for rate, count in _RATES.items():
+            weighted = [(r[rate], r.get(count) or 0) for r in rows if r.get(rate) is not None]
+            total = sum(w for _, w in weighted)
+            merged[rate] = round(sum(v * w for v, w in weighted) / total, 4) if total else None
+        out[rank] = merged
+    return out
+
+
+def decision_record(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Why each admission arm of a cell did what it did (issue 37, item 6): per arm the fills
+    issued and discarded per workflow and the engines' load; for the priced arm its Action 0
+    answers by rule, Action 1's refusals by cause, candidates admitted per opened branch, the
+    median price C beside the measured marginal cost of a fill, the median gain G and
+    break-even p*, and p̃ against its realised rate by rank (``ledger``); for the static rule
+    its answers by cause."""
+    arms = result.get("arms", {})
+    record: dict[str, Any] = {"marginal_fill_cost_s": result.get("marginal_fill_cost_s"),
+                              "rate_per_s": result.get("rate_per_s"), "arms": {}}
+    for name, arm in arms.items():
+        row: dict[str, Any] = {k: arm.get(k) for k in ("fills_issued", "fills_consumed",
+                                                        "fills_discarded", "branches_opened")}
+        row["engine_load"] = arm.get("engine_load", {})
+        account = arm.get("admission") or {}
+        if "per_seed" in account:
+            account = merge_accounts(account["per_seed"])
+        if account:
+            row["account"] = account
+        record["arms"][name] = row
+    return record
+
+
+# -- the report's tables -------------------------------------------------------------------------
+
+def _ratio(arm: Mapping[str, Any] | None) -> str:
+    if not arm or arm.get("ratio_to_floor") is None:
+        return "—"
+    ci = arm.get("ratio_ci95")
+    return f"{arm['ratio_to_floor']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]]) -> list[str]:
+    """Markdown: full/floor [95% CI] per arm and rate, the envelope, fills issued / discarded
+    per workflow, each arm's envelope regret and its worst case over the sweep."""
+    if not cells:
+        return []
+    arms = [a for a in cells[0][1]["arms"] if a != "floor"]
+    head = " | ".join(f"{x:g}/s" for x, _ in cells)
+    lines = ["", f"## {title}: full/floor across λ", "",
+             f"{cells[0][1].get('engines')} engines, {len(cells[0][1].get('seeds', []))} seeds "
+             "per cell; workflows per seed: " + ", ".join(
+                 f"{r.get('workflows')} at {x:g}/s" for x, r in cells)
+             + ". Floor mean latency (s): " + ", ".join(
+                 f"{r['arms']['floor']['mean_s']:.1f}" for _, r in cells) + ".", "",
+             f"| arm | {head} |", "|---|" + "---|" * len(cells)]
+    for arm in arms:
+        lines.append(f"| {arm} | " + " | ".join(_ratio(r["arms"].get(arm)) for _, r in cells)
+                     + " |")
+    lines.append("| envelope (best fixed K) | " + " | ".join(
+        f"{b['arm']} {b['ratio_to_floor']:.3f}" if (b := r.get("best_fixed_k")) else "—"
+        for _, r in cells) + " |")
+    lines += ["", "Fills issued / discarded per workflow:", "", f"| arm | {head} |",
+              "|---|" + "---|" * len(cells)]
+    for arm in arms:
+        lines.append(f"| {arm} | " + " | ".join(
+            f"{a['fills_issued']:.2f} / {a['fills_discarded']:.2f}"
+            if (a := r["arms"].get(arm)) else "—" for _, r in cells) + " |")
+    worst = worst_regret(cells)
+    lines += ["", "Envelope regret (an arm's full/floor minus the best fixed K's there, paired "
+              "95% CI clustered by seed) and its worst case over the sweep:", "",
+              f"| arm | {head} | worst |", "|---|" + "---|" * (len(cells) + 1)]
+    for arm in arms:
+        w = worst.get(arm)
+        lines.append(f"| {arm} | " + " | ".join(
+            regret_text(r["arms"].get(arm, {}).get("envelope_regret")) or "—"
+            for _, r in cells) + " | " + (f"{regret_text(w)} at {w['x']:g}" if w else "—")
+            + " |")
+    return lines
+
+
+def decision_section(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Markdown: the decision record of priced admission per cell (``decision_record``)."""
+    lines = ["", "## Why priced admission did what it did (decision record)", "",
+             "Per cell: Action 0's answers by rule (cold, cold_bounded, priced, audit, refused), "
+             "Action 1's candidates left out by cause, candidates admitted per opened branch, the "
+             "median price C against the measured marginal cost of a fill (top 2 against top 1, "
+             "`marginal_fill_cost_s`), the median gain G and break-even p*, p̃ against the "
+             "realised useful rate for ranks 0–2 after 48 warm branches (within 1.25x?), and "
+             "what the engines felt under priced (mean decode-step time, canonical sequences "
+             "running, waiting, KV in use per engine).", "",
+             "| cell | Action 0 | Action 1 left out | admitted / opened | C median ms | "
+             "marginal fill cost ms | G median ms | p* median | p̃ / useful by rank 0, 1, 2 | "
+             "within 1.25x | step ms | running | waiting | KV |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for label, record in rows:
+        full = record["arms"].get("full", {})
+        acc = full.get("account", {})
+        load = full.get("engine_load", {})
+        ranks = acc.get("p_tilde_by_rank_warm_strict", {})
+        pt = ", ".join(f"{r['p_tilde']:.2f}/{r['useful']:.2f}" if r.get("p_tilde") is not None
+                       and r.get("useful") is not None else "—"
+                       for k in ("0", "1", "2") if (r := ranks.get(k)))
+        marginal = record.get("marginal_fill_cost_s")
+        lines.append(
+            f"| {label} | {_counts(acc.get('gate', {}))} | {_counts(acc.get('not_admitted', {}))}"
+            f" | {_num(acc.get('admitted_per_opened'), 2)} | {_num(acc.get('cost_ms_median'), 0)}"
+            f" | {_num(None if marginal is None else 1000 * marginal, 0)}"
+            f" | {_num(acc.get('gain_ms_median'), 0)} | {_num(acc.get('break_even_median'), 3)}"
+            f" | {pt or '—'} | {_yes(acc.get('p_tilde_within_1_25x_warm_strict'))}"
+            f" | {_num(load.get('step_ms'), 1)} | {_num(load.get('running'), 1)}"
+            f" | {_num(load.get('waiting'), 1)} | {_pct(load.get('kv_used'))} |")
+    return lines
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "—"
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _yes(x: bool | None) -> str:
+    return {None: "—", True: "yes", False: "NO"}[x]
+
+
+# -- acceptance (issue 37, item 5) ---------------------------------------------------------------
+
+#: Most priced may trail the envelope at any load; least its worst-case regret must undercut
+#: every fixed K's and the static rule's by.
+WITHIN_ENVELOPE = 0.01
+WORST_MARGIN = 0.02
+COMPARED = ("c1", "fixed1", "fixed", "always", "load_threshold")
+
+
+def _regret(result: Mapping[str, Any], arm: str) -> float | None:
+    found = result.get("arms", {}).get(arm, {}).get("envelope_regret")
+    return None if found is None else found["diff"]
+
+
+def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
+               levels: Mapping[str, Mapping[str, Mapping[str, Any]]],
+               idle: Mapping[str, Mapping[str, Any]],
+               phased: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Issue 37's criteria on the cells that ran, each {check, ok, detail}; a criterion whose
+    cells did not run is reported as not met (ok False, "not run")."""
+    checks: list[dict[str, Any]] = []
+
+    def add(check: str, ok: bool, detail: str) -> None:
+        checks.append({"check": check, "ok": bool(ok), "detail": detail})
+
+    for workload in SWEEP_WORKLOADS:
+        cells = [(f"{x:g}/s", r) for x, r in sweeps.get(workload, ())] + [
+            (level, r) for level, r in levels.get(workload, {}).items()]
+        found = [(label, _regret(r, "full")) for label, r in cells]
+        worst = max((d for _, d in found if d is not None), default=None)
+        add(f"{workload}: priced − envelope <= +{WITHIN_ENVELOPE} at every load",
+            worst is not None and worst <= WITHIN_ENVELOPE,
+            "; ".join(f"{label} {d:+.3f}" for label, d in found if d is not None) or "not run")
+        cells_sweep = list(sweeps.get(workload, ()))
+        if not cells_sweep:
+            add(f"{workload}: worst-case regret {WORST_MARGIN} below every fixed K and static",
+                False, "not run")
+            continue
+        worst_by = worst_regret(cells_sweep)
+        mine = worst_by.get("full")
+        others = {a: w for a, w in worst_by.items() if a in COMPARED}
+        margin_ok = mine is not None and all(mine["diff"] <= w["diff"] - WORST_MARGIN
+                                             for w in others.values())
+        # the paired CI at each rival's arg-max rate: priced minus that rival there
+        ci_ok, parts = True, []
+        for arm, w in others.items():
+            cell = dict(cells_sweep)[w["x"]]
+            d = cell["arms"]["full"].get("vs_baselines", {}).get(arm)
+            excl = d is not None and d["high"] < 0
+            ci_ok = ci_ok and (excl or w["diff"] <= 0)
+            parts.append(f"{arm} worst {w['diff']:+.3f} at {w['x']:g}/s"
+                         + (f" (priced − {arm} there {d['diff']:+.3f} [{d['low']:+.3f}, "
+                            f"{d['high']:+.3f}])" if d else ""))
+        add(f"{workload}: priced's worst-case regret at least {WORST_MARGIN} below every fixed K "
+            "and the static rule's, CI at each one's arg-max excluding zero",
+            margin_ok and ci_ok,
+            (f"priced worst {mine['diff']:+.3f} at {mine['x']:g}/s; " if mine else "")
+            + "; ".join(parts))
+        for level in ("busy", "saturated"):
+            r = levels.get(workload, {}).get(level)
+            if r is None:
+                add(f"{workload} {level}: priced beats load_threshold, fewer fills than fixed",
+                    False, "not run")
+                continue
+            d = r["arms"]["full"].get("vs_baselines", {}).get("load_threshold")
+            fills = (r["arms"]["full"]["fills_issued"], r["arms"]["fixed"]["fills_issued"])
+            add(f"{workload} {level}: priced beats load_threshold (CI excluding zero) and "
+                "issues fewer fills than fixed",
+                d is not None and d["high"] < 0 and fills[0] < fills[1],
+                (f"priced − load_threshold {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+                 if d else "no comparison") + f"; fills/workflow {fills[0]:.2f} vs {fills[1]:.2f}")
+    for workload in ("subagent", "hci"):
+        r = idle.get(workload)
+        d = _regret(r, "full") if r else None
+        add(f"{workload} idle: priced within {WITHIN_ENVELOPE} of the envelope",
+            d is not None and d <= WITHIN_ENVELOPE,
+            "not run" if r is None else f"regret {d:+.3f}" if d is not None else "no envelope")
+    if phased is None:
+        add("phased trace: priced lowest mean, below static and always", False, "not run")
+    else:
+        vs = phased["priced_vs"]
+        add(f"phased trace ({len(phased['seeds'])} seeds): priced has the lowest mean latency, "
+            "below static and always", phased["lowest_mean"] == "full"
+            and all(vs.get(a, {}).get("diff", 1) < 0 for a in ("load_threshold", "always")),
+            f"lowest {phased['lowest_mean']}; " + "; ".join(
+                f"vs {a} {v['relative']:+.1%} ({v['diff']:+.3f} [{v['low']:+.3f}, "
+                f"{v['high']:+.3f}] of the floor)" for a, v in vs.items()))
+    return checks
+
+
+def acceptance_section(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Markdown: each criterion, met or not, with its figures."""
+    if not checks:
+        return []
+    return ["", "## Issue 37 acceptance on this run", "", "| criterion | met | figures |",
+            "|---|---|---|"] + [f"| {c['check']} | {'yes' if c['ok'] else 'NO'} | "
+                               f"{c['detail']} |" for c in checks]
+
+
+__all__ = ["SWEEP_ARMS", "SWEEP_ENGINES", "SWEEP_RATES", "SWEEP_SEEDS", "SWEEP_WORKLOADS",
+           "acceptance", "acceptance_section", "decision_record", "decision_section",
+           "merge_accounts", "run_cell", "run_sweep", "sweep_section"]
