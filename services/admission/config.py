@@ -42,8 +42,8 @@ class AdmissionSettings(ServiceSettings):
         "the paper's 3 of 4 (1 of 2, 6 of 8)"))
     free_canonical: int = Field(FREE_CANONICAL, ge=0, description=(
         "load_threshold: canonical requests (running sequences that are not fills, plus "
-        "waiting ones) an engine may hold and still count as a free worker; 0: free means "
-        "serving no canonical request, so a fill placed there delays none"))
+        "waiting ones) an engine may hold and still count as a free worker; 4: a 32B/H200 "
+        "decode step within 10% of a lone sequence's (0: free means no canonical request)"))
     max_queue: int = Field(MAX_QUEUE, ge=0, description=(
         "load_threshold: most requests waiting over all of the model's engines (the paper's "
         "queue depth, 2)"))
@@ -74,6 +74,9 @@ class AdmissionSettings(ServiceSettings):
         "prompt token (same command)"))
     default_gain_ms: float = Field(_C.default_gain_ms, ge=0.0, description=(
         "prior of the execution a consumed fill saves, until outcomes are reported (ms)"))
+    gain_prior_weight: float = Field(_C.gain_prior_weight, ge=0.0, description=(
+        "pseudo-observations of a realised/projected gain ratio of 1 the learned ratio starts "
+        "from (0: the first consumed fills alone set it)"))
     fill_kv_blocks: int = Field(_C.fill_kv_blocks, ge=0, description=(
         "KV blocks a fill is priced and reserved at when the gateway sends no token estimate"))
     fill_share: float = Field(FILL_SHARE, gt=0.0, le=1.0,

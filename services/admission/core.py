@@ -5,13 +5,15 @@ baseline policies it is compared with.
 (``generation_gate``, Action 0), and the fill gate (``fill_gate``, Action 1) priced by
 ``pricing``. Its estimates, all learned online from ``report``:
 
-- p̃_s = π̃_sel x π̄_use: a Beta upper quantile of "the branch selects this candidate",
-  conditioned on the bin of the predictor's probability (on the rank when it gives none:
-  ``selection_key``; prior Beta(w p, w (1 - p)): the predictor's probability as
-  ``prior_weight`` pseudo-counts, no uniform floor) times the posterior mean of "an admitted,
-  selected fill is used in time" (per class);
+- p̃_s = π̃_sel x π̄_use: a quantile of the Beta posterior of "the branch selects this
+  candidate" (the median by default: ``ControllerSettings.selection_quantile``), conditioned on
+  the bin of the predictor's probability (on the rank when it gives none: ``selection_key``;
+  prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
+  candidates were selected against what it predicted for them, as ``prior_weight``
+  pseudo-counts, no uniform floor) times the posterior mean of "an admitted, selected fill is
+  used in time" (per class);
 - G_s: the execution a consumed fill saves: the gateway's projection (``est_gain_s``, capped by
-  the window) times the class's realised/projected ratio, else the class's realised mean, else
+  the window) times the class's realised/projected ratio (shrunk towards 1), else the class's realised mean, else
   ``default_gain_ms`` — per pricing class (single- or multi-stage fills);
 - the footprint: the candidate's ``est_exec_s`` (or the class's mean fill cost), its KV blocks
   from its rendered prompt + max_tokens (``est_peak_tokens``) and the prompt it prefills.
@@ -120,13 +122,24 @@ class ControllerSettings:
     #: w_0,c: the class prior of Action 0's ridge model (ms; > 0 is optimistic).
     class_prior_ms: float = 1000.0
     audit_rate: float = 0.05
-    selection_quantile: float = 0.75
+    #: The quantile of the selection posterior p̃ takes. The paper's upper quantile buys no
+    #: exploration here: every predicted candidate's selection is observed once its branch
+    #: settles, admitted or not, so optimism would only bias p̃ upwards (issue 37: 0.75 priced
+    #: rank-1 candidates at 0.30 against a selection rate of 0.14, filling runners-up that
+    #: cost more than they saved under load). The median.
+    selection_quantile: float = 0.5
     #: Pseudo-counts of the predictor's probability in the selection's Beta prior (no uniform
     #: floor: Beta(w p, w (1 - p))).
     prior_weight: float = 4.0
     #: Beta prior of timely use given selection (successes, failures).
     usability_prior: tuple[float, float] = (2.0, 0.5)
     default_gain_ms: float = 2000.0
+    #: Pseudo-observations of a realised/projected gain ratio of 1 that the learned ratio
+    #: starts from: the first few consumed fills (often at low load, where a fill saves far less
+    #: than its window) do not collapse every later gain estimate.
+    gain_prior_weight: float = 4.0
+    #: Pseudo-counts (in probability units) of a calibration factor of 1 per rank.
+    calibration_weight: float = 2.0
     default_exec_s: float = 2.0
     #: KV blocks a fill is priced and reserved at when its tokens are unknown.
     fill_kv_blocks: int = 64
@@ -156,6 +169,12 @@ class _Mean:
 
 
 @dataclass(slots=True)
+class _Calibration:
+    selected: float = 0.0
+    predicted: float = 0.0
+
+
+@dataclass(slots=True)
 class _ClassStats:
     #: Selection posteriors by ``selection_key`` (the predictor's probability bin, or the rank).
     selection: dict[str, _Beta] = field(default_factory=dict)
@@ -166,6 +185,9 @@ class _ClassStats:
     gain_ratio: dict[str, _Mean] = field(default_factory=dict)
     cost_s: dict[str, _Mean] = field(default_factory=dict)
     consumption: float = 0.0  # exponentially weighted share of branches that consumed a fill
+    #: Per rank: how often its candidates were selected (total) against the predictor's
+    #: probabilities summed (n counts them in probability units: ``calibrated``).
+    calibration: dict[str, _Calibration] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -243,15 +265,29 @@ class PricedController:
         return b
 
     def selection_upper(self, st: _ClassStats, rank: int, probability: float) -> float:
-        """π̃_sel: the upper ``selection_quantile`` of the Beta posterior of the candidate's
-        ``selection_key``, whose prior is the predictor's probability as ``prior_weight``
-        pseudo-counts (no uniform floor)."""
+        """π̃_sel: the ``selection_quantile`` of the Beta posterior of the candidate's
+        ``selection_key``, whose prior is the predictor's probability, calibrated for its rank
+        (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor)."""
         beta = st.selection.get(selection_key(rank, probability), _Beta())
         w = self.settings.prior_weight
-        p = min(max(probability, 1e-3), 1.0 - 1e-3)
+        p = min(max(self.calibrated(st, rank, probability), 1e-3), 1.0 - 1e-3)
         a = w * p + beta.success
         b = w * (1.0 - p) + beta.failure
         return float(betaincinv(a, b, self.settings.selection_quantile))
+
+    def calibrated(self, st: _ClassStats, rank: int, probability: float) -> float:
+        """The predictor's probability scaled by how often its rank's candidates were selected
+        against what it predicted for them (shrunk towards 1 by ``calibration_weight``
+        pseudo-counts): the prior of each probability bin's posterior. A predictor whose
+        runners-up are chosen half as often as it says gets half the prior there, at once,
+        rather than after each bin has seen enough branches of its own."""
+        if probability <= 0:
+            return probability
+        cal = st.calibration.get(str(rank))
+        if cal is None:
+            return probability
+        w = self.settings.calibration_weight
+        return probability * (cal.selected + w) / (cal.predicted + w)
 
     def usability_mean(self, st: _ClassStats) -> float:
         """π̄_use: the posterior mean of timely use given selection."""
@@ -260,12 +296,15 @@ class PricedController:
         return a / (a + b) if a + b > 0 else 0.5
 
     def _gain_ms(self, st: _ClassStats, proposal: Proposal) -> float:
-        """Ĝ: the gateway's projection corrected by the class's realised/projected ratio, else
-        the class's realised mean, else the prior."""
+        """Ĝ: the gateway's projection corrected by the class's realised/projected ratio (its
+        mean shrunk towards 1 by ``gain_prior_weight`` pseudo-observations), else the class's
+        realised mean, else the prior."""
         key = proposal.pricing_class
-        ratio = st.gain_ratio.get(key, _Mean()).mean
         if proposal.est_gain_s > 0:
-            return proposal.est_gain_s * 1000.0 * (ratio if ratio is not None else 1.0)
+            learned = st.gain_ratio.get(key, _Mean())
+            w = self.settings.gain_prior_weight  # the projection taken at its word, w times
+            return proposal.est_gain_s * 1000.0 * (learned.total + w) / (learned.n + w) \
+                if learned.n + w > 0 else proposal.est_gain_s * 1000.0
         learned = st.gain_ms.get(key, _Mean()).mean
         return learned if learned is not None else self.settings.default_gain_ms
 
@@ -306,7 +345,7 @@ class PricedController:
                     max(v.pressure - 1.0, 0.0) * v.slots_per_engine, fills / engines)
         decision = self.gate.decide(cls, branch_id, x)
         if decision.kind != "known":
-            self.ledger.opened(branch_id, cls, decision.kind, self.gate.classes[cls].n)
+            self.ledger.opened(branch_id, cls, decision.kind, self.gate.classes[cls].n, now)
         if decision.open:
             self._branch(branch_id, coordinate, cls, model).bounded = decision.bounded
         return decision
@@ -340,6 +379,9 @@ class PricedController:
         chosen = decision.admitted
         if b.bounded:  # a cold branch beyond the trials in flight: bounded fan-out
             chosen = chosen[: self.settings.cold_fanout]
+        self.ledger.refused("infeasible", len(decision.infeasible))
+        self.ledger.refused("priced_out", len(decision.refused) - len(decision.infeasible))
+        self.ledger.refused("cold_bounded", len(decision.admitted) - len(chosen))
         if self.settings.max_snapshots and candidates and not any(a.audit for a in chosen):
             self.snapshots.append(Snapshot(tuple(candidates), v, pricing,
                                            tuple(a.name for a in chosen),
@@ -379,10 +421,15 @@ class PricedController:
             st = self._stats(b.branch_class)
             for p in b.proposals:
                 beta = st.selection.setdefault(selection_key(p.rank, p.probability), _Beta())
-                if p.candidate == outcome.selected:
+                chosen = p.candidate == outcome.selected
+                if chosen:
                     beta.success += 1
                 else:
                     beta.failure += 1
+                if p.probability > 0:
+                    cal = st.calibration.setdefault(str(p.rank), _Calibration())
+                    cal.selected += float(chosen)
+                    cal.predicted += p.probability
             self.settled[outcome.branch_id] = b
             while len(self.settled) > self.settings.max_branches:
                 self.settled.popitem(last=False)
@@ -432,6 +479,10 @@ class PricedController:
         """The per-branch figures of ``ledger`` (``Ledger.summary``)."""
         return self.ledger.summary()
 
+    def decisions(self) -> list[tuple[float, bool, float | None]]:
+        """Action 0's answers in order: (time, opened, mean break-even p*) (``Ledger``)."""
+        return self.ledger.timeline()
+
     # -- learned state across restarts -----------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
@@ -454,7 +505,9 @@ class PricedController:
                     gain_ms={k: _Mean(**v) for k, v in raw["gain_ms"].items()},
                     gain_ratio={k: _Mean(**v) for k, v in raw["gain_ratio"].items()},
                     cost_s={k: _Mean(**v) for k, v in raw["cost_s"].items()},
-                    consumption=float(raw["consumption"]))
+                    consumption=float(raw["consumption"]),
+                    calibration={k: _Calibration(**v)
+                                 for k, v in raw.get("calibration", {}).items()})
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise InvalidArgument(f"state.classes.{name}",
                                       f"not a class record: {exc}") from None

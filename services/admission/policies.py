@@ -28,6 +28,7 @@ def _priced(s: Any, tracker: LoadTracker) -> AdmissionPolicy:
         ControllerSettings(window_s=s.window_s, n0=s.n0, cold_fanout=s.cold_fanout,
                            class_prior_ms=s.class_prior_ms, audit_rate=s.audit_rate, seed=s.seed,
                            default_gain_ms=s.default_gain_ms, fill_kv_blocks=s.fill_kv_blocks,
+                           gain_prior_weight=s.gain_prior_weight,
                            max_snapshots=s.max_snapshots))
 
 

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.admission.baselines import (
+    FREE_CANONICAL,
     AlwaysPolicy,
     LoadThresholdPolicy,
     StaticRule,
@@ -43,13 +44,13 @@ def test_baselines_answer_the_same_calls() -> None:
 
 
 def test_three_of_four_free_workers_open_and_two_do_not() -> None:
-    busy = (1, 0, 0)  # one canonical request running
-    assert opens(engines((0, 0, 0), (0, 0, 0), (0, 0, 0), busy))
+    busy = (FREE_CANONICAL + 1, 0, 0)  # one canonical request past a free worker's
+    assert opens(engines((FREE_CANONICAL, 0, 0), (0, 0, 0), (0, 0, 0), busy))
     assert not opens(engines((0, 0, 0), (0, 0, 0), busy, busy))
     # a worker running only fills delays no canonical request: it is free
-    assert opens(engines((5, 5, 0), (0, 0, 0), (0, 0, 0), busy))
-    # a waiting request makes its engine busy
-    assert not opens(engines((0, 0, 0), (0, 0, 0), (0, 0, 1), busy))
+    assert opens(engines((9, 9, 0), (0, 0, 0), (0, 0, 0), busy))
+    # a waiting request counts against its engine too
+    assert not opens(engines((0, 0, 0), (0, 0, 0), (FREE_CANONICAL, 0, 1), busy))
 
 
 def test_a_queue_of_two_opens_and_three_refuses() -> None:
@@ -58,13 +59,15 @@ def test_a_queue_of_two_opens_and_three_refuses() -> None:
 
 
 def test_the_thresholds_are_settings() -> None:
-    one_busy = engines((1, 0, 0), (1, 0, 0), (0, 0, 0), (0, 0, 0))
+    one_busy = engines((5, 0, 0), (5, 0, 0), (0, 0, 0), (0, 0, 0))
     assert not opens(one_busy)
-    assert opens(one_busy, StaticRule(free_canonical=1))  # one canonical request still free
+    assert opens(one_busy, StaticRule(free_canonical=5))  # five canonical requests still free
+    assert not opens(engines((1, 0, 0), (1, 0, 0), (0, 0, 0), (0, 0, 0)),
+                     StaticRule(free_canonical=0))  # the strict reading: none at all
     assert opens(one_busy, StaticRule(free_workers=0.5))  # 2 of 4 suffice
     assert StaticRule().needed(4) == 3 and StaticRule().needed(8) == 6  # floor(0.75 n)
     assert StaticRule().needed(2) == 1 and StaticRule(free_workers=0.1).needed(4) == 1
-    assert opens(engines((1, 0, 0), (0, 0, 0)))  # two engines: 1 of 2 free suffices
+    assert opens(engines((5, 0, 0), (0, 0, 0)))  # two engines: 1 of 2 free suffices
     policy = build_policy(AdmissionSettings(policy="load_threshold", free_workers=0.5,
                                             free_canonical=1, max_queue=0), LoadTracker())
     assert isinstance(policy, LoadThresholdPolicy)
@@ -72,7 +75,7 @@ def test_the_thresholds_are_settings() -> None:
 
 
 def test_every_refusal_is_counted_by_cause() -> None:
-    policy = LoadThresholdPolicy(engines((2, 0, 0), (2, 0, 0), (0, 0, 0), (0, 0, 0)))
+    policy = LoadThresholdPolicy(engines((5, 0, 0), (5, 0, 0), (0, 0, 0), (0, 0, 0)))
     decision = policy.open_branch("b", "c", "", MODEL, NOW)
     assert not decision.open and "2 of 4 engines free (need 3)" in decision.reason
     policy.tracker = engines((0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0))
@@ -91,3 +94,11 @@ def test_the_static_settings_refuse_values_out_of_range(key: str, value: float) 
         AdmissionSettings(policy="load_threshold", **{key: value})
     with pytest.raises(InvalidArgument, match=key):
         StaticRule(**{key: value})  # type: ignore[arg-type]
+
+
+def test_the_static_rule_keeps_its_answers_timed_for_a_runs_record() -> None:
+    policy = LoadThresholdPolicy(engines((0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0)))
+    assert policy.open_branch("b1", "c", "", MODEL, NOW).open
+    policy.tracker = engines((5, 0, 0), (5, 0, 0), (0, 0, 0), (0, 0, 0))
+    assert not policy.open_branch("b2", "c", "", MODEL, NOW + 1).open
+    assert policy.decisions() == [(NOW, True, None), (NOW + 1, False, None)]

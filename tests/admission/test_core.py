@@ -12,6 +12,7 @@ from services.admission.core import (
     ControllerSettings,
     PricedController,
     Proposal,
+    _Mean,
     selection_key,
 )
 from services.admission.generation_gate import GenerationGate, context
@@ -298,3 +299,31 @@ async def test_the_admission_service_keeps_what_it_learned_across_a_restart(
     assert restored.stats["acme/r/router"] == learned.stats["acme/r/router"]
     await second.start()
     await second.shutdown()
+
+
+def test_action_1_counts_what_it_left_out_by_cause_and_times_action_0() -> None:
+    c = PricedController(tracker_at(running=4),
+                         settings=ControllerSettings(audit_rate=0.0, n0=1, cold_fanout=1))
+    c.open_branch("b1", "r/router", "", MODEL, 100.0)
+    c.open_branch("b2", "r/router", "", MODEL, 101.0)  # bounded: b1 still in flight
+    offered = proposals()
+    c.admit("b2", "r/router", offered, MODEL, 101.0)
+    left = c.account()["not_admitted"]
+    assert left.get("cold_bounded", 0) >= 1
+    assert sum(left.values()) == len(offered) - 1  # one admitted, the rest counted by why
+    assert [(at, opened) for at, opened, _ in c.decisions()] == [(100.0, True), (101.0, True)]
+
+
+def test_the_learned_gain_ratio_starts_from_the_projection_and_moves_with_evidence() -> None:
+    def gain(weight: float, ratios: list[float]) -> float:
+        c = PricedController(tracker_at(running=4), settings=ControllerSettings(
+            audit_rate=0.0, gain_prior_weight=weight))
+        st = c._stats("k")
+        for r in ratios:
+            st.gain_ratio.setdefault("single", _Mean()).add(r)
+        return c._gain_ms(st, Proposal("h", 0, 0.5, est_exec_s=4.0, est_gain_s=10.0))
+
+    assert gain(4.0, []) == pytest.approx(10_000.0)  # no evidence: the projection
+    assert gain(0.0, [0.1]) == pytest.approx(1_000.0)  # no prior: one low ratio decides
+    assert gain(4.0, [0.1]) == pytest.approx(10_000.0 * 4.1 / 5)  # shrunk towards 1
+    assert gain(4.0, [0.1] * 400) < 1_200.0  # evidence outweighs the prior
