@@ -35,6 +35,7 @@ from typing import Any
 from loadgen.arm_set import ALL_ARMS, ARM_SPECS, QUICK_ARMS, ArmSpec, resolve, rotated
 from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
 from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
+from loadgen.c3 import decision_record
 from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.leak_guard import check
 from loadgen.load_levels import Calibration, cache_path, level_rate, workflows_at
@@ -284,6 +285,9 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
         "warm_training": training,
         "best_fixed_k": best_fixed_k(summary),
         "arms": summary, "failed": failed, "ok": failed == 0,
+        "decision_record": decision_record({"arms": summary, "rate_per_s": rate,
+                                            "marginal_fill_cost_s": marginal_fill_cost_s(
+                                                merged, sorted(ids))}),
         "outputs_equal_floor": all(a["outputs_equal_floor"] is not False
                                    for a in summary.values()),
     }
@@ -360,6 +364,20 @@ def _print_adoption(result: dict[str, Any]) -> None:
               f"{a['library_after_wait']:>7}")
 
 
+def _print_load(result: dict[str, Any]) -> None:
+    """Per arm, what the engines felt over the schedule (virtual mesh only)."""
+    rows = [(n, a["engine_load"]) for n, a in result["decision_record"]["arms"].items()
+            if a.get("engine_load")]
+    if not rows:
+        return
+    print(f"  engines over the schedule: {'arm':<15} {'step_ms':>8} {'running':>8} "
+          f"{'fills':>6} {'waiting':>8} {'KV':>6}")
+    for name, load in rows:
+        print(f"  {'':<26} {name:<15} {_fmt(load['step_ms'], 8)} {_fmt(load['running'], 8)} "
+              f"{_fmt(load['fills_running'], 6)} {_fmt(load['waiting'], 8)} "
+              f"{_fmt(load['kv_used'], 6)}")
+
+
 def _print(result: dict[str, Any]) -> None:
     load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
             else "serial closed loop")
@@ -400,6 +418,7 @@ def _print(result: dict[str, Any]) -> None:
               f"{arm['fills_issued']:>11.3f} {arm['fills_consumed']:>13.3f} {arm['stalls']:>6}  "
               f"{same}" + (f"  ({arm['failed']} FAILED)" if arm["failed"] else ""))
     _print_adoption(result)
+    _print_load(result)
     note = next((a["quantile_note"] for a in result["arms"].values() if a["quantile_note"]), "")
     if note:
         print(f"  quantiles withheld: {note}")

@@ -145,3 +145,17 @@ async def test_the_engine_sampler_reads_step_time_and_load_from_the_engines() ->
     assert load["samples"] > 0 and 10.0 < load["step_ms"] < 200.0
     assert 0 < load["busy_share"] <= 1 and load["running"] > 0 and 0 < load["kv_used"] < 1
     assert result.decisions and all(at >= 0 for at, _, _ in result.decisions)
+
+
+def test_a_load_level_is_refused_beside_a_rate_and_where_it_means_nothing() -> None:
+    from services.cli import build_parser, main
+
+    with pytest.raises(SystemExit, match="give a load level or --rate, not both"):
+        main(["bench", "arms", "--load", "busy", "--rate", "2"])
+    with pytest.raises(SystemExit):  # argparse names the choices
+        build_parser().parse_args(["bench", "arms", "--load", "heavy"])
+    from loadgen.bench.arms import Options, resolve_load
+
+    with pytest.raises(ValueError, match="a load level is a Poisson rate"):
+        resolve_load(True, Options(load="busy", arrival="serial"))
+    assert resolve_load(True, Options())[1] is None  # no level: the rate as given
