@@ -64,8 +64,9 @@ class EngineLoadSampler:
         elapsed = max(t1 - t0, 1e-9) * max(len(self.backends), 1)
 
         def mean(i: int) -> float | None:
-            return round(statistics.fmean(s[i] for s in self.samples), 3) \
-                if self.samples else None
+            if not self.samples:
+                return None
+            return round(statistics.fmean(s[i] for s in self.samples), 3)
 
         return {"engines": len(self.backends), "samples": len(self.samples),
                 "step_ms": round(1000 * busy / steps, 2) if steps else None,

@@ -35,7 +35,7 @@ from typing import Any
 from loadgen.arm_set import ALL_ARMS, ARM_SPECS, QUICK_ARMS, ArmSpec, resolve, rotated
 from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
 from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
-from loadgen.c3 import decision_record
+from loadgen.decision_record import decision_record
 from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.leak_guard import check
 from loadgen.load_levels import Calibration, cache_path, level_rate, workflows_at
@@ -382,7 +382,9 @@ def _print(result: dict[str, Any]) -> None:
     load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
             else "serial closed loop")
     level = result.get("load_level")
-    if level:
+    if level and level["idle_floor_s"] is None:
+        load += f" (load {level['level']}: the workload's low-load rate)"
+    elif level:
         load += (f" (load {level['level']}: the floor at {level['floor_ratio']}x its idle "
                  f"{level['idle_floor_s']} s in calibration)")
     if result["simulated"] and result["clock"] == "virtual":

@@ -13,8 +13,8 @@ baseline policies it is compared with.
   pseudo-counts, no uniform floor) times the posterior mean of "an admitted, selected fill is
   used in time" (per class);
 - G_s: the execution a consumed fill saves: the gateway's projection (``est_gain_s``, capped by
-  the window) times the class's realised/projected ratio (shrunk towards 1), else the class's realised mean, else
-  ``default_gain_ms`` — per pricing class (single- or multi-stage fills);
+  the window) times the class's realised/projected ratio (shrunk towards 1), else the class's
+  realised mean, else ``default_gain_ms`` — per pricing class (single- or multi-stage fills);
 - the footprint: the candidate's ``est_exec_s`` (or the class's mean fill cost), its KV blocks
   from its rendered prompt + max_tokens (``est_peak_tokens``) and the prompt it prefills.
 
@@ -301,10 +301,10 @@ class PricedController:
         realised mean, else the prior."""
         key = proposal.pricing_class
         if proposal.est_gain_s > 0:
-            learned = st.gain_ratio.get(key, _Mean())
+            ratio = st.gain_ratio.get(key, _Mean())
             w = self.settings.gain_prior_weight  # the projection taken at its word, w times
-            return proposal.est_gain_s * 1000.0 * (learned.total + w) / (learned.n + w) \
-                if learned.n + w > 0 else proposal.est_gain_s * 1000.0
+            shrunk = (ratio.total + w) / (ratio.n + w) if ratio.n + w > 0 else 1.0
+            return proposal.est_gain_s * 1000.0 * shrunk
         learned = st.gain_ms.get(key, _Mean()).mean
         return learned if learned is not None else self.settings.default_gain_ms
 
