@@ -83,3 +83,55 @@ async def test_idempotent_call_is_retried_on_unavailable() -> None:
             engine_pb2.AbortRequest(request_id="x"), timeout=5)
     await server.stop(0)
     assert reply.aborted and len(attempts) == 3
+
+
+async def test_a_restarted_peer_is_used_again_within_about_a_second() -> None:
+    """After the peer has been down long enough for gRPC's default back-off to grow past
+    seconds, a channel with the mesh's capped back-off reaches it again within ~1 s of it
+    serving (issue 38: 6.2–14.4 s after a 60 s outage with the default)."""
+    import asyncio
+    import socket
+    import time
+
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target = f"127.0.0.1:{port}"
+
+    async def serve() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+        server.add_insecure_port(target)
+        await server.start()
+        return server
+
+    assert ("grpc.max_reconnect_backoff_ms", 1000) in clients.channel_options()
+    server = await serve()
+    async with clients.open_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        await stub.Check(health_pb2.HealthCheckRequest(), timeout=2)
+        await server.stop(0)
+        end = time.monotonic() + 6.0
+        while time.monotonic() < end:  # failed attempts: the back-off grows to its cap
+            channel.get_state(try_to_connect=True)
+            await asyncio.sleep(0.05)
+        server = await serve()
+        started = time.monotonic()
+        try:
+            await stub.Check(health_pb2.HealthCheckRequest(), timeout=10, wait_for_ready=True)
+            took = time.monotonic() - started
+        finally:
+            await server.stop(0)
+    assert took < 1.5, f"reconnected {took:.2f} s after the peer served again"
+
+
+def test_the_back_off_is_a_setting_checked_in_order() -> None:
+    from services.common.values.config import ConfigError, ServiceSettings, load_settings
+
+    with pytest.raises(ConfigError, match="reconnect_backoff_initial_ms must be <="):
+        load_settings(ServiceSettings, environ={}, reconnect_backoff_initial_ms=5000,
+                      reconnect_backoff_max_ms=1000)
+    with pytest.raises(ValueError, match="reconnect back-off"):
+        clients.configure_backoff(0, 1000)

@@ -2,7 +2,10 @@
 
 Retries live in the channel's service config (``retryPolicy``: only UNAVAILABLE, only methods
 listed in :data:`IDEMPOTENT`), never in hand-written loops. Every call takes a deadline: use
-:func:`deadline` to derive one from the caller's remaining budget.
+:func:`deadline` to derive one from the caller's remaining budget. A lost connection is retried
+with a capped back-off (``configure_backoff``, from each service's settings: at most 1 s by
+default, where gRPC's own default grows to 120 s), so a restarted peer is used again within
+about a second of it serving.
 """
 
 from __future__ import annotations
@@ -43,8 +46,23 @@ def service_config(idempotent: dict[str, tuple[str, ...]] = IDEMPOTENT) -> str:
     return json.dumps({"methodConfig": [{"name": names, "retryPolicy": policy}]})
 
 
+#: Reconnection back-off of this process's channels, ms: (first wait, longest wait).
+_backoff_ms = (100, 1000)
+
+
+def configure_backoff(initial_ms: int, max_ms: int) -> None:
+    """Set the reconnection back-off of every channel opened after this call."""
+    global _backoff_ms
+    if not 0 < initial_ms <= max_ms:
+        raise ValueError(f"reconnect back-off: need 0 < initial ({initial_ms} ms) <= max "
+                         f"({max_ms} ms)")
+    _backoff_ms = (initial_ms, max_ms)
+
+
 def channel_options(max_message_bytes: int = 4 * 1024 * 1024) -> list[tuple[str, Any]]:
-    """Channel arguments: retries on, declared service config, keepalive, message limits."""
+    """Channel arguments: retries on, declared service config, keepalive, message limits, and
+    the reconnection back-off (``configure_backoff``)."""
+    initial, longest = _backoff_ms
     return [
         ("grpc.enable_retries", 1),
         ("grpc.service_config", service_config()),
@@ -52,6 +70,8 @@ def channel_options(max_message_bytes: int = 4 * 1024 * 1024) -> list[tuple[str,
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.initial_reconnect_backoff_ms", initial),
+        ("grpc.max_reconnect_backoff_ms", longest),
     ]
 
 

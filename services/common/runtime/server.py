@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry
 
-from services.common.runtime import tls, trace_propagation
+from services.common.runtime import clients, tls, trace_propagation
 from services.common.runtime.grpc_errors import ErrorInterceptor
 from services.common.values.config import ServiceSettings
 from services.common.values.telemetry import MetricsEndpoint, make_tracer_provider
@@ -82,6 +82,9 @@ class ServiceRuntime:
             trace_propagation.enable()
         self.tls = tls.load(settings.tls_cert_file, settings.tls_key_file, settings.tls_ca_file,
                             settings.tls_client_auth)
+        # this process's channels reconnect to a restarted peer within about a second
+        clients.configure_backoff(settings.reconnect_backoff_initial_ms,
+                                  settings.reconnect_backoff_max_ms)
         if self.tls.calls:
             tls.configure_client(self.tls)  # this process's channels present this identity
         interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor()]

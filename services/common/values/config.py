@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 S = TypeVar("S", bound="ServiceSettings")
 
@@ -55,9 +55,21 @@ class ServiceSettings(BaseModel):
         "tls_client_auth servers require client certificates it signed"))
     tls_client_auth: bool = Field(False, description=(
         "mutual TLS: refuse clients without a certificate signed by tls_ca_file"))
+    reconnect_backoff_max_ms: int = Field(1000, ge=100, le=120_000, description=(
+        "longest wait between reconnection attempts of this process's channels to the other "
+        "services (gRPC's default, 120 s, left a gateway off a restarted shard for up to 14 s "
+        "after a 60 s outage)"))
+    reconnect_backoff_initial_ms: int = Field(100, ge=10, le=120_000, description=(
+        "first wait before reconnecting a channel whose connection was lost"))
     health_port: int = Field(-1, ge=-1, le=65535, description=(
         "a plaintext port serving only the gRPC health service (Kubernetes gRPC probes cannot "
         "speak TLS); 0 picks a free one, -1: none (health is on the main port)"))
+
+    @model_validator(mode="after")
+    def _backoff_in_order(self) -> ServiceSettings:
+        if self.reconnect_backoff_initial_ms > self.reconnect_backoff_max_ms:
+            raise ValueError("reconnect_backoff_initial_ms must be <= reconnect_backoff_max_ms")
+        return self
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
