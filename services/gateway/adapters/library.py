@@ -18,10 +18,13 @@ from services.common.pb import csl_pb2
 from services.common.values.errors import Unavailable
 from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName
+from services.common.values.throttled_log import ThrottledLog
 from services.csl.client import CslClient, PutPipe
 from services.gateway.adapters.name_mirror import NameMirror
 
 log = logging.getLogger(__name__)
+#: The per-call degradation warning, once per 10 s per operation and status.
+_throttled = ThrottledLog(log)
 #: After a transport failure the library counts as down this long: calls skip it (a miss, a
 #: dropped store, no fills) instead of each waiting out its own deadline; then one probes it.
 DOWN_BACKOFF_S = 2.0
@@ -99,8 +102,8 @@ class RemoteLibrary:
     def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
         self.errors += 1
         self._transport_failed(err.code())
-        log.warning("csl %s failed (%s): degrading", op, err.code().name,
-                    extra={"op": op, "code": err.code().name})
+        _throttled.warning(f"{op}:{err.code().name}", "csl %s failed (%s): degrading", op,
+                           err.code().name, extra={"op": op, "code": err.code().name})
 
     async def lookup(self, name: ReuseName) -> Served | None:
         """A fresh confirmed entry, or None (also on any failure)."""

@@ -33,6 +33,7 @@ import grpc
 from services.common.values.errors import Unavailable
 from services.common.values.reads import Claimed, HoldNotice, ReadSet, Served, Shadow, WriteOutcome
 from services.common.values.reuse_name import ReuseName, name_key
+from services.common.values.throttled_log import ThrottledLog
 from services.gateway.adapters.library import RemoteLibrary
 from services.gateway.adapters.rendezvous import Rendezvous
 from services.gateway.adapters.shard_repair import (
@@ -44,6 +45,8 @@ from services.gateway.adapters.shard_repair import (
 )
 
 log = logging.getLogger(__name__)
+#: The per-write shard warning, once per 10 s per shard and status.
+_throttled = ThrottledLog(log)
 #: Fan-outs of one write before it gives up on meeting newer writes of other gateways.
 WRITE_ATTEMPTS = 5
 
@@ -251,8 +254,9 @@ class ShardedLibrary:
         """A shard's usable answer to a write (maybe a refusal), or None."""
         err = call.exception()
         if isinstance(err, grpc.aio.AioRpcError):
-            log.warning("csl shard %s did not apply a write (%s)", shard.target,
-                        err.code().name, extra={"shard": shard.target})
+            _throttled.warning(f"{shard.target}:{err.code().name}",
+                               "csl shard %s did not apply a write (%s)", shard.target,
+                               err.code().name, extra={"shard": shard.target})
             return None
         if err is not None:
             raise err
