@@ -12,7 +12,10 @@ calibration's measured ratio.
 
 How many workflows a run needs grows with the rate: at λ = 16/s, 48 arrivals last 3 s and the
 engines never reach the load of the rate. ``workflows_at`` keeps the arrivals spread over at
-least ``SPAN_S`` simulated seconds (one idle Routing workflow), never fewer than the run asks.
+least ``SPAN_S`` simulated seconds (one idle Routing workflow), never fewer than the run asks,
+and never more than the data set yields for one schedule (``most_workflows``: ReAct's test split
+has 133 HotpotQA questions, so its schedules stop at 166 workflows, with its exact repeats; at
+16/s they span about 10 s, and the run reports the count). ``VERSION`` 2: that cap.
 """
 
 from __future__ import annotations
@@ -39,12 +42,33 @@ CALIBRATION_SEED = 3_000_017
 STEPS = 8
 TOLERANCE = 0.03
 #: Bump when what a cached rate means changes (the rule, the mesh, the search).
-VERSION = 1
+VERSION = 2
 
 
-def workflows_at(rate: float, at_least: int) -> int:
-    """Workflows that keep Poisson arrivals at ``rate`` spread over ``SPAN_S`` seconds."""
-    return max(at_least, math.ceil(rate * SPAN_S))
+def workflows_at(rate: float, at_least: int, most: int | None = None) -> int:
+    """Workflows that keep Poisson arrivals at ``rate`` spread over ``SPAN_S`` seconds, at most
+    ``most`` (what the data set yields: ``most_workflows``), never fewer than ``at_least``."""
+    wanted = max(at_least, math.ceil(rate * SPAN_S))
+    return wanted if most is None else max(min(wanted, most), min(at_least, most))
+
+
+def most_workflows(workload: Any) -> int | None:
+    """The most workflows one schedule of ``workload`` can hold: its split's distinct instances,
+    plus the exact repeats its replay share adds (``schedule.build_schedule``); None when the
+    workload does not say."""
+    pool = getattr(workload, "split_pool", None)
+    if pool is None:
+        return None
+    fresh = len(pool())
+    share = getattr(workload, "replay_rate", getattr(workload, "default_replay", 0.0))
+
+    def drawn(n: int) -> int:  # fresh instances a schedule of n draws (schedule._replay_slots)
+        return n - (min(n - 1, round(n * share)) if n > 1 else 0)
+
+    n = fresh
+    while drawn(n + 1) <= fresh and n < 100 * fresh:
+        n += 1
+    return n
 
 
 def cache_path() -> Path:
@@ -106,7 +130,8 @@ def _floor_mean(cal: Calibration, rate: float) -> float:
     from loadgen.workloads.profiles import profile_options
 
     workload = get_workload(cal.workload, **profile_options(cal.profile, cal.workload))
-    schedule = build_schedule(workload, workflows_at(rate, cal.workflows),
+    schedule = build_schedule(workload, workflows_at(rate, cal.workflows,
+                                                     most_workflows(workload)),
                               seed=CALIBRATION_SEED, arrival="poisson", rate=rate)
     config = MeshConfig(engines=cal.engines, preset=cal.preset, hop_s=cal.hop_ms / 1000)
     result = asyncio.run(run_arm(ARM_SPECS["floor"], workload, schedule, config))

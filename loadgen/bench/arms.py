@@ -38,7 +38,13 @@ from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run
 from loadgen.decision_record import decision_record
 from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.leak_guard import check
-from loadgen.load_levels import Calibration, cache_path, level_rate, workflows_at
+from loadgen.load_levels import (
+    Calibration,
+    cache_path,
+    level_rate,
+    most_workflows,
+    workflows_at,
+)
 from loadgen.oracle import OracleBound, oracle_bound, summed
 from loadgen.real_engines import ENGINES, RealEngine
 from loadgen.virtual_mesh import DEFAULT_HOP_S
@@ -228,10 +234,11 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
                                                      else REAL_MODES)[quick]
     clock, time_scale = _clock(opts, real, default_scale)
     rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
-    if not opts.workflows and opts.arrival == "poisson":
-        n = workflows_at(rate, n)  # high rates: enough arrivals for the load to build
-    n = opts.workflows or n
     workload = get_workload(opts.workload, **profile_options(opts.profile, opts.workload))
+    if not opts.workflows and opts.arrival == "poisson":
+        # high rates: enough arrivals for the load to build, as many as the data set yields
+        n = workflows_at(rate, n, most_workflows(workload))
+    n = opts.workflows or n
     guard = _leak_guard(workload)  # fits on the train split; the gateway runs what it fitted
     weight = guard.get("fitted", {}).get("overlap_weight", MeshConfig().overlap_weight)
     hop_s = opts.hop_ms / 1000 if opts.hop_ms is not None else DEFAULT_HOP_S

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from loadgen.c3 import acceptance, decision_record, merge_accounts
-from loadgen.load_levels import LEVELS, Calibration, level_rate, search, workflows_at
+from loadgen.load_levels import (
+    LEVELS,
+    Calibration,
+    level_rate,
+    most_workflows,
+    search,
+    workflows_at,
+)
 from loadgen.phased import PHASES, phased_schedule
 
 
@@ -55,6 +62,18 @@ def test_idle_needs_no_calibration_and_high_rates_get_more_workflows(tmp_path: P
                          path=tmp_path / "c.json", measure=never)
     assert rate == 0.3
     assert workflows_at(0.8, 48) == 48 and workflows_at(16.0, 48) == 192
+    assert workflows_at(16.0, 48, most=133) == 133 and workflows_at(0.8, 200, most=133) == 133
+
+
+def test_a_schedule_never_asks_for_more_workflows_than_the_data_set_yields() -> None:
+    from loadgen.workloads import build_schedule, get_workload
+
+    routing = get_workload("routing")  # 25% exact repeats on top of its distinct requests
+    most = most_workflows(routing)
+    assert most is not None and most > len(routing.split_pool())
+    build_schedule(routing, most, seed=3, arrival="poisson", rate=16.0)
+    with pytest.raises(ValueError, match="data set yields only"):
+        build_schedule(routing, most + 1, seed=3, arrival="poisson", rate=16.0)
 
 
 def test_the_phased_trace_bursts_then_repeats_at_the_bursts_rate() -> None:
