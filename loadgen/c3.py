@@ -74,17 +74,20 @@ def _ratio(arm: Mapping[str, Any] | None) -> str:
     return f"{arm['ratio_to_floor']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
-def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]]) -> list[str]:
-    """Markdown: full/floor [95% CI] per arm and rate, the envelope, fills issued / discarded
-    per workflow, each arm's envelope regret and its worst case over the sweep."""
+def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]],
+                  labels: Sequence[str] | None = None) -> list[str]:
+    """Markdown: full/floor [95% CI] per arm and cell (a rate, or ``labels``), the envelope,
+    fills issued / discarded per workflow, each arm's envelope regret and its worst case."""
     if not cells:
         return []
     arms = [a for a in cells[0][1]["arms"] if a != "floor"]
-    head = " | ".join(f"{x:g}/s" for x, _ in cells)
-    lines = ["", f"## {title}: full/floor across λ", "",
+    names = list(labels) if labels is not None else [f"{x:g}/s" for x, _ in cells]
+    head = " | ".join(names)
+    lines = ["", f"## {title}: full/floor", "",
              f"{cells[0][1].get('engines')} engines, {len(cells[0][1].get('seeds', []))} seeds "
              "per cell; workflows per seed: " + ", ".join(
-                 f"{r.get('workflows')} at {x:g}/s" for x, r in cells)
+                 f"{r.get('workflows')} at {name}" for name, (_, r) in zip(names, cells,
+                                                                          strict=True))
              + ". Floor mean latency (s): " + ", ".join(
                  f"{r['arms']['floor']['mean_s']:.1f}" for _, r in cells) + ".", "",
              f"| arm | {head} |", "|---|" + "---|" * len(cells)]
@@ -101,6 +104,7 @@ def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]]) 
             f"{a['fills_issued']:.2f} / {a['fills_discarded']:.2f}"
             if (a := r["arms"].get(arm)) else "—" for _, r in cells) + " |")
     worst = worst_regret(cells)
+    at = dict(zip((x for x, _ in cells), names, strict=True))
     lines += ["", "Envelope regret (an arm's full/floor minus the best fixed K's there, paired "
               "95% CI clustered by seed) and its worst case over the sweep:", "",
               f"| arm | {head} | worst |", "|---|" + "---|" * (len(cells) + 1)]
@@ -108,7 +112,7 @@ def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]]) 
         w = worst.get(arm)
         lines.append(f"| {arm} | " + " | ".join(
             regret_text(r["arms"].get(arm, {}).get("envelope_regret")) or "—"
-            for _, r in cells) + " | " + (f"{regret_text(w)} at {w['x']:g}" if w else "—")
+            for _, r in cells) + " | " + (f"{regret_text(w)} at {at[w['x']]}" if w else "—")
             + " |")
     return lines
 
@@ -120,21 +124,26 @@ def decision_section(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]
              "Action 1's candidates left out by cause, candidates admitted per opened branch, the "
              "median price C against the measured marginal cost of a fill (top 2 against top 1, "
              "`marginal_fill_cost_s`), the median gain G and break-even p*, p̃ against the "
-             "realised useful rate for ranks 0–2 after 48 warm branches (within 1.25x?), and "
+             "realised useful rate (selected and consumed) by rank over every settled branch "
+             "(admitted candidates in brackets), whether p̃ is within 1.25x of it for ranks 0–2 "
+             "on branches opened after 48 settled ones (their admitted candidates in brackets: "
+             "each seed's controller starts cold, so few cells reach it), and "
              "what the engines felt under priced (mean decode-step time, canonical sequences "
              "running, waiting, KV in use per engine).", "",
              "| cell | Action 0 | Action 1 left out | admitted / opened | C median ms | "
              "marginal fill cost ms | G median ms | p* median | p̃ / useful by rank 0, 1, 2 | "
-             "within 1.25x | step ms | running | waiting | KV |",
+             "within 1.25x after 48 | step ms | running | waiting | KV |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, record in rows:
         full = record["arms"].get("full", {})
         acc = full.get("account", {})
         load = full.get("engine_load", {})
-        ranks = acc.get("p_tilde_by_rank_warm_strict", {})
-        pt = ", ".join(f"{r['p_tilde']:.2f}/{r['useful']:.2f}" if r.get("p_tilde") is not None
-                       and r.get("useful") is not None else "—"
+        ranks = acc.get("p_tilde_by_rank", {})
+        pt = ", ".join(f"{r['p_tilde']:.2f}/{r['useful']:.2f} ({r['admitted']})"
+                       if r.get("p_tilde") is not None and r.get("useful") is not None else "—"
                        for k in ("0", "1", "2") if (r := ranks.get(k)))
+        strict = acc.get("p_tilde_by_rank_warm_strict", {})
+        n_strict = sum((strict.get(k) or {}).get("admitted") or 0 for k in ("0", "1", "2"))
         marginal = record.get("marginal_fill_cost_s")
         lines.append(
             f"| {label} | {_counts(acc.get('gate', {}))} | {_counts(acc.get('not_admitted', {}))}"
@@ -142,6 +151,7 @@ def decision_section(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]
             f" | {_num(None if marginal is None else 1000 * marginal, 0)}"
             f" | {_num(acc.get('gain_ms_median'), 0)} | {_num(acc.get('break_even_median'), 3)}"
             f" | {pt or '—'} | {_yes(acc.get('p_tilde_within_1_25x_warm_strict'))}"
+            f" ({n_strict})"
             f" | {_num(load.get('step_ms'), 1)} | {_num(load.get('running'), 1)}"
             f" | {_num(load.get('waiting'), 1)} | {_pct(load.get('kv_used'))} |")
     return lines

@@ -192,7 +192,7 @@ def test_the_c3_study_writes_its_sweep_records_phased_trace_and_acceptance(tmp_p
     plots = c3_figures(found, tmp_path, "t")
     report = write_report("c3", [], [], tmp_path, 1.0, plots, {}, found)
     summary = (tmp_path / "summary.md").read_text()
-    assert "## Routing across λ (workflows/s): full/floor across λ" in summary
+    assert "## Routing across λ (workflows/s): full/floor" in summary
     assert "| envelope (best fixed K) | fixed1 0.700 | fixed1 0.700 |" in summary
     assert "| full | 1.50 / 0.30 | 1.50 / 0.30 |" in summary  # fills issued / discarded
     assert "| routing: priced − envelope <= +0.01 at every load | NO |" in summary  # 8/s: +0.04
