@@ -7,17 +7,16 @@ workflows per seed and more at high rates (``load_levels.workflows_at``), under 
 alone (K = 0), top 1, top 2, every candidate, the paper's static rule and priced admission. Each
 cell gives full/floor with its CI, the envelope (the best fixed K there) and each arm's regret
 against it, fills issued and discarded per workflow, and the decision record
-(``decision_record``). ``acceptance`` checks issue 37's criteria on those cells.
+(``loadgen.decision_record``). ``acceptance`` checks issue 37's criteria on those cells.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loadgen.decision_record import decision_record, merge_accounts
 from loadgen.envelope import regret_text, worst_regret
 
 SWEEP_WORKLOADS = ("routing", "react")
@@ -30,39 +29,14 @@ SWEEP_ENGINES = 4
 
 
 def run_cell(workload: str, rate: float | None = None, *, load: str | None = None,
-             seeds: int = SWEEP_SEEDS, arms: Sequence[str] = SWEEP_ARMS,
-             workflows: int | None = None, quiet: bool = True) -> dict[str, Any]:
-    """One sweep cell: ``bench arms`` (full mode, four engines) at ``rate`` or a load level."""
+             seeds: int = SWEEP_SEEDS, arms: Sequence[str] = SWEEP_ARMS) -> dict[str, Any]:
+    """One sweep cell: ``bench arms`` (full mode, four engines) at ``rate`` or a load level,
+    its table captured (the report prints the summary)."""
     from loadgen.bench.arms import run
 
-    options: dict[str, Any] = {"arms": tuple(arms), "seeds": seeds, "engines": SWEEP_ENGINES}
-    if workflows:
-        options["workflows"] = workflows
-    if load is not None:
-        options["load"] = load
-    sink = io.StringIO() if quiet else None
-    with contextlib.redirect_stdout(sink) if sink is not None else contextlib.nullcontext():
-        return run(False, workload, rate=rate, **options)
-
-
-def run_sweep(workload: str, rates: Sequence[float] = SWEEP_RATES, *,
-              seeds: int = SWEEP_SEEDS,
-              on_cell: Callable[[float, dict[str, Any] | Exception], None] | None = None
-              ) -> list[tuple[float, dict[str, Any]]]:
-    """Every rate of the sweep for ``workload``; a failed cell is passed to ``on_cell`` and
-    left out."""
-    cells = []
-    for rate in rates:
-        try:
-            result = run_cell(workload, rate, seeds=seeds)
-        except Exception as exc:  # noqa: BLE001 - reported by the caller, never averaged in
-            if on_cell is not None:
-                on_cell(rate, exc)
-            continue
-        cells.append((rate, result))
-        if on_cell is not None:
-            on_cell(rate, result)
-    return cells
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run(False, workload, rate=rate, load=load, arms=tuple(arms), seeds=seeds,
+                   engines=SWEEP_ENGINES)
 
 
 # -- the report's tables -------------------------------------------------------------------------
@@ -273,5 +247,4 @@ def acceptance_section(checks: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 __all__ = ["SWEEP_ARMS", "SWEEP_ENGINES", "SWEEP_RATES", "SWEEP_SEEDS", "SWEEP_WORKLOADS",
-           "acceptance", "acceptance_section", "decision_record", "decision_section",
-           "merge_accounts", "run_cell", "run_sweep", "sweep_section"]
+           "acceptance", "acceptance_section", "decision_section", "run_cell", "sweep_section"]

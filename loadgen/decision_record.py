@@ -7,6 +7,7 @@ against its realised rate by rank); for the static rule its answers by cause."""
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,10 +47,9 @@ def merge_accounts(accounts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _sum_counts(counts: Sequence[Mapping[str, int]]) -> dict[str, int]:
-    merged: dict[str, int] = {}
+    merged = Counter[str]()
     for c in counts:
-        for k, v in c.items():
-            merged[k] = merged.get(k, 0) + v
+        merged.update(c)  # keeps zero counts (Counter addition would drop them)
     return dict(sorted(merged.items()))
 
 

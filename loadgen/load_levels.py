@@ -59,14 +59,12 @@ def most_workflows(workload: Any) -> int | None:
     pool = getattr(workload, "split_pool", None)
     if pool is None:
         return None
+    from loadgen.workloads.schedule import replay_count, replay_share
+
     fresh = len(pool())
-    share = getattr(workload, "replay_rate", getattr(workload, "default_replay", 0.0))
-
-    def drawn(n: int) -> int:  # fresh instances a schedule of n draws (schedule._replay_slots)
-        return n - (min(n - 1, round(n * share)) if n > 1 else 0)
-
-    n = fresh
-    while drawn(n + 1) <= fresh and n < 100 * fresh:
+    share = replay_share(workload)
+    n = fresh  # grow while one more arrival still draws no more fresh instances than there are
+    while n + 1 - replay_count(n + 1, share) <= fresh and n < 100 * fresh:
         n += 1
     return n
 

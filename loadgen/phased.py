@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS
+from loadgen.arm_set import ARM_SPECS, rotated
 from loadgen.arm_summary import completed_everywhere
 from loadgen.arms import ArmResult, MeshConfig, run_arm
 from loadgen.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
@@ -103,9 +103,8 @@ async def _seed(seed: int, quick: bool) -> tuple[list[tuple[str, float, float]],
     schedule, bounds = phased_schedule(PHASES[quick], seed)
     workload = get_workload("routing")
     config = MeshConfig(engines=ENGINES)
-    arms = ARMS[seed % len(ARMS):] + ARMS[:seed % len(ARMS)]  # no arm always first
-    results = {name: await run_arm(ARM_SPECS[name], workload, schedule, config)
-               for name in arms}
+    results = {spec.name: await run_arm(spec, workload, schedule, config)  # no arm always first
+               for spec in rotated([ARM_SPECS[name] for name in ARMS], seed)}
     return bounds, results, schedule
 
 

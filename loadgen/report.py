@@ -29,6 +29,7 @@ import io
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,19 +109,12 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
         task = progress.add_task(f"report ({matrix})", total=len(todo))
         for workload, load, profile in todo:
             progress.update(task, description=f"{workload} {load} ({profile})")
-            try:
-                result = run_cell(workload, load, profile, matrix)
-            except Exception as exc:  # a failed cell is reported, never averaged in
-                failures.append({"workload": workload, "load": load, "profile": profile,
-                                 "error": f"{type(exc).__name__}: {exc}"})
-            else:
+            result = _attempt(failures, workload, load,
+                              lambda w=workload, lo=load, p=profile: run_cell(w, lo, p, matrix),
+                              profile)
+            if result is not None:
                 result["load"] = load
                 results.append(result)
-                if not result.get("ok", True):  # failed or stalled workflows: listed too
-                    failures.append({"workload": workload, "load": load, "profile": profile,
-                                     "error": f"{result['failed']} failed workflow(s), left "
-                                              f"out of every mean (stalls: "
-                                              f"{sum(result.get('stalls', {}).values())})"})
             progress.advance(task)
         progress.update(task, description="timeline of one Routing workflow")
         extra = _timeline(out, failures)
@@ -187,17 +181,20 @@ C3_IDLE_ONLY = ("subagent", "hci")
 
 
 def _attempt(failures: list[dict[str, Any]], workload: str, load: str,
-             fn: Any) -> dict[str, Any] | None:
-    """``fn()``, or None with the failure listed (never averaged in)."""
+             fn: Callable[[], dict[str, Any]], profile: str = "data") -> dict[str, Any] | None:
+    """``fn()`` (one cell), or None with the failure listed; a cell with failed or stalled
+    workflows is returned and listed too (they are left out of every mean)."""
     try:
         result = fn()
-    except Exception as exc:  # noqa: BLE001 - a failed cell is reported
-        failures.append({"workload": workload, "load": load, "profile": "data",
+    except Exception as exc:  # noqa: BLE001 - a failed cell is reported, never averaged in
+        failures.append({"workload": workload, "load": load, "profile": profile,
                          "error": f"{type(exc).__name__}: {exc}"})
         return None
     if not result.get("ok", True):
-        failures.append({"workload": workload, "load": load, "profile": "data",
-                         "error": "failed workflow(s), left out of every mean"})
+        failures.append({"workload": workload, "load": load, "profile": profile,
+                         "error": f"{result.get('failed', 0)} failed workflow(s), left out of "
+                                  f"every mean (stalls: "
+                                  f"{sum(result.get('stalls', {}).values())})"})
     return result
 
 
@@ -373,9 +370,9 @@ def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The C3 study's JSON (its cells, decision records and acceptance) and its summary text."""
     sweeps = found.get("sweeps", {})
     levels = found.get("levels", {})
-    records = [(f"{w} {x:g}/s", c3.decision_record(r)) for w, cells in sweeps.items()
+    records = [(f"{w} {x:g}/s", r["decision_record"]) for w, cells in sweeps.items()
                for x, r in cells]
-    records += [(f"{w} {level} ({r.get('rate_per_s')}/s)", c3.decision_record(r))
+    records += [(f"{w} {level} ({r.get('rate_per_s')}/s)", r["decision_record"])
                 for w, by in levels.items() for level, r in by.items()]
     checks = c3.acceptance(sweeps, levels, found.get("idle", {}), found.get("phased"))
     lines: list[str] = []

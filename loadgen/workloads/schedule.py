@@ -68,8 +68,19 @@ def arrival_times(n: int, rng: random.Random, arrival: str, rate: float) -> list
     return times
 
 
+def replay_count(n: int, replay: float) -> int:
+    """Arrivals of a schedule of ``n`` that repeat an earlier one at exact-replay rate
+    ``replay`` (never the first)."""
+    return min(n - 1, round(n * replay)) if n > 1 else 0
+
+
+def replay_share(workload: Workload) -> float:
+    """The workload's own exact-replay rate (its profile's, else its default)."""
+    return getattr(workload, "replay_rate", workload.default_replay)
+
+
 def _replay_slots(n: int, replay: float, rng: random.Random) -> set[int]:
-    count = min(n - 1, round(n * replay)) if n > 1 else 0
+    count = replay_count(n, replay)
     return set(rng.sample(range(1, n), count)) if count > 0 else set()
 
 
@@ -83,7 +94,7 @@ def build_schedule(workload: Workload, n: int, *, seed: int = 0, arrival: str = 
     if replay is not None and replay_rate is not None and replay != replay_rate:
         raise ValueError("give replay or replay_rate, not both")
     given = replay if replay is not None else replay_rate
-    share = getattr(workload, "replay_rate", workload.default_replay) if given is None else given
+    share = replay_share(workload) if given is None else given
     if not 0 <= share < 1:
         raise ValueError("replay must be in [0, 1)")
     rng = random.Random(seed)
@@ -101,4 +112,5 @@ def build_schedule(workload: Workload, n: int, *, seed: int = 0, arrival: str = 
     return Schedule(workload.name, seed, arrival, rate, tuple(arrivals))
 
 
-__all__ = ["ARRIVALS", "Arrival", "Schedule", "arrival_times", "build_schedule"]
+__all__ = ["ARRIVALS", "Arrival", "Schedule", "arrival_times", "build_schedule", "replay_count",
+           "replay_share"]

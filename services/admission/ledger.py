@@ -48,6 +48,12 @@ class Priced:
     p_sel: float | None = None
     p_use: float | None = None
 
+    @property
+    def break_even(self) -> float | None:
+        """p* = C / (G + C) (Eq. 7); None when G + C = 0."""
+        total = self.gain_ms + self.cost_ms
+        return self.cost_ms / total if total > 0 else None
+
 
 @dataclass(slots=True)
 class Entry:
@@ -72,8 +78,7 @@ class Entry:
 
     def break_even(self) -> float | None:
         """Mean over its priced candidates of p* = C / (G + C) (None: none priced)."""
-        even = [c.cost_ms / (c.gain_ms + c.cost_ms) for c in self.candidates.values()
-                if c.gain_ms + c.cost_ms > 0]
+        even = [p for c in self.candidates.values() if (p := c.break_even) is not None]
         return round(statistics.fmean(even), 4) if even else None
 
 
@@ -129,7 +134,7 @@ class Ledger:
         admitted = [c for c in priced if c.admitted]
         costs = [c.cost_ms for c in priced]
         gains = [c.gain_ms for c in priced]
-        even = [c.cost_ms / (c.gain_ms + c.cost_ms) for c in priced if c.gain_ms + c.cost_ms > 0]
+        even = [p for c in priced if (p := c.break_even) is not None]
         settled = [e for e in opened if e.selected is not None and e.candidates]
         warm = by_rank([e for e in settled if e.settled_before >= self.warm])
         strict = by_rank([e for e in settled if e.settled_before >= self.warm_strict])

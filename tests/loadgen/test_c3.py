@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.c3 import acceptance, decision_record, merge_accounts
+from loadgen.c3 import acceptance
+from loadgen.decision_record import decision_record, merge_accounts
 from loadgen.load_levels import (
     LEVELS,
     Calibration,

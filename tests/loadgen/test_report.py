@@ -183,8 +183,10 @@ def test_the_c3_study_writes_its_sweep_records_phased_trace_and_acceptance(tmp_p
             "diff": full - 0.7, "low": full - 0.71, "high": full - 0.69})
         r["arms"]["floor"].update(fills_discarded=0.0)
         r["best_fixed_k"] = {"arm": "fixed1", "k": 1, "ratio_to_floor": 0.7}
+        r["decision_record"] = decision_record(r)  # as bench arms gives it
         return r
 
+    from loadgen.decision_record import decision_record
     from loadgen.report import c3_figures
 
     found = {"sweeps": {"routing": [(0.8, cell(0.8, 0.69)), (8.0, cell(8.0, 0.74))]},
