@@ -19,6 +19,30 @@ status codes at the edge. ``status`` is the name of a ``grpc.StatusCode`` member
 
 from __future__ import annotations
 
+from typing import Any
+
+#: The most characters of a message a client is sent: past it the message is cut and says how
+#: much was left out, so an error that echoes a huge input still fits in a gRPC status (whose
+#: trailers a client refuses past ~16 KB) or an HTTP error body.
+MAX_CLIENT_MESSAGE = 1024
+#: The most characters of an offending value an error message quotes (:func:`quoted`).
+MAX_QUOTED = 80
+
+
+def bounded(message: str, limit: int = MAX_CLIENT_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters, saying how many were left out."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
+
+
+def quoted(value: Any, limit: int = MAX_QUOTED) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters (a bounded prefix)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
 
 class DynbranchError(Exception):
     """Base of every error a service reports to a caller."""
@@ -29,8 +53,8 @@ class DynbranchError(Exception):
     client_visible = False
 
     def client_message(self) -> str:
-        """Message safe to send to a client."""
-        return str(self) if self.client_visible else "internal error"
+        """Message safe to send to a client, at most about :data:`MAX_CLIENT_MESSAGE` long."""
+        return bounded(str(self)) if self.client_visible else "internal error"
 
 
 class InvalidArgument(DynbranchError):
@@ -109,7 +133,7 @@ class Unimplemented(DynbranchError):
 
 
 __all__ = [
-    "AlreadyExists", "DeadlineExceeded", "DynbranchError", "FailedPrecondition", "InvalidArgument",
-    "NotFound", "PayloadTooLarge", "ResourceExhausted", "Unauthenticated", "Unavailable",
-    "Unimplemented",
+    "MAX_CLIENT_MESSAGE", "MAX_QUOTED", "AlreadyExists", "DeadlineExceeded", "DynbranchError",
+    "FailedPrecondition", "InvalidArgument", "NotFound", "PayloadTooLarge", "ResourceExhausted",
+    "Unauthenticated", "Unavailable", "Unimplemented", "bounded", "quoted",
 ]

@@ -178,7 +178,7 @@ def error_status(exc: DynbranchError, endpoint: Endpoint | None = None
     if found is None or not exc.client_visible:
         return 500, INTERNAL_ERROR
     _, status, type_, code = found
-    param, message = None, str(exc)
+    param, message = None, exc.client_message()
     if isinstance(exc, InvalidArgument):
         param = param_of(exc.field, endpoint)
         message = f"{param}: {message.removeprefix(f'{exc.field}: ')}"

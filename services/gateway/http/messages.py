@@ -381,7 +381,7 @@ def error_status(exc: DynbranchError) -> tuple[int, dict[str, Any]]:
     if found is None or not exc.client_visible:
         return 500, INTERNAL_ERROR
     _, status, type_ = found
-    message = str(exc)
+    message = exc.client_message()
     if isinstance(exc, InvalidArgument):
         param = param_of(exc.field, Endpoint.MESSAGES)
         message = f"{param}: {message.removeprefix(f'{exc.field}: ')}"
