@@ -7,12 +7,20 @@ from collections.abc import Sequence
 from services.common.pb import common_pb2, csl_pb2
 from services.common.runtime.convert import require
 from services.common.values.errors import InvalidArgument, PayloadTooLarge
-from services.common.values.reads import ReadSet, RecordKey, RecordRead, Shadow, check_cost
+from services.common.values.reads import (
+    MAX_WRITE_RECORDS,
+    ReadSet,
+    RecordKey,
+    RecordRead,
+    Shadow,
+    check_cost,
+    check_record_id,
+)
 from services.common.values.reuse_name import ReuseName, validate_tenant
 
 MAX_READS = 4096
 MAX_PRODUCERS = 256
-MAX_WRITES = 4096
+MAX_WRITES = MAX_WRITE_RECORDS
 MAX_ID_CHARS = 256
 
 
@@ -115,7 +123,8 @@ def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
         raise InvalidArgument("writes", "at least one record")
     if len(msg.writes) > MAX_WRITES:
         raise PayloadTooLarge("writes", f"at most {MAX_WRITES} records per request")
-    return [require(w.record_id, "writes.record_id") for w in msg.writes]
+    return [check_record_id(w.record_id, f"writes[{i}].record_id")
+            for i, w in enumerate(msg.writes)]
 
 
 __all__ = [

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from services.common.values.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
+from services.common.values.reads import MAX_WRITE_RECORDS
 from services.common.values.tracing import untraced
 from services.corpus import Document
 from services.gateway.config import GatewaySettings
@@ -243,6 +244,11 @@ class GatewayCore:
         if not self._reconciled:
             await self._reconcile()
         plan = await self.corpus.begin_write(upserts, removals)
+        if len(plan.record_ids) > MAX_WRITE_RECORDS:  # more than one library write (or commit)
+            await self._abort(plan.ticket)
+            raise PayloadTooLarge("upserts", f"the write changes {len(plan.record_ids)} corpus "
+                                  "records (a document, each of its distinct terms, the corpus "
+                                  f"statistics); at most {MAX_WRITE_RECORDS} in one write")
         try:
             versions = await self.library.write_records("", plan.record_ids, plan.floors)
         except BaseException:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 from opentelemetry import context as otel_context
@@ -21,7 +21,8 @@ from services.common.runtime.convert import (
     usage_to_proto,
 )
 from services.common.runtime.lease_convert import key_from_proto
-from services.common.values.errors import FailedPrecondition, InvalidArgument
+from services.common.values.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge
+from services.common.values.reads import MAX_WRITE_RECORDS, check_record_id
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.corpus import Document
 from services.delivery.client import DeliveryClient
@@ -112,6 +113,15 @@ def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDeman
         stage_id=msg.stage_id, stage_version=msg.stage_version,
         inputs=tuple(sorted(msg.inputs.items())), outputs=tuple(sorted(msg.outputs.items())),
         offered=tuple(msg.offered), observation=msg.observation, stage=stage)
+
+
+def record_ids_from_proto(record_ids: Sequence[str]) -> list[str]:
+    """A write's record ids, each named by its index when missing or too long (the csl's own
+    refusal would reach the caller as a failed dependency, not as a fault of the request)."""
+    if len(record_ids) > MAX_WRITE_RECORDS:
+        raise PayloadTooLarge("record_ids", f"at most {MAX_WRITE_RECORDS} records per write, "
+                              f"got {len(record_ids)}")
+    return [check_record_id(r, f"record_ids[{i}]") for i, r in enumerate(record_ids)]
 
 
 def _delta(text: str, stream: TextStream) -> gateway_pb2.CallEvent:
@@ -206,11 +216,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                    for i, d in enumerate(request.upserts)]
         if not (upserts or request.removals or request.record_ids):
             raise InvalidArgument("upserts", "nothing to write")
+        record_ids = record_ids_from_proto(request.record_ids)
         with maybe_span(self.tracer, "gateway.write_records", attributes={
                 "dynbranch.upserts": len(upserts), "dynbranch.removals": len(request.removals),
                 "dynbranch.record_ids": len(request.record_ids)}):
-            written = await self.core.write(tenant, upserts, list(request.removals),
-                                            list(request.record_ids))
+            written = await self.core.write(tenant, upserts, list(request.removals), record_ids)
         return gateway_pb2.GatewayWriteResponse(versions=[
             common_pb2.RecordVersion(record_id=r.record_id, version=r.version) for r in written])
 
@@ -260,4 +270,4 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
 
 __all__ = ["CoreCollector", "GatewayMetrics", "GatewayServicer", "answer_to_proto",
-           "demand_from_proto", "trace_parent"]
+           "demand_from_proto", "record_ids_from_proto", "trace_parent"]

@@ -111,6 +111,24 @@ async def test_missing_required_fields_are_invalid_arguments(csl, request_, fiel
     assert field in err.value.details()
 
 
+@pytest.mark.parametrize("record_ids, code, details", [
+    (["a", "b", ""], grpc.StatusCode.INVALID_ARGUMENT, "writes[2].record_id: required"),
+    (["a", "é" * 600], grpc.StatusCode.INVALID_ARGUMENT,
+     "writes[1].record_id: longer than 1024 bytes"),
+    ([f"r{i}" for i in range(10_000)], grpc.StatusCode.RESOURCE_EXHAUSTED,
+     "writes: at most 4096 records per request"),
+])
+async def test_a_bad_write_is_refused_by_field_and_never_as_retryable(
+        csl, record_ids: list[str], code: grpc.StatusCode, details: str) -> None:  # type: ignore[no-untyped-def]
+    _, client = csl
+    request = csl_pb2.WriteRecordsRequest(
+        writes=[csl_pb2.RecordWrite(record_id=r) for r in record_ids])
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.stub.WriteRecords(request, timeout=5)
+    assert (err.value.code(), err.value.details()) == (code, details)
+    assert (await client.stats()).write_seq == 0  # nothing was written
+
+
 async def test_metrics_endpoint_exports_library_counters(tmp_path: Path) -> None:
     async with serve(tmp_path, metrics_port=0) as (runtime, client):
         await client.put(name(1), b"a", ReadSet.pure())

@@ -112,6 +112,21 @@ async def test_a_corpus_service_that_is_down_fails_retrieves_and_serves_no_old_t
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+async def test_a_write_of_more_records_than_one_write_takes_is_refused_by_field(
+        tmp_path: Path) -> None:
+    """One document with 5,000 distinct terms bumps 5,000+ records: more than the csl takes in
+    one write (4,096). It is the write's fault, so it is refused as such (it was UNAVAILABLE
+    "retry"), and the corpus's write turn is given back at once."""
+    async with two_gateways(tmp_path) as (_, a, b):
+        words = " ".join(f"w{i}" for i in range(5000))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await a.write(upserts=[("long", "Long", words)])
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert err.value.details().startswith("upserts: the write changes 500")
+        b.timeout_s = 5.0  # the turn was given back: no wait for it to lapse
+        assert await b.write(upserts=[("short", "Short", "a few words")])
+
+
 def test_settings_name_one_corpus() -> None:
     with pytest.raises(ValidationError, match="corpus and corpus_path"):
         GatewaySettings(engines=["e:1"], auth=False, corpus="c:1", corpus_path="/x")

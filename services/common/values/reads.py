@@ -18,6 +18,17 @@ from services.common.values.errors import InvalidArgument
 from services.common.values.reuse_name import ReuseName
 
 MAX_RECORD_ID_BYTES = 1024
+#: Records one write may name (a csl ``WriteRecords``, a gateway write with its corpus records).
+MAX_WRITE_RECORDS = 4096
+
+
+def check_record_id(record_id: str, field: str = "record_id") -> str:
+    """``record_id`` when it is non-empty and at most ``MAX_RECORD_ID_BYTES`` long in UTF-8."""
+    if not record_id:
+        raise InvalidArgument(field, "required")
+    if len(record_id) > MAX_RECORD_ID_BYTES // 4 and len(record_id.encode()) > MAX_RECORD_ID_BYTES:
+        raise InvalidArgument(field, f"longer than {MAX_RECORD_ID_BYTES} bytes")
+    return record_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +39,7 @@ class RecordRead:
     version: int
 
     def __post_init__(self) -> None:
-        if not self.record_id:
-            raise InvalidArgument("record_id", "required")
-        if len(self.record_id) > MAX_RECORD_ID_BYTES // 4 and \
-                len(self.record_id.encode()) > MAX_RECORD_ID_BYTES:
-            raise InvalidArgument("record_id", f"longer than {MAX_RECORD_ID_BYTES} bytes")
+        check_record_id(self.record_id)
         if not 0 <= self.version < 2**64:
             raise InvalidArgument("version", "must be in [0, 2^64)")
 
@@ -143,5 +150,5 @@ class WriteOutcome:
 
 
 
-__all__ = ["MAX_RECORD_ID_BYTES", "ReadSet", "RecordKey", "RecordRead", "Served", "Shadow",
-           "WriteOutcome", "check_cost"]
+__all__ = ["MAX_RECORD_ID_BYTES", "MAX_WRITE_RECORDS", "ReadSet", "RecordKey", "RecordRead",
+           "Served", "Shadow", "WriteOutcome", "check_cost", "check_record_id"]

@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 import grpc
 
 from services.common.pb import csl_pb2
+from services.common.runtime.grpc_errors import error_from_rpc
 from services.common.values.errors import Unavailable
 from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName
@@ -34,6 +35,9 @@ DOWN_AFTER_TIMEOUTS = 3
 _HOLD_EVENTS = {csl_pb2.HOLD_EVENT_KIND_HELD: HoldEvent.HELD,
                 csl_pb2.HOLD_EVENT_KIND_PROMOTED: HoldEvent.PROMOTED,
                 csl_pb2.HOLD_EVENT_KIND_SETTLED: HoldEvent.SETTLED}
+#: Statuses of a write the csl refused for what it is (a bad field, an oversize write) or
+#: could not hold (a full store): mapped as the csl meant them, not as a csl that is down.
+_REFUSED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
 class RemoteLibrary:
@@ -209,6 +213,8 @@ class RemoteLibrary:
                                                       floors)
         except grpc.aio.AioRpcError as err:
             self._failed("write_records", err)
+            if err.code() in _REFUSED:  # the write itself is at fault: a retry meets the same
+                raise error_from_rpc(err, "csl", "WriteRecords") from None
             raise Unavailable(f"csl write failed ({err.code().name}); nothing was written, "
                               "retry") from None
         if [v.record_id for v in outcome.versions] != list(record_ids):
