@@ -15,8 +15,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import yaml
-
 from services.common.values.errors import InvalidArgument, PayloadTooLarge, ResourceExhausted
 from services.common.values.reads import MAX_WRITE_RECORDS
 from services.common.values.tracing import untraced
@@ -31,7 +29,7 @@ from services.gateway.templates import (
     StageKind,
     Template,
     TemplateRegistry,
-    parse_template,
+    parse_template_yaml,
 )
 from services.gateway.tools.base import RecordVersion
 from services.gateway.tools.corpus_port import CorpusPort
@@ -39,8 +37,6 @@ from services.gateway.values import Answer, Demand, TextStream, unknown_model
 
 log = logging.getLogger(__name__)
 
-#: Largest template document accepted.
-MAX_TEMPLATE_BYTES = 256 * 1024
 #: Records per library write while reconciling (the csl takes at most 4,096 per request).
 RECONCILE_BATCH = 1024
 #: Longest wait between background reconcile attempts while the library is unreachable.
@@ -205,15 +201,7 @@ class GatewayCore:
 
     def register_template(self, text: str) -> Template:
         """Parse and register a YAML template; errors name the template and the path."""
-        if len(text.encode()) > MAX_TEMPLATE_BYTES:
-            raise PayloadTooLarge("yaml", f"larger than {MAX_TEMPLATE_BYTES} bytes")
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InvalidArgument("yaml", f"not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise InvalidArgument("yaml", "must be a mapping (a template document)")
-        return self.registry.register(parse_template(data))
+        return self.registry.register(parse_template_yaml(text))
 
     async def write(self, tenant: str, upserts: Sequence[Document], removals: Sequence[str],
                     record_ids: Sequence[str]) -> list[RecordVersion]:

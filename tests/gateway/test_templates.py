@@ -8,14 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from services.common.values.errors import (
+    MAX_QUOTED,
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PayloadTooLarge,
 )
 from services.gateway.templates import (
+    MAX_TEMPLATE_BYTES,
+    MAX_TEMPLATE_DEPTH,
     CandidateSpace,
     Semantics,
     StageKind,
@@ -26,6 +31,13 @@ from services.gateway.templates import (
     load_builtin,
     load_template,
     parse_template,
+    parse_template_yaml,
+)
+from services.gateway.templates.parse import (
+    MAX_CANDIDATES,
+    MAX_STAGES,
+    MAX_STOP_CHARS,
+    MAX_STOP_STRINGS,
 )
 
 
@@ -241,6 +253,74 @@ def test_yaml_duplicate_keys_are_refused(tmp_path: Path) -> None:
     path.write_text("id: t\nid: u\nversion: 1\nstages: []\n")
     with pytest.raises(TemplateError, match="duplicate key 'id'"):
         load_template(path)
+
+
+# --- bounds (issue 38): every oversized or hostile document is refused by field, quickly ------
+
+def nested(depth: int) -> str:
+    """A valid document but for its ``description``: flow lists nested to ``depth`` nodes in
+    all (the root mapping is the first)."""
+    return yaml.safe_dump({k: v for k, v in doc().items() if k != "description"}) + (
+        "description: " + "[" * (depth - 1) + "]" * (depth - 1) + "\n")
+
+
+def test_yaml_nested_past_the_depth_limit_is_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidArgument) as deep:
+        parse_template_yaml(nested(MAX_TEMPLATE_DEPTH + 1))
+    with pytest.raises(InvalidArgument) as very_deep:  # a RecursionError (INTERNAL) before
+        parse_template_yaml("a: " + "{b: " * 5000 + "1" + "}" * 5000)
+    with pytest.raises(TemplateError, match="t: description: must be a string"):
+        parse_template_yaml(nested(MAX_TEMPLATE_DEPTH))  # at the limit: parsed, then refused
+    assert deep.value.field == very_deep.value.field == "yaml"
+    assert f"nested deeper than {MAX_TEMPLATE_DEPTH} levels" in str(very_deep.value)
+
+
+def test_a_shipped_template_fits_the_depth_limit_with_room() -> None:
+    text = (Path(__file__).parents[2] / "services/gateway/templates/workflows/routing.yaml")
+    assert parse_template_yaml(text.read_text()) == load_builtin("routing")
+
+
+def test_registration_text_is_bounded_in_bytes_and_refuses_duplicate_keys() -> None:
+    with pytest.raises(PayloadTooLarge, match="yaml: larger than"):
+        parse_template_yaml("description: " + "é" * (MAX_TEMPLATE_BYTES // 2))
+    with pytest.raises(InvalidArgument, match="duplicate key 'id'"):
+        parse_template_yaml(yaml.safe_dump(doc()) + "id: u\n")
+    with pytest.raises(InvalidArgument, match="yaml: must be a mapping"):
+        parse_template_yaml("- a\n")
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: d.update(stages=[llm(f"s{i}", "p") for i in range(MAX_STAGES + 1)]),
+     f"stages: at most {MAX_STAGES} entries, got {MAX_STAGES + 1}"),
+    (lambda d: d["decisions"][0].update(candidates=[f"c{i}" for i in range(MAX_CANDIDATES + 1)]),
+     f"decisions[0].candidates: at most {MAX_CANDIDATES} entries"),
+    (lambda d: d["stages"][0]["sampling"].update(stop=["x"] * (MAX_STOP_STRINGS + 1)),
+     f"stages[0].sampling.stop: at most {MAX_STOP_STRINGS} entries"),
+    (lambda d: d["stages"][0]["sampling"].update(stop=["x" * (MAX_STOP_CHARS + 1)]),
+     f"stages[0].sampling.stop[0]: at most {MAX_STOP_CHARS} characters"),
+])
+def test_counts_past_their_limits_are_refused_by_field(change: Any, expected: str) -> None:
+    assert expected in fault(mutated(change))
+
+
+def test_a_long_chain_of_stages_is_refused_without_recursing_into_it() -> None:
+    stages = [llm("s0", "p")] + [llm(f"s{i}", "{{x}}", bind={"x": f"stages.s{i - 1}.output"})
+                                 for i in range(1, 2000)]
+    assert f"stages: at most {MAX_STAGES} entries" in fault(mutated(lambda d: d.update(
+        stages=stages, decisions=[])))
+    cycle = [llm(f"s{i}", "{{x}}", bind={"x": f"stages.s{(i + 1) % MAX_STAGES}.output"})
+             for i in range(MAX_STAGES)]  # at the limit the graph check still runs
+    message = fault(mutated(lambda d: d.update(stages=cycle, decisions=[])))
+    assert message.startswith("template t: stages[0]: cycle s0 -> ") and message.endswith(" s0")
+
+
+def test_messages_quote_a_bounded_prefix_of_an_offending_value() -> None:
+    huge = "!" * 100_000
+    message = fault(mutated(lambda d: d.update(id=huge)))
+    assert message.startswith("template ?: id: '!!!") and "(100002 characters)" in message
+    assert len(message) < 2 * MAX_QUOTED + 100
+    unknown = fault(mutated(lambda d: d["decisions"][0].update(stage=huge)))
+    assert len(unknown) < 2 * MAX_QUOTED + 100
 
 
 def test_missing_template_file_is_not_found(tmp_path: Path) -> None:

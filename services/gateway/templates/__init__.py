@@ -24,16 +24,20 @@ from services.gateway.templates.model import (
 )
 from services.gateway.templates.parse import parse_template
 from services.gateway.templates.registry import (
+    MAX_TEMPLATE_BYTES,
+    MAX_TEMPLATE_DEPTH,
     WORKFLOWS_DIR,
     TemplateRegistry,
     builtin_names,
     load_builtin,
     load_template,
+    parse_template_yaml,
 )
 
 __all__ = [
-    "PLACEHOLDER", "WORKFLOWS_DIR", "Binding", "CandidateSpace", "ChainStep", "DecisionPoint",
-    "PlaceholderSource", "Scalar", "Semantics", "Stage", "StageKind", "Template", "TemplateError",
-    "TemplateRegistry", "Window", "builtin_names", "load_builtin", "load_template",
-    "parse_template", "placeholders",
+    "MAX_TEMPLATE_BYTES", "MAX_TEMPLATE_DEPTH", "PLACEHOLDER", "WORKFLOWS_DIR", "Binding",
+    "CandidateSpace", "ChainStep", "DecisionPoint", "PlaceholderSource", "Scalar", "Semantics",
+    "Stage", "StageKind", "Template", "TemplateError", "TemplateRegistry", "Window",
+    "builtin_names", "load_builtin", "load_template", "parse_template", "parse_template_yaml",
+    "placeholders",
 ]

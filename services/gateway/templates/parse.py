@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
+from services.common.values.errors import quoted
 from services.common.values.generation import Sampling
 from services.gateway.templates.graph import check_graph
 from services.gateway.templates.model import (
@@ -37,6 +38,13 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _SOURCE = re.compile(r"candidate|input\.([A-Za-z_][A-Za-z0-9_]*)|stages\.([^./\s]+)\.output")
 _I32, _U32, _U64 = 2**31 - 1, 2**32 - 1, 2**64 - 1
+#: Stages of one template at most (decisions: one per stage; a chain: each stage once).
+MAX_STAGES = 256
+#: Listed candidates of one decision at most (as many as a demand may offer).
+MAX_CANDIDATES = 256
+#: Stop strings of a stage and characters of each, at most: the wire's bounds on a demand
+#: (``services/common/runtime/convert.py``), so a fill rendered from a stage is never refused.
+MAX_STOP_STRINGS, MAX_STOP_CHARS = 16, 256
 
 class _At:
     """A value at a path inside one template document; failures name template and path."""
@@ -66,16 +74,18 @@ class _At:
             if key not in self.value:
                 self.at(key).fail("required")
 
-    def items(self) -> list[_At]:
+    def items(self, limit: int | None = None) -> list[_At]:
         if not isinstance(self.value, list):
             self.fail("must be a list")
+        if limit is not None and len(self.value) > limit:
+            self.fail(f"at most {limit} entries, got {len(self.value)}")
         return [self.at(i) for i in range(len(self.value))]
 
     def text(self, pattern: re.Pattern[str] | None = None) -> str:
         if not isinstance(self.value, str) or not self.value:
             self.fail("must be a non-empty string")
         if pattern is not None and not pattern.fullmatch(self.value):
-            self.fail(f"{self.value!r} must match {pattern.pattern}")
+            self.fail(f"{quoted(self.value)} must match {pattern.pattern}")
         return self.value
 
     def note(self) -> str:
@@ -114,16 +124,17 @@ class _At:
 def parse_template(data: Mapping[str, Any]) -> Template:
     """Validate a template document (parsed YAML or the gRPC dict) into a frozen ``Template``."""
     tid = data.get("id") if isinstance(data, Mapping) else None
-    root = _At(tid if isinstance(tid, str) and tid else "?", "", data)
+    root = _At(tid if isinstance(tid, str) and _ID.fullmatch(tid) else "?", "", data)
     root.keys(("id", "version", "stages"), ("description", "model", "decisions"))
     tid = root.at("id").text(_ID)
     model = root.opt("model", _At.text, "")
-    stages = tuple(_parse_stage(n, model) for n in root.at("stages").items())
+    stages = tuple(_parse_stage(n, model) for n in root.at("stages").items(MAX_STAGES))
     if not stages:
         root.at("stages").fail("must list at least one stage")
     _unique([s.id for s in stages], root.at("stages"), "stage id")
     by_id = {s.id: s for s in stages}
-    decisions = tuple(_parse_decision(n, tid, by_id) for n in root.opt("decisions", _At.items, []))
+    decisions = tuple(_parse_decision(n, tid, by_id)
+                      for n in root.opt("decisions", lambda n: n.items(MAX_STAGES), []))
     _unique([d.stage for d in decisions], root.at("decisions"), "decision stage")
     template = Template(tid, root.at("version").integer(1, _U32), stages, decisions,
                         root.opt("description", _At.note, ""), model)
@@ -132,9 +143,11 @@ def parse_template(data: Mapping[str, Any]) -> Template:
 
 
 def _unique(values: Sequence[str], node: _At, what: str) -> None:
+    seen: set[str] = set()
     for i, value in enumerate(values):
-        if value in values[:i]:
-            node.at(i).fail(f"duplicate {what} {value!r}")
+        if value in seen:
+            node.at(i).fail(f"duplicate {what} {quoted(value)}")
+        seen.add(value)
 
 
 _COMMON = ("version", "speculable", "shared", "bind", "description")
@@ -196,7 +209,7 @@ def _tool_stage(node: _At) -> Stage:
     builtin = BUILTIN_TOOLS.get(tool)
     read_only = node.opt("read_only", _At.flag, builtin is not None and builtin.read_only)
     if builtin is not None and read_only and not builtin.read_only:
-        node.at("read_only").fail(f"builtin tool {tool!r} writes records")
+        node.at("read_only").fail(f"builtin tool {quoted(tool)} writes records")
     return Stage("", StageKind.TOOL, tuple(dict.fromkeys(inputs)), tool=tool, args=args,
                  read_only=read_only)
 
@@ -208,8 +221,16 @@ def _parse_sampling(node: _At) -> Sampling:
                     top_p=node.opt("top_p", lambda n: n.number(0.0, 1.0, lo_open=True), 1.0),
                     top_k=node.opt("top_k", lambda n: n.integer(0, _I32), 0),
                     seed=node.opt("seed", lambda n: n.integer(0, _U64), None),
-                    stop=tuple(n.text() for n in node.opt("stop", _At.items, [])),
+                    stop=node.opt("stop", _parse_stop, ()),
                     ignore_eos=node.opt("ignore_eos", _At.flag, False))
+
+
+def _parse_stop(node: _At) -> tuple[str, ...]:
+    stop = tuple(n.text() for n in node.items(MAX_STOP_STRINGS))
+    for i, text in enumerate(stop):
+        if len(text) > MAX_STOP_CHARS:
+            node.at(i).fail(f"at most {MAX_STOP_CHARS} characters, got {len(text)}")
+    return stop
 
 
 def _mapping(node: _At) -> Mapping[str, Any]:
@@ -246,7 +267,7 @@ def _parse_decision(node: _At, tid: str, by_id: Mapping[str, Stage]) -> Decision
               ("candidates", "offered", "subgraph", "per_candidate", "window", "description"))
     stage = node.at("stage").text()
     if stage not in by_id:
-        node.at("stage").fail(f"unknown stage {stage!r}")
+        node.at("stage").fail(f"unknown stage {quoted(stage)}")
     space, semantics = node.at("space").value, node.at("semantics").value
     if space not in ("bounded", "open"):
         node.at("space").fail("must be 'bounded' or 'open'")
@@ -255,7 +276,8 @@ def _parse_decision(node: _At, tid: str, by_id: Mapping[str, Stage]) -> Decision
     window = node.opt("window", _At.note, "decode")
     if window not in ("decode", "user"):
         node.at("window").fail("must be 'decode' or 'user'")
-    candidates = tuple(n.text() for n in node.opt("candidates", _At.items, []))
+    candidates = tuple(n.text() for n in node.opt("candidates",
+                                                  lambda n: n.items(MAX_CANDIDATES), []))
     _unique(list(candidates), node.at("candidates"), "candidate")
     offered = node.opt("offered", _At.flag, False)
     if space == "open" and (candidates or offered):
@@ -273,7 +295,7 @@ def _parse_decision(node: _At, tid: str, by_id: Mapping[str, Stage]) -> Decision
     lacking = [c for c in candidates if c not in dict(overrides)]
     if not subgraph and (lacking or not candidates):
         node.at("subgraph").fail("required: a chain of one or more stages"
-                                 + (f" (no chain for {lacking[0]!r})" if lacking else ""))
+                                 + (f" (no chain for {quoted(lacking[0])})" if lacking else ""))
     return DecisionPoint(f"{tid}/{stage}", stage, CandidateSpace(space), Semantics(semantics),
                          candidates, offered, subgraph, overrides, Window(window),
                          node.opt("description", _At.note, ""))
@@ -286,7 +308,7 @@ def _parse_overrides(node: _At, by_id: Mapping[str, Stage], candidates: tuple[st
 
 
 def _parse_chain(node: _At, by_id: Mapping[str, Stage]) -> tuple[ChainStep, ...]:
-    chain = tuple(_parse_step(step, by_id) for step in node.items())
+    chain = tuple(_parse_step(step, by_id) for step in node.items(MAX_STAGES))
     if not chain:
         node.fail("a subgraph is a chain of one or more stages")
     _unique([s.stage for s in chain], node, "stage in a chain")
@@ -299,7 +321,7 @@ def _parse_step(node: _At, by_id: Mapping[str, Stage]) -> ChainStep:
     node.keys(("stage",), ("bind",))
     stage = by_id.get(node.at("stage").text())
     if stage is None:
-        node.at("stage").fail(f"unknown stage {node.at('stage').value!r}")
+        node.at("stage").fail(f"unknown stage {quoted(node.at('stage').value)}")
     bind = dict(stage.bind) | dict(node.opt("bind", _parse_bind, ()))
     for name in bind:
         if name not in stage.inputs:
@@ -320,4 +342,4 @@ def _safe_twice(stage: Stage) -> bool:
     return stage.sampling is not None and stage.sampling.deterministic
 
 
-__all__ = ["parse_template"]
+__all__ = ["MAX_CANDIDATES", "MAX_STAGES", "MAX_STOP_CHARS", "MAX_STOP_STRINGS", "parse_template"]

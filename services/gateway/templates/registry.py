@@ -1,5 +1,6 @@
-"""Loading templates from YAML (strict: a duplicate key is an error), the shipped workflows
-(``workflows/*.yaml``), and the registry of templates by id and version."""
+"""Loading templates from YAML (strict: a duplicate key is an error; bounded in bytes and in
+nesting), the shipped workflows (``workflows/*.yaml``), and the registry of templates by id and
+version."""
 
 from __future__ import annotations
 
@@ -11,25 +12,70 @@ import yaml
 from services.common.values.errors import (
     AlreadyExists,
     FailedPrecondition,
+    InvalidArgument,
     NotFound,
+    PayloadTooLarge,
     ResourceExhausted,
+    quoted,
 )
 from services.gateway.templates.model import DecisionPoint, Template, TemplateError
 from services.gateway.templates.parse import parse_template
 
 WORKFLOWS_DIR = Path(__file__).with_name("workflows")
+#: Largest template document accepted, in UTF-8 bytes.
+MAX_TEMPLATE_BYTES = 256 * 1024
+#: Deepest nesting of YAML nodes accepted (the schema needs 8: the root, ``decisions``, a
+#: decision, ``per_candidate``, a chain, a step, its ``bind``, a source). The bound also keeps
+#: PyYAML's recursive composer far from Python's recursion limit (a RecursionError otherwise).
+MAX_TEMPLATE_DEPTH = 16
+
+
+class _TooDeep(yaml.YAMLError):
+    """A document nested deeper than ``MAX_TEMPLATE_DEPTH``; names where the too-deep
+    collection starts."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__(f"nested deeper than {MAX_TEMPLATE_DEPTH} levels (the collection at "
+                         f"line {mark.line + 1}, column {mark.column + 1})")
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML loader that refuses duplicate keys instead of keeping the last one."""
+    """Safe YAML loader that refuses duplicate keys instead of keeping the last one, and
+    documents nested deeper than ``MAX_TEMPLATE_DEPTH``."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_TEMPLATE_DEPTH:  # only below a collection: never the root
+                raise _TooDeep(parent.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
         for i, key in enumerate(keys):
             if key in keys[:i]:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", node.value[i][0].start_mark)
+                    None, None, f"duplicate key {quoted(key)}", node.value[i][0].start_mark)
         return super().construct_mapping(node, deep=deep)
+
+
+def parse_template_yaml(text: str, field: str = "yaml") -> Template:
+    """Validate a template document sent as YAML text (the ``field`` of a request)."""
+    if len(text) > MAX_TEMPLATE_BYTES // 4 and len(text.encode()) > MAX_TEMPLATE_BYTES:
+        raise PayloadTooLarge(field, f"larger than {MAX_TEMPLATE_BYTES} bytes")
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except _TooDeep as exc:
+        raise InvalidArgument(field, str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise InvalidArgument(field, f"not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument(field, "must be a mapping (a template document)")
+    return parse_template(data)
 
 
 def load_template(path: str | Path) -> Template:
@@ -52,7 +98,7 @@ def builtin_names() -> tuple[str, ...]:
 def load_builtin(name: str) -> Template:
     """Load a shipped template by name (``routing``, ``react``, ``subagent``, ``hci``)."""
     if name not in builtin_names():
-        raise NotFound(f"no builtin template {name!r} (have: {', '.join(builtin_names())})")
+        raise NotFound(f"no builtin template {quoted(name)} (have: {', '.join(builtin_names())})")
     return load_template(WORKFLOWS_DIR / f"{name}.yaml")
 
 
@@ -90,7 +136,7 @@ class TemplateRegistry:
         versions = self._by_id.get(template_id, {})
         found = versions.get(max(versions, default=0) if version is None else version)
         if found is None:
-            raise NotFound(f"template {template_id!r}"
+            raise NotFound(f"template {quoted(template_id)}"
                            f"{'' if version is None else f' version {version}'} is not registered")
         return found
 
@@ -103,4 +149,5 @@ class TemplateRegistry:
         return tuple(sorted(self._by_id))
 
 
-__all__ = ["WORKFLOWS_DIR", "TemplateRegistry", "builtin_names", "load_builtin", "load_template"]
+__all__ = ["MAX_TEMPLATE_BYTES", "MAX_TEMPLATE_DEPTH", "WORKFLOWS_DIR", "TemplateRegistry",
+           "builtin_names", "load_builtin", "load_template", "parse_template_yaml"]
