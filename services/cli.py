@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from services.engine_agent import BACKEND_NAMES, MESH_BACKENDS, SERVER_BACKENDS
+from services.restart_policy import RestartPolicy
 
 SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_agent.server",
             "csl": "services.csl.server", "admission": "services.admission.server",
@@ -92,7 +93,8 @@ def _loaders() -> Any:
 async def _up(args: argparse.Namespace) -> int:
     from services.launcher import Mesh
 
-    mesh = Mesh(keep_run_dir=True)  # the operator may want the logs after Ctrl-C
+    policy = RestartPolicy()  # a service that exits is restarted
+    mesh = Mesh(keep_run_dir=True, supervise=policy)  # the operator may want the logs after Ctrl-C
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -100,6 +102,7 @@ async def _up(args: argparse.Namespace) -> int:
     try:
         await mesh.start(_spec(args))
         print(f"dynbranch mesh is up (logs in {mesh.run_dir}); Ctrl-C stops it")
+        print(f"  a service that exits is restarted: {_supervision(policy)}")
         for child in mesh.children:
             print(f"  {child.name:<10} grpc {child.address:<21} metrics "
                   f"http://127.0.0.1:{child.metrics_port}/metrics")
@@ -116,6 +119,13 @@ async def _up(args: argparse.Namespace) -> int:
         await mesh.stop()
     print("dynbranch mesh stopped")
     return 0
+
+
+def _supervision(policy: RestartPolicy) -> str:
+    """How ``up`` restarts a service, in words."""
+    return (f"back-off {policy.backoff_s:g} s doubling to {policy.max_backoff_s:g} s; at most "
+            f"{policy.max_restarts} restarts in {policy.window_s:g} s, then it is left down "
+            f"with an error in the log")
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -283,11 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="dynbranch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start every service on loopback until Ctrl-C",
+    up = sub.add_parser("up", help="start and supervise every service on loopback until Ctrl-C",
                         description="Start gateway, csl, admission, delivery and N engine agents "
                         "(sim, or a real engine with --backend), and with --corpus or "
                         "--corpus-source the corpus service every gateway shares, as processes "
-                        "on loopback; print addresses; stop on Ctrl-C/SIGTERM.")
+                        "on loopback; print addresses; restart a service that exits (same port, "
+                        f"flags and data folder; {_supervision(RestartPolicy())}); stop on "
+                        "Ctrl-C/SIGTERM.")
     _mesh_args(up)
     up.set_defaults(run=lambda a: asyncio.run(_up(a)))
     call = sub.add_parser("call", help="send one stage through the gateway",

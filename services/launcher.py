@@ -1,6 +1,11 @@
 """Start the whole mesh on loopback, one process per service (``dynbranch up`` / ``demo`` /
 benchmarks). Each child binds port 0 and announces its port on its first stdout line; logs go to
-one file per service under the run folder."""
+one file per service under the run folder.
+
+With a ``RestartPolicy`` the mesh supervises its children as a Deployment or StatefulSet would
+its pods: one that exits on its own is started again on the same port with the same flags and
+data folder (peers' channels reconnect by themselves), after a back-off, a bounded number of
+times per window. Without one (benchmarks, fault tests) a dead child stays down, to be seen."""
 
 from __future__ import annotations
 
@@ -13,20 +18,33 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.runtime.clients import wait_serving
 from services.engine_presets import EngineSetup, engine_setup
+from services.restart_policy import RestartBudget, RestartPolicy
 
 log = logging.getLogger(__name__)
 ANNOUNCE_TIMEOUT_S = 60.0
 #: Starts ``Mesh.restart`` makes of a child that dies before announcing, and the pause before
 #: the next one (times the attempt).
 RESTART_ATTEMPTS, RESTART_BACKOFF_S = 3, 0.2
+#: Longest a restarted child's readiness wait goes without checking that it still runs.
+READY_POLL_S = 1.0
 #: An agent embedding vLLM announces once its engine started (35-70 s on a busy 2-core CPU).
 REAL_ENGINE_ANNOUNCE_TIMEOUT_S = 300.0
+
+
+class StartFailed(RuntimeError):
+    """A child that exited, or was killed for hanging, before it announced its address."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        #: How it ended, in words (``killed by SIGKILL``, ``exit status 3``).
+        self.status = status
 
 
 @dataclass(slots=True)
@@ -43,8 +61,11 @@ class Child:
     #: How it was started (``restart`` starts it again the same way, on the same port).
     module: str = ""
     args: list[str] = field(default_factory=list)
-    #: Killed on purpose (``Mesh.kill``): its exit status does not make the stop unclean.
+    #: Killed on purpose (``Mesh.kill``): its exit status does not make the stop unclean, and
+    #: the supervisor leaves it to whoever killed it.
     killed: bool = False
+    #: Seconds it had to announce (a restart gives it as long).
+    announce_timeout_s: float = ANNOUNCE_TIMEOUT_S
 
 
 @dataclass(slots=True)
@@ -97,7 +118,8 @@ class MeshSpec:
 class Mesh:
     """A set of service processes; ``stop`` is idempotent and also kills stragglers."""
 
-    def __init__(self, run_dir: Path | None = None, keep_run_dir: bool = False) -> None:
+    def __init__(self, run_dir: Path | None = None, keep_run_dir: bool = False,
+                 supervise: RestartPolicy | None = None) -> None:
         self._own_run_dir = run_dir is None and not keep_run_dir
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="dynbranch-run-"))
         self.children: list[Child] = []
@@ -105,6 +127,12 @@ class Mesh:
         self._drains: list[asyncio.Task[None]] = []
         #: One line per start of a restarted child that died before announcing (then retried).
         self.failed_starts: list[str] = []
+        #: Supervision (None: a child that exits stays down): one watcher task per service.
+        self.supervise = supervise
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        #: One line per exit the supervisor restarted after, and the services it gave up on.
+        self.restarts: list[str] = []
+        self.given_up: list[str] = []
 
     def address(self, name: str) -> str:
         """Address of the first child named ``name``."""
@@ -124,44 +152,57 @@ class Mesh:
                 stdout=asyncio.subprocess.PIPE, stderr=log_file, env={**os.environ})
         try:
             info = await asyncio.wait_for(_announcement(process, log_path), timeout_s)
+        except asyncio.CancelledError:  # a restart that stop() cancelled: leave no orphan
+            await _end(process)
+            raise
         except (asyncio.TimeoutError, EOFError):
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):  # it may exit meanwhile
-                    process.kill()
-            status = await process.wait()
+            status = await _end(process)
             tail = log_path.read_text()[-2000:]
-            raise RuntimeError(f"{name} did not start ({_exit_status(status)}); its log "
-                               f"{log_path} ends:\n{tail}") from None
+            raise StartFailed(f"{name} did not start ({_exit_status(status)}); its log "
+                              f"{log_path} ends:\n{tail}", _exit_status(status)) from None
         child = Child(name, process, info["address"], info.get("metrics_port"), log_path,
-                      info.get("http_address", ""), module, args)
+                      info.get("http_address", ""), module, args, announce_timeout_s=timeout_s)
         # An engine library may log to stdout (embedded vLLM does): keep the pipe drained into
         # the log, or the child blocks once the pipe is full.
         self._drains.append(asyncio.create_task(_copy(process.stdout, log_path)))
-        self.children.append(child)
+        self._place(child)
+        self._watch(name)
         return child
+
+    def _place(self, child: Child) -> None:
+        """Add ``child``, in the place of a stopped one of its name (a restart keeps the
+        order, which ``stop`` follows: gateways first)."""
+        for i, old in enumerate(self.children):
+            if old.name == child.name and old.process.returncode is not None:
+                self.children[i] = child
+                return
+        self.children.append(child)
 
     def exited(self) -> list[str]:
         """Names of the children whose process is no longer running."""
         return [c.name for c in self.children if c.process.returncode is not None]
 
     async def kill(self, name: str) -> None:
-        """SIGKILL one child (a fault test: no drain, no clean close) and wait for it."""
+        """SIGKILL one child (a fault test: no drain, no clean close) and wait for it; it stays
+        down, unsupervised, until ``restart``."""
+        await self._unwatch(name)
         child = self.child(name)
         child.killed = True
-        child.process.kill()
+        if child.process.returncode is None:
+            child.process.kill()
         await child.process.wait()
 
     async def restart(self, name: str, attempts: int = RESTART_ATTEMPTS) -> Child:
         """Start a stopped child again with the same flags, on the same port; like a supervisor,
-        try again (up to ``attempts`` starts) when it dies before announcing."""
+        try again (up to ``attempts`` starts) when it dies before announcing. It takes the
+        child over from the supervisor, which watches the new process."""
         old = self.child(name)
         if old.process.returncode is None:
             raise RuntimeError(f"{name} is still running; stop or kill it first")
-        self.children.remove(old)
-        port = int(old.address.rsplit(":", 1)[1])
+        await self._unwatch(name)
         for attempt in range(1, attempts + 1):
             try:
-                child = await self.spawn(name, old.module, old.args, port=port)
+                child = await self._start_again(old)
                 break
             except RuntimeError as err:
                 if attempt == attempts:
@@ -172,6 +213,75 @@ class Mesh:
                 await asyncio.sleep(RESTART_BACKOFF_S * attempt)
         await wait_serving(child.address)
         return child
+
+    async def _start_again(self, old: Child) -> Child:
+        """One start of a stopped child as it was started: same flags, same port."""
+        port = int(old.address.rsplit(":", 1)[1])
+        return await self.spawn(old.name, old.module, old.args, port=port,
+                                timeout_s=old.announce_timeout_s)
+
+    def _watch(self, name: str) -> None:
+        """Supervise ``name`` when the mesh supervises and nothing watches it yet (a restart
+        the supervisor makes keeps its watcher)."""
+        watcher = self._watchers.get(name)
+        if self.supervise is not None and (watcher is None or watcher.done()):
+            self._watchers[name] = asyncio.create_task(self._supervise(name, self.supervise),
+                                                       name=f"supervise {name}")
+
+    async def _unwatch(self, name: str) -> None:
+        """End the supervision of ``name`` (a restart it is making is cancelled)."""
+        watcher = self._watchers.pop(name, None)
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _supervise(self, name: str, policy: RestartPolicy) -> None:
+        """Start ``name`` again each time it exits on its own, after the policy's back-off;
+        past its limit leave it down. ``kill``, ``restart`` and ``stop`` cancel it."""
+        budget, child = RestartBudget(policy), self.child(name)
+        ended = _exit_status(await child.process.wait())
+        while True:
+            exited_at = time.monotonic()
+            delay = budget.take(exited_at)
+            if delay is None:
+                self.given_up.append(name)
+                log.error("%s exited (%s) after %d restarts in %.0f s; leaving it down (its log: "
+                          "%s)", name, ended, policy.max_restarts, policy.window_s,
+                          child.log_path, extra={"service": name})
+                return
+            self.restarts.append(f"{name}: {ended}")
+            log.warning("%s exited (%s); restart %d of at most %d in %.0f s, in %.1f s",
+                        name, ended, budget.recent, policy.max_restarts, policy.window_s, delay,
+                        extra={"service": name, "restart": budget.recent, "delay_s": delay})
+            await asyncio.sleep(delay)
+            try:
+                child = await self._start_again(child)
+            except StartFailed as err:  # it died (or hung) before announcing
+                ended = f"before announcing, {err.status}"
+                continue
+            await self._ready(child, exited_at, policy)
+            ended = _exit_status(await child.process.wait())
+
+    @staticmethod
+    async def _ready(child: Child, exited_at: float, policy: RestartPolicy) -> None:
+        """Wait for a restarted child's SERVING and say so. Readiness, not liveness: one that
+        never reports it is left running, and one that exits meanwhile ends the wait (within a
+        second) so that its exit is handled."""
+        deadline = time.monotonic() + policy.ready_timeout_s
+        while child.process.returncode is None:
+            try:
+                await wait_serving(child.address, READY_POLL_S)
+            except TimeoutError:
+                if time.monotonic() < deadline:
+                    continue
+                log.warning("%s restarted but not SERVING after %.0f s", child.name,
+                            policy.ready_timeout_s, extra={"service": child.name})
+                return
+            # WARNING, like the exit it answers: ``dynbranch up`` shows warnings, not INFO.
+            log.warning("%s serves again at %s, %.1f s after it exited", child.name,
+                        child.address, time.monotonic() - exited_at,
+                        extra={"service": child.name})
+            return
 
     async def start(self, spec: MeshSpec) -> None:
         """Engines and the other services in parallel, then the gateway; wait for SERVING."""
@@ -255,8 +365,11 @@ class Mesh:
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every child (gateway first), wait, then SIGKILL what is left. A temporary run
-        folder (logs, csl store) is removed when every child stopped cleanly, kept otherwise."""
-        clean = True
+        folder (logs, csl store) is removed when every child stopped cleanly and none was
+        restarted, kept otherwise. Supervision ends first, so no restart races the stop."""
+        for name in list(self._watchers):
+            await self._unwatch(name)
+        clean = not self.restarts
         for child in reversed(self.children):
             if child.process.returncode is None:
                 child.process.send_signal(signal.SIGTERM)
@@ -279,7 +392,16 @@ class Mesh:
         if clean and self._own_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         elif not clean:
-            log.warning("a service did not stop cleanly; its logs are in %s", self.run_dir)
+            log.warning("a service was restarted or did not stop cleanly; its logs are in %s",
+                        self.run_dir)
+
+
+async def _end(process: asyncio.subprocess.Process) -> int:
+    """Kill ``process`` if it still runs; its exit status."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):  # it may exit meanwhile
+            process.kill()
+    return await process.wait()
 
 
 def _exit_status(code: int) -> str:
@@ -312,4 +434,4 @@ async def _copy(stream: asyncio.StreamReader, log_path: Path) -> None:
             out.write(line)
 
 
-__all__ = ["Child", "Mesh", "MeshSpec"]
+__all__ = ["Child", "Mesh", "MeshSpec", "RestartPolicy", "StartFailed"]

@@ -1,13 +1,30 @@
 """The launcher's children: one that dies before announcing is reported with how it ended, and
-a restart tries again like a supervisor."""
+a restart tries again like a supervisor. A supervising mesh restarts a child that exits on its
+own, leaves one killed on purpose to its killer, gives up on a crash loop, and stops without a
+restart racing it."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from services.launcher import Mesh
+from services.launcher import Mesh, RestartPolicy
+
+QUICK = RestartPolicy(backoff_s=0.05, max_backoff_s=0.1)
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
 
 
 async def test_a_child_killed_before_it_announces_is_named_with_its_signal() -> None:
@@ -36,3 +53,59 @@ async def test_a_restart_that_dies_before_announcing_is_started_again_and_report
         assert "flaky did not start (" in mesh.failed_starts[0]  # its signal or exit status
     finally:
         await mesh.stop()
+
+
+async def test_a_supervised_child_that_exits_is_restarted_on_its_port_until_killed_on_purpose(
+        tmp_path: Path) -> None:
+    mesh = Mesh(run_dir=tmp_path, supervise=QUICK)  # a restart keeps the run folder: tmp_path
+    counter = tmp_path / "starts"
+    try:
+        first = await mesh.spawn("flaky", "tests.launcher_flaky", ["--counter", str(counter)])
+        os.kill(first.process.pid, signal.SIGKILL)  # a crash: nobody asked for it
+        # start 2 dies by SIGKILL before announcing (one more restart), start 3 serves
+        await _until(lambda: mesh.child("flaky").process.pid != first.process.pid)
+        again = mesh.child("flaky")
+        assert again.address == first.address and counter.read_text() == "3"
+        assert mesh.restarts == ["flaky: killed by SIGKILL",
+                                 "flaky: before announcing, killed by SIGKILL"]
+        assert [c.name for c in mesh.children] == ["flaky"]  # in the old one's place
+        await mesh.kill("flaky")  # on purpose: a fault test restarts it itself
+        await asyncio.sleep(10 * QUICK.max_backoff_s)
+        assert mesh.exited() == ["flaky"] and counter.read_text() == "3"
+        await mesh.restart("flaky")  # and supervised again
+        os.kill(mesh.child("flaky").process.pid, signal.SIGKILL)
+        await _until(lambda: counter.read_text() == "5" and not mesh.exited())
+    finally:
+        await mesh.stop()
+
+
+async def test_a_crash_loop_is_left_down_after_its_restarts_with_an_error(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    loop = RestartPolicy(backoff_s=0.01, max_backoff_s=0.02, max_restarts=2)
+    mesh = Mesh(run_dir=tmp_path, supervise=loop)
+    counter = tmp_path / "starts"
+    try:
+        with caplog.at_level(logging.WARNING, logger="services.launcher"):
+            await mesh.spawn("crashy", "tests.launcher_crashy", ["--counter", str(counter)])
+            await _until(lambda: mesh.given_up == ["crashy"])
+        assert counter.read_text() == "3" and mesh.restarts == ["crashy: exit status 1"] * 2
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings[0].startswith("crashy exited (exit status 1); restart 1 of at most 2 "
+                                      "in 60 s, in 0.0 s")
+        (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert error.startswith("crashy exited (exit status 1) after 2 restarts in 60 s; "
+                                "leaving it down")
+    finally:
+        await mesh.stop()
+
+
+async def test_stop_during_a_back_off_ends_supervision_without_a_restart(tmp_path: Path) -> None:
+    mesh = Mesh(run_dir=tmp_path, supervise=RestartPolicy(backoff_s=30.0, max_backoff_s=30.0))
+    counter = tmp_path / "starts"
+    first = await mesh.spawn("flaky", "tests.launcher_flaky", ["--counter", str(counter)])
+    os.kill(first.process.pid, signal.SIGKILL)
+    await _until(lambda: mesh.restarts != [])  # the supervisor waits out its back-off
+    started = time.monotonic()
+    await mesh.stop()
+    assert time.monotonic() - started < 5.0 and counter.read_text() == "1"
+    assert mesh.children == []
