@@ -81,6 +81,17 @@ class GatewaySettings(ServiceSettings):
     auth: bool = Field(True, description="require an API key; switch off only for local use")
     http_port: int = Field(-1, ge=-1, le=65535,
                            description="OpenAI-compatible HTTP port; 0 picks one, -1 disables")
+    http_header_timeout_s: float = Field(10.0, gt=0, le=600, description=(
+        "HTTP: a request's headers must arrive within this long of its first byte (a new "
+        "connection that sends nothing is closed after it too); past it 408 and closed"))
+    http_body_timeout_s: float = Field(30.0, gt=0, le=3600, description=(
+        "HTTP: a request's body must arrive within this long of its headers; past it 408"))
+    http_keepalive_timeout_s: float = Field(65.0, gt=0, le=3600, description=(
+        "HTTP: an idle keep-alive connection is closed after this long (above the 60 s idle "
+        "timeout of common load balancers, so they close first)"))
+    http_max_connections: int = Field(1024, ge=1, le=1_000_000, description=(
+        "HTTP: connections open at once; one more is answered 503 with Retry-After and closed "
+        "(keep it below the process's open-file limit)"))
     call_deadline_s: float = Field(120.0, gt=0, le=3600,
                                    description="deadline of a stage call when the caller sets none")
     engine_connect_timeout_s: float = Field(30.0, gt=0, le=600,

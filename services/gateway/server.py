@@ -25,6 +25,7 @@ from services.gateway.auth import Authenticator, KeyFileError, KeyFileWatcher, r
 from services.gateway.config import GatewaySettings
 from services.gateway.core import GatewayCore, Limits
 from services.gateway.execution import Executor, Features
+from services.gateway.http.connections import ConnectionLimits
 from services.gateway.http.front import HttpFront
 from services.gateway.ports import AdmissionPort, EnginePort, LibraryPort
 from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
@@ -172,9 +173,13 @@ async def build_runtime(settings: GatewaySettings, *,
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
     runtime.core = core
     if settings.http_port >= 0:
+        limits = ConnectionLimits(header_timeout_s=settings.http_header_timeout_s,
+                                  body_timeout_s=settings.http_body_timeout_s,
+                                  keepalive_timeout_s=settings.http_keepalive_timeout_s,
+                                  max_connections=settings.http_max_connections)
         runtime.http = HttpFront(core, auth, deadline_s=settings.call_deadline_s,
                                  tracer=runtime.tracer, observe=metrics.observe,
-                                 grace_s=settings.grace_s)
+                                 grace_s=settings.grace_s, limits=limits)
         runtime.on_close(runtime.http.close)  # registered last: runs first, before core.close
     return runtime
 

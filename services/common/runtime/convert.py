@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 
 from services.common.pb import common_pb2
-from services.common.values.chat import ChatSpec, ToolCall, ToolChoice
+from services.common.values.chat import ChatSpec, ToolCall, ToolChoice, schema_problem
 from services.common.values.errors import InvalidArgument
 from services.common.values.generation import Priority, Sampling, Timings, Usage
 
@@ -76,10 +76,28 @@ def chat_from_proto(msg: common_pb2.ChatSpec, field: str) -> ChatSpec:
         raise InvalidArgument(f"{field}.messages_json", "required")
     if (choice is ToolChoice.FUNCTION) != bool(msg.tool_name):
         raise InvalidArgument(f"{field}.tool_name", "set exactly when tool_choice is 'function'")
-    return ChatSpec(messages_json=msg.messages_json, tools_json=msg.tools_json,
+    spec = ChatSpec(messages_json=msg.messages_json, tools_json=msg.tools_json,
                     tool_choice=choice, tool_name=msg.tool_name,
                     parallel_tool_calls=msg.parallel_tool_calls,
                     response_format_json=msg.response_format_json)
+    for i, tool in enumerate(spec.tools()):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidArgument(f"{field}.tools_json", f"tools[{i}] is not a function tool "
+                                                         f"({{'type': 'function', 'function': "
+                                                         f"{{'name': ...}}}})")
+    fmt = spec.response_format()
+    if fmt is not None and not (isinstance(fmt, dict) and isinstance(fmt.get("type"), str)):
+        raise InvalidArgument(f"{field}.response_format_json", "must be an object with a type")
+    if fmt is not None and fmt["type"] == "json_schema" and not isinstance(
+            fmt.get("json_schema"), dict):
+        raise InvalidArgument(f"{field}.response_format_json", "json_schema must be an object")
+    for where, schema in spec.schemas():
+        problem = schema_problem(schema)
+        if problem is not None:
+            name = "tools_json" if where.startswith("tools") else "response_format_json"
+            raise InvalidArgument(f"{field}.{name}", f"{where} {problem}")
+    return spec
 
 
 def tool_calls_to_proto(calls: tuple[ToolCall, ...]) -> list[common_pb2.ToolCall]:

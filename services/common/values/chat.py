@@ -11,14 +11,48 @@ nothing here imports a service.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from jsonschema import exceptions as schema_errors
+from jsonschema import validators
+
+#: The most characters of a schema problem an error message carries.
+_MAX_PROBLEM = 200
 
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, UTF-8 kept: equal values give equal text."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema (checked against its draft's meta-schema,
+    2020-12 unless it names another), or None. A tool whose ``parameters`` say
+    ``"required": "q"`` or ``"properties": [...]`` is a request no engine can serve: OpenAI and
+    vLLM refuse it with a 400, and so does every service here, instead of failing inside an
+    engine and inviting a retry."""
+    if not isinstance(schema, dict):
+        return "must be a JSON schema object"
+    return _problem(canonical_json(schema))
+
+
+@functools.lru_cache(maxsize=1024)
+def _problem(text: str) -> str | None:
+    schema = json.loads(text)
+    try:
+        cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+        cls.check_schema(schema)
+    except schema_errors.SchemaError as exc:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
+        message = exc.message if len(exc.message) <= _MAX_PROBLEM else (
+            exc.message[:_MAX_PROBLEM] + "...")
+        return f"is not a valid JSON schema: at {where or '(root)'}: {message}"
+    except RecursionError:
+        return "is not a valid JSON schema: nested too deeply"
+    return None
 
 
 class ToolChoice(enum.StrEnum):
@@ -53,6 +87,20 @@ class ChatSpec:
     def messages(self) -> list[dict[str, Any]]:
         """The OpenAI messages."""
         return list(json.loads(self.messages_json))
+
+    def schemas(self) -> list[tuple[str, Any]]:
+        """Every JSON schema the spec carries with its place (``tools[i].function.parameters``,
+        ``response_format.json_schema.schema``)."""
+        out: list[tuple[str, Any]] = []
+        for i, tool in enumerate(self.tools()):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(function, dict) and function.get("parameters") is not None:
+                out.append((f"tools[{i}].function.parameters", function["parameters"]))
+        fmt = self.response_format()
+        spec = fmt.get("json_schema") if isinstance(fmt, dict) else None
+        if isinstance(spec, dict) and spec.get("schema") is not None:
+            out.append(("response_format.json_schema.schema", spec["schema"]))
+        return out
 
     def tools(self) -> list[dict[str, Any]]:
         """The offered tools (``{"type": "function", "function": {...}}`` each)."""
@@ -98,4 +146,4 @@ class ChatSpec:
                                self.response_format_json]).encode()
 
 
-__all__ = ["ChatSpec", "ToolCall", "ToolChoice", "canonical_json"]
+__all__ = ["ChatSpec", "ToolCall", "ToolChoice", "canonical_json", "schema_problem"]

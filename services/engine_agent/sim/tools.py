@@ -33,6 +33,9 @@ _FORMATS = {"date": "2024-05-17", "date-time": "2024-05-17T09:30:00Z",
             "email": "user@example.com", "uri": "https://example.com/item", "uuid":
             "123e4567-e89b-12d3-a456-426614174000"}
 _MAX_DEPTH = 8
+#: A schema may ask for more than a model would write: arrays and strings stop here.
+_MAX_ITEMS = 64
+_MAX_CHARS = 4096
 _CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
@@ -76,7 +79,7 @@ class SchemaSampler:
         return {name: self.sample(props.get(name, {}), depth + 1) for name in required}
 
     def _array(self, schema: dict[str, Any], depth: int = 0) -> list[Any]:
-        low = int(schema.get("minItems", 1))
+        low = min(int(schema.get("minItems", 1)), _MAX_ITEMS)
         count = max(min(int(schema.get("maxItems", low)), low), 0)
         return [self.sample(schema.get("items", {}), depth + 1) for _ in range(count)]
 
@@ -84,7 +87,7 @@ class SchemaSampler:
         if schema.get("format") in _FORMATS:
             return _FORMATS[schema["format"]]
         text = " ".join(self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3)))
-        while len(text) < int(schema.get("minLength", 0)):
+        while len(text) < min(int(schema.get("minLength", 0)), _MAX_CHARS):
             text += " " + self.rng.choice(_WORDS)
         return text[:int(schema.get("maxLength", len(text)))]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from services.common.values.chat import ChatSpec
-from services.common.values.errors import InvalidArgument, NotFound
+from services.common.values.errors import InvalidArgument, NotFound, quoted
 from services.common.values.generation import Sampling
 from services.gateway.templates import Stage, StageKind
 from services.gateway.values import Demand, new_request_id
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 #: ``max_tokens`` when a chat-shaped request sets none (clamped to the model's limit).
 CHAT_DEFAULT_MAX_TOKENS = 256
 MAX_SEED = (1 << 64) - 1
+#: The largest ``top_k`` (the engines' int32 field); any value above the vocabulary is "off".
+MAX_TOP_K = (1 << 31) - 1
 HEADER_STAGE = "x-dynbranch-stage"
 #: Workflow-tag headers and the ``Demand`` fields they fill.
 TAG_HEADERS = {"x-dynbranch-workflow-type": "workflow_type",
@@ -180,7 +182,11 @@ def required_string(block: Mapping[str, Any], name: str, where: str,
 def ranged(body: Mapping[str, Any], name: str, default: float, low: float, high: float,
            low_open: bool = False) -> float:
     """A number in ``[low, high]`` (``(low, high]`` when ``low_open``)."""
-    value = float(field_of(body, name, "a number", default))
+    number = field_of(body, name, "a number", default)
+    try:
+        value = float(number)
+    except OverflowError:  # an integer past a double's range, e.g. 10**400
+        raise InvalidArgument(name, f"must be in [{low:g}, {high:g}]") from None
     if not (low < value if low_open else low <= value) or not value <= high:
         bracket = "(" if low_open else "["
         raise InvalidArgument(name, f"must be in {bracket}{low:g}, {high:g}], got {value:g}")
@@ -191,15 +197,16 @@ def seed_of(body: Mapping[str, Any]) -> int | None:
     """``seed`` in ``[0, 2^64)``, or None."""
     value = field_of(body, "seed", "an integer")
     if value is not None and not 0 <= value <= MAX_SEED:
-        raise InvalidArgument("seed", f"must be in [0, 2^64), got {value}")
+        raise InvalidArgument("seed", f"must be in [0, 2^64), got {quoted(value)}")
     return value
 
 
 def top_k_of(body: Mapping[str, Any]) -> int:
-    """``top_k`` (vLLM's extension, Anthropic's field); 0 and -1 mean "off"."""
+    """``top_k`` (vLLM's extension, Anthropic's field) in ``[-1, 2^31)``; 0 and -1 mean
+    "off"."""
     value = field_of(body, "top_k", "an integer", 0)
-    if value < -1:
-        raise InvalidArgument("top_k", f"must be >= -1, got {value}")
+    if not -1 <= value <= MAX_TOP_K:
+        raise InvalidArgument("top_k", f"must be in [-1, {MAX_TOP_K}], got {quoted(value)}")
     return max(value, 0)
 
 
@@ -304,7 +311,7 @@ def _stage(core: GatewayCore, value: str) -> tuple[str, str, Stage | None]:
         return "", "", None
     template_id, _, stage_id = value.partition("/")
     if not template_id or not stage_id:
-        raise InvalidArgument(HEADER_STAGE, f"expected 'template_id/stage_id', got {value!r}")
+        raise InvalidArgument(HEADER_STAGE, f"expected 'template_id/stage_id', got {quoted(value)}")
     return template_id, stage_id, core.stage(template_id, stage_id)
 
 
@@ -315,10 +322,10 @@ def check_model(core: GatewayCore, model: str) -> None:
     served = core.models()
     if model not in served:
         known = ", ".join(sorted(served)) or "none"
-        raise ModelNotFound(f"The model {model!r} does not exist (served: {known})")
+        raise ModelNotFound(f"The model {quoted(model)} does not exist (served: {known})")
 
 
-__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "HEADER_STAGE", "MAX_SEED", "TAG_HEADERS", "Arrival",
-           "Endpoint", "ModelNotFound", "WorkflowContext", "check_model", "demand_of",
+__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "HEADER_STAGE", "MAX_SEED", "MAX_TOP_K", "TAG_HEADERS",
+           "Arrival", "Endpoint", "ModelNotFound", "WorkflowContext", "check_model", "demand_of",
            "field_of", "json_type", "parse_context", "ranged", "refuse", "seed_of",
            "settle_from_history", "stops_of", "tag", "top_k_of"]

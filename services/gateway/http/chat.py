@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.values.chat import ChatSpec, ToolChoice, canonical_json
-from services.common.values.errors import InvalidArgument
+from services.common.values.chat import ChatSpec, ToolChoice, canonical_json, schema_problem
+from services.common.values.errors import InvalidArgument, quoted
 from services.gateway.templates import chatml
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -89,7 +89,20 @@ def _just_called(messages: list[dict[str, Any]]) -> tuple[str, ...]:
 def _messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise InvalidArgument("messages", "must be a non-empty array of messages")
-    return [_message(f"messages[{i}]", m) for i, m in enumerate(value)]
+    messages = [_message(f"messages[{i}]", m) for i, m in enumerate(value)]
+    called: set[str] = set()
+    for i, message in enumerate(messages):
+        called.update(c["id"] for c in message.get("tool_calls", ()))
+        if message["role"] == "tool":
+            answered(called, message["tool_call_id"], f"messages[{i}].tool_call_id")
+    return messages
+
+
+def answered(called: set[str], call_id: str, where: str) -> None:
+    """Refuse a tool result whose id no earlier call made (OpenAI and Anthropic answer it with
+    a 400): it answers nothing the conversation asked, and would settle nothing."""
+    if call_id not in called:
+        raise InvalidArgument(where, f"{quoted(call_id)} matches no earlier tool call")
 
 
 def _message(where: str, message: Any) -> dict[str, Any]:
@@ -184,8 +197,9 @@ def function_tool(where: str, fn: Mapping[str, Any], schema_field: str, names: s
         raise InvalidArgument(f"{where}.name", f"duplicate function {name!r}")
     names.add(name)
     params = fn.get(schema_field)
-    if params is not None and not isinstance(params, dict):
-        raise InvalidArgument(f"{where}.{schema_field}", "must be a JSON schema object")
+    problem = None if params is None else schema_problem(params)
+    if problem is not None:
+        raise InvalidArgument(f"{where}.{schema_field}", problem)
     description = fn.get("description")
     if description is not None and not isinstance(description, str):
         raise InvalidArgument(f"{where}.description", "must be a string")
@@ -229,9 +243,9 @@ def response_format(value: Any) -> dict[str, Any] | None:
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
         raise InvalidArgument("response_format.json_schema", "an object with a 'name'")
     schema = spec.get("schema")
-    if schema is not None and not isinstance(schema, dict):
-        raise InvalidArgument("response_format.json_schema.schema", "must be a JSON schema "
-                                                                    "object")
+    problem = None if schema is None else schema_problem(schema)
+    if problem is not None:
+        raise InvalidArgument("response_format.json_schema.schema", problem)
     return {"type": "json_schema", "json_schema": {
         k: spec[k] for k in ("name", "schema", "strict", "description") if k in spec}}
 
@@ -248,5 +262,5 @@ def render_chat(messages: Any, tools: list[dict[str, Any]] | None = None) -> str
                          tools or ())
 
 
-__all__ = ["FUNCTION_NAME", "MAX_TOOLS", "ParsedChat", "conversation", "function_tool",
+__all__ = ["FUNCTION_NAME", "MAX_TOOLS", "ParsedChat", "answered", "conversation", "function_tool",
            "parse_chat", "render_chat", "response_format", "tool_choice"]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import socket
 import time
@@ -39,11 +38,11 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Tracer
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.common.values.errors import DynbranchError, InvalidArgument
+from services.common.values.errors import DynbranchError
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
@@ -59,6 +58,8 @@ from services.gateway.http.arrival import (
     settle_from_history,
 )
 from services.gateway.http.bodies import BodyTooLarge, error_body
+from services.gateway.http.connections import ConnectionLimits, bounded_protocol
+from services.gateway.http.json_body import parse_json
 from services.gateway.http.stream import (
     CallStream,
     ClientGone,
@@ -104,13 +105,15 @@ class HttpFront:
 
     def __init__(self, core: GatewayCore, auth: Authenticator, *, deadline_s: float,
                  tracer: Tracer, observe: Callable[[Answer], None] | None = None,
-                 grace_s: float = 5.0, max_body_bytes: int | None = None) -> None:
+                 grace_s: float = 5.0, max_body_bytes: int | None = None,
+                 limits: ConnectionLimits | None = None) -> None:
         self.core = core
         self.auth = auth
         self.deadline_s = deadline_s
         self.tracer = tracer
         self.observe = observe
         self.grace_s = grace_s
+        self.limits = limits or ConnectionLimits()
         # Room for the prompt's JSON escaping and the other fields of the body.
         self.max_body_bytes = max_body_bytes or 2 * core.limits.max_prompt_bytes + 65_536
         self.created = int(time.time())
@@ -140,6 +143,8 @@ class HttpFront:
         config = uvicorn.Config(self.app, host=host, port=self.port, loop="none",
                                 lifespan="off", log_level="warning", log_config=None,
                                 access_log=False, ws="none",
+                                http=bounded_protocol(self.limits),
+                                timeout_keep_alive=self.limits.keepalive_timeout_s,  # type: ignore
                                 timeout_graceful_shutdown=self.grace_s + 1.0)  # backstop
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="http-front")
@@ -284,15 +289,15 @@ class HttpFront:
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             raise BodyTooLarge("body", f"larger than {self.max_body_bytes} bytes")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise BodyTooLarge("body", f"larger than {self.max_body_bytes} bytes")
-            chunks.append(chunk)
         try:
-            return json.loads(b"".join(chunks))
-        except ValueError:  # also UnicodeDecodeError
-            raise InvalidArgument("body", "not valid JSON") from None
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise BodyTooLarge("body", f"larger than {self.max_body_bytes} bytes")
+                chunks.append(chunk)
+        except ClientDisconnect:  # gone before its body arrived (or the body timed out)
+            raise ClientGone from None
+        return parse_json(b"".join(chunks))
 
     def _call(self, demand: Demand, request: Request,
               stream: TextStream | None = None) -> asyncio.Task[Answer]:

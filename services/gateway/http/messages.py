@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from services.common.runtime.convert import MAX_STOP_CHARS, MAX_STOP_STRINGS
-from services.common.values.chat import ToolChoice, canonical_json
+from services.common.values.chat import ToolChoice, canonical_json, schema_problem
 from services.common.values.errors import (
     DeadlineExceeded,
     DynbranchError,
@@ -33,6 +33,7 @@ from services.common.values.errors import (
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
+    quoted,
 )
 from services.common.values.generation import FinishReason
 from services.gateway.http.arrival import (
@@ -48,7 +49,7 @@ from services.gateway.http.arrival import (
     top_k_of,
 )
 from services.gateway.http.bodies import ARGUMENT_FRAGMENT_CHARS, BodyTooLarge, param_of
-from services.gateway.http.chat import ParsedChat, conversation, function_tool
+from services.gateway.http.chat import ParsedChat, answered, conversation, function_tool
 from services.gateway.http.stream import Item, named_sse, one_choice, unsent
 from services.gateway.values import Answer
 
@@ -111,8 +112,9 @@ def _conversation(body: Any) -> ParsedChat:
     value = body.get("messages")
     if not isinstance(value, list) or not value:
         raise InvalidArgument("messages", "must be a non-empty array of messages")
+    called: set[str] = set()
     for i, message in enumerate(value):
-        messages += _message(f"messages[{i}]", message)
+        messages += _message(f"messages[{i}]", message, called)
     names: set[str] = set()
     tools = [_tool(i, t, names) for i, t in enumerate(field_of(body, "tools", "an array", []))]
     choice, name, parallel = _tool_choice(body.get("tool_choice"), names)
@@ -130,6 +132,9 @@ def _format(body: dict[str, Any]) -> dict[str, Any] | None:
     if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
         raise InvalidArgument("output_config.format", "must be {'type': 'json_schema', "
                                                       "'schema': {...}}")
+    problem = schema_problem(fmt["schema"])
+    if problem is not None:
+        raise InvalidArgument("output_config.format.schema", problem)
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
 
 
@@ -152,9 +157,10 @@ def _texts(where: str, blocks: Any) -> str:
     return "\n".join(texts)
 
 
-def _message(where: str, message: Any) -> list[dict[str, Any]]:
+def _message(where: str, message: Any, called: set[str]) -> list[dict[str, Any]]:
     """One Anthropic message as normalized chat messages (a user turn with tool results is
-    one ``tool`` message per result, then its text)."""
+    one ``tool`` message per result, then its text); ``called`` collects the ``tool_use`` ids
+    so far, which every ``tool_result`` must answer."""
     if not isinstance(message, dict):
         raise InvalidArgument(where, f"must be an object, got {json_type(message)}")
     role = message.get("role")
@@ -184,9 +190,12 @@ def _message(where: str, message: Any) -> list[dict[str, Any]]:
             calls.append({"id": required_string(block, "id", at), "type": "function",
                           "function": {"name": required_string(block, "name", at),
                                        "arguments": canonical_json(args)}})
+            called.add(calls[-1]["id"])
         else:
+            use_id = required_string(block, "tool_use_id", at)
+            answered(called, use_id, f"{at}.tool_use_id")
             results.append({"role": "tool", "content": _result(at, block),
-                            "tool_call_id": required_string(block, "tool_use_id", at)})
+                            "tool_call_id": use_id})
     if role == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
         if calls:
@@ -219,7 +228,7 @@ def _tool_choice(value: Any, names: set[str]) -> tuple[ToolChoice, str, bool]:
     if value is None:
         return ToolChoice.AUTO, "", True
     kind = value.get("type") if isinstance(value, dict) else None
-    if kind not in _CHOICES:
+    if not isinstance(kind, str) or kind not in _CHOICES:
         raise InvalidArgument("tool_choice.type", "must be 'auto', 'any', 'tool' or 'none'")
     assert isinstance(value, dict)
     parallel = not field_of(value, "disable_parallel_tool_use", "a boolean", False,
@@ -230,7 +239,8 @@ def _tool_choice(value: Any, names: set[str]) -> tuple[ToolChoice, str, bool]:
     if choice is ToolChoice.FUNCTION:
         named = value.get("name")
         if not isinstance(named, str) or named not in names:
-            raise InvalidArgument("tool_choice.name", f"names {named!r}, which is not in tools")
+            raise InvalidArgument("tool_choice.name", f"names {quoted(named)}, which is not in "
+                                                      f"tools")
         name = named
     return choice, name, parallel
 

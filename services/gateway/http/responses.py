@@ -20,6 +20,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from services.common.values.chat import schema_problem
 from services.common.values.errors import DynbranchError, InvalidArgument
 from services.common.values.generation import FinishReason
 from services.gateway.http.arrival import (
@@ -35,7 +36,7 @@ from services.gateway.http.arrival import (
     top_k_of,
 )
 from services.gateway.http.bodies import ARGUMENT_FRAGMENT_CHARS, INTERNAL_ERROR, error_status
-from services.gateway.http.chat import conversation, function_tool, tool_choice
+from services.gateway.http.chat import answered, conversation, function_tool, tool_choice
 from services.gateway.http.stream import Item, named_sse, one_choice, unsent
 from services.gateway.values import Answer
 
@@ -112,6 +113,7 @@ def _input(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise InvalidArgument("input", "must be a string or a non-empty array of items")
     messages: list[dict[str, Any]] = []
+    called: set[str] = set()
     for i, item in enumerate(value):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -129,9 +131,12 @@ def _input(value: Any) -> list[dict[str, Any]]:
                 last = {"role": "assistant", "content": ""}
                 messages.append(last)
             last.setdefault("tool_calls", []).append(call)
+            called.add(call["id"])
         elif kind == "function_call_output":
+            call_id = required_string(item, "call_id", where)
+            answered(called, call_id, f"{where}.call_id")
             messages.append({"role": "tool", "content": _output(where, item.get("output")),
-                             "tool_call_id": required_string(item, "call_id", where)})
+                             "tool_call_id": call_id})
         else:
             raise InvalidArgument(f"{where}.type", "only 'message', 'function_call' and "
                                                    "'function_call_output' items are supported")
@@ -140,7 +145,7 @@ def _input(value: Any) -> list[dict[str, Any]]:
 
 def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
     role = item.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         raise InvalidArgument(f"{where}.role", f"must be one of {', '.join(sorted(_ROLES))}")
     content = item.get("content")
     if isinstance(content, str):
@@ -197,8 +202,9 @@ def _format(value: Any) -> dict[str, Any] | None:
     assert value is not None
     if not isinstance(value.get("name"), str):
         raise InvalidArgument("text.format.name", "required")
-    if value.get("schema") is not None and not isinstance(value["schema"], dict):
-        raise InvalidArgument("text.format.schema", "must be a JSON schema object")
+    problem = None if value.get("schema") is None else schema_problem(value["schema"])
+    if problem is not None:
+        raise InvalidArgument("text.format.schema", problem)
     return {"type": "json_schema", "json_schema": {
         k: value[k] for k in ("name", "schema", "strict", "description") if k in value}}
 
