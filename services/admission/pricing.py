@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from services.admission.fill_gate import FillCandidate
 from services.admission.load_view import LoadSnapshot
-from services.common.values.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument, quoted
 
 #: The interference slopes fitted by ``dynbranch bench interference`` on the sim (preset
 #: qwen3-32b-h200, SIMULATED), the defaults of ``PriceCurves`` and the admission settings: a
@@ -108,7 +108,7 @@ class LoadPricing:
     def footprint(candidate: FillCandidate) -> Footprint:
         fp = candidate.footprint
         if not isinstance(fp, Footprint):
-            raise InvalidArgument("candidate.footprint", f"{candidate.name!r} has none")
+            raise InvalidArgument("candidate.footprint", f"{quoted(candidate.name)} has none")
         return fp
 
     def cost_ms(self, candidate: FillCandidate, view: LoadSnapshot) -> float:

@@ -8,7 +8,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.common.values.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument, quoted
 
 MAX_DOC_ID_BYTES = 400  # LMDB keys are at most 511 bytes
 U64 = struct.Struct(">Q")
@@ -90,13 +90,13 @@ def check_doc(doc: Document) -> None:
     if len(doc.doc_id.encode()) > MAX_DOC_ID_BYTES:
         raise InvalidArgument("doc_id", f"longer than {MAX_DOC_ID_BYTES} bytes")
     if not isinstance(doc.title, str) or not isinstance(doc.text, str):
-        raise InvalidArgument("document", f"{doc.doc_id!r}: title and text must be strings")
+        raise InvalidArgument("document", f"{quoted(doc.doc_id)}: title and text must be strings")
 
 
 def refuse_duplicate(docs: Mapping[str, object], doc_id: str) -> None:
     """Refuse a document id that one write already names."""
     if doc_id in docs:
-        raise InvalidArgument("documents", f"document {doc_id!r} appears twice in one write")
+        raise InvalidArgument("documents", f"document {quoted(doc_id)} appears twice in one write")
 
 
 def encode_doc(doc: Document, version: int) -> bytes:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from services.common.pb import common_pb2, corpus_pb2
 from services.common.runtime.convert import require
-from services.common.values.errors import InvalidArgument, PayloadTooLarge
+from services.common.values.errors import InvalidArgument, PayloadTooLarge, quoted
 from services.corpus.codec import MAX_DOC_ID_BYTES, Document, Hit, RecordVersion, SearchResult
 from services.corpus.records import KINDS
 
@@ -93,7 +93,7 @@ def record_ids_from_proto(ids: Sequence[str], prefix: str, field: str = "record_
         require(record_id, f"{field}[{i}]", MAX_RECORD_ID_CHARS)
         kind = record_id.removeprefix(prefix).partition("/")[0]
         if not record_id.startswith(prefix) or kind not in KINDS:
-            raise InvalidArgument(f"{field}[{i}]", f"{record_id!r} is not a record of this "
+            raise InvalidArgument(f"{field}[{i}]", f"{quoted(record_id)} is not a record of this "
                                   f"corpus ({prefix}doc/<id>, {prefix}term/<term> or "
                                   f"{prefix}stats)")
     return list(ids)
@@ -106,7 +106,7 @@ def record_versions_from_proto(msgs: Sequence[common_pb2.RecordVersion], prefix:
     out: dict[str, int] = {}
     for i, (record_id, msg) in enumerate(zip(ids, msgs, strict=True)):
         if record_id in out:
-            raise InvalidArgument(f"{field}[{i}].record_id", f"{record_id!r} appears twice")
+            raise InvalidArgument(f"{field}[{i}].record_id", f"{quoted(record_id)} appears twice")
         if msg.version < 1:
             raise InvalidArgument(f"{field}[{i}].version", "must be >= 1")
         out[record_id] = msg.version

@@ -67,6 +67,7 @@ from services.common.values.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    quoted,
 )
 from services.corpus.bm25 import (
     CorpusStats,
@@ -393,7 +394,8 @@ class Corpus:
             for doc in documents:
                 check_doc(doc)
                 if doc.doc_id in docs:
-                    raise InvalidArgument("documents", f"duplicate document id {doc.doc_id!r}")
+                    raise InvalidArgument("documents",
+                                          f"duplicate document id {quoted(doc.doc_id)}")
                 docs[doc.doc_id] = doc
             for doc in docs.values():
                 self._index.put(doc.doc_id, term_counts(doc.title, doc.text))
@@ -440,7 +442,7 @@ class Corpus:
         for doc_id in removals:
             refuse_duplicate(docs, doc_id)
             if doc_id not in self._index:
-                raise NotFound(f"corpus {self.name!r} has no document {doc_id!r}")
+                raise NotFound(f"corpus {self.name!r} has no document {quoted(doc_id)}")
             docs[doc_id] = None
         if not docs:
             raise InvalidArgument("documents", "a write needs at least one upsert or removal")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from services.common.values.errors import FailedPrecondition, InvalidArgument
+from services.common.values.errors import FailedPrecondition, InvalidArgument, quoted
 from services.corpus.codec import RecordVersion
 
 KINDS = ("doc", "term", "stats")
@@ -48,7 +48,7 @@ class RecordTable:
         ``InvalidArgument`` naming ``versions`` for another corpus's or a malformed id."""
         kind, _, key = record_id.removeprefix(self.prefix).partition("/")
         if not record_id.startswith(self.prefix) or kind not in KINDS:
-            raise InvalidArgument("versions", f"{record_id!r} is not a record of corpus "
+            raise InvalidArgument("versions", f"{quoted(record_id)} is not a record of corpus "
                                   f"{self.name!r}")
         return kind, key
 

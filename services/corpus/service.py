@@ -42,7 +42,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from services.common.values.errors import DeadlineExceeded, FailedPrecondition, Unavailable
+from services.common.values.errors import DeadlineExceeded, FailedPrecondition, Unavailable, quoted
 from services.corpus.codec import (
     CorpusInfo,
     Document,
@@ -237,7 +237,7 @@ class CorpusService:
         held = self._ticket
         if held is None or held.id != ticket or not ticket:
             raise FailedPrecondition(
-                f"write ticket {ticket!r} holds no write turn of corpus {self.name!r} (it "
+                f"write ticket {quoted(ticket)} holds no write turn of corpus {self.name!r} (it "
                 f"lapsed after {self.lease_s:.1f} s, was aborted or committed): nothing of it "
                 "was written; write again")
         if held.lapse is not None:

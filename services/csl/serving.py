@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.common.values.errors import FailedPrecondition, InvalidArgument
+from services.common.values.errors import FailedPrecondition, InvalidArgument, quoted
 
 #: Renewals begun and not yet granted that a shard remembers (older ones cannot be granted).
 OPEN_RENEWALS = 64
@@ -111,7 +111,7 @@ class ServingLease:
         forgotten one, or one whose lease would already have run out."""
         if incarnation != self.incarnation:
             self.counters.refused += 1
-            raise FailedPrecondition(f"renewal of incarnation {incarnation!r}, this is "
+            raise FailedPrecondition(f"renewal of incarnation {quoted(incarnation)}, this is "
                                      f"{self.incarnation!r} (the shard restarted)")
         started = self._open.pop(token, None)
         if started is None:

@@ -28,6 +28,7 @@ from services.common.values.errors import (
     InvalidArgument,
     ResourceExhausted,
     Unavailable,
+    quoted,
 )
 from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
 from services.common.values.leases import (
@@ -194,7 +195,7 @@ class DeliveryCore:
             return next(iter(self.engines.values()))
         port = self.engines.get(engine_id)
         if port is None:
-            raise InvalidArgument("engine_id", f"unknown engine {engine_id!r}; known: "
+            raise InvalidArgument("engine_id", f"unknown engine {quoted(engine_id)}; known: "
                                   f"{', '.join(sorted(self.engines))}")
         return port
 

@@ -17,6 +17,7 @@ import time
 import grpc
 
 from services.common.pb import engine_pb2, engine_pb2_grpc
+from services.common.values.errors import quoted
 
 #: grpc.StatusCode by its numeric value (MuxError.code).
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -62,7 +63,7 @@ class _Stream:
         request_id = request.request_id
         if request_id in self.pending:
             raise rpc_error(grpc.StatusCode.ALREADY_EXISTS,
-                            f"request {request_id!r} is already running")
+                            f"request {quoted(request_id)} is already running")
         future = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
         self._outbox.put_nowait(engine_pb2.MuxStart(request=request, timeout_s=timeout_s,

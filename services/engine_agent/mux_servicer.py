@@ -22,6 +22,7 @@ from services.common.values.errors import (
     DynbranchError,
     InvalidArgument,
     ResourceExhausted,
+    quoted,
 )
 from services.common.values.generation import GenerationRequest
 from services.common.values.tracing import incoming_context
@@ -115,7 +116,7 @@ class MuxSession:
                                   f"seconds, got {start.timeout_s}")
         request = self._validate(start.request)
         if request.request_id in self._running:
-            raise AlreadyExists(f"request {request.request_id!r} is already running")
+            raise AlreadyExists(f"request {quoted(request.request_id)} is already running")
         if len(self._running) >= self._max_running:
             raise ResourceExhausted(f"{self._max_running} generations already run on this "
                                     "stream")

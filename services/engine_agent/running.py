@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
-from services.common.values.errors import AlreadyExists, NotFound
+from services.common.values.errors import AlreadyExists, NotFound, quoted
 from services.common.values.generation import GenerationRequest, Priority, Progress
 from services.engine_agent.backend import (
     Allocated,
@@ -113,7 +113,7 @@ class RunningFills:
         if request.priority is not Priority.FILL:
             return self.backend.generate(request)
         if request.request_id in self._fills:
-            raise AlreadyExists(f"request {request.request_id!r} is already running")
+            raise AlreadyExists(f"request {quoted(request.request_id)} is already running")
         fill = _Fill()
         self._fills[request.request_id] = fill
         return self._tracked(request.request_id, fill, self.backend.generate(request))
@@ -139,7 +139,7 @@ class RunningFills:
         yield its progress (module docstring). ``NotFound`` when no such fill runs here."""
         fill = self._fills.get(request_id)
         if fill is None:
-            raise NotFound(f"request_id: no fill {request_id!r} is running on this engine "
+            raise NotFound(f"request_id: no fill {quoted(request_id)} is running on this engine "
                            "(it finished, failed or never ran here)")
         adopter = _Adopter(text)
         fill.adopters.append(adopter)

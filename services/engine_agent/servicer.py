@@ -41,6 +41,7 @@ from services.common.values.errors import (
     InvalidArgument,
     PayloadTooLarge,
     Unavailable,
+    quoted,
 )
 from services.common.values.generation import GenerationRequest, LoadReport
 from services.common.values.leases import BudgetRecord, LeaseRecord
@@ -147,7 +148,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         info = self.backend.info
         require(request.request_id, "request_id", MAX_REQUEST_ID)
         if require(request.model, "model") != info.model:
-            raise InvalidArgument("model", f"unknown model {request.model!r}; this engine "
+            raise InvalidArgument("model", f"unknown model {quoted(request.model)}; this engine "
                                   f"serves {info.model!r}")
         if len(require(request.prompt, "prompt").encode()) > self.max_prompt_bytes:
             raise PayloadTooLarge("prompt", f"larger than {self.max_prompt_bytes} bytes")
@@ -201,7 +202,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         finally:
             span.end()
         if finished is None:
-            raise Unavailable(f"engine {self.engine_id} ended {req.request_id!r} without "
+            raise Unavailable(f"engine {self.engine_id} ended {quoted(req.request_id)} without "
                               "finishing")
         return event_to_proto(req.request_id, 0, finished).finished
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from services.common.values import clock
-from services.common.values.errors import DynbranchError, InvalidArgument, NotFound
+from services.common.values.errors import DynbranchError, InvalidArgument, NotFound, quoted
 from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
@@ -216,8 +216,8 @@ class Executor:
     async def _run_tool(self, stage: Stage, args: str) -> StageRun:
         tool = self.tools.get(stage.tool)
         if tool is None:
-            raise NotFound(f"demand.stage_id: tool {stage.tool!r} is not built into the gateway; "
-                           f"the harness runs it")
+            raise NotFound(f"demand.stage_id: tool {quoted(stage.tool)} is not built into the "
+                           "gateway; the harness runs it")
         result, elapsed, confirmed = await self._run_and_confirm(tool, args)
         stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0),
                               tuple((r.record_id, r.version) for r in result.reads))

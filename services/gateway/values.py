@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from services.common.values.chat import ChatSpec, ToolCall
-from services.common.values.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument, quoted
 
 if TYPE_CHECKING:
     from services.gateway.templates.model import Stage
@@ -219,7 +219,7 @@ class StoredResult:
 def unknown_model(model: str, served: Iterable[str]) -> InvalidArgument:
     """The error for a demand naming a model no engine serves (lists what is served)."""
     known = ", ".join(sorted(set(served))) or "none"
-    return InvalidArgument("demand.model", f"unknown model {model!r} (served: {known})")
+    return InvalidArgument("demand.model", f"unknown model {quoted(model)} (served: {known})")
 
 
 __all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "AnswerSource", "StoredResult",

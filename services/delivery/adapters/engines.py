@@ -28,6 +28,7 @@ from services.common.runtime.lease_convert import (
 from services.common.values.errors import (
     DynbranchError,
     InvalidArgument,
+    quoted,
 )
 from services.common.values.generation import FinishReason, GenerationRequest, Timings, Usage
 from services.common.values.leases import BudgetRecord, InventoryView, LeaseRecord, ResultKey
@@ -131,7 +132,7 @@ class EngineLink:
         """Refuse early what ReceiveResult would refuse after the transfer."""
         info = await self._engine_info()
         if continuation.model != info.model:
-            raise InvalidArgument("model", f"unknown model {continuation.model!r}; engine "
+            raise InvalidArgument("model", f"unknown model {quoted(continuation.model)}; engine "
                                   f"{self.engine_id} serves {info.model!r}")
         if continuation.sampling.max_tokens > info.max_model_len:
             raise InvalidArgument("sampling.max_tokens",

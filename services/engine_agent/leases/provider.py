@@ -34,7 +34,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from services.common.values.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.values.errors import FailedPrecondition, InvalidArgument, NotFound, quoted
 from services.common.values.leases import (
     KAPPA_CHUNK_TOKENS,
     BudgetRecord,
@@ -251,7 +251,7 @@ class LeaseProvider:
     def sync_inventory(self, view: InventoryView) -> bool:
         """The sender's causal inventory (identity, phase, bytes); True when newer and taken."""
         if view.engine_id != self.engine_id:
-            raise InvalidArgument("engine_id", f"inventory of {view.engine_id!r} sent to "
+            raise InvalidArgument("engine_id", f"inventory of {quoted(view.engine_id)} sent to "
                                   f"{self.engine_id!r}")
         if self._view is not None and view.sequence <= self._view.sequence:
             return False

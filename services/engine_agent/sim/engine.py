@@ -21,6 +21,7 @@ from services.common.values.errors import (
     InvalidArgument,
     PayloadTooLarge,
     Unavailable,
+    quoted,
 )
 from services.common.values.generation import (
     FinishReason,
@@ -161,10 +162,10 @@ class SimEngine:
         if not request.request_id:
             raise InvalidArgument("request_id", "must not be empty")
         if request.request_id in self._live:
-            raise AlreadyExists(f"request {request.request_id!r} is already running")
+            raise AlreadyExists(f"request {quoted(request.request_id)} is already running")
         if request.model != self.model:
             raise InvalidArgument(
-                "model", f"unknown model {request.model!r}; serving {self.model!r}")
+                "model", f"unknown model {quoted(request.model)}; serving {self.model!r}")
         if not request.prompt:
             raise InvalidArgument("prompt", "must not be empty")
         _validate_sampling(request, self.max_model_len)
@@ -342,7 +343,7 @@ def _validate_sampling(request: GenerationRequest, max_model_len: int) -> None:
     if any(not stop for stop in s.stop):
         raise InvalidArgument("stop", "stop strings must not be empty")
     if not isinstance(request.priority, Priority):
-        raise InvalidArgument("priority", f"unknown priority {request.priority!r}")
+        raise InvalidArgument("priority", f"unknown priority {quoted(request.priority)}")
 
 
 __all__ = ["SimEngine"]

@@ -16,7 +16,7 @@ from services.common.pb import common_pb2, engine_pb2
 from services.common.runtime.convert import chat_to_proto, sampling_to_proto, tool_calls_from_proto
 from services.common.runtime.grpc_errors import error_from_rpc
 from services.common.runtime.records import published_s
-from services.common.values.errors import NotFound, Unavailable
+from services.common.values.errors import NotFound, Unavailable, quoted
 from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
@@ -129,7 +129,7 @@ class EnginePool:
             return ""  # delivery names the unknown model
         healthy = [s for s in serving if s.healthy]
         if not healthy:
-            raise Unavailable(f"no healthy engine agent serves model {model!r}")
+            raise Unavailable(f"no healthy engine agent serves model {quoted(model)}")
         if len(healthy) == 1:
             return healthy[0].engine_id
 
@@ -171,7 +171,7 @@ class EnginePool:
         """See ``ports.EnginePort.adopt``."""
         state = self._fills.get(request_id)
         if state is None:
-            raise NotFound(f"request_id: no fill {request_id!r} runs through this gateway")
+            raise NotFound(f"request_id: no fill {quoted(request_id)} runs through this gateway")
         call = self.clients[state.target].adopt(request_id, text, timeout_s)
         try:
             async for e in call:

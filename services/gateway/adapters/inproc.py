@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from services.common.values.errors import DeadlineExceeded, NotFound, Unavailable
+from services.common.values.errors import DeadlineExceeded, NotFound, Unavailable, quoted
 from services.common.values.generation import GenerationRequest, Priority, Progress
 from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName, name_key
@@ -79,7 +79,7 @@ class InprocEngines:
                     ) -> AsyncIterator[Progress]:
         state = self._running.get(request_id)
         if state is None:
-            raise NotFound(f"request_id: no fill {request_id!r} runs through this gateway")
+            raise NotFound(f"request_id: no fill {quoted(request_id)} runs through this gateway")
         await hop(self.hop_s)
         events = self.fills[state.engine_id].adopt(request_id, text)
         async with contextlib.aclosing(events):  # type: ignore[type-var]

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from services.common.values.errors import Unavailable
+from services.common.values.errors import Unavailable, quoted
 from services.common.values.generation import LoadReport
 from services.gateway.values import unknown_model
 
@@ -75,7 +75,7 @@ def _serving(engines: Iterable[EngineState], model: str) -> list[EngineState]:
         raise unknown_model(model, (e.model for e in engines))
     healthy = [e for e in serving if e.healthy]
     if not healthy:
-        raise Unavailable(f"no healthy engine agent serves model {model!r}")
+        raise Unavailable(f"no healthy engine agent serves model {quoted(model)}")
     return healthy
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NoReturn
 
+from services.common.values.errors import quoted
 from services.gateway.templates.model import (
     Binding,
     ChainStep,
@@ -46,7 +47,7 @@ def check_graph(template: Template) -> None:
         for name, src in stage.bind:
             if src.kind == "output" and src.name not in index:
                 _fail(template, f"stages[{index[stage.id]}].bind.{name}",
-                      f"unknown stage {src.name!r}")
+                      f"unknown stage {quoted(src.name)}")
     edges = _edges(template)
     cycle = _find_cycle(edges)
     if cycle:
@@ -73,12 +74,12 @@ def _step_fault(decider: str, chain: tuple[ChainStep, ...], j: int, after: set[s
         if src.kind != "output" or src.name in earlier:
             continue
         if src.name not in index:
-            return f".bind.{name}", f"unknown stage {src.name!r}"
+            return f".bind.{name}", f"unknown stage {quoted(src.name)}"
         if src.name == decider:
             return f".bind.{name}", (f"stages.{decider}.output is what the branch decides; "
                                      "bind 'candidate' instead")
         if src.name in after:
-            return f".bind.{name}", f"stage {src.name!r} runs after the branch resolves"
+            return f".bind.{name}", f"stage {quoted(src.name)} runs after the branch resolves"
     return "", ""
 
 

@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.values.errors import InvalidArgument, NotFound
+from services.common.values.errors import InvalidArgument, NotFound, quoted
 from services.common.values.generation import Sampling
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -172,14 +172,14 @@ class Template:
         """The stage with this id; ``NotFound`` otherwise."""
         found = next((s for s in self.stages if s.id == stage_id), None)
         if found is None:
-            raise NotFound(f"template {self.id} has no stage {stage_id!r}")
+            raise NotFound(f"template {self.id} has no stage {quoted(stage_id)}")
         return found
 
     def decision(self, coordinate: str) -> DecisionPoint:
         """The decision point at ``template/stage`` (or a bare stage id); ``NotFound`` otherwise."""
         found = next((d for d in self.decisions if coordinate in (d.coordinate, d.stage)), None)
         if found is None:
-            raise NotFound(f"template {self.id} has no decision point {coordinate!r}")
+            raise NotFound(f"template {self.id} has no decision point {quoted(coordinate)}")
         return found
 
     def to_dict(self) -> dict[str, Any]:

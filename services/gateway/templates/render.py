@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.values.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument, quoted
 from services.common.values.generation import Sampling
 from services.gateway.templates import (
     PLACEHOLDER,
@@ -122,8 +122,8 @@ def resolve_bindings(template: Template, coordinate: str, candidate: str, stage_
     _check_candidate(point, candidate)
     step = next((s for s in point.chain_for(candidate) if s.stage == stage_id), None)
     if step is None:
-        raise InvalidArgument("stage_id", f"stage {stage_id!r} is not in the subgraph of "
-                                          f"candidate {candidate!r} at {point.coordinate}")
+        raise InvalidArgument("stage_id", f"stage {quoted(stage_id)} is not in the subgraph of "
+                                          f"candidate {quoted(candidate)} at {point.coordinate}")
     return _resolve(step.bind, stage_id, candidate, inputs, outputs)
 
 
@@ -183,7 +183,7 @@ def _check_candidate(point: DecisionPoint, candidate: str) -> None:
     if not isinstance(candidate, str) or not candidate:
         raise InvalidArgument("candidate", "must be a non-empty string")
     if point.candidates and candidate not in point.candidates:
-        raise InvalidArgument("candidate", f"{candidate!r} is not a candidate of "
+        raise InvalidArgument("candidate", f"{quoted(candidate)} is not a candidate of "
                                            f"{point.coordinate}")
 
 

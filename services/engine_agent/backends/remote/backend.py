@@ -30,6 +30,7 @@ from services.common.values.errors import (
     InvalidArgument,
     Unavailable,
     Unimplemented,
+    quoted,
 )
 from services.common.values.generation import (
     FinishReason,
@@ -314,7 +315,7 @@ class RemoteBackend:
         if not request.request_id:
             raise InvalidArgument("request_id", "must not be empty")
         if request.request_id in self._active:
-            raise AlreadyExists(f"request {request.request_id!r} is already running")
+            raise AlreadyExists(f"request {quoted(request.request_id)} is already running")
         validate_sampling(request.sampling)
         if not request.prompt:
             raise InvalidArgument("prompt", "must not be empty")

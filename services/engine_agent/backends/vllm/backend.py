@@ -30,6 +30,7 @@ from services.common.values.errors import (
     InvalidArgument,
     PayloadTooLarge,
     Unavailable,
+    quoted,
 )
 from services.common.values.generation import (
     FinishReason,
@@ -370,9 +371,9 @@ class VllmBackend:
         if not request.request_id:
             raise InvalidArgument("request_id", "must not be empty")
         if request.request_id in self._active:
-            raise AlreadyExists(f"request {request.request_id!r} is already running")
+            raise AlreadyExists(f"request {quoted(request.request_id)} is already running")
         if request.model and request.model != self.settings.served_name:
-            raise InvalidArgument("model", f"unknown model {request.model!r}; serving "
+            raise InvalidArgument("model", f"unknown model {quoted(request.model)}; serving "
                                   f"{self.settings.served_name!r}")
         validate_sampling(request.sampling)
         if request.chat is not None and self._chat is not None:
