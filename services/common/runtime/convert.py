@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from services.common.pb import common_pb2
 from services.common.values.chat import ChatSpec, ToolCall, ToolChoice, schema_problem
-from services.common.values.errors import InvalidArgument
+from services.common.values.errors import InvalidArgument, quoted
 from services.common.values.generation import Priority, Sampling, Timings, Usage
 
 #: Upper bound on stop strings per request, and on each one's length.
@@ -63,7 +63,7 @@ def chat_from_proto(msg: common_pb2.ChatSpec, field: str) -> ChatSpec:
         choice = ToolChoice(msg.tool_choice or "auto")
     except ValueError:
         raise InvalidArgument(f"{field}.tool_choice",
-                              f"unknown choice {msg.tool_choice!r}") from None
+                              f"unknown choice {quoted(msg.tool_choice)}") from None
     for name in ("messages_json", "tools_json", "response_format_json"):
         text = getattr(msg, name)
         try:
