@@ -24,14 +24,21 @@ writes of each kind at least): healthy; ``csl-1`` killed and restarted on its ow
 is taken then); A's link to ``csl-1`` refused (every connection reset: A's writes to it fail at
 once); healed mid-run; the link black-holed (nothing answers: A's writes to it hang); healed
 again; ``csl-1`` killed again and restarted on the older copy.
-Reported per phase: checks, stale, errors, library hits, writes and their latency (p50): a
-write that ``csl-1`` does not acknowledge waits out its lease (commit wait).
+Reported per phase: checks, stale, errors, library hits, writes and their latency (p50, p90,
+max): a write that ``csl-1`` does not acknowledge waits out its lease (commit wait); and the
+same over every write through A while it was cut off (``fault_write_ms``).
+
+Run alone (the write latencies during the fault at the gateway's default 1 s lease)::
+
+    python -m loadgen.partition_check --checks 300 --lease-s 1.0
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
 import random
 import shutil
 import statistics
@@ -42,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.faultproxy import FaultProxy
+from loadgen.stats import quantile
 from loadgen.version_marks import text_of, version_in
 from services.common.runtime.clients import wait_serving
 from services.common.values.reads import ReadSet, RecordRead
@@ -54,6 +62,8 @@ PHASES = ((0.1, "healthy"), (0.1, "csl-1 restarted"), (0.2, "A refused by csl-1"
           (0.1, "healed"), (0.2, "A black-holed from csl-1"), (0.1, "healed again"),
           (0.2, "csl-1 on an older copy"))
 QUESTION = {"question": "What is it?", "notes": "none yet"}
+#: The phases in which A's link to ``csl-1`` is cut (its writes there wait the lease out).
+FAULT_PHASES = ("A refused by csl-1", "A black-holed from csl-1")
 CUT_SHARD = "csl-1"
 LIBRARY = 2  # gateway_pb2.RESULT_SOURCE_LIBRARY
 RECORDS = tuple(f"probe-record-{i}" for i in range(4))
@@ -81,9 +91,16 @@ class PhaseTally:
                 "library_checks": self.library_checks, "library_stale": self.library_stale,
                 "record_writes": self.record_writes,
                 "library_hits": self.hits, "writes": self.writes,
-                "write_errors": self.write_errors,
-                "write_p50_ms": round(1000 * statistics.median(self.write_s), 2)
-                if self.write_s else None}
+                "write_errors": self.write_errors, **write_ms(self.write_s)}
+
+
+def write_ms(samples: list[float]) -> dict[str, float | None]:
+    """p50, p90 (nearest rank) and max of write latencies, in ms (None without samples)."""
+    if not samples:
+        return {"write_p50_ms": None, "write_p90_ms": None, "write_max_ms": None}
+    return {"write_p50_ms": round(1000 * statistics.median(samples), 2),
+            "write_p90_ms": round(1000 * quantile(samples, 0.9), 2),
+            "write_max_ms": round(1000 * max(samples), 2)}
 
 
 class PartitionMesh:
@@ -287,6 +304,8 @@ async def run_check(pm: PartitionMesh, checks: int, writers: int = 2, readers: i
             "library_hits": sum(t.hits for t in tallies.values()),
             "library_checks": sum(t.library_checks for t in tallies.values()),
             "library_stale": sum(t.library_stale for t in tallies.values()),
+            "fault_write_ms": write_ms([w for name in FAULT_PHASES
+                                        for w in tallies[name].write_s]),
             "phases": rows, "failures": failures[:20]}
 
 
@@ -305,4 +324,40 @@ async def partition_check(run_dir: Path, checks: int, lease_s: float = 0.5, writ
         await pm.close()
 
 
-__all__ = ["PHASES", "PartitionMesh", "partition_check", "run_check"]
+def main(argv: list[str] | None = None) -> None:
+    """Run the check once in a temporary folder; print each phase and A's writes while cut off
+    (``--json``: the whole report as the last line)."""
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m loadgen.partition_check",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checks", type=int, default=300)
+    parser.add_argument("--lease-s", type=float, default=1.0)
+    parser.add_argument("--min-writes", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="partition-check-") as folder:
+        report = asyncio.run(partition_check(Path(folder), args.checks, lease_s=args.lease_s,
+                                             min_writes=args.min_writes,
+                                             progress=lambda line: print(line, flush=True)))
+    print(f"{'phase':26} {'checks':>6} {'stale':>5} {'lib stale':>9} {'writes':>6} "
+          f"{'p50 ms':>8} {'p90 ms':>8} {'max ms':>8}")
+    for name, row in report["phases"].items():
+        print(f"{name:26} {row['checks']:>6} {row['stale']:>5} {row['library_stale']:>9} "
+              f"{row['writes'] + row['record_writes']:>6} {row['write_p50_ms']!s:>8} "
+              f"{row['write_p90_ms']!s:>8} {row['write_max_ms']!s:>8}")
+    fault = report["fault_write_ms"]
+    print(f"writes through A while cut off (lease {args.lease_s} s): p50 "
+          f"{fault['write_p50_ms']} ms, p90 {fault['write_p90_ms']} ms, max "
+          f"{fault['write_max_ms']} ms; {report['stale']} stale answers, "
+          f"{report['library_stale']} stale library entries, {report['errors']} errors")
+    if args.json:
+        print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["FAULT_PHASES", "PHASES", "PartitionMesh", "main", "partition_check", "run_check",
+           "write_ms"]

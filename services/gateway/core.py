@@ -20,7 +20,7 @@ from services.common.values.reads import MAX_WRITE_RECORDS
 from services.common.values.tracing import untraced
 from services.corpus import Document
 from services.gateway.config import GatewaySettings
-from services.gateway.ports import EnginePort, LibraryPort
+from services.gateway.ports import AppliedWrite, EnginePort, LibraryPort
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.stages import StageService
 from services.gateway.templates import (
@@ -211,23 +211,38 @@ class GatewayCore:
         if self.library is None:
             raise InvalidArgument("record_ids", "this gateway has no library to invalidate")
         self._act_on_counters()
+        # The lock orders numbering, not acknowledgement: a write holds it (and the corpus's
+        # write turn) until the library applied it and the corpus committed, so a reconcile
+        # never reads the library's sequence in between; then it waits for its library write
+        # to settle (a sharded library's commit wait) beside the other writes' waits.
+        written: list[RecordVersion] = []
+        applied: list[AppliedWrite] = []
         async with self._write_lock:
-            written: list[RecordVersion] = []
             if upserts or removals:
-                written += await self._write_corpus(upserts, removals)
+                documents, write = await self._write_corpus(upserts, removals)
+                written += documents
+                applied.append(write)
             if record_ids:
-                versions = await self.library.write_records(tenant, record_ids)
-                written += [RecordVersion(r, v) for r, v in zip(record_ids, versions, strict=True)]
-            return written
+                write = await self.library.apply_records(tenant, record_ids)
+                written += [RecordVersion(r, v)
+                            for r, v in zip(record_ids, write.versions, strict=True)]
+                applied.append(write)
+        await asyncio.gather(*(write.settled() for write in applied))
+        return written
 
     async def _write_corpus(self, upserts: Sequence[Document], removals: Sequence[str]
-                            ) -> list[RecordVersion]:
+                            ) -> tuple[list[RecordVersion], AppliedWrite]:
         # Bump in the library first, then write the corpus with the library's versions: a search
         # in between reads old text at an old version and is refused as stale
         # (services/corpus/core.py). The corpus's write turn keeps the plan, the library's
         # versions and the commit together against every other gateway's writes
         # (services/corpus/service.py). Each record's floor is the corpus's own version of it, so
         # even a library that lost its store hands out versions above what the corpus holds.
+        # The turn ends with the commit, before the library write settles (the caller waits for
+        # that): once a quorum of shards applied it, its versions are final, and a search of the
+        # new text reads them; what the commit wait guards (a shard that missed the write still
+        # serving an entry that read the old text) concerns acknowledged writes, and a served
+        # entry's corpus reads are checked against the corpus anyway (``StageService``).
         assert self.corpus is not None and self.library is not None
         if not self._reconciled:
             await self._reconcile()
@@ -238,12 +253,12 @@ class GatewayCore:
                                   "records (a document, each of its distinct terms, the corpus "
                                   f"statistics); at most {MAX_WRITE_RECORDS} in one write")
         try:
-            versions = await self.library.write_records("", plan.record_ids, plan.floors)
+            write = await self.library.apply_records("", plan.record_ids, plan.floors)
         except BaseException:
             await self._abort(plan.ticket)
             raise
-        assigned = dict(zip(plan.record_ids, versions, strict=True))
-        return list(await self.corpus.commit(plan.ticket, assigned))
+        assigned = dict(zip(plan.record_ids, write.versions, strict=True))
+        return list(await self.corpus.commit(plan.ticket, assigned)), write
 
     async def _abort(self, ticket: str) -> None:
         """Give the corpus's write turn back (best effort: an unanswered abort lapses)."""

@@ -7,6 +7,7 @@ miss and refuses stores, a lost admission service opens no branch, a lost engine
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,6 +49,23 @@ class Room:
     here: bool
     #: On another healthy engine serving the model.
     elsewhere: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedWrite:
+    """A record write the library numbered and applied where it must (``LibraryPort.
+    apply_records``): its versions, final; acknowledge it to anyone only once ``settled``
+    returns (a sharded library's commit wait runs meanwhile, ``adapters/shard_repair.py``)."""
+
+    versions: tuple[int, ...]
+    #: Done when the write may be acknowledged (None: at once).
+    settlement: asyncio.Future[None] | None = None
+
+    async def settled(self) -> None:
+        """Return once the write may be acknowledged; a caller that gives up leaves the
+        settlement running (it ends on its own)."""
+        if self.settlement is not None:
+            await asyncio.shield(self.settlement)
 
 
 class LibraryPort(Protocol):
@@ -93,6 +111,12 @@ class LibraryPort(Protocol):
                             floors: Sequence[int] = ()) -> tuple[int, ...]:
         """Bump record versions, invalidating readers; returns the new versions, each above
         the record's ``floors`` entry (the writer's own current version)."""
+
+    async def apply_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> AppliedWrite:
+        """``write_records`` up to the point where its versions are final: the caller may act
+        on them (commit the corpus) while the write settles, and acknowledges it after
+        ``AppliedWrite.settled``. Raises as ``write_records`` does."""
 
     async def write_seq(self) -> int:
         """The last version the library handed out (raises when unreachable)."""
@@ -192,5 +216,5 @@ class AdmissionPort(Protocol):
         retirement): what its fills saved, cost, and the waits that did not pay."""
 
 
-__all__ = ["AdmissionPort", "EnginePort", "Execution", "LibraryPort", "Room", "Speculation",
-           "SpeculationPort"]
+__all__ = ["AdmissionPort", "AppliedWrite", "EnginePort", "Execution", "LibraryPort", "Room",
+           "Speculation", "SpeculationPort"]

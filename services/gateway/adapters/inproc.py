@@ -19,7 +19,7 @@ from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet
 from services.common.values.reuse_name import ReuseName, name_key
 from services.engine_agent import Finished, RunningFills, TokenDelta
 from services.gateway.adapters.router import EngineState, Router, rooms
-from services.gateway.ports import Execution, Room
+from services.gateway.ports import AppliedWrite, Execution, Room
 
 if TYPE_CHECKING:
     from services.csl import AsyncSubgraphLibrary
@@ -176,6 +176,10 @@ class InprocLibrary:
         await hop(self.hop_s)
         outcome = await self.library.write_records(tenant, record_ids, floors)
         return tuple(v.version for v in outcome.versions)
+
+    async def apply_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> AppliedWrite:
+        return AppliedWrite(await self.write_records(tenant, record_ids, floors))
 
     async def write_seq(self) -> int:
         await hop(self.hop_s)

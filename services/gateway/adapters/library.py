@@ -22,6 +22,7 @@ from services.common.values.reuse_name import ReuseName
 from services.common.values.throttled_log import ThrottledLog
 from services.csl.client import CslClient, PutPipe
 from services.gateway.adapters.name_mirror import NameMirror
+from services.gateway.ports import AppliedWrite
 
 log = logging.getLogger(__name__)
 #: The per-call degradation warning, once per 10 s per operation and status.
@@ -220,6 +221,11 @@ class RemoteLibrary:
         if [v.record_id for v in outcome.versions] != list(record_ids):
             raise Unavailable("csl answered a write with versions of other records")
         return tuple(v.version for v in outcome.versions)
+
+    async def apply_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> AppliedWrite:
+        """``write_records``: one library acknowledges a write as it applies it."""
+        return AppliedWrite(await self.write_records(tenant, record_ids, floors))
 
     async def write_seq(self) -> int:
         """The library's write sequence (the last version it handed out); failures propagate."""

@@ -14,6 +14,11 @@ Failure turns into misses, never errors or stale hits (DESIGN.md §5.3, §5.6):
   its peers' changes in, and a write is acknowledged once a quorum applied it and the others
   applied it too or their leases ran out (commit wait). A shard started without a lease
   (``serving_lease_s`` 0) is not used: it could serve a write it missed.
+* Writes overlap: each takes its own version as it starts (above every version this gateway saw
+  or took, so two of them never refuse each other), is handed back once a quorum applied it
+  (``apply_records``: the gateway commits the corpus then and gives its write turn back), and
+  settles on its own, once every shard applied it or the commit wait passed. During a one-shard
+  fault each write waits about one commit wait, however many are in flight.
 * A stage whose producer (a chained fill's previous step) lives on another shard is stored with
   that producer's read-set folded into its own, since a shard can only check producers it
   holds; a write to anything the chain read still invalidates it.
@@ -43,6 +48,7 @@ from services.gateway.adapters.shard_repair import (
     quorum,
     renew,
 )
+from services.gateway.ports import AppliedWrite
 
 log = logging.getLogger(__name__)
 #: The per-write shard warning, once per 10 s per shard and status.
@@ -69,6 +75,90 @@ class Shard:
     unleased: bool = False
 
 
+class _Attempt:
+    """One fan-out of a write at one version: its call to every shard and their tally."""
+
+    def __init__(self, shards: Sequence[Shard], tenant: str, record_ids: Sequence[str],
+                 version: int, deadline_s: float, wait_s: float) -> None:
+        self.record_ids, self.version = record_ids, version
+        self.tally = WriteTally(len(shards), wait_s)
+        self.calls = {asyncio.ensure_future(s.remote.client.write_records(
+            tenant, record_ids, deadline_s, version=version)): s for s in shards}
+        self.pending = set(self.calls)
+        #: Shards that refused this version, and the highest write sequence they answered.
+        self.refused = 0
+        self.prior_seq = 0
+
+    async def applied(self) -> bool:
+        """Wait for a quorum: True once it applied the write; False when it cannot (too many
+        refused it or failed: ``refused`` tells which), the calls still out dropped."""
+        try:
+            while self.pending and self.tally.quorum_at is None and not self.tally.lost():
+                await self._answers(None)
+        finally:
+            if self.tally.quorum_at is None:
+                await self.cancel()
+        return self.tally.quorum_at is not None
+
+    async def settled(self) -> None:
+        """After the quorum: return once every shard applied it or the commit wait passed
+        (the calls still out dropped: a renewal copies the write into those shards)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self.pending:
+                done_at = self.tally.done_at()
+                assert done_at is not None, "settled() before the quorum"
+                if done_at <= loop.time():
+                    return
+                await self._answers(done_at - loop.time())
+            done_at = self.tally.done_at()  # every call ended, some shard did not apply it
+            if done_at is not None and done_at > loop.time():
+                await asyncio.sleep(done_at - loop.time())
+        finally:
+            await self.cancel()
+
+    async def _answers(self, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        done, self.pending = await asyncio.wait(self.pending, timeout=timeout,
+                                                return_when=asyncio.FIRST_COMPLETED)
+        for call in done:
+            outcome = _usable(self.calls[call], call, self.record_ids, self.version)
+            if outcome is not None and not outcome.refused:
+                self.tally.ack(loop.time())
+                continue
+            self.tally.fail()
+            if outcome is not None:
+                self.refused += 1
+                self.prior_seq = max(self.prior_seq, outcome.prior_seq)
+
+    async def cancel(self) -> None:
+        """Drop the calls still out."""
+        for call in self.pending:
+            call.cancel()
+        await asyncio.gather(*self.pending, return_exceptions=True)
+        self.pending = set()
+
+
+def _usable(shard: Shard, call: asyncio.Future[WriteOutcome], record_ids: Sequence[str],
+            version: int) -> WriteOutcome | None:
+    """A shard's usable answer to a write (maybe a refusal), or None."""
+    err = call.exception()
+    if isinstance(err, grpc.aio.AioRpcError):
+        _throttled.warning(f"{shard.target}:{err.code().name}",
+                           "csl shard %s did not apply a write (%s)", shard.target,
+                           err.code().name, extra={"shard": shard.target})
+        return None
+    if err is not None:
+        raise err
+    outcome = call.result()
+    if not outcome.refused and [(v.record_id, v.version) for v in outcome.versions] != [
+            (r, version) for r in record_ids]:
+        log.error("csl shard %s answered a write with other records or versions",
+                  shard.target, extra={"shard": shard.target})
+        return None
+    return outcome
+
+
 class ShardedLibrary:
     """``LibraryPort`` over several csl shards."""
 
@@ -87,8 +177,11 @@ class ShardedLibrary:
         self._provenance: OrderedDict[ReuseName, ReadSet] = OrderedDict()
         self._provenance_names = provenance_names
         self._cursors = Cursors()
-        #: The highest write sequence any shard answered: the next write's version is above it.
+        #: The highest write sequence any shard answered or a write of this gateway took: the
+        #: next write's version is above it.
         self._seen = 0
+        #: Writes applied by a quorum and not yet settled (their commit waits).
+        self._settling: set[asyncio.Future[None]] = set()
         self._renew_task: asyncio.Task[None] | None = None
         #: Times a shard's name feed was lost and resubscribed (``LibraryPort.resyncs``).
         self.resyncs = 0
@@ -190,83 +283,49 @@ class ShardedLibrary:
 
     async def write_records(self, tenant: str, record_ids: Sequence[str],
                             floors: Sequence[int] = ()) -> tuple[int, ...]:
+        """``apply_records``, then its settlement: the write once acknowledged."""
+        applied = await self.apply_records(tenant, record_ids, floors)
+        await applied.settled()
+        return applied.versions
+
+    async def apply_records(self, tenant: str, record_ids: Sequence[str],
+                            floors: Sequence[int] = ()) -> AppliedWrite:
         """Write records on every shard under one version this gateway picks (above its
-        ``floors`` and every write sequence seen), so every shard numbers the write alike;
-        retried above a shard's sequence when one refuses it. Returns once a quorum applied it
-        and the others did too or ``commit_wait_s`` passed (their leases ran out:
-        ``shard_repair.py``). Raises ``Unavailable`` when fewer than a quorum can apply it
-        (retry: a write only ever invalidates more)."""
+        ``floors`` and every write sequence seen or picked), so every shard numbers the write
+        alike; retried above a shard's sequence when too many refuse it. Returns once a quorum
+        applied it; it settles once the others did too or ``commit_wait_s`` passed (their
+        leases ran out: ``shard_repair.py``). Raises ``Unavailable`` when fewer than a quorum
+        can apply it (retry: a write only ever invalidates more).
+
+        Writes of this gateway overlap: each takes its own version as it starts (so they do not
+        refuse one another), and each waits out its own commit wait, not the ones before it."""
         for _ in range(WRITE_ATTEMPTS):
-            version = max([self._seen, *floors]) + 1
-            if await self._write_at(tenant, record_ids, version):
-                return (version,) * len(record_ids)
+            version = self._seen = max([self._seen, *floors]) + 1
+            attempt = _Attempt(self.shards, tenant, record_ids, version, self.deadline_s,
+                               self.commit_wait_s())
+            applied = await attempt.applied()
+            self._seen = max(self._seen, attempt.prior_seq)
+            if applied:
+                settlement = asyncio.ensure_future(self._settle(attempt))
+                self._settling.add(settlement)
+                settlement.add_done_callback(self._settling.discard)
+                return AppliedWrite((version,) * len(record_ids), settlement)
+            if not attempt.refused:
+                self.counters["write_quorum_failures"] += 1
+                raise Unavailable(f"csl write failed on {attempt.tally.failed} of "
+                                  f"{len(self.shards)} shards ({self.quorum} acknowledgements "
+                                  "needed); retry")
         raise Unavailable(f"csl write kept meeting newer writes in {WRITE_ATTEMPTS} attempts; "
                           "retry")
 
-    async def _write_at(self, tenant: str, record_ids: Sequence[str], version: int) -> bool:
-        """One fan-out of a write at ``version``: True once acknowledged; False when refused by
-        too many shards (a newer write); raises ``Unavailable`` when too few answered."""
+    async def _settle(self, attempt: _Attempt) -> None:
+        """Wait for the shards that did not answer yet, up to the commit wait; count it."""
         loop = asyncio.get_running_loop()
-        tally = WriteTally(len(self.shards), self.commit_wait_s())
-        calls = {asyncio.ensure_future(s.remote.client.write_records(
-            tenant, record_ids, self.deadline_s, version=version)): s for s in self.shards}
-        refused = 0
-        pending = set(calls)
-        try:
-            while pending and not tally.lost():
-                done_at = tally.done_at()
-                timeout = None if done_at is None else done_at - loop.time()
-                if timeout is not None and timeout <= 0:
-                    break
-                done, pending = await asyncio.wait(pending, timeout=timeout,
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                for call in done:
-                    outcome = self._outcome(calls[call], call, record_ids, version)
-                    if outcome is not None and not outcome.refused:
-                        tally.ack(loop.time())
-                        continue
-                    tally.fail()
-                    if outcome is not None:
-                        refused += 1
-                        self._seen = max(self._seen, outcome.prior_seq)
-        finally:
-            for call in pending:  # a shard past the commit wait: a renewal copies it in
-                call.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        if tally.quorum_at is None:
-            if refused:
-                return False
-            self.counters["write_quorum_failures"] += 1
-            raise Unavailable(f"csl write failed on {tally.failed} of {len(self.shards)} "
-                              f"shards ({self.quorum} acknowledgements needed); retry")
-        done_at = tally.done_at()
-        if done_at is not None and done_at > loop.time():  # every call ended, one failed
-            await asyncio.sleep(done_at - loop.time())
-        self._seen = max(self._seen, version)
-        if tally.waited():
+        await attempt.settled()
+        tally = attempt.tally
+        if tally.waited() and tally.quorum_at is not None:
             self.counters["commit_waits"] += 1
             self.counters["commit_wait_ms"] += round(1000 * (loop.time() - tally.quorum_at))
-        return True
-
-    @staticmethod
-    def _outcome(shard: Shard, call: asyncio.Future[WriteOutcome], record_ids: Sequence[str],
-                 version: int) -> WriteOutcome | None:
-        """A shard's usable answer to a write (maybe a refusal), or None."""
-        err = call.exception()
-        if isinstance(err, grpc.aio.AioRpcError):
-            _throttled.warning(f"{shard.target}:{err.code().name}",
-                               "csl shard %s did not apply a write (%s)", shard.target,
-                               err.code().name, extra={"shard": shard.target})
-            return None
-        if err is not None:
-            raise err
-        outcome = call.result()
-        if not outcome.refused and [(v.record_id, v.version) for v in outcome.versions] != [
-                (r, version) for r in record_ids]:
-            log.error("csl shard %s answered a write with other records or versions",
-                      shard.target, extra={"shard": shard.target})
-            return None
-        return outcome
 
     async def write_seq(self) -> int:
         """The highest write sequence of the reachable shards (raises when none answers)."""
@@ -368,7 +427,10 @@ class ShardedLibrary:
         shard.serving = granted
 
     async def close(self) -> None:
-        """Stop renewing, then every shard's feed and channel."""
+        """Stop renewing and settling writes, then every shard's feed and channel."""
+        for settlement in list(self._settling):
+            settlement.cancel()
+        await asyncio.gather(*self._settling, return_exceptions=True)
         if self._renew_task is not None:
             self._renew_task.cancel()
             await asyncio.gather(self._renew_task, return_exceptions=True)
