@@ -1,8 +1,9 @@
 """The freshness protocol over shards (``shard_repair.py``) against a model of the network: the
 gateway's own write path (``ShardedLibrary.write_records``) and renewals (``renew``) drive shards
 made of the csl's own version table and serving lease, over links that are cut one-sidedly
-(one gateway and one shard), lose requests and answers, and delay them; shards restart, on their
-own copy or on an older one. After every acknowledged write, no shard that serves (its lease
+(one gateway and one shard), lose requests and answers, and delay them; shards go down and come
+back, restart on their own copy or on an older one, and a mesh may start with one shard absent
+(founded from the other two). After every acknowledged write, no shard that serves (its lease
 checked first, as the csl does) holds an older version of what was written: the invariant of
 DESIGN.md §5.3, on virtual time so leases and commit waits cost nothing."""
 
@@ -48,10 +49,10 @@ def _rpc_error(code: grpc.StatusCode, details: str = "") -> grpc.aio.AioRpcError
 class FakeShard:
     """A shard: the csl's version table (with its change feed) and serving lease."""
 
-    def __init__(self, index: int, rate: float) -> None:
+    def __init__(self, index: int, rate: float, up: bool = True) -> None:
         self.index, self.rate = index, rate
         self.table = VersionTable()
-        self.up = True
+        self.up = up
         self.lease = self._lease()
         #: Restarted on an older copy and not yet granted since (the one fault allowed).
         self.amnesiac = False
@@ -180,14 +181,19 @@ STEP = st.one_of(
     CUT, CUT, CUT,
     st.tuples(st.just("heal"), st.integers(0, GATEWAYS - 1), st.integers(0, SHARDS - 1)),
     st.tuples(st.just("restart"), st.integers(0, SHARDS - 1), st.integers(0, 3)),
+    st.tuples(st.just("down"), st.integers(0, SHARDS - 1)),
+    st.tuples(st.just("up"), st.integers(0, SHARDS - 1)),
     st.tuples(st.just("sleep"), st.sampled_from([0.001, 0.01, 0.05, 0.15, 0.3])),
 )
 
 
-async def _run(steps: list[tuple[Any, ...]], seed: int, loss: float) -> dict[str, int]:
+async def _run(steps: list[tuple[Any, ...]], seed: int, loss: float,
+               absent: int | None = None) -> dict[str, int]:
+    """Run ``steps`` on a mesh whose shards all started (or all but ``absent``, which is down
+    until an ``up`` step)."""
     rng = random.Random(seed)
     net = Net(rng, loss)
-    shards = [FakeShard(i, rng.uniform(0.996, 1.004)) for i in range(SHARDS)]
+    shards = [FakeShard(i, rng.uniform(0.996, 1.004), up=i != absent) for i in range(SHARDS)]
     with mock.patch.object(sharded_library, "RemoteLibrary",
                            lambda target, *a: Remote(FakeClient(0, shards[0], net))):
         libs = [ShardedLibrary([f"shard-{i}" for i in range(SHARDS)], deadline_s=DEADLINE_S,
@@ -262,6 +268,11 @@ async def _steps(steps: list[tuple[Any, ...]], libs: list[ShardedLibrary],
                 net.cut.add((g, s))
             case ("heal", g, s):
                 net.cut.discard((g, s))
+            case ("down", s):
+                shards[s].up = False
+            case ("up", s) if not shards[s].up:  # a process started again on its own store
+                shards[s].restart(None)
+                shards[s].up = True
             case ("restart", s, age):  # 0: on its own copy; 1-3: the oldest .. a recent one
                 copies = snapshots[s]
                 amnesia = age and not any(x.amnesiac for x in shards)  # one fault at a time
@@ -284,16 +295,31 @@ OLD_COPY = [("cut", 0, 2), ("write", 0, "r0"), ("sleep", 0.3), ("restart", 0, 1)
 #: caught up: it could give a version an acknowledged write already holds to another one.
 AMNESIAC_WRITE = [("cut", 0, 2), ("write", 0, "r0"), ("sleep", 0.3), ("restart", 1, 1),
                   ("write", 1, "r0"), ("sleep", 0.3)]
+#: Two shards that look new, where the third, holding the write, is down, must not found a mesh:
+#: one restarted on its own copy from before the write, the other on its oldest copy (taken
+#: before any write, but after it first served: the served mark tells it from a new one).
+UNMARKED_COPY = [("cut", 0, 2), ("write", 0, "r0"), ("sleep", 0.3), ("restart", 2, 0),
+                 ("restart", 0, 1), ("down", 1), ("renew_all", 1), ("sleep", 0.05),
+                 ("read", 1, "r0")]
+#: Shard 2, absent at start-up, joined; later restarted on its copy from then (before it first
+#: served: it looks new): its first grant still needs both peers, not just the one that missed
+#: a write it had applied (the peer holding it cut off from the renewer).
+LOST_VOLUME = [("up", 2), ("renew_all", 0), ("renew_all", 1), ("sleep", 0.1), ("cut", 0, 1),
+               ("write", 0, "r0"), ("sleep", 0.3), ("restart", 2, 1), ("cut", 1, 0),
+               ("renew_all", 1), ("sleep", 0.1), ("read", 1, "r0")]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@example(NO_PEERS, 1, 0.0)
-@example(OLD_COPY, 1, 0.0)
-@example(AMNESIAC_WRITE, 1, 0.0)
-@given(st.lists(STEP, min_size=5, max_size=60), st.integers(0, 2**32), st.sampled_from([0, 0.1]))
+@example(NO_PEERS, 1, 0.0, None)
+@example(OLD_COPY, 1, 0.0, None)
+@example(AMNESIAC_WRITE, 1, 0.0, None)
+@example(UNMARKED_COPY, 1, 0.0, None)
+@example(LOST_VOLUME, 1, 0.0, 2)
+@given(st.lists(STEP, min_size=5, max_size=60), st.integers(0, 2**32), st.sampled_from([0, 0.1]),
+       st.one_of(st.none(), st.integers(0, SHARDS - 1)))
 def test_no_serving_shard_holds_a_version_older_than_an_acknowledged_write(
-        steps: list[tuple[Any, ...]], seed: int, loss: float) -> None:
-    run_virtual(lambda: _run(steps, seed, loss))
+        steps: list[tuple[Any, ...]], seed: int, loss: float, absent: int | None) -> None:
+    run_virtual(lambda: _run(steps, seed, loss, absent))
 
 
 def test_the_model_reaches_the_interesting_cases() -> None:
@@ -312,12 +338,29 @@ def test_the_model_reaches_the_interesting_cases() -> None:
     assert tally["served"] >= 3 and tally["reads"] > tally["served"]
 
 
+def test_a_mesh_started_with_a_shard_absent_serves_from_the_quorum_it_has() -> None:
+    """Shard 2 is down from the start: the other two are founded together, serve, and take
+    writes (each waiting shard 2's lease out); shard 2, once up, joins by the first-grant rule
+    and serves what was written while it was away."""
+    steps: list[tuple[Any, ...]] = [("read", 1, "r0")]
+    renewed = [("renew_all", 0), ("renew_all", 1), ("sleep", 0.1)]
+    for _ in range(3):  # the model has no renewal loop: a lease lasts until the next round
+        steps += [("write", 0, "r0"), ("write", 1, "r1"), ("sleep", 0.3), *renewed,
+                  ("read", 1, "r0")]
+    steps += [("up", 2), *renewed, ("cut", 1, 0), ("cut", 1, 1), ("read", 1, "r0"),
+              ("read", 1, "r1")]
+    tally = run_virtual(lambda: _run(steps, 7, 0.0, absent=2))
+    assert tally["acked"] == 6 and tally["failed"] == 0
+    # 4 reads on two shards, 2 on shard 2 alone, then both records through each gateway
+    assert tally["reads"] == tally["served"] == 4 * 2 + 2 + 2 * (3 + 1)
+
+
 def test_vouchers_meet_every_quorum() -> None:
     for n in range(2, 10):
         q = quorum(n)
         assert steady_vouchers(n) + q > n - 1  # a steady renewal meets a quorum without S
         assert first_vouchers(n) + (q - 1) > n - 1  # a first one, even if S lost W
-        assert q + q > n  # two quorums meet
+        assert q + q > n  # two quorums meet: a founding quorum meets every write's
 
 
 def test_a_write_waits_out_the_lease_only_when_a_shard_did_not_apply_it() -> None:

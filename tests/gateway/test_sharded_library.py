@@ -1,7 +1,8 @@
 """The gateway's library over three csl shards on real servers: names live on
 their rendezvous shard, writes reach every shard, a lost shard is a miss, never an error or a
 stale hit; a shard serves only under a lease renewed from its peers, so one that missed writes
-(restarted, or cut off from the writing gateway only) never serves a stale entry."""
+(restarted, or cut off from the writing gateway only) never serves a stale entry; a new mesh
+with a shard down serves from the other two."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from services.common.pb import gateway_pb2
 from services.common.runtime.clients import wait_serving
 from services.common.runtime.server import ServiceRuntime
 from services.common.values.errors import Unavailable
@@ -20,6 +22,7 @@ from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse
 from services.csl.client import CslClient
 from services.csl.config import CslSettings
 from services.csl.server import build_runtime
+from services.gateway.adapters.shard_repair import SERVED_MARK
 from services.gateway.adapters.sharded_library import ShardedLibrary
 
 FP = StageFingerprint("routing", "handler", 1, "test-model", max_tokens=64)
@@ -106,10 +109,11 @@ async def test_each_name_lives_on_its_shard_and_writes_reach_every_shard(
     for shard in lib.shards:
         stats = await shard.remote.client.stats()
         assert stats.entries == sum(lib.owner(n) is shard for n in names) > 0
-    assert await lib.write_records("", ["doc-1", "doc-2"]) == (1, 1)  # one version per write
+    v, w = await lib.write_records("", ["doc-1", "doc-2"])
+    assert v == w  # one version per write
     for shard in lib.shards:
         page, _, seq = await shard.remote.client.versions_since(0)
-        assert seq == 1 and page == [(("", "doc-1"), 1), (("", "doc-2"), 1)]
+        assert seq == v and page == [SERVED_MARK, (("", "doc-1"), v), (("", "doc-2"), v)]
     assert all([await lib.lookup(n) is not None for n in names])
 
 
@@ -123,7 +127,7 @@ async def test_a_lost_shard_is_a_miss_for_its_names_and_writes_still_succeed(
     assert time.monotonic() - start < 1.0  # within the lookup deadline
     assert not await lib.put(lost, b"a", _reads(), 0.1)
     assert await lib.lookup(kept) is not None
-    assert await lib.write_records("", ["doc-1"]) == (1,)  # two of three acknowledged
+    assert len(await lib.write_records("", ["doc-1"])) == 1  # two of three acknowledged
 
 
 async def test_a_write_without_a_quorum_fails_naming_the_count(
@@ -137,8 +141,8 @@ async def test_a_write_without_a_quorum_fails_naming_the_count(
 async def test_a_shard_that_missed_a_write_never_serves_the_stale_entry(
         shards: Shards, lib: ShardedLibrary) -> None:
     (stale,) = _owned_by(lib, 1)
-    await lib.write_records("", ["doc-1"])
-    assert await lib.put(stale, b"read doc-1 at 1", _reads(("doc-1", 1)), 0.1)
+    (first,) = await lib.write_records("", ["doc-1"])
+    assert await lib.put(stale, b"read doc-1 at first", _reads(("doc-1", first)), 0.1)
     await shards.stop(1)
     (version,) = await lib.write_records("", ["doc-1"])  # shard 1 misses it
     assert lib.counters["commit_waits"] == 1
@@ -236,9 +240,9 @@ async def test_an_unleased_shard_is_not_used(tmp_path: Path) -> None:
 async def test_a_chained_fill_across_shards_is_invalidated_by_its_producers_reads(
         lib: ShardedLibrary) -> None:
     (producer,), (dependent,) = _owned_by(lib, 0), _owned_by(lib, 1)
-    await lib.write_records("", ["doc-1"])
+    (version,) = await lib.write_records("", ["doc-1"])
     assert await lib.put_shadow(Shadow(producer, "b1", "h1", 0, "p", b"step 1",
-                                       _reads(("doc-1", 1))), 30)
+                                       _reads(("doc-1", version))), 30)
     assert await lib.put_shadow(Shadow(dependent, "b1", "h1", 0, "p", b"step 2",
                                        _reads(producers=(producer,))), 30)
     assert lib.counters["folded"] == 1
@@ -293,8 +297,8 @@ async def test_a_write_one_shard_missed_reaches_it_through_the_next_renewal(
     try:
         await lib.renew_all()
         (stale,) = _owned_by(lib, 2)
-        await lib.write_records("", ["doc-1"])
-        assert await lib.put(stale, b"read doc-1 at 1", _reads(("doc-1", 1)), 0.1)
+        (version,) = await lib.write_records("", ["doc-1"])
+        assert await lib.put(stale, b"read doc-1", _reads(("doc-1", version)), 0.1)
         for shard in lib.shards[:2]:  # a write shard 2 never saw (it was cut off, say)
             await shard.remote.client.write_records("", ["doc-1"])
         await lib.renew_all()
@@ -304,3 +308,44 @@ async def test_a_write_one_shard_missed_reaches_it_through_the_next_renewal(
         assert lib.counters["renewal_invalidated"] == 1
     finally:
         await lib.close()
+
+
+async def test_a_gateway_started_with_one_of_three_shards_absent_serves_and_the_third_joins(
+        tmp_path: Path) -> None:
+    """A new mesh whose third shard is down at start-up: the gateway's library is founded from
+    the other two, serves hits from them and acknowledges writes (waiting the absent shard's
+    lease out); the third, started later, serves after its first grant."""
+    import socket
+    from contextlib import AsyncExitStack
+
+    from services.gateway.sdk import DynbranchClient
+    from tests.factories import MODEL, csl_service, engine_agent, gateway
+
+    with socket.socket() as probe:  # a port nothing listens on until the third shard starts
+        probe.bind(("127.0.0.1", 0))
+        absent_port = probe.getsockname()[1]
+    lease = {"serving_lease_s": LEASE_S}
+    async with AsyncExitStack() as stack:
+        shards = [await stack.enter_async_context(csl_service(tmp_path / f"csl-{i}", **lease))
+                  for i in range(2)]
+        engine = await stack.enter_async_context(engine_agent())
+        gw = await stack.enter_async_context(gateway(
+            [engine.address], c2=False, csl_serving_lease_s=LEASE_S, csl_renew_interval_s=0.05,
+            csl_shards=[s.address for s in shards] + [f"127.0.0.1:{absent_port}"]))
+        library = gw.core.library
+        await _until(lambda: [s.serving for s in library.shards] == [True, True, False])
+        assert library.counters["founding_grants"] >= 2
+        client = DynbranchClient(gw.address)
+        stack.push_async_callback(client.close)
+        repeats = []
+        for i in range(10):  # 2 in 3 names live on a shard that is up
+            first = await client.call(f"prompt {i}", MODEL, max_tokens=8)
+            repeats.append((first, await client.call(f"prompt {i}", MODEL, max_tokens=8)))
+        assert all(again.text == first.text for first, again in repeats)
+        assert any(again.source == gateway_pb2.RESULT_SOURCE_LIBRARY for _, again in repeats)
+        start = time.monotonic()
+        assert set(await client.write(record_ids=["notes"])) == {"notes"}
+        assert time.monotonic() - start >= LEASE_S  # the absent shard's lease waited out
+        await stack.enter_async_context(csl_service(tmp_path / "csl-2", port=absent_port,
+                                                    **lease))
+        await _until(lambda: all(s.serving for s in library.shards))

@@ -24,7 +24,16 @@ The protocol (``q = N // 2 + 1``):
   if enough peers were drained: for the first grant of a shard's incarnation ``N - q + 1``
   peers, whatever their state (``first_vouchers``); after that ``N - q`` peers that are
   themselves *established* (granted at least once in their own incarnation;
-  ``steady_vouchers``).
+  ``steady_vouchers``). Before a shard's first grant in an incarnation the renewal adopts the
+  *served mark* into it (``SERVED_MARK``, a record no stage reads, version 1), so a store that
+  has ever served holds at least one record, and so does every later copy of it.
+* **Founding** (``found``): a new mesh whose shards are partly down at start-up. No shard can
+  have its first grant while fewer than ``N - q + 1`` peers answer (with three shards: all of
+  them), so a renewal round in which fewer than ``q`` shards serve also tries to found: it
+  begins a renewal on every shard, then checks that at least ``q`` answered and that every one
+  that answered is *new* — not established, and holding no record at all (an empty change
+  feed: no write, no adoption, no served mark) — then adopts the served mark into each and
+  grants each. The shards that were down join later by the first-grant rule.
 
 **Claim:** once a write W is acknowledged, no shard serves an entry that read a record W wrote
 at an older version. Let Q be the ``q`` shards whose application of W the writer counted, all
@@ -46,20 +55,33 @@ a new incarnation is read from its beginning). Such a P exists:
   least ``q - 1`` (``q`` if S is not in Q; S may be in Q and have lost W in a restart on an
   older copy): so at least one drained peer is in Q, two if S is not in Q — and one restarted
   copy that lost W among them (one fault) still leaves one holding W.
+* a founding grant copies nothing, and needs none: the ``q`` or more new shards that answered
+  and Q (``q`` of ``N``) meet in a shard that held no record after ``b`` (every check came after
+  every renewal began), yet applied W (by ``t_q < b``, or, if it is S itself, before it
+  restarted). A shard takes numbered writes only once granted, so it held the served mark
+  before W, and it lost both: it was restarted on a copy of its store from before it first
+  served — the case given up below.
 
 So it holds under any partition (a cut-off shard stops serving within ``lease_s`` unless some
 gateway still reaches it and enough of its peers), message loss and duplication (adoption is an
 idempotent max; a grant is once per token), restarts, and one shard at a time restarted on an
 older copy of its store (until that shard's first grant). It assumes clocks whose rates differ
-by at most ``DRIFT`` (durations only: no two clocks are compared). A new mesh's shards all need
-their first grant, so a shard that is down at start-up keeps every shard from serving until it
-is back (with three shards); afterwards one down shard of three leaves the others serving.
+by at most ``DRIFT`` (durations only: no two clocks are compared). One case it gives up, for
+founding only: a shard restarted on a copy from before it first served (a lost volume replaced
+by an empty one) while ``q - 1`` other reachable shards have never served either (down since
+the mesh began) and every shard holding the mesh's writes is out of reach. No rule can tell
+that from a new mesh (the only copies of a write are lost or unreachable, and the shards that
+answer look exactly as at start-up), so a mesh that may start from a quorum accepts it; every
+other start-up and every shard that has served once keeps the guarantee in full. One down shard
+of three, at start-up or later, leaves the other two serving.
 
 What it costs: a hit costs nothing extra (the lease is checked in memory at the shard); a write
 that reaches every shard costs nothing extra; a write some shard did not acknowledge waits
 ``commit_wait_s`` (just over ``lease_s``); each gateway renews each shard every
 ``renew_interval_s`` (one page from every peer, empty when nothing changed); a shard no gateway
-can renew serves nothing (a miss, never a stale hit). Writes of two gateways that overlap in
+can renew serves nothing (a miss, never a stale hit); a first grant adopts the served mark (one
+call), and a round with fewer than ``q`` shards serving tries to found (a renewal begun and one
+page read per shard, nothing granted unless all are new). Writes of two gateways that overlap in
 time cost a refusal and a second fan-out (one round trip more) for one of them; and an
 attempt refused by too many shards may leave its version applied on a few, above the version
 its retry settles on, which makes the record miss on every shard until its next write (a lost
@@ -69,18 +91,24 @@ hit, not a wrong one).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
+from services.common.values.reads import RecordKey
 from services.csl.client import CslClient
 
 #: Records per Changes page (AdoptVersions takes at most 4,096).
 PAGE = 2048
+#: Adopted into a shard before its first grant in an incarnation: a store that ever served holds
+#: a record (no stage reads it; version 1, below any write a granted shard could take after it).
+SERVED_MARK: tuple[RecordKey, int] = (("", "dynbranch/csl-shard-served"), 1)
 #: Worst relative rate difference between two hosts' monotonic clocks assumed (NTP-disciplined
 #: clocks drift by parts per million; 1% is far beyond that).
 DRIFT = 0.01
+T = TypeVar("T")
 
 
 def quorum(shards: int) -> int:
@@ -189,10 +217,50 @@ async def renew(shard: CslClient, peers: Sequence[CslClient], cursors: Cursors,
               else len(drained) >= first_vouchers(shards))
     serving_s = None
     if enough:
+        if not begun.established:
+            await shard.adopt_versions([SERVED_MARK], deadline_s)
         serving_s = await shard.grant_serving(begun.incarnation, begun.token, len(drained),
                                               deadline_s)
     return Renewal(begun.incarnation, begun.serving_lease_s, len(drained), established,
                    sum(d.invalidated for d in drained), serving_s)
+
+
+async def holds_nothing(shard: CslClient, deadline_s: float) -> bool:
+    """Whether ``shard`` holds no record at all: its change feed is empty from the start."""
+    page = await shard.changes(0, deadline_s, limit=1)
+    return not page.versions and not page.more and page.next == 0
+
+
+async def found(shards: Sequence[CslClient], deadline_s: float) -> int:
+    """Found a new mesh from the shards that answer (module docstring, **Founding**): when at
+    least a quorum of all ``shards`` answered and every one that answered is new (never granted
+    in its incarnation, holding no record), adopt the served mark into each and grant each.
+    Returns how many were granted (0: nothing to found here). Raises no RPC error: a shard that
+    does not answer is left out (and a check that fails founds nothing)."""
+    begun = await _each([s.begin_renewal(deadline_s) for s in shards])
+    answered = [(s, b) for s, b in zip(shards, begun, strict=True) if b is not None]
+    if len(answered) < quorum(len(shards)) or any(b.established for _, b in answered):
+        return 0
+    empty = await _each([holds_nothing(s, deadline_s) for s, _ in answered])
+    if not all(e is True for e in empty):
+        return 0
+    marked = await _each([s.adopt_versions([SERVED_MARK], deadline_s) for s, _ in answered])
+    granted = await _each([s.grant_serving(b.incarnation, b.token, len(answered) - 1, deadline_s)
+                           for (s, b), m in zip(answered, marked, strict=True) if m is not None])
+    return sum(g is not None for g in granted)
+
+
+async def _each(calls: Sequence[Awaitable[T]]) -> list[T | None]:
+    """Every call's result, None for one that failed with an RPC error (others raise)."""
+    out: list[T | None] = []
+    for result in await asyncio.gather(*calls, return_exceptions=True):
+        if isinstance(result, BaseException):
+            if not isinstance(result, grpc.aio.AioRpcError):
+                raise result
+            out.append(None)
+        else:
+            out.append(result)
+    return out
 
 
 class WriteTally:
@@ -236,5 +304,6 @@ class WriteTally:
         return self.quorum_at is not None and self.acked < self.shards
 
 
-__all__ = ["DRIFT", "PAGE", "Cursors", "Drained", "Renewal", "WriteTally", "commit_wait_s",
-           "copy_changes", "first_vouchers", "quorum", "renew", "steady_vouchers"]
+__all__ = ["DRIFT", "PAGE", "SERVED_MARK", "Cursors", "Drained", "Renewal", "WriteTally",
+           "commit_wait_s", "copy_changes", "first_vouchers", "found", "holds_nothing", "quorum",
+           "renew", "steady_vouchers"]

@@ -14,6 +14,9 @@ Failure turns into misses, never errors or stale hits (DESIGN.md §5.3, §5.6):
   its peers' changes in, and a write is acknowledged once a quorum applied it and the others
   applied it too or their leases ran out (commit wait). A shard started without a lease
   (``serving_lease_s`` 0) is not used: it could serve a write it missed.
+* A new mesh whose shards are partly down at start-up is founded from the quorum that answers
+  (``shard_repair.found``, tried while fewer than a quorum serve); the others join later by the
+  first-grant rule, once they answer (the channels reconnect on their own).
 * Writes overlap: each takes its own version as it starts (above every version this gateway saw
   or took, so two of them never refuse each other), is handed back once a quorum applied it
   (``apply_records``: the gateway commits the corpus then and gives its write turn back), and
@@ -45,6 +48,7 @@ from services.gateway.adapters.shard_repair import (
     Cursors,
     WriteTally,
     commit_wait_s,
+    found,
     quorum,
     renew,
 )
@@ -188,7 +192,7 @@ class ShardedLibrary:
         self.counters = {"renewals": 0, "renewals_granted": 0, "renewals_short": 0,
                          "renewals_failed": 0, "renewal_invalidated": 0, "unleased_misses": 0,
                          "commit_waits": 0, "commit_wait_ms": 0, "folded": 0,
-                         "write_quorum_failures": 0}
+                         "write_quorum_failures": 0, "founding_grants": 0}
 
     def available(self) -> bool:
         """See ``LibraryPort.available``: every shard (a fill's steps may land on any)."""
@@ -386,8 +390,18 @@ class ShardedLibrary:
             await asyncio.sleep(self.renew_interval_s)
 
     async def renew_all(self) -> None:
-        """Renew every shard's serving lease from its peers, all shards at once."""
+        """Renew every shard's serving lease from its peers, all shards at once; while fewer
+        than a quorum serve, try to found a new mesh from the shards that answer."""
         await asyncio.gather(*(self._renew(shard) for shard in self.shards))
+        if sum(shard.serving for shard in self.shards) < self.quorum:
+            await self._found()
+
+    async def _found(self) -> None:
+        granted = await found([s.remote.client for s in self.shards], self.deadline_s)
+        if granted:
+            self.counters["founding_grants"] += granted
+            log.info("csl shards founded a new mesh: %d of %d new shards granted (the others "
+                     "join once they answer)", granted, len(self.shards))
 
     async def _renew(self, shard: Shard) -> None:
         peers = [p.remote.client for p in self.shards if p is not shard]
