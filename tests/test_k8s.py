@@ -8,11 +8,12 @@ ships. No cluster is needed. The checks then run on the rendered objects: settin
 ConfigMaps, gRPC health probes, requests and limits, grace periods that cover drain + grace,
 the restricted security context, NetworkPolicies that admit exactly the callers the services'
 settings name, disruption budgets, scrape annotations, the OTLP collector, the API-key file from
-a mounted Secret, the csl shards, the one corpus every gateway shares, and in ``gpu`` mutual
-TLS (components/mtls), the GPU placement and the vLLM sidecar's wiring (with the dynbranch plugin
-copied in by an init container and its lease channel). Each check is a
-function over one overlay's objects; ``test_checks_fail_when_*`` removes what a check guards and
-expects it to fail, so an assertion cannot silently go vacuous.
+a mounted Secret, the csl shards and their serving leases, the one corpus every gateway shares,
+and in ``gpu`` three csl shards (components/csl-shards), mutual TLS (components/mtls), the GPU
+placement and the vLLM sidecar's wiring (with the dynbranch plugin copied in by an init
+container and its lease channel). Each check is a function over one overlay's objects;
+``test_checks_fail_when_*`` removes what a check guards and expects it to fail, so an assertion
+cannot silently go vacuous.
 """
 
 from __future__ import annotations
@@ -532,13 +533,27 @@ def check_csl_shards(overlay: str, docs: Docs) -> None:
     claim = sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
     mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == claim)
     assert Path(mount) in Path(settings_of(docs, c).data_dir).parents  # lost+found is not ours
-    gw, _s = service_settings(docs, "dynbranch-gateway")
+    gw, gateway = service_settings(docs, "dynbranch-gateway")
     reads = [e for e in gw.get("env", []) if e.get("valueFrom", {}).get(
         "configMapKeyRef", {}).get("key") == "csl_shards"]
     if "csl_shards" in GatewaySettings.model_fields:
         assert reads, "the gateway must read dynbranch-mesh's csl_shards"
     else:  # one shard until the gateway can hash over several
         assert replicas == 1 and not reads, overlay
+    check_serving_leases(overlay, replicas, settings_of(docs, c), gateway)
+
+
+def check_serving_leases(overlay: str, shards: int, csl: Any, gateway: Any) -> None:
+    """Above one shard every shard serves under a lease (one without could serve a write it
+    missed: the gateway would not use it), the gateways' lease covers the shards' (a write some
+    shard missed waits the gateways' out) and they renew at least twice a lease; one csl alone
+    has none (nothing would renew it: it would serve nothing)."""
+    if shards == 1:
+        assert csl.serving_lease_s == 0, (overlay, "one csl: no serving lease")
+        return
+    assert csl.serving_lease_s > 0, (overlay, "shards need DYNBRANCH_CSL_SERVING_LEASE_S")
+    assert gateway.csl_serving_lease_s >= csl.serving_lease_s, overlay
+    assert gateway.csl_renew_interval_s <= csl.serving_lease_s / 2, overlay
 
 
 def check_corpus(overlay: str, docs: Docs) -> None:
@@ -886,6 +901,17 @@ MUTATIONS: dict[str, tuple[str, Callable[[Docs], None], Callable[[str, Docs], No
                                  check_corpus),
     "corpus_mtls_secret": ("gpu", _volume("dynbranch-corpus", "tls",
                                           secretName="dynbranch-csl-tls"), check_mtls),
+    "csl_shards_leased": ("gpu", _config("dynbranch-csl", "DYNBRANCH_CSL_SERVING_LEASE_S", None),
+                          check_csl_shards),
+    "gateway_lease_covers_shards": ("gpu", _config("dynbranch-gateway",
+                                                   "DYNBRANCH_GATEWAY_CSL_SERVING_LEASE_S",
+                                                   "0.5"), check_csl_shards),
+    "gateway_renews_within_lease": ("gpu", _config("dynbranch-gateway",
+                                                   "DYNBRANCH_GATEWAY_CSL_RENEW_INTERVAL_S",
+                                                   "0.75"), check_csl_shards),
+    "one_csl_unleased": ("cpu-sim", _config("dynbranch-csl", "DYNBRANCH_CSL_SERVING_LEASE_S",
+                                            "1.0"), check_csl_shards),
+    "csl_shard_list": ("gpu", _replicas("dynbranch-csl", 2), check_csl_shards),
 }
 
 
