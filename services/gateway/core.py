@@ -199,9 +199,11 @@ class GatewayCore:
             self._resyncs_seen, self._stale_seen = resyncs, stale
             self.schedule_reconcile()
 
-    def register_template(self, text: str) -> Template:
-        """Parse and register a YAML template; errors name the template and the path."""
-        return self.registry.register(parse_template_yaml(text))
+    async def register_template(self, text: str) -> Template:
+        """Parse and register a YAML template; errors name the template and the path. Parsing
+        runs in a thread (up to ~1 s of pure-Python YAML: the loop keeps serving meanwhile);
+        registering runs here, on the loop, one at a time."""
+        return self.registry.register(await asyncio.to_thread(parse_template_yaml, text))
 
     async def write(self, tenant: str, upserts: Sequence[Document], removals: Sequence[str],
                     record_ids: Sequence[str]) -> list[RecordVersion]:

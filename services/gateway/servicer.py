@@ -204,7 +204,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                context: grpc.aio.ServicerContext
                                ) -> gateway_pb2.RegisterTemplateResponse:
         self.auth.tenant(_authorization(context))
-        template = self.core.register_template(require(request.yaml, "yaml"))
+        template = await self.core.register_template(require(request.yaml, "yaml"))
         return gateway_pb2.RegisterTemplateResponse(
             template_id=template.id, version=template.version,
             coordinates=[d.coordinate for d in template.decisions])

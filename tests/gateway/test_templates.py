@@ -21,6 +21,7 @@ from services.common.values.errors import (
 from services.gateway.templates import (
     MAX_TEMPLATE_BYTES,
     MAX_TEMPLATE_DEPTH,
+    MAX_TEMPLATE_NODES,
     CandidateSpace,
     Semantics,
     StageKind,
@@ -278,6 +279,15 @@ def test_yaml_nested_past_the_depth_limit_is_refused_naming_the_field() -> None:
 def test_a_shipped_template_fits_the_depth_limit_with_room() -> None:
     text = (Path(__file__).parents[2] / "services/gateway/templates/workflows/routing.yaml")
     assert parse_template_yaml(text.read_text()) == load_builtin("routing")
+
+
+def test_a_document_of_too_many_nodes_is_refused_before_it_is_all_parsed() -> None:
+    with pytest.raises(InvalidArgument) as items:  # 65,000 nodes took 6 s to parse
+        parse_template_yaml("description:\n" + "- a\n" * (MAX_TEMPLATE_NODES + 1))
+    assert str(items.value).startswith(f"yaml: more than {MAX_TEMPLATE_NODES} YAML nodes")
+    keys = "".join(f"k{i}: 1\n" for i in range(MAX_TEMPLATE_NODES // 2 - 2)) + "k7: 2\n"
+    with pytest.raises(InvalidArgument, match="duplicate key 'k7'"):  # found in linear time
+        parse_template_yaml(keys)
 
 
 def test_registration_text_is_bounded_in_bytes_and_refuses_duplicate_keys() -> None:

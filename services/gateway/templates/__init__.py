@@ -26,6 +26,7 @@ from services.gateway.templates.parse import parse_template
 from services.gateway.templates.registry import (
     MAX_TEMPLATE_BYTES,
     MAX_TEMPLATE_DEPTH,
+    MAX_TEMPLATE_NODES,
     WORKFLOWS_DIR,
     TemplateRegistry,
     builtin_names,
@@ -35,9 +36,9 @@ from services.gateway.templates.registry import (
 )
 
 __all__ = [
-    "MAX_TEMPLATE_BYTES", "MAX_TEMPLATE_DEPTH", "PLACEHOLDER", "WORKFLOWS_DIR", "Binding",
-    "CandidateSpace", "ChainStep", "DecisionPoint", "PlaceholderSource", "Scalar", "Semantics",
-    "Stage", "StageKind", "Template", "TemplateError", "TemplateRegistry", "Window",
-    "builtin_names", "load_builtin", "load_template", "parse_template", "parse_template_yaml",
-    "placeholders",
+    "MAX_TEMPLATE_BYTES", "MAX_TEMPLATE_DEPTH", "MAX_TEMPLATE_NODES", "PLACEHOLDER",
+    "WORKFLOWS_DIR", "Binding", "CandidateSpace", "ChainStep", "DecisionPoint",
+    "PlaceholderSource", "Scalar", "Semantics", "Stage", "StageKind", "Template",
+    "TemplateError", "TemplateRegistry", "Window", "builtin_names", "load_builtin",
+    "load_template", "parse_template", "parse_template_yaml", "placeholders",
 ]

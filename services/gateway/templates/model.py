@@ -36,6 +36,11 @@ A binding source is ``candidate``, ``input.<name>`` (a value the harness passes)
 branch; it reads the deciding stage only when a user resolves the branch (``window: user``), since
 during a decode that output is what the candidate stands for. Sampling floats
 are rounded to binary32, the wire width, so a template and a decoded demand carry equal values.
+
+Bounds (``registry.py``, ``parse.py``): a registered document is at most 256 KiB of YAML, nested
+at most 16 nodes deep, of at most 16,384 nodes; at most 256 stages, 256 listed candidates per
+decision, and 16 stop strings of at most 256 characters per stage. Past one, registration is
+refused naming the field (``yaml`` or the path inside the template).
 """
 
 from __future__ import annotations

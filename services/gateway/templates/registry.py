@@ -4,6 +4,7 @@ version."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -28,38 +29,51 @@ MAX_TEMPLATE_BYTES = 256 * 1024
 #: decision, ``per_candidate``, a chain, a step, its ``bind``, a source). The bound also keeps
 #: PyYAML's recursive composer far from Python's recursion limit (a RecursionError otherwise).
 MAX_TEMPLATE_DEPTH = 16
+#: Most YAML nodes (keys, values, list items) accepted: a shipped template has about 100, one
+#: of 256 plain stages about 4,000. Pure-Python YAML costs ~15-50 µs a node, so this bounds a
+#: document's parse to well under a second (256 KiB of one-character list items is 65,000
+#: nodes and took 6 s).
+MAX_TEMPLATE_NODES = 16_384
 
 
-class _TooDeep(yaml.YAMLError):
-    """A document nested deeper than ``MAX_TEMPLATE_DEPTH``; names where the too-deep
-    collection starts."""
+class _Refused(yaml.YAMLError):
+    """A document past a bound of the loader, named with where it was when it stopped."""
 
-    def __init__(self, mark: Any) -> None:
-        super().__init__(f"nested deeper than {MAX_TEMPLATE_DEPTH} levels (the collection at "
-                         f"line {mark.line + 1}, column {mark.column + 1})")
+    def __init__(self, what: str, mark: Any) -> None:
+        super().__init__(f"{what} (at line {mark.line + 1}, column {mark.column + 1})")
 
 
 class _StrictLoader(yaml.SafeLoader):
     """Safe YAML loader that refuses duplicate keys instead of keeping the last one, and
-    documents nested deeper than ``MAX_TEMPLATE_DEPTH``."""
+    documents nested deeper than ``MAX_TEMPLATE_DEPTH`` or of more than ``MAX_TEMPLATE_NODES``
+    nodes."""
 
     _depth = 0
+    _nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
-        try:
-            if self._depth > MAX_TEMPLATE_DEPTH:  # only below a collection: never the root
-                raise _TooDeep(parent.start_mark)
+        self._nodes += 1
+        try:  # the root is never refused: neither bound is below 1
+            if self._depth > MAX_TEMPLATE_DEPTH:
+                raise _Refused(f"nested deeper than {MAX_TEMPLATE_DEPTH} levels",
+                               parent.start_mark)
+            if self._nodes > MAX_TEMPLATE_NODES:
+                raise _Refused(f"more than {MAX_TEMPLATE_NODES} YAML nodes (keys, values and "
+                               "list items)", parent.start_mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
-        for i, key in enumerate(keys):
-            if key in keys[:i]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:  # unhashable: the base class says so
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {quoted(key)}", node.value[i][0].start_mark)
+                    None, None, f"duplicate key {quoted(key)}", key_node.start_mark)
+            if isinstance(key, Hashable):
+                seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -69,7 +83,7 @@ def parse_template_yaml(text: str, field: str = "yaml") -> Template:
         raise PayloadTooLarge(field, f"larger than {MAX_TEMPLATE_BYTES} bytes")
     try:
         data = yaml.load(text, Loader=_StrictLoader)
-    except _TooDeep as exc:
+    except _Refused as exc:
         raise InvalidArgument(field, str(exc)) from None
     except yaml.YAMLError as exc:
         raise InvalidArgument(field, f"not valid YAML: {exc}") from None
@@ -149,5 +163,6 @@ class TemplateRegistry:
         return tuple(sorted(self._by_id))
 
 
-__all__ = ["MAX_TEMPLATE_BYTES", "MAX_TEMPLATE_DEPTH", "WORKFLOWS_DIR", "TemplateRegistry",
-           "builtin_names", "load_builtin", "load_template", "parse_template_yaml"]
+__all__ = ["MAX_TEMPLATE_BYTES", "MAX_TEMPLATE_DEPTH", "MAX_TEMPLATE_NODES", "WORKFLOWS_DIR",
+           "TemplateRegistry", "builtin_names", "load_builtin", "load_template",
+           "parse_template_yaml"]
