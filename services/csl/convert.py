@@ -14,7 +14,7 @@ from services.common.values.reads import (
     RecordRead,
     Shadow,
     check_cost,
-    check_record_id,
+    check_record_key,
 )
 from services.common.values.reuse_name import ReuseName, validate_tenant
 
@@ -123,7 +123,8 @@ def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
         raise InvalidArgument("writes", "at least one record")
     if len(msg.writes) > MAX_WRITES:
         raise PayloadTooLarge("writes", f"at most {MAX_WRITES} records per request")
-    return [check_record_id(w.record_id, f"writes[{i}].record_id")
+    validate_tenant(msg.tenant)
+    return [check_record_key(msg.tenant, w.record_id, f"writes[{i}].record_id")
             for i, w in enumerate(msg.writes)]
 
 

@@ -50,6 +50,7 @@ from services.common.values.reads import (
     Shadow,
     WriteOutcome,
     check_cost,
+    check_record_key,
 )
 from services.common.values.reuse_name import ReuseName, name_key, validate_tenant
 from services.csl.confirmed_set import ConfirmedSet, NameListener, read_keys
@@ -193,7 +194,7 @@ class SubgraphLibrary:
             raise InvalidArgument("writes.floor", "one non-negative floor per record at most")
         validate_tenant(tenant)
         for rid in record_ids:
-            RecordRead(rid, 0)  # validates the id
+            check_record_key(tenant, rid)  # a valid id the store can key
         if not 0 <= version < 2**63:
             raise InvalidArgument("version", "must be in [0, 2^63)")
         with self._mutex:
@@ -216,6 +217,7 @@ class SubgraphLibrary:
         for (tenant, rid), version in versions:
             validate_tenant(tenant)
             RecordRead(rid, version)  # validates the id and the version
+            check_record_key(tenant, rid)
         with self._mutex:
             self._check_open()
             if all(v <= self._versions.version(k) for k, v in versions):

@@ -22,7 +22,7 @@ from services.common.runtime.convert import (
 )
 from services.common.runtime.lease_convert import key_from_proto
 from services.common.values.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge
-from services.common.values.reads import MAX_WRITE_RECORDS, check_record_id
+from services.common.values.reads import MAX_WRITE_RECORDS, check_record_key
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.corpus import Document
 from services.delivery.client import DeliveryClient
@@ -115,13 +115,13 @@ def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDeman
         offered=tuple(msg.offered), observation=msg.observation, stage=stage)
 
 
-def record_ids_from_proto(record_ids: Sequence[str]) -> list[str]:
-    """A write's record ids, each named by its index when missing or too long (the csl's own
-    refusal would reach the caller as a failed dependency, not as a fault of the request)."""
+def record_ids_from_proto(record_ids: Sequence[str], tenant: str) -> list[str]:
+    """A write's record ids (written under ``tenant``), each named by its index when missing
+    or too long (a csl shard's own refusal would reach the caller as a failed write)."""
     if len(record_ids) > MAX_WRITE_RECORDS:
         raise PayloadTooLarge("record_ids", f"at most {MAX_WRITE_RECORDS} records per write, "
                               f"got {len(record_ids)}")
-    return [check_record_id(r, f"record_ids[{i}]") for i, r in enumerate(record_ids)]
+    return [check_record_key(tenant, r, f"record_ids[{i}]") for i, r in enumerate(record_ids)]
 
 
 def _delta(text: str, stream: TextStream) -> gateway_pb2.CallEvent:
@@ -216,7 +216,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                    for i, d in enumerate(request.upserts)]
         if not (upserts or request.removals or request.record_ids):
             raise InvalidArgument("upserts", "nothing to write")
-        record_ids = record_ids_from_proto(request.record_ids)
+        record_ids = record_ids_from_proto(request.record_ids, tenant)
         with maybe_span(self.tracer, "gateway.write_records", attributes={
                 "dynbranch.upserts": len(upserts), "dynbranch.removals": len(request.removals),
                 "dynbranch.record_ids": len(request.record_ids)}):

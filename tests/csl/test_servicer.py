@@ -129,6 +129,25 @@ async def test_a_bad_write_is_refused_by_field_and_never_as_retryable(
     assert (await client.stats()).write_seq == 0  # nothing was written
 
 
+async def test_a_record_the_store_cannot_key_is_refused_not_an_internal_error(csl) -> None:  # type: ignore[no-untyped-def]
+    """An LMDB key is at most 511 bytes: a 600-byte id (valid: at most 1,024) was INTERNAL."""
+    _, client = csl
+    writes = csl_pb2.WriteRecordsRequest(tenant="t" * 200, writes=[
+        csl_pb2.RecordWrite(record_id="fits"), csl_pb2.RecordWrite(record_id="é" * 200)])
+    adopts = csl_pb2.AdoptVersionsRequest(versions=[
+        csl_pb2.TenantRecordVersion(tenant="", record_id="x" * 600, version=3)])
+    for call, request in ((client.stub.WriteRecords, writes),
+                          (client.stub.AdoptVersions, adopts)):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call(request, timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "bytes with its tenant's name; a written record takes at most 509" in \
+            err.value.details()
+    assert err.value.details().startswith("record_id: 600 bytes")
+    outcome = await client.write_records("t" * 200, ["é" * 154])  # 508 bytes: fits
+    assert outcome.versions[0].version == 1
+
+
 async def test_metrics_endpoint_exports_library_counters(tmp_path: Path) -> None:
     async with serve(tmp_path, metrics_port=0) as (runtime, client):
         await client.put(name(1), b"a", ReadSet.pure())

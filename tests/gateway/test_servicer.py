@@ -46,6 +46,9 @@ async def test_a_bad_write_is_refused_by_field_never_as_a_failed_dependency(mesh
     assert await refusal(write(["a", ""])) == (INVALID, "record_ids[1]: required")
     assert await refusal(write(["é" * 600])) == (INVALID,
                                                  "record_ids[0]: longer than 1024 bytes")
+    code, details = await refusal(write(["é" * 300]))  # valid, but no store can key it
+    assert code == INVALID and details.startswith("record_ids[0]: 6")
+    assert details.endswith("a written record takes at most 509")  # was INTERNAL, "retry"
     assert await refusal(write([f"r{i}" for i in range(10_000)])) == (
         TOO_MANY, f"record_ids: at most {MAX_WRITE_RECORDS} records per write, got 10000")
     assert [v.record_id for v in (await write(["a", "b"])).versions] == ["a", "b"]

@@ -20,6 +20,9 @@ from services.common.values.reuse_name import ReuseName
 MAX_RECORD_ID_BYTES = 1024
 #: Records one write may name (a csl ``WriteRecords``, a gateway write with its corpus records).
 MAX_WRITE_RECORDS = 4096
+#: Longest written record a csl store can key: a record id and its tenant's name together, in
+#: UTF-8 (an LMDB key is at most 511 bytes, 2 of them the tenant's length).
+MAX_RECORD_KEY_BYTES = 509
 
 
 def check_record_id(record_id: str, field: str = "record_id") -> str:
@@ -28,6 +31,17 @@ def check_record_id(record_id: str, field: str = "record_id") -> str:
         raise InvalidArgument(field, "required")
     if len(record_id) > MAX_RECORD_ID_BYTES // 4 and len(record_id.encode()) > MAX_RECORD_ID_BYTES:
         raise InvalidArgument(field, f"longer than {MAX_RECORD_ID_BYTES} bytes")
+    return record_id
+
+
+def check_record_key(tenant: str, record_id: str, field: str = "record_id") -> str:
+    """``record_id`` when it is valid and fits a store's key with its ``tenant``'s name (a
+    valid tenant); a read may name a longer id, but only these can be written."""
+    check_record_id(record_id, field)
+    size = len(tenant.encode()) + len(record_id.encode())
+    if size > MAX_RECORD_KEY_BYTES:
+        raise InvalidArgument(field, f"{size} bytes with its tenant's name; a written record "
+                              f"takes at most {MAX_RECORD_KEY_BYTES}")
     return record_id
 
 
@@ -150,5 +164,6 @@ class WriteOutcome:
 
 
 
-__all__ = ["MAX_RECORD_ID_BYTES", "MAX_WRITE_RECORDS", "ReadSet", "RecordKey", "RecordRead",
-           "Served", "Shadow", "WriteOutcome", "check_cost", "check_record_id"]
+__all__ = ["MAX_RECORD_ID_BYTES", "MAX_RECORD_KEY_BYTES", "MAX_WRITE_RECORDS", "ReadSet",
+           "RecordKey", "RecordRead", "Served", "Shadow", "WriteOutcome", "check_cost",
+           "check_record_id", "check_record_key"]
