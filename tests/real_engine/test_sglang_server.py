@@ -293,9 +293,11 @@ async def test_fills_wait_behind_canonical_work_under_priority_scheduling(
     await abort_all(backend, [*blockers[1:], canonical, fill])
 
 
+# Kills the module's server (a second SGLang start costs a minute of CI): it must stay the
+# module's last test, which pytest's file order guarantees.
 async def test_a_server_dying_mid_stream_fails_the_stream_as_unavailable(
-        sglang_model: Path, run_dir: Path) -> None:
-    victim = await _started(sglang_model, run_dir / "sglang-crash", "sglang-crash")
+        server: EngineServer) -> None:
+    victim = server
     b = _backend(victim)
     try:
         await b.start()
@@ -311,4 +313,3 @@ async def test_a_server_dying_mid_stream_fails_the_stream_as_unavailable(
             [ev async for ev in b.generate(request("sg-after", "hello", 4))]
     finally:
         await b.close()
-        await victim.stop()
