@@ -77,6 +77,7 @@ def _mesh_args(parser: argparse.ArgumentParser, corpus_source: str = "") -> None
 
 
 def _corpus_default_help(corpus_source: str) -> str:
+    """The end of ``--corpus-source``'s help: what its default does in this command."""
     if not corpus_source:
         return "no corpus unless --corpus is given (default)"
     return (f"no corpus, writes and the retrieve tool refused (default {corpus_source}; when "
@@ -404,8 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "restart a service that exits (same port, flags and data folder; "
                         f"{_supervision(RestartPolicy())}); stop on Ctrl-C/SIGTERM: the "
                         "gateways first, so that they report their last outcomes to admission, "
-                        "then the rest; the run folder (logs, csl store, corpus) is removed on a "
-                        "clean stop.")
+                        "then the rest; the run folder (logs, csl store, the default corpus) is "
+                        "removed on a clean stop.")
     _mesh_args(up, corpus_source=UP_CORPUS_SOURCE)
     up.add_argument("--keep-logs", action="store_true",
                     help="keep the run folder after a clean stop too (it is always kept when a "
