@@ -19,9 +19,15 @@ SERVICES = {"gateway": "services.gateway.server", "engine": "services.engine_age
 
 
 SIM_PRESET = "qwen3-32b-h200"
+#: The data set ``up`` loads into its corpus by default: HotpotQA's 200-question sample (1,971
+#: paragraphs, 1.2 MB, loaded in ~0.15 s), the smallest of the shared data sets, and the one the
+#: built-in react workflow searches.
+UP_CORPUS_SOURCE = "hotpotqa"
+#: ``--corpus-source`` value that runs no corpus service.
+NO_CORPUS = "none"
 
 
-def _mesh_args(parser: argparse.ArgumentParser) -> None:
+def _mesh_args(parser: argparse.ArgumentParser, corpus_source: str = "") -> None:
     parser.add_argument("--engines", type=int, default=2, help="engine agents (default 2)")
     parser.add_argument("--model", default="qwen3-32b", help="model name (default qwen3-32b)")
     parser.add_argument("--preset", default=SIM_PRESET,
@@ -49,11 +55,34 @@ def _mesh_args(parser: argparse.ArgumentParser) -> None:
                         "(default 1)")
     parser.add_argument("--corpus", default="", metavar="DIR",
                         help="retrieval corpus (LMDB folder, created when new) served by one "
-                        "corpus service that every gateway shares; default with "
-                        "--corpus-source: a folder in the run folder; neither: no corpus")
-    parser.add_argument("--corpus-source", default="", metavar="NAME",
+                        "corpus service that every gateway shares; default with a corpus "
+                        "source: a folder in the run folder")
+    parser.set_defaults(corpus_default=corpus_source or NO_CORPUS)
+    parser.add_argument("--corpus-source", metavar="NAME",
                         help="data set loaded into the corpus while it is empty (hotpotqa, "
-                        "musique, magento; from ../shared/data)")
+                        f"musique, magento; from ../shared/data), or {NO_CORPUS}: "
+                        + _corpus_default_help(corpus_source))
+    parser.add_argument("--set", action="append", default=[], dest="service_set",
+                        metavar="SERVICE.KEY=VALUE",
+                        help="a setting of one service (gateway, engine, csl, admission, "
+                        "delivery, corpus), e.g. gateway.top_k=3 (repeatable); it wins "
+                        "over DYNBRANCH_<SERVICE>_<KEY> in the environment, which wins over the "
+                        "launcher's defaults (gateway auth=false, http_port=0)")
+    parser.add_argument("--grpc-port", type=int, metavar="PORT",
+                        help="the gateway's gRPC port; gateway i of --gateways N binds PORT+i "
+                        "(default: DYNBRANCH_GATEWAY_PORT, else a free port)")
+    parser.add_argument("--http-port", type=int, metavar="PORT",
+                        help="the gateway's OpenAI/Anthropic HTTP port; gateway i binds PORT+i "
+                        "(default: DYNBRANCH_GATEWAY_HTTP_PORT, else a free port)")
+
+
+def _corpus_default_help(corpus_source: str) -> str:
+    """The end of ``--corpus-source``'s help: what its default does in this command."""
+    if not corpus_source:
+        return "no corpus unless --corpus is given (default)"
+    return (f"no corpus, writes and the retrieve tool refused (default {corpus_source}; when "
+            "its data set is not mounted the corpus starts empty, filled only by writes, and "
+            "a line says so)")
 
 
 def _spec(args: argparse.Namespace) -> Any:
@@ -65,9 +94,6 @@ def _spec(args: argparse.Namespace) -> Any:
     for flag in ("csl_shards", "gateways"):
         if getattr(args, flag) < 1:
             raise SystemExit(f"--{flag.replace('_', '-')}: must be at least 1")
-    if args.corpus_source and args.corpus_source not in _loaders():
-        raise SystemExit(f"--corpus-source: no data set {args.corpus_source!r} (have: "
-                         f"{', '.join(sorted(_loaders()))})")
     try:
         preset = resolve_preset(args.backend, args.preset, SIM_PRESET)
     except ValueError as exc:
@@ -75,13 +101,72 @@ def _spec(args: argparse.Namespace) -> Any:
     if args.engine_url and args.backend not in SERVER_BACKENDS:
         raise SystemExit(f"--engine-url: only --backend {' or '.join(SERVER_BACKENDS)} speaks "
                          f"to a server")
+    settings = _service_settings(args.service_set)
+    grpc_port, http_port = _gateway_ports(args)
     return MeshSpec(engines=args.engines, model=args.model, preset=preset,
                     backend=args.backend, engine_urls=tuple(args.engine_url),
                     model_path=args.model_path,
-                    time_scale=args.time_scale, engine_settings=args.engine_set,
+                    time_scale=args.time_scale,
+                    engine_settings=[*args.engine_set, *settings.pop("engine", [])],
+                    gateway_settings=settings.pop("gateway", []), service_settings=settings,
                     log_level=args.log_level, csl_shards=args.csl_shards,
                     gateways=args.gateways, corpus_path=args.corpus,
-                    corpus_source=args.corpus_source)
+                    gateway_grpc_port=grpc_port, gateway_http_port=http_port, **_corpus(args))
+
+
+def _corpus(args: argparse.Namespace) -> dict[str, Any]:
+    """The corpus fields of the mesh: the source, unless it is ``none``; the default source,
+    when its data set is not mounted, gives way to an empty corpus (``_up`` says so), while a
+    named one that is absent stops the command naming the file."""
+    from services.corpus import DataUnavailable
+
+    source = args.corpus_source or args.corpus_default
+    if source == NO_CORPUS:
+        return {}
+    if source not in _loaders():
+        raise SystemExit(f"--corpus-source: no data set {source!r} (have: "
+                         f"{', '.join(sorted(_loaders()))}, or {NO_CORPUS})")
+    try:
+        next(iter(_loaders()[source](None)), None)  # reads the first record only
+    except DataUnavailable as exc:
+        if args.corpus_source is not None:
+            raise SystemExit(f"--corpus-source {source}: {exc}") from None
+        return {"corpus_empty": True}
+    return {"corpus_source": source}
+
+
+def _service_settings(items: list[str]) -> dict[str, list[str]]:
+    """``SERVICE.KEY=VALUE`` items by service; SystemExit naming a malformed one."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        service, dot, setting = item.partition(".")
+        if not dot or service not in SERVICES or "=" not in setting:
+            raise SystemExit(f"--set {item!r}: expected SERVICE.KEY=VALUE with SERVICE one of "
+                             f"{', '.join(sorted(SERVICES))}")
+        out.setdefault(service, []).append(setting)
+    return out
+
+
+def _gateway_ports(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """The gateways' base gRPC and HTTP ports: the flag, else the environment (so that replicas
+    take consecutive ports either way), else None (a free one each)."""
+    return (_port(args.grpc_port, "--grpc-port", "port", 0),
+            _port(args.http_port, "--http-port", "http_port", -1))
+
+
+def _port(flag: int | None, name: str, key: str, low: int) -> int | None:
+    """One base port: the flag's, else ``DYNBRANCH_GATEWAY_<KEY>``'s; SystemExit naming a bad
+    one."""
+    from services.common.values.config import ConfigError, env_port
+
+    if flag is not None:
+        if not low <= flag <= 65535:
+            raise SystemExit(f"{name}: {flag} is not a port ({low} to 65535)")
+        return flag
+    try:
+        return env_port("DYNBRANCH_GATEWAY_", key)
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _loaders() -> Any:
@@ -93,16 +178,20 @@ def _loaders() -> Any:
 async def _up(args: argparse.Namespace) -> int:
     from services.launcher import Mesh
 
+    spec = _spec(args)
     policy = RestartPolicy()  # a service that exits is restarted
-    mesh = Mesh(keep_run_dir=True, supervise=policy)  # the operator may want the logs after Ctrl-C
+    # the logs go with a clean stop; a crash or a restart keeps them, as --keep-logs does
+    mesh = Mesh(keep_run_dir=args.keep_logs, supervise=policy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await mesh.start(_spec(args))
-        print(f"dynbranch mesh is up (logs in {mesh.run_dir}); Ctrl-C stops it")
+        await mesh.start(spec)
+        kept = "kept" if args.keep_logs else "removed on a clean stop; --keep-logs keeps them"
+        print(f"dynbranch mesh is up (logs in {mesh.run_dir}, {kept}); Ctrl-C stops it")
         print(f"  a service that exits is restarted: {_supervision(policy)}")
+        print(f"  {_corpus_line(spec)}")
         for child in mesh.children:
             print(f"  {child.name:<10} grpc {child.address:<21} metrics "
                   f"http://127.0.0.1:{child.metrics_port}/metrics")
@@ -119,6 +208,21 @@ async def _up(args: argparse.Namespace) -> int:
         await mesh.stop()
     print("dynbranch mesh stopped")
     return 0
+
+
+def _corpus_line(spec: Any) -> str:
+    """What the mesh retrieves from, in one line."""
+    from services.corpus import default_data_dir
+
+    if spec.corpus_empty and not spec.corpus_path:
+        return (f"retrieval corpus: EMPTY, filled only by writes (the default data set "
+                f"{UP_CORPUS_SOURCE} is not under {default_data_dir()}: mount the shared data "
+                f"sets there, or pass --corpus-source NAME or --corpus DIR)")
+    if not spec.corpus:
+        return (f"retrieval corpus: none (--corpus-source {NO_CORPUS}): the retrieve tool and "
+                f"record writes are refused")
+    where = spec.corpus_path or "the run folder"
+    return f"retrieval corpus: {spec.corpus_source or 'no data set'} in {where}"
 
 
 def _supervision(policy: RestartPolicy) -> str:
@@ -294,13 +398,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynbranch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start and supervise every service on loopback until Ctrl-C",
-                        description="Start gateway, csl, admission, delivery and N engine agents "
-                        "(sim, or a real engine with --backend), and with --corpus or "
-                        "--corpus-source the corpus service every gateway shares, as processes "
-                        "on loopback; print addresses; restart a service that exits (same port, "
-                        f"flags and data folder; {_supervision(RestartPolicy())}); stop on "
-                        "Ctrl-C/SIGTERM.")
-    _mesh_args(up)
+                        description="Start gateway, csl, admission, delivery, the corpus service "
+                        f"every gateway shares (loaded with {UP_CORPUS_SOURCE} unless "
+                        "--corpus-source says otherwise) and N engine agents (sim, or a real "
+                        "engine with --backend), as processes on loopback; print addresses; "
+                        "restart a service that exits (same port, flags and data folder; "
+                        f"{_supervision(RestartPolicy())}); stop on Ctrl-C/SIGTERM: the "
+                        "gateways first, so that they report their last outcomes to admission, "
+                        "then the rest; the run folder (logs, csl store, the default corpus) is "
+                        "removed on a clean stop.")
+    _mesh_args(up, corpus_source=UP_CORPUS_SOURCE)
+    up.add_argument("--keep-logs", action="store_true",
+                    help="keep the run folder after a clean stop too (it is always kept when a "
+                    "service crashed or was restarted)")
     up.set_defaults(run=lambda a: asyncio.run(_up(a)))
     call = sub.add_parser("call", help="send one stage through the gateway",
                           description="Send one stage demand to the gateway and print the answer "

@@ -108,11 +108,21 @@ class MeshSpec:
     #: neither: no corpus, no retrieve tool.
     corpus_path: str = ""
     corpus_source: str = ""
+    #: Run the corpus service without a path or source too: an empty corpus in the run folder
+    #: that fills through the gateways' writes.
+    corpus_empty: bool = False
+    #: ``--set KEY=VALUE`` items per service (csl, admission, delivery, corpus; ``csl`` reaches
+    #: every shard); engines and gateways take ``engine_settings`` and ``gateway_settings``.
+    service_settings: dict[str, list[str]] = field(default_factory=dict)
+    #: Gateway ports: gateway ``i`` binds ``port + i``; None: the environment's
+    #: ``DYNBRANCH_GATEWAY_[HTTP_]PORT``, else a free port (the HTTP front: 0).
+    gateway_grpc_port: int | None = None
+    gateway_http_port: int | None = None
 
     @property
     def corpus(self) -> bool:
         """Whether the mesh runs the corpus service."""
-        return bool(self.corpus_path or self.corpus_source)
+        return bool(self.corpus_path or self.corpus_source or self.corpus_empty)
 
 
 class Mesh:
@@ -144,12 +154,16 @@ class Mesh:
 
     async def spawn(self, name: str, module: str, args: list[str], port: int = 0,
                     timeout_s: float = ANNOUNCE_TIMEOUT_S) -> Child:
-        """Start ``python -m module`` and wait for its announcement."""
+        """Start ``python -m module`` and wait for its announcement. Port 0 leaves the port to
+        the service's settings: the environment's ``DYNBRANCH_<SVC>_PORT``, else a free one."""
         log_path = self.run_dir / f"{name}.log"
+        fixed = ["--port", str(port)] if port else []
+        # Its own session: Ctrl-C in a terminal reaches only the launcher, which then
+        # stops the children in order (gateways first), not every process at once.
         with open(log_path, "ab") as log_file:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", module, "--port", str(port), "--metrics-port", "0", *args,
-                stdout=asyncio.subprocess.PIPE, stderr=log_file, env={**os.environ})
+                sys.executable, "-m", module, *fixed, *args, stdout=asyncio.subprocess.PIPE,
+                stderr=log_file, env=launch_env(name), start_new_session=True)
         try:
             info = await asyncio.wait_for(_announcement(process, log_path), timeout_s)
         except asyncio.CancelledError:  # a restart that stop() cancelled: leave no orphan
@@ -297,19 +311,21 @@ class Mesh:
             *(self.spawn(f"engine-{i}", "services.engine_agent", a, timeout_s=(
                 ANNOUNCE_TIMEOUT_S if spec.backend == "sim" else REAL_ENGINE_ANNOUNCE_TIMEOUT_S))
               for i, a in enumerate(engine_args)),
-            *(self.spawn(name, f"services.{module}", [*common, *self._extra(name, spec)])
+            *(self.spawn(name, f"services.{module}", [*common, *self._extra(name, spec),
+                                                       *_sets(spec, module)])
               for name, module in self._libraries(spec)))
         engines = [c for c in self.children if c.name.startswith("engine-")]
         if "admission" in spec.others:  # it follows the engines' load streams
             await self.spawn("admission", "services.admission", [*common, *sum(
-                (["--engine", c.address] for c in engines), [])])
+                (["--engine", c.address] for c in engines), []), *_sets(spec, "admission")])
         if "delivery" in spec.others:  # it returns tool results to the engine by id
             await self.spawn("delivery", "services.delivery", [*common, *sum(
-                (["--engine", f"{c.name}={c.address}"] for c in engines), [])])
-        gateways = ["gateway" if i == 0 else f"gateway-{i}" for i in range(spec.gateways)]
-        await asyncio.gather(*(self.spawn(g, "services.gateway",
-                                          self._gateway_args(spec, g, engines, common))
-                               for g in gateways))
+                (["--engine", f"{c.name}={c.address}"] for c in engines), []),
+                *_sets(spec, "delivery")])
+        await asyncio.gather(*(self.spawn(
+            gateway_name(i), "services.gateway",
+            self._gateway_args(spec, gateway_name(i), engines, common),
+            port=_nth_port(spec.gateway_grpc_port, i)) for i in range(spec.gateways)))
         await asyncio.gather(*(wait_serving(c.address) for c in self.children))
 
     def _gateway_args(self, spec: MeshSpec, gateway: str, engines: list[Child],
@@ -327,7 +343,9 @@ class Mesh:
             targets += sum((["--csl-shard", route(n, self.address(n))]
                             for n, _ in self._libraries(spec) if n.startswith("csl-")), [])
             targets += ["--set", f"csl_serving_lease_s={spec.csl_serving_lease_s}"]
-        return [*targets, *common, "--set", "auth=false", "--set", "http_port=0",
+        http = _nth_port(spec.gateway_http_port, gateway_index(gateway))
+        ports = ["--set", f"http_port={http}"] if spec.gateway_http_port is not None else []
+        return [*targets, *common, *ports,
                 *sum((["--set", s] for s in spec.gateway_settings), [])]
 
     @staticmethod
@@ -364,23 +382,17 @@ class Mesh:
         return []
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM every child (gateway first), wait, then SIGKILL what is left. A temporary run
-        folder (logs, csl store) is removed when every child stopped cleanly and none was
-        restarted, kept otherwise. Supervision ends first, so no restart races the stop."""
+        """SIGTERM the gateways and wait for them, then every other child; SIGKILL what
+        outlasts ``timeout_s``. The gateways go first so that their close reports every open
+        branch's outcome to admission while it still serves. A temporary run folder (logs, csl
+        store) is removed when every child stopped cleanly and none was restarted, kept
+        otherwise. Supervision ends first, so no restart races the stop."""
         for name in list(self._watchers):
             await self._unwatch(name)
-        clean = not self.restarts
-        for child in reversed(self.children):
-            if child.process.returncode is None:
-                child.process.send_signal(signal.SIGTERM)
-        for child in reversed(self.children):
-            try:
-                await asyncio.wait_for(child.process.wait(), timeout_s)
-            except asyncio.TimeoutError:
-                log.warning("%s did not stop in %.0f s; killing it", child.name, timeout_s)
-                child.process.kill()
-                await child.process.wait()
-            clean = clean and (child.process.returncode == 0 or child.killed)
+        gateways = [c for c in self.children if gateway_index(c.name) >= 0]
+        rest = [c for c in reversed(self.children) if c not in gateways]
+        clean = await self._terminate(gateways, timeout_s)
+        clean = await self._terminate(rest, timeout_s) and clean and not self.restarts
         self.children = []
         for task in self._drains:  # they end at the children's EOF
             with contextlib.suppress(asyncio.TimeoutError):
@@ -394,6 +406,69 @@ class Mesh:
         elif not clean:
             log.warning("a service was restarted or did not stop cleanly; its logs are in %s",
                         self.run_dir)
+
+
+    @staticmethod
+    async def _terminate(children: list[Child], timeout_s: float) -> bool:
+        """SIGTERM ``children`` at once and wait for each; whether all exited cleanly."""
+        for child in children:
+            if child.process.returncode is None:
+                child.process.send_signal(signal.SIGTERM)
+        clean = True
+        for child in children:
+            try:
+                await asyncio.wait_for(child.process.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                log.warning("%s did not stop in %.0f s; killing it", child.name, timeout_s)
+                child.process.kill()
+                await child.process.wait()
+            clean = clean and (child.process.returncode == 0 or child.killed)
+        return clean
+
+
+#: What the launcher sets in a child's environment unless the operator's environment sets it
+#: (explicit ``--set`` flags win over both): a local mesh's gateways take no API keys and serve
+#: the HTTP front on a free port.
+LAUNCH_DEFAULTS = {"gateway": {"AUTH": "false", "HTTP_PORT": "0"}}
+
+
+def service_of(name: str) -> str:
+    """The service a child runs (``engine-1`` -> ``engine``, ``csl-0`` -> ``csl``)."""
+    return name.split("-", 1)[0]
+
+
+def launch_env(name: str) -> dict[str, str]:
+    """A child's environment: the launcher's defaults for its service under this one."""
+    service = service_of(name)
+    defaults = {f"DYNBRANCH_{service.upper()}_{key}": value
+                for key, value in LAUNCH_DEFAULTS.get(service, {}).items()}
+    return {**defaults, **os.environ}
+
+
+def gateway_name(index: int) -> str:
+    """The ``index``-th gateway's name: ``gateway``, ``gateway-1``, …."""
+    return "gateway" if index == 0 else f"gateway-{index}"
+
+
+def gateway_index(name: str) -> int:
+    """The index of the gateway called ``name``; -1 for another service."""
+    if name == "gateway":
+        return 0
+    head, _, tail = name.partition("-")
+    return int(tail) if head == "gateway" and tail.isdigit() else -1
+
+
+def _nth_port(base: int | None, index: int) -> int:
+    """Replica ``index``'s port from a base: consecutive from a real port; 0 or None: a free
+    one each; -1 (off) for each."""
+    if base is None or base <= 0:
+        return base or 0
+    return base + index
+
+
+def _sets(spec: MeshSpec, service: str) -> list[str]:
+    """``--set`` flags of one service's ``service_settings``."""
+    return sum((["--set", item] for item in spec.service_settings.get(service, [])), [])
 
 
 async def _end(process: asyncio.subprocess.Process) -> int:
@@ -434,4 +509,5 @@ async def _copy(stream: asyncio.StreamReader, log_path: Path) -> None:
             out.write(line)
 
 
-__all__ = ["Child", "Mesh", "MeshSpec", "RestartPolicy", "StartFailed"]
+__all__ = ["Child", "LAUNCH_DEFAULTS", "Mesh", "MeshSpec", "RestartPolicy", "StartFailed",
+           "gateway_index", "gateway_name", "launch_env", "service_of"]

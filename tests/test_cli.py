@@ -38,14 +38,57 @@ def test_up_configures_one_corpus_for_every_gateway() -> None:
     spec = _spec(parse(["up", "--gateways", "3", "--corpus-source", "hotpotqa"]))
     assert (spec.gateways, spec.corpus, spec.corpus_source, spec.corpus_path) == (
         3, True, "hotpotqa", "")
-    spec = _spec(parse(["up", "--corpus", "/data/corpus"]))
+    spec = _spec(parse(["up", "--corpus", "/data/corpus", "--corpus-source", "none"]))
     assert spec.corpus and spec.corpus_path == "/data/corpus" and not spec.corpus_source
-    assert not _spec(parse(["up", "--gateways", "2"])).corpus
+    assert _spec(parse(["up", "--gateways", "2"])).corpus_source == "hotpotqa"  # the default
+    assert not _spec(parse(["up", "--corpus-source", "none"])).corpus
+    assert not _spec(parse(["demo"])).corpus  # the demo routes only
     with pytest.raises(SystemExit, match="--corpus-source: no data set 'wiki'"):
         _spec(parse(["up", "--corpus-source", "wiki"]))
     out = subprocess.run([*DYNBRANCH, "up", "--help"], capture_output=True, text=True,
                          timeout=30).stdout
     assert "--corpus DIR" in out and "--corpus-source NAME" in out
+
+
+def test_up_without_the_default_data_set_starts_an_empty_corpus_but_a_named_one_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.cli import _corpus_line, _spec, build_parser
+    from services.corpus import LOADERS, DataUnavailable
+
+    def absent(_data_dir: object) -> object:
+        raise DataUnavailable("data set file /nowhere/x.jsonl does not exist")
+
+    monkeypatch.setitem(LOADERS, "hotpotqa", absent)
+    spec = _spec(build_parser().parse_args(["up"]))
+    assert spec.corpus and spec.corpus_empty and not spec.corpus_source
+    assert _corpus_line(spec).startswith("retrieval corpus: EMPTY, filled only by writes")
+    with pytest.raises(SystemExit, match="--corpus-source hotpotqa: data set file /nowhere"):
+        _spec(build_parser().parse_args(["up", "--corpus-source", "hotpotqa"]))
+
+
+def test_up_passes_settings_and_gateway_ports_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.cli import _spec, build_parser
+
+    def spec(*argv: str) -> object:
+        return _spec(build_parser().parse_args(["up", "--corpus-source", "none", *argv]))
+
+    got = spec("--set", "gateway.top_k=3", "--set", "csl.max_entries=9", "--set",
+               "engine.max_running=3", "--engine-set", "x=1")
+    assert got.gateway_settings == ["top_k=3"] and got.engine_settings == [
+        "x=1", "max_running=3"] and got.service_settings == {"csl": ["max_entries=9"]}
+    for bad in ("gateway", "gateway.k", "wiki.k=v"):
+        with pytest.raises(SystemExit, match="expected SERVICE.KEY=VALUE"):
+            spec("--set", bad)
+    assert (spec().gateway_grpc_port, spec().gateway_http_port) == (None, None)
+    monkeypatch.setenv("DYNBRANCH_GATEWAY_HTTP_PORT", "8100")  # the flag wins over it
+    got = spec("--gateways", "2", "--grpc-port", "9000")
+    assert (got.gateway_grpc_port, got.gateway_http_port) == (9000, 8100)
+    assert spec("--http-port", "8200").gateway_http_port == 8200
+    with pytest.raises(SystemExit, match="--grpc-port: 70000 is not a port"):
+        spec("--grpc-port", "70000")
+    monkeypatch.setenv("DYNBRANCH_GATEWAY_HTTP_PORT", "eighty")
+    with pytest.raises(SystemExit, match="DYNBRANCH_GATEWAY_HTTP_PORT: 'eighty' is not a port"):
+        spec()
 
 
 def _read_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> list[str]:
@@ -78,10 +121,18 @@ def up_lines(args: list[str], run_dir: Path, timeout_s: float = 120, stop_s: flo
             try:
                 proc.wait(timeout=stop_s)
             except subprocess.TimeoutExpired:
+                _kill_children(proc.pid)  # each runs in a session of its own
                 if group:
                     os.killpg(proc.pid, signal.SIGKILL)
                 else:
                     proc.kill()
+
+
+def _kill_children(pid: int) -> None:
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    for child in children.stdout.split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(child), signal.SIGKILL)
 
 
 def printed(lines: list[str], pattern: str) -> str:
@@ -106,7 +157,8 @@ def test_up_serves_calls_and_stops_every_process_on_sigterm(tmp_path) -> None:  
     try:
         lines = _read_until(proc, r"^try: ", 90)
         names = [line.split()[0] for line in lines if "grpc 127.0.0.1:" in line]
-        assert sorted(names) == ["admission", "csl", "delivery", "engine-0", "engine-1", "gateway"]
+        assert sorted(names) == ["admission", "corpus", "csl", "delivery", "engine-0", "engine-1",
+                                 "gateway"]
         gateway = re.search(r"--gateway (\S+)", lines[-1]).group(1)
         call = subprocess.run([*DYNBRANCH, "call", "--gateway", gateway, "--model", "qwen3-32b",
                                "--prompt", "hello mesh", "--max-tokens", "8"],
@@ -118,7 +170,7 @@ def test_up_serves_calls_and_stops_every_process_on_sigterm(tmp_path) -> None:  
         assert bad.returncode == 1 and "INVALID_ARGUMENT: demand.model" in bad.stderr
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
         pids = children.stdout.split()
-        assert len(pids) == 6
+        assert len(pids) == 7
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert "dynbranch mesh stopped" in proc.stdout.read()

@@ -1,13 +1,15 @@
 """The launcher's children: one that dies before announcing is reported with how it ended, and
 a restart tries again like a supervisor. A supervising mesh restarts a child that exits on its
 own, leaves one killed on purpose to its killer, gives up on a crash loop, and stops without a
-restart racing it."""
+restart racing it. A clean stop removes the mesh's own run folder unless it is to be kept; the
+operator's environment wins over the launcher's defaults."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from services.launcher import Mesh, RestartPolicy
+from services.launcher import Mesh, RestartPolicy, gateway_index, launch_env
 
 QUICK = RestartPolicy(backoff_s=0.05, max_backoff_s=0.1)
 
@@ -109,3 +111,24 @@ async def test_stop_during_a_back_off_ends_supervision_without_a_restart(tmp_pat
     await mesh.stop()
     assert time.monotonic() - started < 5.0 and counter.read_text() == "1"
     assert mesh.children == []
+
+
+async def test_a_clean_stop_removes_its_own_run_folder_unless_asked_to_keep_it() -> None:
+    folders = []
+    for keep in (False, True):
+        mesh = Mesh(keep_run_dir=keep)
+        await mesh.spawn("csl", "services.csl", ["--data-dir", str(mesh.run_dir / "csl")])
+        await mesh.stop()
+        folders.append(mesh.run_dir)
+    assert [folder.exists() for folder in folders] == [False, True]
+    shutil.rmtree(folders[1])
+
+
+def test_the_environment_wins_over_the_launchers_defaults(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    assert launch_env("gateway-2")["DYNBRANCH_GATEWAY_AUTH"] == "false"
+    monkeypatch.setenv("DYNBRANCH_GATEWAY_HTTP_PORT", "8080")
+    assert launch_env("gateway")["DYNBRANCH_GATEWAY_HTTP_PORT"] == "8080"
+    assert "DYNBRANCH_GATEWAY_AUTH" not in launch_env("csl-0")
+    assert [gateway_index(n) for n in ("gateway", "gateway-3", "csl-1", "gatewayx")] == [
+        0, 3, -1, -1]

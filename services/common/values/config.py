@@ -147,4 +147,21 @@ def load_settings(cls: type[S], *, config_file: str | Path | None = None,
         raise ConfigError(_describe(exc, sources)) from None
 
 
-__all__ = ["ConfigError", "ServiceSettings", "load_settings"]
+def env_port(prefix: str, key: str, environ: Mapping[str, str] | None = None) -> int | None:
+    """A port setting from the environment (``<PREFIX><KEY>``; -1 may mean off), None when
+    unset: a launcher reads it to place replicas on consecutive ports. ConfigError naming the
+    variable when it is not a port."""
+    name = f"{prefix}{key.upper()}"
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -2
+    if not -1 <= port <= 65535:
+        raise ConfigError(f"environment {name}: {raw!r} is not a port (-1 to 65535)")
+    return port
+
+
+__all__ = ["ConfigError", "ServiceSettings", "env_port", "load_settings"]

@@ -53,6 +53,9 @@ from services.gateway.templates import DecisionPoint, Stage, StageKind, Template
 from services.gateway.values import Demand, TextStream
 
 log = logging.getLogger(__name__)
+#: Longest ``close`` waits for its tasks: each outcome report has its own deadline (1 s), an
+#: aborted fill ends at once; within the launcher's stop (10 s) after the gRPC grace (5 s).
+CLOSE_DRAIN_S = 3.0
 
 
 class BranchManager:
@@ -468,12 +471,29 @@ class BranchManager:
         if not task.cancelled() and task.exception() is not None:
             log.warning("branch task %s failed", task.get_name(), exc_info=task.exception())
 
-    async def close(self) -> None:
-        """Retire every branch (aborting fills, reporting outcomes) and await every task."""
+    async def close(self, drain_s: float = CLOSE_DRAIN_S) -> int:
+        """Retire every branch (aborting fills, reporting outcomes) and await every task for up
+        to ``drain_s``; cancel what is left (a report to an admission that does not answer).
+        Returns how many were cancelled."""
         for branch in list(self.branches.values()):
             self._retire(branch)
+        deadline = asyncio.get_running_loop().time() + drain_s
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return await self._cancel_tasks()
+            await asyncio.wait(list(self._tasks), timeout=left)
+        return 0
+
+    async def _cancel_tasks(self) -> int:
+        """Cancel the tasks still running at the end of the drain; how many."""
+        tasks = list(self._tasks)
+        log.warning("closing with %d branch tasks still running after the drain (%s); cancelled",
+                    len(tasks), ", ".join(sorted(t.get_name() for t in tasks)[:5]))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
 
 
 @dataclass(slots=True)

@@ -182,3 +182,26 @@ async def test_branch_counters_are_exported_to_prometheus() -> None:
     assert "dynbranch_gateway_branch_fills_issued_total 2.0" in text
     assert "dynbranch_gateway_branch_stages_promoted_total 1.0" in text
     assert "dynbranch_gateway_name_mirror_synced" in text
+
+
+class _SilentAdmission:
+    """An admission port whose outcome reports never return (admission stopped answering)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def report(self, *args: object, **kwargs: object) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_close_drains_outcome_reports_for_a_bounded_time_then_cancels_them() -> None:
+    async with mesh() as m:
+        m.branches.admission = _SilentAdmission(m.branches.admission)
+        await _router(m)  # a branch left open: close retires it and reports its outcome
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        assert await m.branches.close(drain_s=0.3) >= 1
+        assert loop.time() - start < 2.0
