@@ -147,4 +147,17 @@ def load_settings(cls: type[S], *, config_file: str | Path | None = None,
         raise ConfigError(_describe(exc, sources)) from None
 
 
-__all__ = ["ConfigError", "ServiceSettings", "load_settings"]
+def environment_value(name: str) -> str:
+    """One process-wide setting from the environment ("" when unset), for the few that no
+    service owns (e.g. ``DYNBRANCH_DATA_DIR``, the shared data sets' folder)."""
+    return os.environ.get(name, "")
+
+
+def export_environment_value(name: str, value: str) -> None:
+    """Set a process-wide setting (a command-line flag's value) so that this process and the
+    ones it starts read the same one."""
+    os.environ[name] = value
+
+
+__all__ = ["ConfigError", "ServiceSettings", "environment_value", "export_environment_value",
+           "load_settings"]
