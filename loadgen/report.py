@@ -18,6 +18,9 @@ replay-rate sweep; and ``dynbranch bench lads`` in full (every delivery policy, 
 and sweep, KV offloading and the no-eviction bound: ``fig_lads.png`` and a table). ``--only c3``
 runs the C3 study alone: its sweeps, Routing and ReAct at every load level, Sub-Agent and HCI at
 idle, and the phased trace. A failed cell is listed in the report and left out of the plots.
+The data set files the cells read are checked first (``loadgen.data_needs``; ``--data-dir`` or
+``DYNBRANCH_DATA_DIR`` names their folder): one absent ends the run before any cell, with one line
+naming it and no report.
 """
 
 from __future__ import annotations
