@@ -74,16 +74,6 @@ async def test_openai_sdk_tool_calls_streamed_calls_and_two_choices(base_url: st
     assert two.choices[0].message.content != two.choices[1].message.content
 
 
-# -- the examples ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_example_runs_without_a_warning(base_url: str, example: Path) -> None:
-    run = subprocess.run([sys.executable, "-W", "error", str(example)], capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "DYNBRANCH_BASE_URL": base_url})
-    assert run.returncode == 0 and run.stdout and not run.stderr, run.stderr[-3000:]
-
-
 # -- LangChain and LangGraph ----------------------------------------------------------------
 
 
@@ -350,3 +340,15 @@ def test_examples_point_at_the_gateway() -> None:
         assert "DYNBRANCH_BASE_URL" in text and "x-dynbranch-workflow-id" in text
     text = (root / "langgraph_tagged.py").read_text()
     assert "DYNBRANCH_BASE_URL" in text and "LangGraphTagger" in text
+
+
+# -- the examples ---------------------------------------------------------------------------
+# Last in the module: the tagged example asks what the promotion tests ask, and its answers in
+# the library would serve them before their fills could be promoted.
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_example_runs_without_a_warning(base_url: str, example: Path) -> None:
+    run = subprocess.run([sys.executable, "-W", "error", str(example)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "DYNBRANCH_BASE_URL": base_url})
+    assert run.returncode == 0 and run.stdout and not run.stderr, run.stderr[-3000:]
