@@ -215,12 +215,13 @@ def _bench(args: argparse.Namespace) -> int:
     return 0 if result.get("ok", True) else 1
 
 
-def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
+def _data_dir_arg(parser: argparse.ArgumentParser, readers: str = "") -> None:
     from services.corpus.loaders import DATA_DIR_ENV
 
     parser.add_argument("--data-dir", metavar="DIR",
-                        help=f"folder of the shared data sets (default: ${DATA_DIR_ENV}, else "
-                        f"../shared/data beside the repository); checked before the run starts")
+                        help=f"folder of the shared data sets{readers} (default: "
+                        f"${DATA_DIR_ENV}, else ../shared/data beside the repository); checked "
+                        f"before the run starts")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -301,6 +302,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The ``dynbranch`` argument parser."""
     from loadgen.bench import BENCHMARKS
+    from loadgen.data_needs import bench_files
 
     parser = argparse.ArgumentParser(prog="dynbranch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -343,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object last")
     bench.add_argument("--minutes", type=float,
                        help="bench soak: minutes to run (default 2; 0.5 with --quick)")
-    _data_dir_arg(bench)
+    _data_dir_arg(bench, " that bench " + ", ".join(
+        n for n in sorted(BENCHMARKS) if bench_files(n, None)) + " read")
     _arms_args(bench)
     bench.set_defaults(run=_bench)
     from loadgen import report_help
