@@ -53,15 +53,15 @@ class State(TypedDict):
     source: str
 
 
-def build(base_url: str, api_key: str, model: str, inputs: dict[str, str]) -> Any:
+def build(base_url: str, api_key: str, model: str, inputs: dict[str, str],
+          http: Any) -> Any:
     router_model = ChatOpenAI(
         model=model, base_url=base_url, api_key=api_key, temperature=0, max_tokens=320,
         include_response_headers=True,
-        http_async_client=async_tagging_client(timeout=60),  # 1. requests carry the tags
+        http_async_client=http,  # 1. a tagging client: requests carry the tags
         extra_body={"dynbranch": {"inputs": inputs}},  # 2. the template's inputs, for the fills
     ).bind_tools([get_weather, book_flight], tool_choice="required")
-    sdk = openai.AsyncOpenAI(base_url=base_url, api_key=api_key,
-                             http_client=async_tagging_client(openai.DefaultAsyncHttpxClient))
+    sdk = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http)
     routing = load_builtin("routing")
 
     async def router(state: State) -> dict[str, Any]:
@@ -97,12 +97,13 @@ async def main() -> int:
     query = "What is the weather in Oslo?"
     inputs = {"functions": json.dumps([{"name": "get_weather"}, {"name": "book_flight"}]),
               "query": query}
-    graph = build(base_url, os.environ.get("DYNBRANCH_API_KEY", "unused"),
-                  os.environ.get("DYNBRANCH_MODEL", "qwen3-32b"), inputs)
     config: Any = {"callbacks": [LangGraphTagger("routing")],  # 3. tags from thread and node
                    "configurable": {"thread_id": f"weather-{uuid.uuid4().hex[:8]}"}}
-    out = await graph.ainvoke({"messages": [HumanMessage(query)], "handled": "", "source": ""},
-                              config)
+    async with async_tagging_client(openai.DefaultAsyncHttpxClient, timeout=60) as http:
+        graph = build(base_url, os.environ.get("DYNBRANCH_API_KEY", "unused"),
+                      os.environ.get("DYNBRANCH_MODEL", "qwen3-32b"), inputs, http)
+        out = await graph.ainvoke({"messages": [HumanMessage(query)], "handled": "",
+                                   "source": ""}, config)
     routed = out["messages"][-1]
     print(f"router  {routed.response_metadata.get('headers', {}).get('x-dynbranch-source', '')}"
           f"  picked {[c['name'] for c in routed.tool_calls]}")

@@ -31,16 +31,16 @@ async def main() -> int:
               file=sys.stderr)
         return 2
     set_tracing_disabled(True)  # traces would go to OpenAI's platform
-    client = AsyncOpenAI(
+    async with AsyncOpenAI(
         base_url=base_url,                                        # 1. the gateway
         api_key=os.environ.get("DYNBRANCH_API_KEY", "unused"),    # 2. its key
         default_headers={"x-dynbranch-workflow-id": "weather-agent-1"},  # 3. optional tags
-    )
-    model = OpenAIChatCompletionsModel(model=os.environ.get("DYNBRANCH_MODEL", "qwen3-32b"),
-                                       openai_client=client)     # 4. chat completions
-    agent = Agent(name="weather", instructions="Answer with the tool's help.",
-                  tools=[get_weather], model=model)
-    result = await Runner.run(agent, "What is the weather in Oslo?")
+    ) as client:
+        model = OpenAIChatCompletionsModel(model=os.environ.get("DYNBRANCH_MODEL", "qwen3-32b"),
+                                           openai_client=client)     # 4. chat completions
+        agent = Agent(name="weather", instructions="Answer with the tool's help.",
+                      tools=[get_weather], model=model)
+        result = await Runner.run(agent, "What is the weather in Oslo?")
     for item in result.new_items:
         print(f"{item.type:>22} {str(getattr(item, 'raw_item', ''))[:70]}")
     print("final:", result.final_output)

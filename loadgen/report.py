@@ -18,6 +18,9 @@ replay-rate sweep; and ``dynbranch bench lads`` in full (every delivery policy, 
 and sweep, KV offloading and the no-eviction bound: ``fig_lads.png`` and a table). ``--only c3``
 runs the C3 study alone: its sweeps, Routing and ReAct at every load level, Sub-Agent and HCI at
 idle, and the phased trace. A failed cell is listed in the report and left out of the plots.
+The data set files the cells read are checked first (``loadgen.data_needs``; ``--data-dir`` or
+``DYNBRANCH_DATA_DIR`` names their folder): one absent ends the run before any cell, with one line
+naming it and no report.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import contextlib
 import io
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +40,7 @@ from typing import Any
 from rich.progress import Progress
 
 from loadgen import c3
+from loadgen.data_needs import prepare, report_files
 from loadgen.envelope import regret_text, worst_regret
 from loadgen.phased import table as phased_table
 from loadgen.report_help import FULL_HELP, ONLY_HELP
@@ -52,6 +57,7 @@ from loadgen.report_plots import (
 from loadgen.report_summary import PAPER, envelope_section, summary_markdown
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads.profiles import PROFILES, RECURRENCE_PROFILES
+from services.corpus.loaders import DataUnavailable
 
 WORKLOADS = tuple(WORKLOAD_CLASSES)
 #: Loads: levels the engines feel (``load_levels.LEVELS``: open-loop Poisson at the calibrated
@@ -472,15 +478,23 @@ def print_summary(report: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``dynbranch report [--full] [--out DIR]``."""
+    """``dynbranch report [--full] [--only c3] [--out DIR] [--data-dir DIR]``."""
     parser = argparse.ArgumentParser(prog="dynbranch report", description=(
         "Run the experiment matrix (workloads × arms × loads × seeds) on the simulated engine "
         "and write the report: JSON, plots and a Markdown summary."))
     parser.add_argument("--full", action="store_true", help=FULL_HELP)
     parser.add_argument("--only", choices=["c3"], help=ONLY_HELP)
     parser.add_argument("--out", default=".dynbranch/report", help="report folder")
+    parser.add_argument("--data-dir", metavar="DIR", help=(
+        "folder of the shared data sets (default: $DYNBRANCH_DATA_DIR, else ../shared/data "
+        "beside the repository); checked before the first cell"))
     args = parser.parse_args(argv)
     out = Path(args.out)
+    try:
+        prepare(report_files(args.full), args.data_dir)
+    except DataUnavailable as exc:  # one line naming what is absent; no report is written
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.only == "c3":
         report = run_c3_only(out)
     else:

@@ -60,7 +60,8 @@ def _mesh_args(parser: argparse.ArgumentParser, corpus_source: str = "") -> None
     parser.set_defaults(corpus_default=corpus_source or NO_CORPUS)
     parser.add_argument("--corpus-source", metavar="NAME",
                         help="data set loaded into the corpus while it is empty (hotpotqa, "
-                        f"musique, magento; from ../shared/data), or {NO_CORPUS}: "
+                        f"musique, magento; from $DYNBRANCH_DATA_DIR, else ../shared/data), or "
+                        f"{NO_CORPUS}: "
                         + _corpus_default_help(corpus_source))
     parser.add_argument("--set", action="append", default=[], dest="service_set",
                         metavar="SERVICE.KEY=VALUE",
@@ -294,6 +295,7 @@ def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _bench(args: argparse.Namespace) -> int:
     from loadgen.bench import load
+    from loadgen.data_needs import bench_files, prepare
     from services.corpus import DataUnavailable
 
     options = _arms_options(args)
@@ -305,6 +307,7 @@ def _bench(args: argparse.Namespace) -> int:
         options["minutes"] = args.minutes
     run = load(args.name)
     try:
+        prepare(bench_files(args.name, args.workload), args.data_dir)
         result = run(args.quick, **options)
     except DataUnavailable as exc:  # a missing data set is an error naming the file
         print(f"error: {exc}", file=sys.stderr)
@@ -317,11 +320,21 @@ def _bench(args: argparse.Namespace) -> int:
     return 0 if result.get("ok", True) else 1
 
 
+def _data_dir_arg(parser: argparse.ArgumentParser, readers: str = "") -> None:
+    from services.corpus.loaders import DATA_DIR_ENV
+
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help=f"folder of the shared data sets{readers} (default: "
+                        f"${DATA_DIR_ENV}, else ../shared/data beside the repository); checked "
+                        f"before the run starts")
+
+
 def _report(args: argparse.Namespace) -> int:
     from loadgen.report import main as report_main
 
     return report_main([*(["--full"] if args.full else []),
-                        *(["--only", args.only] if args.only else []), "--out", args.out])
+                        *(["--only", args.only] if args.only else []), "--out", args.out,
+                        *(["--data-dir", args.data_dir] if args.data_dir else [])])
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -394,6 +407,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The ``dynbranch`` argument parser."""
     from loadgen.bench import BENCHMARKS
+    from loadgen.data_needs import bench_files
 
     parser = argparse.ArgumentParser(prog="dynbranch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -442,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object last")
     bench.add_argument("--minutes", type=float,
                        help="bench soak: minutes to run (default 2; 0.5 with --quick)")
+    _data_dir_arg(bench, " that bench " + ", ".join(
+        n for n in sorted(BENCHMARKS) if bench_files(n, None)) + " read")
     _arms_args(bench)
     bench.set_defaults(run=_bench)
     from loadgen import report_help
@@ -453,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--full", action="store_true", help=report_help.FULL_HELP)
     report.add_argument("--only", choices=["c3"], help=report_help.ONLY_HELP)
     report.add_argument("--out", default=".dynbranch/report", help="report folder")
+    _data_dir_arg(report)
     report.set_defaults(run=_report)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",
                                description="Measure an engine backend's prefill throughput and "

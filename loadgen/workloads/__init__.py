@@ -5,9 +5,10 @@
 - ``subagent``: MuSiQue decompositions; plan → retrieve → read per sub-task → synthesis.
 - ``hci``: Schema-Guided Dialogue offers; offer → user think → fulfil(pick).
 
-Instances come from the shared data sets at run time (``../shared/data``; never copied into the
-repository); ``DataUnavailable`` says which file is missing. See ``base`` for how decisions and
-simulated latency are taken, ``schedule`` for arrivals.
+Instances come from the shared data sets at run time (``$DYNBRANCH_DATA_DIR``, else
+``../shared/data``; never copied into the repository); each harness lists its files in
+``data_files``, and ``DataUnavailable`` says which file is missing. See ``base`` for how
+decisions and simulated latency are taken, ``schedule`` for arrivals.
 """
 
 from __future__ import annotations

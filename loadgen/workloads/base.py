@@ -212,6 +212,8 @@ class Workload(abc.ABC):
     template: ClassVar[str]
     #: The gateway's retrieval corpus it needs (``corpus_source``), "" for none.
     corpus_source: ClassVar[str] = ""
+    #: The shared data set files it reads, its corpus's included (checked before a run starts).
+    data_files: ClassVar[tuple[str, ...]] = ()
     #: Share of a schedule's workflows that replay an earlier instance exactly (C1 recurrence).
     default_replay: ClassVar[float] = 0.0
     #: Whether the reported latency is the user turn after a click rather than end to end.

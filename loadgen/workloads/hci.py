@@ -180,6 +180,7 @@ class HciWorkload(Workload):
     name = "hci"
     low_rate = 0.3
     template = "hci"
+    data_files = (SGD_FILE,)
     post_click_latency = True
 
     def __init__(self, data_dir: str | Path | None = None, max_turns: int = 2,

@@ -43,6 +43,8 @@ OBSERVATION_BYTES = (300, 3000)
 #: Tokens reserved per continuation for the chat template's turn framing.
 FRAMING_TOKENS = 32
 SWE_FILE = "swe_agent_trajectories/mini_swe_agent_gemini-3-pro_swebench_verified_sample23.jsonl"
+#: The shared data set files both LADS workloads read (checked before ``bench lads`` starts).
+DATA_FILES = (SWE_FILE, lads_web.TASKS_FILE, lads_web.PRODUCTS_FILE, lads_web.REVIEWS_FILE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +310,7 @@ def _archive_by_size(root: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
 
 
 __all__ = [
-    "CONTEXT_LIMIT", "HISTORY_LENGTHS", "LINK_BYTES_PER_S", "OUTPUT_TOKENS", "TOOL_LIMIT_S",
-    "TOOL_SERVICE_S", "LadsCall", "LadsWorkflow", "LadsWorkload", "cohort_release_times",
-    "cohort_workload", "limit_time", "release_time", "web_burst_workload",
+    "CONTEXT_LIMIT", "DATA_FILES", "HISTORY_LENGTHS", "LINK_BYTES_PER_S", "OUTPUT_TOKENS",
+    "TOOL_LIMIT_S", "TOOL_SERVICE_S", "LadsCall", "LadsWorkflow", "LadsWorkload",
+    "cohort_release_times", "cohort_workload", "limit_time", "release_time", "web_burst_workload",
 ]

@@ -80,6 +80,7 @@ class ReactWorkload(Workload):
     template = "react"
     decision_stage = "think"
     corpus_source = "hotpotqa"
+    data_files = (HOTPOTQA_FILE,)
     paper_profile = {"replay_rate": 0.5}
     default_replay = 0.0  # recurrence is per retrieval, in ``instances`` (not whole workflows)
 

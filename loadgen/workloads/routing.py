@@ -28,6 +28,11 @@ from loadgen.workloads.base import Decision, Trace, Workload, data_path, read_js
 DEFAULT_CATEGORIES = ("multiple", "live_multiple")
 
 
+def bfcl_files(category: str) -> tuple[str, str]:
+    """The questions and the possible answers of one BFCL category."""
+    return (f"bfcl/BFCL_v4_{category}.jsonl", f"bfcl/possible_answer/BFCL_v4_{category}.jsonl")
+
+
 @dataclass(frozen=True, slots=True)
 class RoutingInstance:
     """One BFCL request: its query, functions (JSON), offered names and the chosen function."""
@@ -61,9 +66,9 @@ def load_routing(data_dir: str | Path | None = None,
     """Every routable request of ``categories``, questions joined with answers by id."""
     found: list[RoutingInstance] = []
     for category in categories:
-        questions = data_path(data_dir, f"bfcl/BFCL_v4_{category}.jsonl")
-        answers = {a["id"]: a for a in read_jsonl(
-            data_path(data_dir, f"bfcl/possible_answer/BFCL_v4_{category}.jsonl"))}
+        question_file, answer_file = bfcl_files(category)
+        questions = data_path(data_dir, question_file)
+        answers = {a["id"]: a for a in read_jsonl(data_path(data_dir, answer_file))}
         for record in read_jsonl(questions):
             inst = _instance(record, answers.get(record["id"], {}))
             if inst is not None:
@@ -80,6 +85,7 @@ class RoutingWorkload(Workload):
     template = "routing"
     decision_stage = "router"
     default_replay = 0.25  # exact replays of earlier requests (dynbranch Fig. 10: 0.22-0.77)
+    data_files = tuple(f for c in DEFAULT_CATEGORIES for f in bfcl_files(c))
 
     def __init__(self, data_dir: str | Path | None = None,
                  categories: tuple[str, ...] = DEFAULT_CATEGORIES, **split: Any) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.workloads.base import Decision, Trace, Workload, data_path, draw_recurring, read_jsonl
+from services.corpus.loaders import MUSIQUE_FILE
 
 DECOMPOSITIONS_FILE = "musique/musique_ans_v1.0_dev_decompositions.jsonl"
 #: dynbranch §2.2: 26% of Sub-Agent sub-tasks recur across runs.
@@ -119,6 +120,7 @@ class SubagentWorkload(Workload):
     template = "subagent"
     decision_stage = "plan"
     corpus_source = "musique"
+    data_files = (DECOMPOSITIONS_FILE, MUSIQUE_FILE)
 
     def __init__(self, data_dir: str | Path | None = None,
                  subtask_recurrence: float = SUBTASK_RECURRENCE, **split: Any) -> None:

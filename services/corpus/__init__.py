@@ -17,5 +17,6 @@ __all__, __getattr__ = lazy_face(__name__, {
     "SearchResult": "codec", "TitlePage": "codec", "WritePlan": "codec",
     "build_runtime": "server", "data_path": "loaders", "default_data_dir": "loaders",
     "hotpotqa_documents": "loaders", "load_corpus": "loaders", "magento_documents": "loaders",
-    "musique_documents": "loaders", "read_jsonl": "loaders",
+    "musique_documents": "loaders", "read_jsonl": "loaders", "require_data": "loaders",
+    "use_data_dir": "loaders",
 })

@@ -26,7 +26,8 @@ class CorpusSettings(ServiceSettings):
         "data set loaded into the corpus while it is empty (a loader of services/corpus/"
         "loaders.py: hotpotqa, musique, magento); empty: none (documents arrive through the "
         "gateways' writes)"))
-    data_dir: str = Field("", description="folder of the shared data sets; empty: ../shared/data")
+    data_dir: str = Field("", description=(
+        "folder of the shared data sets; empty: $DYNBRANCH_DATA_DIR, else ../shared/data"))
     create: bool = Field(True, description="create the corpus when the folder is new")
     sync: bool = Field(True, description=(
         "fsync every commit (off: a machine crash may lose the last writes)"))

@@ -1,7 +1,9 @@
 """Documents from the shared data sets, read at run time (never copied into the repo).
 
-The default data folder is ``shared/data`` beside the repository (``<repo>/../shared/data``);
-each loader takes another folder as an argument. See each data set's ``SOURCE.md`` for fields.
+The data folder is ``$DYNBRANCH_DATA_DIR``, else ``shared/data`` beside the repository
+(``<repo>/../shared/data``): ``default_data_dir`` is the one place it is resolved, and the
+commands' ``--data-dir`` sets the variable. Each loader takes another folder as an argument.
+See each data set's ``SOURCE.md`` for fields.
 
 - ``hotpotqa``: context paragraphs of the distractor sample; id = title (deduplicated).
 - ``musique``: the 20 paragraphs of each sampled question; id = ``title#<digest of text>``
@@ -17,15 +19,18 @@ import hashlib
 import html
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from services.common.values.config import environment_value, export_environment_value
 from services.common.values.errors import NotFound
 from services.corpus.codec import Document
 from services.corpus.core import Corpus
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The environment variable naming the shared data sets' folder.
+DATA_DIR_ENV = "DYNBRANCH_DATA_DIR"
 HOTPOTQA_FILE = "hotpotqa/hotpot_dev_distractor_v1_sample200.jsonl"
 MUSIQUE_FILE = "musique/musique_ans_v1.0_dev_sample200.jsonl"
 MAGENTO_DIR = "magento_luma_shopping"
@@ -33,21 +38,43 @@ _TAG = re.compile(r"<[^>]+>")
 
 
 def default_data_dir() -> Path:
-    """``shared/data`` next to the repository."""
-    return REPO_ROOT.parent / "shared" / "data"
+    """The shared data sets' folder: ``$DYNBRANCH_DATA_DIR``, else ``shared/data`` next to the
+    repository."""
+    return Path(environment_value(DATA_DIR_ENV) or REPO_ROOT.parent / "shared" / "data")
+
+
+def use_data_dir(folder: str | Path) -> None:
+    """Make ``folder`` the data sets' folder of this process and of those it starts."""
+    export_environment_value(DATA_DIR_ENV, str(Path(folder).resolve()))
 
 
 class DataUnavailable(NotFound):
-    """A data set file is absent (``../shared/data`` not mounted); the message names it."""
+    """A data set file is absent (the shared data sets not mounted); the message names it."""
+
+
+def require_data(relatives: Iterable[str], data_dir: str | Path | None = None) -> None:
+    """``DataUnavailable`` naming every file of ``relatives`` absent from the data folder."""
+    root = Path(data_dir or default_data_dir())
+    missing = [r for r in dict.fromkeys(relatives) if not (root / r).exists()]
+    if missing:
+        raise DataUnavailable(_absent(root, missing))
 
 
 def data_path(data_dir: str | Path | None, relative: str) -> Path:
     """A file of the shared data sets; ``DataUnavailable`` naming it when it is absent."""
-    path = Path(data_dir or default_data_dir()) / relative
-    if not path.exists():
-        raise DataUnavailable(f"data set file {path} does not exist: mount the shared data sets "
-                              f"at {default_data_dir()} or pass data_dir")
-    return path
+    root = Path(data_dir or default_data_dir())
+    if not (root / relative).exists():
+        raise DataUnavailable(_absent(root, [relative]))
+    return root / relative
+
+
+def _absent(root: Path, missing: list[str]) -> str:
+    """One line: what is absent and how to supply it."""
+    what = (f"folder {root} does not exist" if not root.is_dir()
+            else f"{', '.join(missing)} not in {root}")
+    return (f"shared data sets absent: {what}; put the data sets there, or point --data-dir DIR "
+            f"(or {DATA_DIR_ENV}) at the folder that holds them (default: "
+            f"{REPO_ROOT.parent / 'shared' / 'data'})")
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -122,6 +149,7 @@ def load_corpus(corpus: Corpus, source: str, data_dir: str | Path | None = None)
 
 
 __all__ = [
-    "LOADERS", "DataUnavailable", "data_path", "default_data_dir", "hotpotqa_documents",
-    "hotpotqa_records", "load_corpus", "magento_documents", "musique_documents", "read_jsonl",
+    "DATA_DIR_ENV", "LOADERS", "DataUnavailable", "data_path", "default_data_dir",
+    "hotpotqa_documents", "hotpotqa_records", "load_corpus", "magento_documents",
+    "musique_documents", "read_jsonl", "require_data", "use_data_dir",
 ]

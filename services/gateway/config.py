@@ -73,7 +73,8 @@ class GatewaySettings(ServiceSettings):
         "of several gateways shares the corpus service, corpus); empty: none"))
     corpus_source: str = Field("", description="data set loaded into an empty corpus_path "
                                                "(hotpotqa, musique, magento)")
-    data_dir: str = Field("", description="folder of the shared data sets; empty: ../shared/data")
+    data_dir: str = Field("", description=(
+        "folder of the shared data sets; empty: $DYNBRANCH_DATA_DIR, else ../shared/data"))
     api_keys: dict[str, str] = Field(default_factory=dict, description="API key → tenant")
     api_keys_file: str = Field("", description=(
         "YAML file of API key → tenant (a mounted Secret); replaces api_keys and is reloaded "

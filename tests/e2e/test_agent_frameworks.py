@@ -4,7 +4,8 @@
 prebuilt ReAct agent whose repeated run is served from the library, a tagged LangGraph run that
 promotes an early fill, the same promotion with the tags set by the tagging interceptor (from a
 context with the ``openai`` SDK; from the thread id and node names for a LangGraph agent with a
-conditional edge), and the OpenAI Agents SDK with a function tool.
+conditional edge), the OpenAI Agents SDK with a function tool, and every script of
+``examples/`` as a user runs it, with warnings as errors (a deprecated API fails it).
 
 One ``dynbranch up`` process (every service its own process) serves the whole module."""
 
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +36,7 @@ WEATHER = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]}}}
 ASK = [{"role": "user", "content": "What is the weather in Oslo?"}]
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
 
 
 @pytest.fixture(scope="module")
@@ -335,3 +340,15 @@ def test_examples_point_at_the_gateway() -> None:
         assert "DYNBRANCH_BASE_URL" in text and "x-dynbranch-workflow-id" in text
     text = (root / "langgraph_tagged.py").read_text()
     assert "DYNBRANCH_BASE_URL" in text and "LangGraphTagger" in text
+
+
+# -- the examples ---------------------------------------------------------------------------
+# Last in the module: the tagged example asks what the promotion tests ask, and its answers in
+# the library would serve them before their fills could be promoted.
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_example_runs_without_a_warning(base_url: str, example: Path) -> None:
+    run = subprocess.run([sys.executable, "-W", "error", str(example)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "DYNBRANCH_BASE_URL": base_url})
+    assert run.returncode == 0 and run.stdout and not run.stderr, run.stderr[-3000:]

@@ -89,6 +89,8 @@ MESSAGES: dict[str, Any] = {
 RESPONSES_KEYS = ["stream", "tool_choice", "parallel_tool_calls", "text", "store",
                   "previous_response_id", "reasoning", "metadata", "top_p", "seed", "include",
                   "truncation", "dynbranch", "input", "instructions"]
+#: A count_tokens body: the Messages body less the fields that endpoint refuses.
+COUNT = {k: v for k, v in MESSAGES.items() if k not in ("max_tokens", "temperature")}
 MESSAGES_KEYS = ["stream", "tool_choice", "stop_sequences", "top_p", "top_k", "metadata",
                  "thinking", "output_config", "system", "messages", "dynbranch", "tools"]
 EXTRA_KEYS = ["stream", "n", "tool_choice", "parallel_tool_calls", "response_format", "seed",
@@ -232,7 +234,7 @@ def test_every_endpoint_answers_fuzzed_headers_cleanly(client: httpx.Client, rou
     method, path = route
     bodies = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION,
               "/v1/responses": RESPONSES, "/v1/messages": MESSAGES,
-              "/v1/messages/count_tokens": MESSAGES}
+              "/v1/messages/count_tokens": COUNT}
     body = json.dumps(bodies.get(path, COMPLETION)).encode()
     headers = {k: v.strip() for k, v in headers.items()}
     if method == "GET":
@@ -272,7 +274,7 @@ LISTED = [
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope",
                                       "content": "r"}]}]}).encode(),
      "messages[2].content[0].tool_use_id"),
-    ("/v1/messages/count_tokens", json.dumps({**MESSAGES, "tools": [
+    ("/v1/messages/count_tokens", json.dumps({**COUNT, "tools": [
         {"name": "f", "input_schema": {"type": "object", "properties": {"q": {"type": 5}}}}]}
     ).encode(), "tools[0].input_schema"),
     ("/v1/chat/completions", _chat(model="m" * 100_000), "model"),

@@ -223,6 +223,21 @@ async def test_count_tokens_is_the_prompt_the_engine_reads() -> None:
     assert count.input_tokens == used and plain.input_tokens < count.input_tokens
 
 
+async def test_count_tokens_refuses_fields_it_does_not_take_by_name() -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": ASK}]}
+    async with served() as (_, base), httpx.AsyncClient(base_url=base) as raw:
+        extra = await raw.post("/v1/messages/count_tokens",
+                               json={**body, "max_tokens": 10_000_000, "temperature": 0})
+        every = await raw.post("/v1/messages/count_tokens", json={
+            **body, "system": SYSTEM, "tools": [MSG_TOOL], "tool_choice": {"type": "auto"},
+            "thinking": {"type": "disabled"}, "mcp_servers": [], "context_management": None,
+            "output_config": {}})
+    assert extra.status_code == 400 and extra.json()["error"]["type"] == "invalid_request_error"
+    assert extra.json()["error"]["message"].startswith(
+        "max_tokens: Extra inputs are not permitted")
+    assert every.status_code == 200 and every.json()["input_tokens"] > 0
+
+
 # -- one arrival, every protocol ----------------------------------------------------------------
 
 

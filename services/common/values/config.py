@@ -164,4 +164,17 @@ def env_port(prefix: str, key: str, environ: Mapping[str, str] | None = None) ->
     return port
 
 
-__all__ = ["ConfigError", "ServiceSettings", "env_port", "load_settings"]
+def environment_value(name: str) -> str:
+    """One process-wide setting from the environment ("" when unset), for the few that no
+    service owns (e.g. ``DYNBRANCH_DATA_DIR``, the shared data sets' folder)."""
+    return os.environ.get(name, "")
+
+
+def export_environment_value(name: str, value: str) -> None:
+    """Set a process-wide setting (a command-line flag's value) so that this process and the
+    ones it starts read the same one."""
+    os.environ[name] = value
+
+
+__all__ = ["ConfigError", "ServiceSettings", "env_port", "environment_value",
+           "export_environment_value", "load_settings"]

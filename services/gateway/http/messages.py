@@ -11,7 +11,8 @@ and specced by ``http.chat.conversation`` like a chat request's, so it has the s
 reuse name as the same conversation sent as chat; ``output_config.format`` is chat's
 ``json_schema`` response format. ``cache_control`` is accepted and ignored (engines cache
 prefixes on their own); images, documents, thinking, effort and server tools are refused by
-name. Sampling: ``temperature`` defaults to 1.0 as in Anthropic's API (newer Anthropic clients no
+name, and so is a ``count_tokens`` field that endpoint does not take (``max_tokens``, say).
+Sampling: ``temperature`` defaults to 1.0 as in Anthropic's API (newer Anthropic clients no
 longer send it; pass ``extra_body={"temperature": 0}`` for a reusable deterministic answer).
 """
 
@@ -63,6 +64,11 @@ _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "mcp_servers": bool,
     "context_management": lambda v: v is not None,
 }
+#: The fields a ``count_tokens`` request may hold (Anthropic's endpoint takes these and refuses
+#: any other, e.g. ``max_tokens``, by name); thinking, MCP servers and context management only
+#: in their "off" values, as for a Messages request.
+_COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking",
+                 "mcp_servers", "context_management", "output_config")
 _CHOICES = {"auto": ToolChoice.AUTO, "any": ToolChoice.REQUIRED, "tool": ToolChoice.FUNCTION,
             "none": ToolChoice.NONE}
 
@@ -95,7 +101,12 @@ def parse_messages(body: Any) -> Arrival:
 
 def parse_count(body: Any) -> Arrival:
     """A ``count_tokens`` request: the conversation of a Messages request, counted by a greedy
-    one-token generation (its prompt tokens are the engine tokenizer's count)."""
+    one-token generation (its prompt tokens are the engine tokenizer's count). A field that is
+    not one of ``_COUNT_FIELDS`` is refused by name, as Anthropic's API does."""
+    extra = sorted(k for k in body if k not in _COUNT_FIELDS) if isinstance(body, dict) else ()
+    if extra:
+        raise InvalidArgument(extra[0], f"Extra inputs are not permitted (count_tokens takes "
+                                        f"{', '.join(_COUNT_FIELDS)})")
     parsed = _conversation(body)
     return Arrival(endpoint=Endpoint.MESSAGES, model=field_of(body, "model", "a string", ""),
                    prompt=parsed.prompt, stream=False, include_usage=False, max_tokens=1,
