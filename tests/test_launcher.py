@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 import signal
 import time
@@ -68,8 +69,10 @@ async def test_a_supervised_child_that_exits_is_restarted_on_its_port_until_kill
         await _until(lambda: mesh.child("flaky").process.pid != first.process.pid)
         again = mesh.child("flaky")
         assert again.address == first.address and counter.read_text() == "3"
-        assert mesh.restarts == ["flaky: killed by SIGKILL",
-                                 "flaky: before announcing, killed by SIGKILL"]
+        # asyncio reports 255 for a child that dies before its watcher sees it (as above)
+        assert mesh.restarts[0] == "flaky: killed by SIGKILL" and len(mesh.restarts) == 2
+        assert re.fullmatch(r"flaky: before announcing, (killed by SIGKILL|exit status 255)",
+                            mesh.restarts[1]), mesh.restarts
         assert [c.name for c in mesh.children] == ["flaky"]  # in the old one's place
         await mesh.kill("flaky")  # on purpose: a fault test restarts it itself
         await asyncio.sleep(10 * QUICK.max_backoff_s)

@@ -21,7 +21,7 @@ from services.common.values.errors import InvalidArgument
 #: adds about 6, so 64 leaves room for any honest request and stops hostile ones early.
 MAX_JSON_DEPTH = 64
 #: ``\ud800``-``\udfff`` escapes, the only way a surrogate gets into a decoded body.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def parse_json(raw: bytes) -> Any:
@@ -61,7 +61,9 @@ def _check(value: Any, surrogates: bool) -> None:
     """Walk ``value``'s containers without recursion: their depth, and (when the body has
     ``\\ud`` escapes) that every string and key encodes as UTF-8. A path is kept as a linked
     tuple and spelled (``messages[0].content``) only for an error."""
-    stack: list[tuple[Any, Path, int]] = [(value, None, 1)]
+    stack: list[tuple[Any, Path, int]] = []
+    if isinstance(value, dict | list):
+        stack.append((value, None, 1))
     while stack:
         node, path, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
@@ -69,13 +71,12 @@ def _check(value: Any, surrogates: bool) -> None:
                                                           f"levels")
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for key, item in items:
+            if surrogates and isinstance(key, str):
+                _text(key, path)
             if isinstance(item, dict | list):
                 stack.append((item, (path, key), depth + 1))
-            elif surrogates:
-                if isinstance(key, str):
-                    _text(key, path)
-                if isinstance(item, str):
-                    _text(item, (path, key))
+            elif surrogates and isinstance(item, str):
+                _text(item, (path, key))
     if surrogates and isinstance(value, str):
         _text(value, None)
 
