@@ -294,7 +294,7 @@ def _arms_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from loadgen.bench import load
+    from loadgen.bench import runner
     from loadgen.data_needs import bench_files, prepare
     from services.corpus import DataUnavailable
 
@@ -305,7 +305,7 @@ def _bench(args: argparse.Namespace) -> int:
         if not args.minutes > 0:
             raise SystemExit("--minutes: must be > 0")
         options["minutes"] = args.minutes
-    run = load(args.name)
+    run = runner(args.name)
     try:
         prepare(bench_files(args.name, args.workload), args.data_dir)
         result = run(args.quick, **options)

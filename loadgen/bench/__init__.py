@@ -27,9 +27,10 @@ BENCHMARKS = {
 }
 
 
-def load(name: str) -> Callable[[bool], dict[str, Any]]:
-    """The ``run`` function of a benchmark (ImportError when it is not built yet)."""
+def runner(name: str) -> Callable[[bool], dict[str, Any]]:
+    """The ``run`` function of a benchmark (ImportError when it is not built yet). Not named
+    ``load``: importing the ``load`` benchmark would shadow it on this package."""
     return importlib.import_module(BENCHMARKS[name]).run
 
 
-__all__ = ["BENCHMARKS", "load"]
+__all__ = ["BENCHMARKS", "runner"]

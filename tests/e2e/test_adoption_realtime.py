@@ -181,20 +181,23 @@ async def test_tagged_handler_adopts_the_running_fill_and_beats_the_floor(mesh: 
 
 
 async def test_langgraph_tagger_handler_adopts_the_running_fill(mesh: Mesh) -> None:
+    import openai
     from langchain_core.messages import HumanMessage
 
     from examples.langgraph_tagged import build
+    from services.gateway.tagging import async_tagging_client
     from services.gateway.tagging.langgraph import LangGraphTagger
 
     inputs = routing_inputs()
-    graph = build(mesh.base_url, "unused", MODEL, inputs)
     config: Any = {"callbacks": [LangGraphTagger("routing")],
                    "configurable": {"thread_id": f"thread-{uuid.uuid4().hex[:8]}"}}
-    before = await counters(mesh)
-    start = time.perf_counter()
-    out = await graph.ainvoke({"messages": [HumanMessage(inputs["query"])], "handled": "",
-                               "source": ""}, config)
-    took = time.perf_counter() - start
+    async with async_tagging_client(openai.DefaultAsyncHttpxClient, timeout=60) as http:
+        graph = build(mesh.base_url, "unused", MODEL, inputs, http)  # as the example's main
+        before = await counters(mesh)
+        start = time.perf_counter()
+        out = await graph.ainvoke({"messages": [HumanMessage(inputs["query"])], "handled": "",
+                                   "source": ""}, config)
+        took = time.perf_counter() - start
     print(f"\n[langgraph] router + handler {took:.3f} s, handler {out['source']}")
     routed = out["messages"][-1]
     assert routed.response_metadata["headers"]["x-dynbranch-source"] == "engine"
