@@ -1,6 +1,6 @@
-"""The rooms of ``services/`` and ``loadgen/`` (STYLE.md §1, README "Layout"), checked on the
-import graph built from the source (imports under ``if TYPE_CHECKING:`` and inside functions
-count; imports of the generated stubs count as protocol imports).
+"""The rooms of ``services/`` and ``loadgen/`` (STYLE.md §1, docs/development.md "Layout and
+rules"), checked on the import graph built from the source (imports under ``if TYPE_CHECKING:``
+and inside functions count; imports of the generated stubs count as protocol imports).
 
 Every module of a service is in one room, by folder:
 

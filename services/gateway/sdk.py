@@ -5,7 +5,7 @@ It renders template stages with the same function the gateway uses for fills
 to the fill and is served from its shadow. Typical use::
 
     async with DynbranchClient("127.0.0.1:50051", api_key="...") as db:
-        await db.register_builtin("routing")
+        db.use_builtin("routing")  # a template the gateway ships, kept for rendering
         router = await db.call_stage("routing", "router", workflow_id="wf-1",
                                      inputs={"functions": fns, "query": q}, offered=names)
         choice = parse(router.text)

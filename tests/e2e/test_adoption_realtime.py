@@ -8,7 +8,7 @@ handler call arrives while its fill still runs and adopts it:
   floor's (the same flow with the router untagged, so no fill ran: fresh inputs, the same
   256-token handler) by at least half the router's time, the time the fill ran before it;
 - a LangGraph agent tagged by ``LangGraphTagger`` (``examples/langgraph_tagged.py``'s graph);
-- the README's tagging snippet, executed as written (its ``...`` filled as a user would);
+- the tagging snippet of docs/api.md, run as written (a script reading DYNBRANCH_BASE_URL);
 - a streamed handler (``/v1/completions`` with ``stream=True``): the fill's text so far comes at
   once, its first chunk long before the stream ends, and the text equals the whole answer.
 
@@ -20,8 +20,11 @@ One ``dynbranch up`` process (every service its own process) serves the whole mo
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -205,50 +208,28 @@ async def test_langgraph_tagger_handler_adopts_the_running_fill(mesh: Mesh) -> N
     assert counted(before, await counters(mesh)) == ADOPTED_ONCE
 
 
-def readme_snippet() -> str:
-    """The README's tagging snippet: the Python block with the ``tagged(...)`` blocks."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+def docs_snippet() -> str:
+    """docs/api.md's tagging snippet: the Python block with the ``tagged(...)`` blocks (a whole
+    script; tests/test_docs.py leaves it to this test)."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     return next(b for b in blocks if 'with tagged(workflow_type="routing"' in b)
 
 
-def as_written(snippet: str, base_url: str, workflow_id: str) -> str:
-    """The snippet with what a user fills in: the URL ``dynbranch up`` printed, a key, a fresh
-    workflow id, and the two calls' arguments (``ROUTER`` and ``handler_args(decision)``);
-    wrapped in a coroutine since it awaits."""
-    root = base_url.removesuffix("/v1")
-    fills = {"http://127.0.0.1:PORT/v1": base_url, "http://127.0.0.1:PORT": root,
-             '"KEY"': '"unused"', '"run-1"': f'"{workflow_id}"',
-             "..., extra_body=": "**ROUTER, extra_body=",
-             "llm.completions.create(...)": "llm.completions.create(**handler_args(decision))"}
-    for placeholder, value in fills.items():
-        assert placeholder in snippet, f"README's tagging snippet no longer has {placeholder}"
-        snippet = snippet.replace(placeholder, value)
-    body = "".join(f"    {line}\n" for line in snippet.splitlines())
-    return f"async def snippet():\n{body}    return llm, claude, answer\n"
-
-
-async def test_readme_tagging_snippet_as_written_adopts_the_running_fill(mesh: Mesh) -> None:
-    inputs = routing_inputs()
-
-    def handler_args(decision: Any) -> dict[str, Any]:  # what the user's handler sends
-        chosen = decision.choices[0].message.tool_calls[0].function.name
-        return {"model": MODEL, "prompt": handler_prompt(inputs, chosen), "temperature": 0,
-                "max_tokens": HANDLER_TOKENS}
-
-    # The router's arguments besides the template's inputs, which the snippet passes itself
-    # in the ``dynbranch`` body object (without them no fill runs).
-    namespace: dict[str, Any] = {"handler_args": handler_args, "inputs": inputs, "ROUTER": {
-        "model": MODEL, "messages": [{"role": "user", "content": inputs["query"]}],
-        "tools": TOOLS, "tool_choice": "required", "temperature": 0}}
-    exec(as_written(readme_snippet(), mesh.base_url, f"run-{uuid.uuid4().hex[:8]}"), namespace)
+async def test_docs_tagging_snippet_as_written_adopts_the_running_fill(mesh: Mesh,
+                                                                       tmp_path: Path) -> None:
+    script = tmp_path / "snippet.py"
+    script.write_text(docs_snippet())
     before = await counters(mesh)
     start = time.perf_counter()
-    llm, claude, answer = await namespace["snippet"]()
-    print(f"\n[readme] the snippet (imports, router, handler) {time.perf_counter() - start:.3f} s")
-    await llm.close()
-    claude.close()
-    assert answer.usage.completion_tokens == HANDLER_TOKENS and answer.choices[0].text
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "DYNBRANCH_BASE_URL": mesh.base_url})
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    print(f"\n[docs] the snippet (imports, router, handler) {time.perf_counter() - start:.3f} s")
+    assert proc.returncode == 0, err.decode()
+    chosen, source = out.decode().split()
+    assert chosen in FUNCTIONS and source == "promoted_fill"
     assert counted(before, await counters(mesh)) == ADOPTED_ONCE
 
 

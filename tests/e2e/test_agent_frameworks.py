@@ -5,7 +5,8 @@ prebuilt ReAct agent whose repeated run is served from the library, a tagged Lan
 promotes an early fill, the same promotion with the tags set by the tagging interceptor (from a
 context with the ``openai`` SDK; from the thread id and node names for a LangGraph agent with a
 conditional edge), the OpenAI Agents SDK with a function tool, and every script of
-``examples/`` as a user runs it, with warnings as errors (a deprecated API fails it).
+``examples/`` as a user runs it (the examples block of docs/api.md), with warnings as errors (a
+deprecated API fails it).
 
 One ``dynbranch up`` process (every service its own process) serves the whole module."""
 
