@@ -193,6 +193,7 @@ async def _up(args: argparse.Namespace) -> int:
         print(f"dynbranch mesh is up (logs in {mesh.run_dir}, {kept}); Ctrl-C stops it")
         print(f"  a service that exits is restarted: {_supervision(policy)}")
         print(f"  {_corpus_line(spec)}")
+        print(f"  {_tracing_line(mesh.children)}")
         for child in mesh.children:
             print(f"  {child.name:<10} grpc {child.address:<21} metrics "
                   f"http://127.0.0.1:{child.metrics_port}/metrics")
@@ -224,6 +225,25 @@ def _corpus_line(spec: Any) -> str:
                 f"record writes are refused")
     where = spec.corpus_path or "the run folder"
     return f"retrieval corpus: {spec.corpus_source or 'no data set'} in {where}"
+
+
+def _tracing_line(children: Any) -> str:
+    """Whether the services export spans and where to, in one line: each service's
+    ``otlp_endpoint`` setting as it announced it (``OTEL_EXPORTER_OTLP_ENDPOINT``, or
+    ``DYNBRANCH_<SERVICE>_OTLP_ENDPOINT`` / ``--set SERVICE.otlp_endpoint=...``)."""
+    by_endpoint: dict[str, list[str]] = {}
+    for child in children:
+        by_endpoint.setdefault(child.otlp_endpoint, []).append(child.name)
+    off = by_endpoint.pop("", [])
+    if not by_endpoint:
+        return ("tracing: off (no OTLP endpoint; OTEL_EXPORTER_OTLP_ENDPOINT=HOST:PORT, or --set "
+                "SERVICE.otlp_endpoint=HOST:PORT for one service, exports spans over OTLP gRPC)")
+    if not off and len(by_endpoint) == 1:
+        return (f"tracing: on, spans exported over OTLP gRPC to {next(iter(by_endpoint))} "
+                "(every service)")
+    where = "; ".join(f"{endpoint} ({', '.join(names)})" for endpoint, names in by_endpoint.items())
+    return (f"tracing: on, spans exported over OTLP gRPC to {where}"
+            + (f"; off in {', '.join(off)}" if off else ""))
 
 
 def _supervision(policy: RestartPolicy) -> str:

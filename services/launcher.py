@@ -66,6 +66,8 @@ class Child:
     killed: bool = False
     #: Seconds it had to announce (a restart gives it as long).
     announce_timeout_s: float = ANNOUNCE_TIMEOUT_S
+    #: The OTLP endpoint it exports spans to, as its settings say ("": tracing off).
+    otlp_endpoint: str = ""
 
 
 @dataclass(slots=True)
@@ -175,7 +177,8 @@ class Mesh:
             raise StartFailed(f"{name} did not start ({_exit_status(status)}); its log "
                               f"{log_path} ends:\n{tail}", _exit_status(status)) from None
         child = Child(name, process, info["address"], info.get("metrics_port"), log_path,
-                      info.get("http_address", ""), module, args, announce_timeout_s=timeout_s)
+                      info.get("http_address", ""), module, args, announce_timeout_s=timeout_s,
+                      otlp_endpoint=info.get("otlp_endpoint", ""))
         # An engine library may log to stdout (embedded vLLM does): keep the pipe drained into
         # the log, or the child blocks once the pipe is full.
         self._drains.append(asyncio.create_task(_copy(process.stdout, log_path)))

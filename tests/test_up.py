@@ -11,6 +11,7 @@ import random
 import re
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -75,8 +76,10 @@ def test_up_with_defaults_serves_every_workflow_and_loses_no_outcome_on_stop(
     monkeypatch.setenv("DYNBRANCH_GATEWAY_PORT", str(grpc_port))  # honoured: no flag says else
     monkeypatch.setenv("DYNBRANCH_GATEWAY_HTTP_PORT", str(env_http))  # --set below wins
     args = ["--time-scale", "0.01", "--keep-logs", "--set", f"gateway.http_port={set_http}"]
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     with up_lines(args, tmp_path) as lines:
         assert "retrieval corpus: hotpotqa in the run folder" in "".join(lines)
+        assert printed(lines, r"tracing: (\w+)") == "off"
         gateway = printed(lines, r"--gateway (\S+)")
         assert gateway == f"127.0.0.1:{grpc_port}"
         assert printed(lines, r"openai-compatible API: http://\S+:(\d+)/v1") == str(set_http)
@@ -89,3 +92,20 @@ def test_up_with_defaults_serves_every_workflow_and_loses_no_outcome_on_stop(
     assert _ts(logs["admission"], "signal received") > _ts(logs["gateway"], "gateway stopped")
     assert re.search(r"loaded \d+ documents of hotpotqa",
                      " ".join(line["msg"] for line in logs["corpus"]))
+
+
+def test_up_says_whether_tracing_is_on_and_where_spans_go() -> None:
+    """From each service's ``otlp_endpoint`` as it announced it (``Child.otlp_endpoint``)."""
+    from services.cli import _tracing_line
+
+    def children(*endpoints: str) -> list[SimpleNamespace]:
+        names = ["gateway", "engine-0", "csl"]
+        return [SimpleNamespace(name=name, otlp_endpoint=endpoint)
+                for name, endpoint in zip(names, endpoints, strict=True)]
+
+    assert _tracing_line(children("", "", "")).startswith(
+        "tracing: off (no OTLP endpoint; OTEL_EXPORTER_OTLP_ENDPOINT=HOST:PORT")
+    assert _tracing_line(children(*["otel:4317"] * 3)) == (
+        "tracing: on, spans exported over OTLP gRPC to otel:4317 (every service)")
+    assert _tracing_line(children("otel:4317", "", "otel:4317")) == (
+        "tracing: on, spans exported over OTLP gRPC to otel:4317 (gateway, csl); off in engine-0")

@@ -31,12 +31,14 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
                  tracer: Tracer | None = None) -> None:
         self.policy = policy
         self.tracer = tracer or NoOpTracer()
-        self.opened = Counter("dynbranch_admission_branches_total", "OpenBranch answers",
-                              ["open"], registry=registry)
-        self.admitted = Counter("dynbranch_admission_fills_admitted_total", "Fills admitted",
-                                registry=registry)
-        self.outcomes = Counter("dynbranch_admission_outcomes_total", "Outcomes reported",
-                                ["selected_filled"], registry=registry)
+        self.opened = Counter("dynbranch_admission_branches_total", "OpenBranch decisions, by "
+                              "whether the branch may open (true) or not (false)", ["open"],
+                              registry=registry)
+        self.admitted = Counter("dynbranch_admission_fills_admitted_total", "Candidate fills "
+                                "AdmitFills admitted", registry=registry)
+        self.outcomes = Counter("dynbranch_admission_outcomes_total", "Branch outcomes reported "
+                                "(a repeated report is not counted), by whether the branch "
+                                "selected a candidate", ["selected_filled"], registry=registry)
         self._reported: OrderedDict[str, None] = OrderedDict()  # bounded, oldest first
 
     async def OpenBranch(self, request: admission_pb2.OpenBranchRequest,

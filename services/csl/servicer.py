@@ -71,8 +71,10 @@ _GAUGES = {
 
 
 _LEASE_COUNTERS = {
-    "begun": "Serving-lease renewals begun",
-    "granted": "Serving-lease renewals granted",
+    "begun": "Serving-lease renewals a gateway began on this shard (the lease counts from "
+             "there)",
+    "granted": "Serving-lease renewals that extended this shard's lease, after the gateway "
+               "copied its peers' writes in",
     "refused": "Serving-lease grants refused (another incarnation, unknown token, too late)",
     "lapses": "Times the serving lease ran out before a renewal was granted",
     "unserved": "Lookups, promotions and claims answered as misses while not serving",

@@ -160,6 +160,9 @@ class DeliveryCore:
         self._pending: dict[ResultKey, _Entry] = {}
         self._done: OrderedDict[ResultKey, tuple[str, str, Delivered]] = OrderedDict()
         self._closed = False
+        #: Results delivered (their continuation ran), failed (withdrawn, refused by the
+        #: engine, or cut off by a stop), and refused at once because ``max_pending`` were held.
+        self.counters = {"delivered": 0, "failed": 0, "overloaded": 0}
 
     @property
     def pending(self) -> int:
@@ -245,6 +248,7 @@ class DeliveryCore:
         if self._closed:
             raise Unavailable("delivery is shutting down")
         if len(self._pending) >= self.max_pending:
+            self.counters["overloaded"] += 1
             raise ResourceExhausted(f"delivery overloaded: {self.max_pending} results pending "
                                     "(max_pending_results); retry later")
         future: asyncio.Future[Delivered] = asyncio.get_running_loop().create_future()
@@ -297,6 +301,7 @@ class DeliveryCore:
 
     def _finish(self, key: ResultKey, payload_digest: str, delivered: Delivered) -> None:
         entry = self._pending.pop(key, None)
+        self.counters["delivered"] += 1
         self._done[key] = (payload_digest, delivered.engine_id, delivered)
         while len(self._done) > self._remember:
             self._done.popitem(last=False)
@@ -307,6 +312,7 @@ class DeliveryCore:
         """Forget ``key`` (a resubmission starts over) and fail its waiters with ``exc``."""
         entry = self._pending.pop(key, None)
         if entry is not None and not entry.future.done():
+            self.counters["failed"] += 1
             entry.future.set_exception(exc)
 
     def _inventory_changed(self, view: InventoryView) -> None:

@@ -194,6 +194,16 @@ class Sender:
         """Per-engine counters."""
         return {engine: lane.stats for engine, lane in self._lanes.items()}
 
+    @property
+    def records_refused(self) -> dict[str, dict[str, int]]:
+        """Per engine, its lease and budget records refused, by reason (``RecordBook``)."""
+        return {engine: dict(lane.book.rejected) for engine, lane in self._lanes.items()}
+
+    @property
+    def queued(self) -> dict[str, int]:
+        """Per engine, the ready frames not yet committed to its link."""
+        return {engine: len(lane.inventory) for engine, lane in self._lanes.items()}
+
     def policy_of(self, engine_id: str) -> DeliveryPolicy:
         """The policy instance deciding for ``engine_id``'s link."""
         return self._lane(engine_id).policy

@@ -15,7 +15,7 @@ from services.delivery.adapters.engines import EngineLink
 from services.delivery.config import DeliverySettings
 from services.delivery.core import DeliveryCore
 from services.delivery.sender import Sender
-from services.delivery.servicer import DeliveryServicer
+from services.delivery.servicer import DeliveryCollector, DeliveryServicer
 
 SERVICE_NAME = delivery_pb2.DESCRIPTOR.services_by_name["Delivery"].full_name
 DESCRIPTION = ("Run the delivery service: the LADS sender, returning tool results over paced "
@@ -50,6 +50,7 @@ async def build_runtime(settings: DeliverySettings, *,
         runtime.on_close(link.close)
     runtime.on_close(core.close)
     await core.start()
+    runtime.registry.register(DeliveryCollector(core))
     servicer = DeliveryServicer(core, max_observation_bytes=settings.max_observation_bytes,
                                 tracer=runtime.tracer)
     runtime.add_service(delivery_pb2_grpc.add_DeliveryServicer_to_server, servicer, SERVICE_NAME)

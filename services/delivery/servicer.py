@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import grpc
 from opentelemetry.trace import NoOpTracer, Tracer
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from services.common.pb import delivery_pb2, delivery_pb2_grpc, engine_pb2
 from services.common.runtime.convert import (
@@ -25,6 +27,57 @@ MAX_TEXT_BYTES = 8 * 1024 * 1024
 #: Output limit checked here; the engine's own max_model_len is checked before the transfer.
 MAX_TOKENS_LIMIT = 1 << 20
 MAX_NAME = 256
+
+_CORE_COUNTERS = {
+    "delivered": "Tool results delivered: the engine received them and ran their continuation",
+    "failed": "Tool results that failed: withdrawn, refused by their engine, or cut off by a "
+              "stop",
+    "overloaded": "Tool results refused at once because max_pending_results were held",
+}
+#: Per engine (label ``engine``), the sender's ``LaneStats`` fields.
+_LANE_COUNTERS = {
+    "committed": ("frames_committed", "Frames committed to an engine's paced link"),
+    "promotions": ("promotions", "Commitments that were quota-turnover promotions"),
+    "holds": ("holds", "Times the policy held an engine's link idle with frames ready"),
+    "receive_errors": ("receive_errors", "Frames whose ReceiveResult on the engine failed"),
+    "decision_cpu_s": ("decision_cpu_seconds", "CPU seconds the delivery policy spent "
+                       "choosing frames"),
+}
+
+
+class DeliveryCollector(Collector):
+    """Exports the delivery core's and sender's counters at scrape time (nothing on the path
+    of a result)."""
+
+    def __init__(self, core: DeliveryCore) -> None:
+        self.core = core
+
+    def collect(self):  # type: ignore[no-untyped-def]  # noqa: ANN201
+        for key, doc in _CORE_COUNTERS.items():
+            yield CounterMetricFamily(f"dynbranch_delivery_{key}", doc,
+                                      value=self.core.counters[key])
+        yield GaugeMetricFamily("dynbranch_delivery_pending", "Tool results held now, from "
+                                "readiness to their continuation's end", value=self.core.pending)
+        sender = self.core.sender
+        stats = sender.stats
+        for field, (name, doc) in _LANE_COUNTERS.items():
+            family = CounterMetricFamily(f"dynbranch_delivery_{name}", doc, labels=["engine"])
+            for engine, lane in stats.items():
+                family.add_metric([engine], getattr(lane, field))
+            yield family
+        queued = GaugeMetricFamily("dynbranch_delivery_queued", "Ready frames waiting for "
+                                   "their engine's link", labels=["engine"])
+        for engine, count in sender.queued.items():
+            queued.add_metric([engine], count)
+        yield queued
+        refused = CounterMetricFamily("dynbranch_delivery_records_refused", "Lease and budget "
+                                      "records of an engine refused, by reason (engine, stale, "
+                                      "future, duplicate, order, generation)",
+                                      labels=["engine", "reason"])
+        for engine, reasons in sender.records_refused.items():
+            for reason, count in reasons.items():
+                refused.add_metric([engine, reason], count)
+        yield refused
 
 
 class DeliveryServicer(delivery_pb2_grpc.DeliveryServicer):
@@ -108,4 +161,4 @@ def _response(d: Delivered) -> delivery_pb2.DeliverResponse:
         receipt_to_allocation_s=r.receipt_to_allocation_s, promoted=d.promoted)
 
 
-__all__ = ["DeliveryServicer"]
+__all__ = ["DeliveryCollector", "DeliveryServicer"]

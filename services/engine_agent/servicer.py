@@ -66,18 +66,22 @@ class EngineMetrics:
     """Prometheus metrics of one engine agent."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter("dynbranch_engine_requests_total", "Generations by priority and "
-                                "outcome", ["priority", "reason"], registry=registry)
-        self.tokens = Counter("dynbranch_engine_generated_tokens_total", "Tokens generated",
-                              registry=registry)
+        self.requests = Counter("dynbranch_engine_requests_total", "Generations finished, by "
+                                "priority class and finish reason", ["priority", "reason"],
+                                registry=registry)
+        self.tokens = Counter("dynbranch_engine_generated_tokens_total", "Completion tokens "
+                              "generated", registry=registry)
         self.cached = Counter("dynbranch_engine_cached_prompt_tokens_total",
                               "Prompt tokens served from the prefix cache", registry=registry)
         self.latency = Histogram("dynbranch_engine_request_seconds", "Engine seconds per "
-                                 "generation", registry=registry,
+                                 "finished generation, queueing included (simulated seconds "
+                                 "on the sim backend)", registry=registry,
                                  buckets=(.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60))
-        self.running = Gauge("dynbranch_engine_running", "Running sequences", registry=registry)
-        self.waiting = Gauge("dynbranch_engine_waiting", "Waiting sequences", registry=registry)
-        self.kv_used = Gauge("dynbranch_engine_kv_blocks_used", "KV blocks in use",
+        self.running = Gauge("dynbranch_engine_running", "Sequences the engine is running now",
+                             registry=registry)
+        self.waiting = Gauge("dynbranch_engine_waiting", "Sequences waiting in the engine's "
+                             "queue now", registry=registry)
+        self.kv_used = Gauge("dynbranch_engine_kv_blocks_used", "KV-cache blocks in use now",
                              registry=registry)
 
     def observe_finish(self, priority: str, event: Finished) -> None:

@@ -179,7 +179,8 @@ async def build_runtime(settings: GatewaySettings, *,
                                   max_connections=settings.http_max_connections)
         runtime.http = HttpFront(core, auth, deadline_s=settings.call_deadline_s,
                                  tracer=runtime.tracer, observe=metrics.observe,
-                                 grace_s=settings.grace_s, limits=limits)
+                                 grace_s=settings.grace_s, limits=limits,
+                                 registry=runtime.registry)
         runtime.on_close(runtime.http.close)  # registered last: runs first, before core.close
     return runtime
 

@@ -26,8 +26,10 @@ from services.common.values.reads import MAX_WRITE_RECORDS, check_record_key
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
 from services.corpus import Document
 from services.delivery.client import DeliveryClient
+from services.gateway.adapters.sharded_library import SHARD_COUNTERS
 from services.gateway.auth import Authenticator
 from services.gateway.core import GatewayCore
+from services.gateway.speculation.branches import BRANCH_COUNTERS
 from services.gateway.templates import StageKind
 from services.gateway.values import Answer, AnswerSource, Demand, TextStream, new_request_id
 
@@ -40,9 +42,10 @@ class CoreCollector(Collector):
 
     def collect(self):  # type: ignore[no-untyped-def]  # noqa: ANN201
         stats = self.core.stats()
-        for key, value in stats.branches.items():
-            yield CounterMetricFamily(f"dynbranch_gateway_branch_{key}",
-                                      f"Branch lifecycle count: {key}", value=value)
+        for key, doc in BRANCH_COUNTERS.items():  # each counter with its written description
+            if key in stats.branches:
+                yield CounterMetricFamily(f"dynbranch_gateway_branch_{key}", doc,
+                                          value=stats.branches[key])
         if stats.mirror is not None:
             synced, skipped = stats.mirror
             yield GaugeMetricFamily("dynbranch_gateway_name_mirror_synced",
@@ -59,19 +62,21 @@ class CoreCollector(Collector):
             for target, is_serving in stats.shards:
                 serving.add_metric([target], int(is_serving))
             yield serving
-            for key, value in stats.library.items():
-                yield CounterMetricFamily(f"dynbranch_gateway_csl_shard_{key}",
-                                          f"Sharded library count: {key}", value=value)
+            for key, doc in SHARD_COUNTERS.items():
+                if key in stats.library:
+                    yield CounterMetricFamily(f"dynbranch_gateway_csl_shard_{key}", doc,
+                                              value=stats.library[key])
 
 
 class GatewayMetrics:
     """Prometheus metrics of the gateway."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.calls = Counter("dynbranch_gateway_calls_total", "Stage calls by source",
-                             ["source"], registry=registry)
-        self.seconds = Histogram("dynbranch_gateway_call_seconds", "Gateway seconds per call",
-                                 registry=registry,
+        self.calls = Counter("dynbranch_gateway_calls_total", "Demands answered (over gRPC "
+                             "and HTTP), by where the answer came from: engine, library, "
+                             "promoted_fill or joined", ["source"], registry=registry)
+        self.seconds = Histogram("dynbranch_gateway_call_seconds", "Seconds the gateway took to "
+                                 "answer a demand (over gRPC and HTTP)", registry=registry,
                                  buckets=(.001, .0025, .005, .01, .05, .1, .5, 1, 5, 30, 120))
 
         self._by_source = {s: self.calls.labels(s.name.lower()) for s in AnswerSource}

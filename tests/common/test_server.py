@@ -124,7 +124,19 @@ async def test_metrics_endpoint_serves_prometheus_text() -> None:
     url = f"http://127.0.0.1:{runtime.metrics.port}/metrics"
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=2).read().decode())
     assert "dynbranch_probe_total 3.0" in body
+    assert "process_cpu_seconds_total" in body and "python_gc_collections_total" in body
     await runtime.shutdown()
+
+
+async def test_the_listening_line_says_where_spans_go(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """``dynbranch up`` reads it: "" when tracing is off."""
+    for endpoint in ("", "127.0.0.1:4317"):
+        runtime = ServiceRuntime("probe", ServiceSettings(metrics_port=-1,
+                                                          otlp_endpoint=endpoint))
+        runtime.announce()
+        runtime.tracer_provider.shutdown()
+        assert json.loads(capsys.readouterr().out)["otlp_endpoint"] == endpoint
 
 
 async def test_spans_reach_the_in_memory_exporter() -> None:

@@ -186,6 +186,7 @@ class Mesh:
     backend: CountingSim
     engine: EngineAgentClient
     delivery: DeliveryClient
+    runtime: Any = None  # the delivery service's
 
 
 @pytest.fixture
@@ -201,7 +202,8 @@ async def mesh() -> AsyncIterator[Mesh]:
         engines=[f"{ENGINE}={engine.address}"], link_bytes_per_s=1e6, metrics_port=-1,
         grace_s=0.5))
     await delivery.start()
-    clients = Mesh(backend, EngineAgentClient(engine.address), DeliveryClient(delivery.address))
+    clients = Mesh(backend, EngineAgentClient(engine.address), DeliveryClient(delivery.address),
+                   delivery)
     try:
         yield clients
     finally:
@@ -250,6 +252,11 @@ async def test_deliver_runs_the_continuation_once_and_answers_like_a_direct_call
         await mesh.delivery.deliver(deliver_request(history, b"Found: Zurich."), timeout_s=10)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     await wait_for_no_lease_refs(mesh.backend)
+    metric = mesh.runtime.registry.get_sample_value  # what its /metrics serves
+    assert metric("dynbranch_delivery_delivered_total") == 1
+    assert metric("dynbranch_delivery_frames_committed_total", {"engine": ENGINE}) == 1
+    assert metric("dynbranch_delivery_pending") == 0
+    assert metric("process_cpu_seconds_total") > 0
 
 
 async def test_concurrent_resubmissions_share_one_continuation(mesh: Mesh) -> None:

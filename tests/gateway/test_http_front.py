@@ -4,7 +4,9 @@ bodies): chat and completions, streaming, models, exact reuse, error shapes, dis
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +17,7 @@ import openai
 import pytest
 
 from services.engine_agent.client import EngineAgentClient
+from services.gateway.http.observe import PROTOCOLS
 from services.gateway.http.schema import render_chat
 from tests.factories import MODEL, csl_service, engine_agent, gateway
 
@@ -96,11 +99,18 @@ async def test_models_lists_every_served_model() -> None:
 async def test_untagged_greedy_request_is_served_from_the_library_the_second_time(
         tmp_path: Path) -> None:
     async with csl_service(tmp_path / "csl") as csl, engine_agent() as eng, \
-            front([eng.address], csl=csl.address) as (_, base), sdk(base) as client:
+            front([eng.address], csl=csl.address) as (gw, base), sdk(base) as client:
         replies = [await client.chat.completions.with_raw_response.create(
             model=MODEL, messages=CHAT, temperature=0, max_tokens=8) for _ in range(2)]
         headers, data = await sse(base, "/v1/chat/completions", {
             "model": MODEL, "messages": CHAT, "temperature": 0, "max_tokens": 8, "stream": True})
+        counted = {source: gw.registry.get_sample_value("dynbranch_gateway_http_requests_total", {
+            "route": "/v1/chat/completions", "protocol": "openai_chat", "status": "200",
+            "source": source}) for source in ("engine", "library")}
+        timed = gw.registry.get_sample_value("dynbranch_gateway_http_request_seconds_count", {
+            "route": "/v1/chat/completions", "protocol": "openai_chat", "status": "200",
+            "source": "library"})
+    assert counted == {"engine": 1.0, "library": 2.0} and timed == 2.0  # the stream's too
     sources = [r.headers["x-dynbranch-source"] for r in replies]
     assert sources == ["engine", "library"]
     names = {r.headers["x-dynbranch-reuse-name"] for r in replies}
@@ -212,6 +222,55 @@ async def test_bad_chat_gets_400_naming_the_field(body: dict[str, Any], param: s
         async with httpx.AsyncClient(base_url=base) as raw:
             reply = await raw.post("/v1/chat/completions", json={"model": MODEL, **body})
     assert reply.status_code == 400 and reply.json()["error"]["param"] == param
+
+
+async def test_every_error_is_counted_and_logged_once_rate_limited_without_the_body(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = {"model": MODEL, "messages": [{"role": "user", "content": "SECRET-PROMPT"}],
+           "temperature": "hot"}
+    async with (engine_agent() as eng, front([eng.address]) as (gw, base),
+                httpx.AsyncClient(base_url=base, timeout=10) as raw):
+        with caplog.at_level(logging.INFO, logger="services.gateway.http.observe"):
+            for _ in range(5):  # the same fault: one line, the next says how many were held
+                assert (await raw.post("/v1/chat/completions", json=bad)).status_code == 400
+            assert (await raw.post("/v1/messages", json={"model": MODEL, "messages": [
+                {"role": "user", "content": "SECRET-PROMPT"}]})).status_code == 400
+            for path in ("/v1/nope/1", "/v1/nope/2"):  # any unknown path: one route label
+                assert (await raw.get(path)).status_code == 404
+            assert (await raw.get("/v1/chat/completions")).status_code == 405
+
+            async def broken(*args: Any) -> None:
+                raise ZeroDivisionError("the detail stays in the log")
+            monkeypatch.setattr(gw.core, "call", broken)
+            failed = await raw.post("/v1/responses", json={"model": MODEL, "input": "hi"})
+            gw.http.app.errors.clock = lambda: 1e12  # past the interval: the held back counted
+            assert (await raw.post("/v1/chat/completions", json=bad)).status_code == 400
+        assert {route.path for route in gw.http.starlette.routes} == set(PROTOCOLS)
+        count = functools.partial(gw.registry.get_sample_value,
+                                  "dynbranch_gateway_http_requests_total")
+        counts = [count({"route": route, "protocol": protocol, "status": status,
+                         "source": "none"}) for route, protocol, status in (
+            ("/v1/chat/completions", "openai_chat", "400"),
+            ("/v1/messages", "anthropic_messages", "400"), ("unmatched", "none", "404"),
+            ("/v1/chat/completions", "openai_chat", "405"),
+            ("/v1/responses", "openai_responses", "500"))]
+    assert counts == [6.0, 1.0, 2.0, 1.0, 1.0]
+    assert failed.status_code == 500 and "detail" not in failed.text
+    records = [r for r in caplog.records if r.name == "services.gateway.http.observe"]
+    lines = [(r.levelname, r.getMessage()) for r in records]
+    assert lines == [
+        ("WARNING", "http: POST /v1/chat/completions -> 400: temperature: must be a number, "
+                    "got string"),
+        ("WARNING", "http: POST /v1/messages -> 400: max_tokens: required"),
+        ("WARNING", "http: GET unmatched -> 404: GET /v1/nope/1: Not Found"),
+        ("WARNING", "http: GET /v1/chat/completions -> 405: GET /v1/chat/completions: Method "
+                    "Not Allowed"),
+        ("ERROR", "http: POST /v1/responses -> 500: internal error"),
+        ("WARNING", "http: POST /v1/chat/completions -> 400: temperature: must be a number, "
+                    "got string (4 more like it in the last 10 s)")]
+    assert records[4].exc_info[1].args == ("the detail stays in the log",)
+    assert records[0].route == "/v1/chat/completions" and records[0].status == 400
+    assert "SECRET-PROMPT" not in caplog.text
 
 
 async def test_unknown_model_is_404_model_not_found() -> None:

@@ -186,9 +186,11 @@ class ServiceRuntime:
         await self._stopped.wait()
 
     def announce(self, extra: dict[str, Any] | None = None) -> None:
-        """Print one JSON line on stdout with the bound ports (read by ``dynbranch up``)."""
+        """Print one JSON line on stdout with the bound ports and where spans go
+        (``otlp_endpoint``, "" when tracing is off), read by ``dynbranch up``."""
         line = {"event": "listening", "service": self.name, "address": self.address,
                 "port": self.port, "metrics_port": self.metrics.port,
+                "otlp_endpoint": self.settings.otlp_endpoint,
                 **({"health_port": self.health_port} if self.health_port is not None else {}),
                 **(extra or {})}
         print(json.dumps(line), flush=True)

@@ -12,7 +12,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 
 _STD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -68,11 +74,24 @@ def make_tracer_provider(service: str, otlp_endpoint: str = "",
     return provider
 
 
+def add_process_collectors(registry: CollectorRegistry) -> None:
+    """The process and interpreter families every service exports beside its own: ``process_*``
+    (CPU seconds, resident and virtual memory, open and maximum descriptors, start time),
+    ``python_info`` and ``python_gc_*`` (collections, collected and uncollectable objects per
+    generation). prometheus_client puts them in its default registry only; each service has
+    its own registry."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)  # adds nothing where the interpreter keeps no gc statistics
+
+
 class MetricsEndpoint:
-    """A per-service Prometheus registry served over HTTP on its own port."""
+    """A per-service Prometheus registry served over HTTP on its own port: the service's own
+    metrics and the process and interpreter ones (:func:`add_process_collectors`)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        add_process_collectors(self.registry)
         self.port: int | None = None
         self._server: Any = None
 
@@ -95,5 +114,5 @@ def monotonic_s() -> float:
     return time.monotonic()
 
 
-__all__ = ["JsonFormatter", "MetricsEndpoint", "configure_logging", "make_tracer_provider",
-           "monotonic_s"]
+__all__ = ["JsonFormatter", "MetricsEndpoint", "add_process_collectors", "configure_logging",
+           "make_tracer_provider", "monotonic_s"]

@@ -16,8 +16,9 @@ MAX_KEYS = 1024
 
 
 class ThrottledLog:
-    """``warning(key, msg, *args)``: at most one line per key per ``interval_s``; the next line
-    of a key carries ``suppressed``, the count held back since its last line."""
+    """``warning(key, msg, *args)`` (or ``log(level, key, ...)``): at most one line per key per
+    ``interval_s``; the next line of a key carries ``suppressed``, the count held back since
+    its last line."""
 
     def __init__(self, logger: logging.Logger, interval_s: float = INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -26,7 +27,15 @@ class ThrottledLog:
 
     def warning(self, key: str, msg: str, *args: Any,
                 extra: Mapping[str, Any] | None = None) -> bool:
-        """Log unless ``key`` logged within ``interval_s``; True when a line was written."""
+        """Log a warning unless ``key`` logged within ``interval_s``; True when a line was
+        written."""
+        return self.log(logging.WARNING, key, msg, *args, extra=extra)
+
+    def log(self, level: int, key: str, msg: str, *args: Any,
+            extra: Mapping[str, Any] | None = None, exc_info: BaseException | None = None
+            ) -> bool:
+        """Log at ``level`` (with ``exc_info``'s traceback when given) unless ``key`` logged
+        within ``interval_s``; True when a line was written."""
         now = self.clock()
         last = self._keys.get(key)
         if last is not None and now - last[0] < self.interval_s:
@@ -35,7 +44,8 @@ class ThrottledLog:
         held = last[1] if last is not None else 0
         if held:
             msg += f" ({held} more like it in the last {self.interval_s:g} s)"
-        self.logger.warning(msg, *args, extra={**(extra or {}), "suppressed": held})
+        self.logger.log(level, msg, *args, extra={**(extra or {}), "suppressed": held},
+                        exc_info=exc_info)
         self._keys[key] = (now, 0)
         self._keys.move_to_end(key)
         while len(self._keys) > MAX_KEYS:

@@ -59,6 +59,27 @@ log = logging.getLogger(__name__)
 _throttled = ThrottledLog(log)
 #: Fan-outs of one write before it gives up on meeting newer writes of other gateways.
 WRITE_ATTEMPTS = 5
+#: The counters of a sharded library, and what each counts (the HELP of the gateway's
+#: ``dynbranch_gateway_csl_shard_<key>`` metrics).
+SHARD_COUNTERS: dict[str, str] = {
+    "renewals": "Serving-lease renewals this gateway asked of csl shards",
+    "renewals_granted": "Serving-lease renewals a shard granted after copying its peers in",
+    "renewals_short": "Serving-lease renewals not granted: too few of the shard's peers reached",
+    "renewals_failed": "Serving-lease renewals that failed (the shard did not answer, or is "
+                       "not leased)",
+    "renewal_invalidated": "Library entries shards invalidated while renewals copied their "
+                           "peers' writes in",
+    "unleased_misses": "Library calls answered as misses because their shard runs without a "
+                       "serving lease",
+    "commit_waits": "Record writes that waited for a shard past their quorum (until it "
+                    "applied them or its lease ran out)",
+    "commit_wait_ms": "Milliseconds record writes waited past their quorum, summed",
+    "folded": "Stores whose producer lives on another shard, stored with that producer's "
+              "reads folded in",
+    "write_quorum_failures": "Record writes refused because fewer than a quorum of shards "
+                             "applied them",
+    "founding_grants": "Shards granted when a quorum founded a new mesh",
+}
 
 
 @dataclass(slots=True, eq=False)
@@ -189,10 +210,7 @@ class ShardedLibrary:
         self._renew_task: asyncio.Task[None] | None = None
         #: Times a shard's name feed was lost and resubscribed (``LibraryPort.resyncs``).
         self.resyncs = 0
-        self.counters = {"renewals": 0, "renewals_granted": 0, "renewals_short": 0,
-                         "renewals_failed": 0, "renewal_invalidated": 0, "unleased_misses": 0,
-                         "commit_waits": 0, "commit_wait_ms": 0, "folded": 0,
-                         "write_quorum_failures": 0, "founding_grants": 0}
+        self.counters = dict.fromkeys(SHARD_COUNTERS, 0)
 
     def available(self) -> bool:
         """See ``LibraryPort.available``: every shard (a fill's steps may land on any)."""
@@ -452,4 +470,4 @@ class ShardedLibrary:
         await asyncio.gather(*(s.remote.close() for s in self.shards))
 
 
-__all__ = ["WRITE_ATTEMPTS", "Shard", "ShardedLibrary"]
+__all__ = ["SHARD_COUNTERS", "WRITE_ATTEMPTS", "Shard", "ShardedLibrary"]

@@ -19,7 +19,9 @@ one demand each (greedy choices share one). A tagged request offers its tools as
 one whose conversation ends in a function's results settles the workflow's branches with that
 function. Answers carry ``x-dynbranch-source`` (engine, library, promoted_fill, joined) and
 ``x-dynbranch-reuse-name``. Errors use each protocol's error shape and status codes. A client
-that goes away cancels its call, and the cancellation aborts the engine work.
+that goes away cancels its call, and the cancellation aborts the engine work. Every request is
+counted and timed by route, protocol, status and source, and every 4xx/5xx logs one line,
+rate-limited, without the body (``http.observe``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import uvicorn
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Tracer
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -60,6 +63,7 @@ from services.gateway.http.arrival import (
 from services.gateway.http.bodies import BodyTooLarge, error_body
 from services.gateway.http.connections import ConnectionLimits, bounded_protocol
 from services.gateway.http.json_body import parse_json
+from services.gateway.http.observe import FAULT, HttpMetrics, Observed
 from services.gateway.http.stream import (
     CallStream,
     ClientGone,
@@ -76,12 +80,24 @@ HEADER_SOURCE = "x-dynbranch-source"
 HEADER_REUSE_NAME = "x-dynbranch-reuse-name"
 
 
-def error_response(exc: DynbranchError, wire: Wire = WIRES[Endpoint.CHAT]) -> JSONResponse:
-    """The protocol's error JSON with the status for ``exc``; internal errors stay generic."""
+def error_response(exc: DynbranchError, wire: Wire = WIRES[Endpoint.CHAT],
+                   request: Request | None = None) -> JSONResponse:
+    """The protocol's error JSON with the status for ``exc``; internal errors stay generic.
+    With ``request``, ``exc`` is left on its scope: the front's error log (``http.observe``)
+    shows its traceback for a 5xx."""
     status, body = wire.error(exc)
-    if status == 500:
+    if request is not None:
+        request.scope[FAULT] = exc
+    elif status == 500:
         log.error("http: internal error: %s", exc, exc_info=exc)
     return JSONResponse(body, status_code=status)
+
+
+def internal_error(exc: Exception, wire: Wire, request: Request) -> JSONResponse:
+    """500 with the protocol's generic error body; the detail goes to the log (through the
+    request's scope, ``http.observe``), never to the client."""
+    request.scope[FAULT] = exc
+    return JSONResponse(wire.internal_error, status_code=500)
 
 
 def _trace_parent(headers: Mapping[str, str], tenant: str, workflow_id: str
@@ -106,7 +122,8 @@ class HttpFront:
     def __init__(self, core: GatewayCore, auth: Authenticator, *, deadline_s: float,
                  tracer: Tracer, observe: Callable[[Answer], None] | None = None,
                  grace_s: float = 5.0, max_body_bytes: int | None = None,
-                 limits: ConnectionLimits | None = None) -> None:
+                 limits: ConnectionLimits | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
         self.core = core
         self.auth = auth
         self.deadline_s = deadline_s
@@ -122,7 +139,10 @@ class HttpFront:
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[Answer]] = set()
-        self.app = Starlette(routes=[
+        #: Request counts and latencies by route, protocol, status and source (``http.observe``),
+        #: in ``registry`` (the gateway's), else one of the front's own.
+        self.metrics = HttpMetrics(registry or CollectorRegistry())
+        self.starlette = Starlette(routes=[
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/responses", self.responses, methods=["POST"]),
@@ -132,6 +152,7 @@ class HttpFront:
             Route("/v1/models/{model:path}", self.get_model, methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
         ], exception_handlers={HTTPException: self._http_error})
+        self.app = Observed(self.starlette, self.metrics, self.starlette.routes)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -185,7 +206,7 @@ class HttpFront:
         try:
             self.auth.tenant(request.headers.get("authorization"))
         except DynbranchError as exc:
-            return error_response(exc)
+            return error_response(exc, request=request)
         data = [self._model(m) for m in sorted(self.core.models())]
         return JSONResponse({"object": "list", "data": data})
 
@@ -196,7 +217,7 @@ class HttpFront:
             model = request.path_params["model"]
             check_model(self.core, model)
         except DynbranchError as exc:
-            return error_response(exc)
+            return error_response(exc, request=request)
         return JSONResponse(self._model(model))
 
     async def chat_completions(self, request: Request) -> Response:
@@ -228,10 +249,9 @@ class HttpFront:
         except ClientGone:
             return Response(status_code=499)
         except DynbranchError as exc:
-            return error_response(exc, wire)
-        except Exception:  # the detail goes to the log, never to the client
-            log.exception("http: unexpected error on %s", request.url.path)
-            return JSONResponse(wire.internal_error, status_code=500)
+            return error_response(exc, wire, request)
+        except Exception as exc:  # the detail goes to the log, never to the client
+            return internal_error(exc, wire, request)
         return JSONResponse({"input_tokens": answer.usage.prompt_tokens},
                             headers=self._headers(answer.source, answer.reuse_name,
                                                   "msg_" + demand.request_id))
@@ -275,10 +295,9 @@ class HttpFront:
         except ClientGone:
             return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
         except DynbranchError as exc:
-            return error_response(exc, wire)
-        except Exception:  # the detail goes to the log, never to the client
-            log.exception("http: unexpected error on %s", request.url.path)
-            return JSONResponse(wire.internal_error, status_code=500)
+            return error_response(exc, wire, request)
+        except Exception as exc:  # the detail goes to the log, never to the client
+            return internal_error(exc, wire, request)
         rid = wire.endpoint.id_prefix + demand.request_id
         return JSONResponse(wire.body(req, rid, int(time.time()), answers),
                             headers=self._headers(answers[0].source, answers[0].reuse_name, rid))

@@ -56,6 +56,27 @@ log = logging.getLogger(__name__)
 #: Longest ``close`` waits for its tasks: each outcome report has its own deadline (1 s), an
 #: aborted fill ends at once; within the launcher's stop (10 s) after the gRPC grace (5 s).
 CLOSE_DRAIN_S = 3.0
+#: The branch manager's counters, and what each counts (the HELP of the gateway's
+#: ``dynbranch_gateway_branch_<key>`` metrics).
+BRANCH_COUNTERS: dict[str, str] = {
+    "opened": "Branches opened at a decision point (admission then decides whether to fill "
+              "them)",
+    "fills_issued": "Candidate fills started after admission admitted them",
+    "fills_consumed": "Fills that served at least one demand by a promoted step",
+    "stages_promoted": "Fill steps whose shadow was promoted to answer a demand, on this "
+                       "gateway or on another replica",
+    "fills_discarded": "Fills of exclusive branches discarded because another candidate won",
+    "fills_aborted": "Fills cancelled while still running (a losing or unpicked candidate, a "
+                     "branch settled elsewhere or retired, or a demand that ran anew)",
+    "ambiguous": "Demands that matched promotable steps of more than one fill or branch, so "
+                 "promoted none",
+    "promoted_elsewhere": "Fill steps of this gateway's branches that another replica promoted",
+    "claimed_elsewhere": "Demands served from a fill another replica ran, claimed through the "
+                         "library",
+    "skipped_library_down": "Branches left unfilled because the library was unreachable (no "
+                            "fill could have been promoted)",
+    **PROMOTION_COUNTERS,
+}
 
 
 class BranchManager:
@@ -73,10 +94,7 @@ class BranchManager:
         self._by_workflow: dict[tuple[str, str], list[Branch]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._by_request: dict[str, Branch] = {}
-        self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
-                         "fills_discarded": 0, "fills_aborted": 0, "ambiguous": 0,
-                         "promoted_elsewhere": 0, "claimed_elsewhere": 0,
-                         "skipped_library_down": 0, **PROMOTION_COUNTERS}
+        self.counters = dict.fromkeys(BRANCH_COUNTERS, 0)
         self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort,
                                      adopter=Adopter(executor.engines, settings),
                                      join_confirmed=executor.features.c1)
@@ -537,4 +555,5 @@ def _starts(point: DecisionPoint, stage_id: str) -> bool:
 
 
 
-__all__ = ["Branch", "BranchManager", "BranchVerdict", "BranchSettings", "Fill", "FillStep"]
+__all__ = ["BRANCH_COUNTERS", "Branch", "BranchManager", "BranchSettings", "BranchVerdict", "Fill",
+           "FillStep"]

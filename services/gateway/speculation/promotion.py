@@ -41,13 +41,22 @@ from services.gateway.speculation.state import (
 )
 from services.gateway.values import TextStream, charge_wait
 
-#: The counters this module keeps in the branch manager's table, all starting at 0.
-PROMOTION_COUNTERS: dict[str, int] = {
-    "winners_admitted": 0, "winners_promoted": 0,
-    # demands that adopted a running fill step, and those of them it served
-    "adoptions": 0, "adoptions_served": 0,
-    **{f"promotion_refused_{why}": 0 for why in REFUSALS},
-    **{f"winners_lost_{why}": 0 for why in (*REFUSALS, "unseen")},
+#: The counters this module keeps in the branch manager's table (each starts at 0), and what
+#: each counts (the HELP of its ``dynbranch_gateway_branch_<key>`` metric); the refusals'
+#: reasons are ``REFUSALS``'s.
+PROMOTION_COUNTERS: dict[str, str] = {
+    "winners_admitted": "Settled branches whose selected candidate had an admitted fill",
+    "winners_promoted": "Admitted winners whose first fill step was promoted to answer its "
+                        "demand",
+    "adoptions": "Demands that adopted a fill step still running (waited for it under the "
+                 "adoption rule)",
+    "adoptions_served": "Demands that adopted a running fill step and were served by it",
+    **{f"promotion_refused_{why}": "Demands that matched a fill step and were not served by "
+       f"promoting it, because {text}" for why, text in REFUSALS.items()},
+    **{f"winners_lost_{why}": "Admitted winners whose first fill step was not promoted, because "
+       f"{text}" for why, text in REFUSALS.items()},
+    "winners_lost_unseen": "Admitted winners whose first stage this gateway never saw asked for "
+                           "before the branch retired (served on another replica, or not at all)",
 }
 
 
