@@ -17,14 +17,15 @@ def _git(root: Path, *args: str) -> str:
 
 
 def commit(root: Path = ROOT) -> str:
-    """``git rev-parse HEAD`` of ``root``, with ``-dirty`` when a tracked file differs or an
-    untracked one is present (the run is then not the commit's); ``unknown`` when ``root`` is
-    not the top of a git checkout (an installed package) or git is absent."""
+    """``git rev-parse HEAD`` of ``root``, with ``-dirty`` when a tracked file differs from it
+    (the run is then not the commit's; untracked files do not count, as in ``git describe
+    --dirty``: notes and outputs lying about change no code that ran); ``unknown`` when ``root``
+    is not the top of a git checkout (an installed package) or git is absent."""
     try:
         if Path(_git(root, "rev-parse", "--show-toplevel")).resolve() != root.resolve():
             return UNKNOWN  # a checkout above an installed copy is not what ran
         head = _git(root, "rev-parse", "HEAD")
-        dirty = _git(root, "status", "--porcelain")
+        dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return UNKNOWN
     return head + ("-dirty" if dirty else "")

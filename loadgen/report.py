@@ -505,11 +505,11 @@ def _triple(xs: list[float]) -> str:
 
 
 def _label(results: list[dict[str, Any]]) -> str:
-    """'2 × qwen3-32b-h200, SIMULATED engine, virtual (0.5 ms per hop)': the first cell's."""
+    """'2 × qwen3-32b-h200, SIMULATED engine, virtual clock, 0.5 ms per hop': the first
+    cell's."""
     if not results:
         return "no results"
-    r = results[0]
-    return f"{engine_label(r)}, clock {clock_name(r)}"
+    return f"{engine_label(results[0])}, {clock_name(results[0])}"
 
 
 def print_summary(report: dict[str, Any], out: Path) -> None:

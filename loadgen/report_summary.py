@@ -272,13 +272,14 @@ def clock_text(result: dict[str, Any]) -> str:
 
 
 def clock_name(result: dict[str, Any]) -> str:
-    """'virtual (0.5 ms per hop)', 'live, time scale 0.5', or 'not recorded'."""
+    """'virtual clock, 0.5 ms per hop', 'live clock, time scale 0.5', or 'clock not
+    recorded'."""
     clock, scale = result.get("clock"), result.get("time_scale")
     if clock == "virtual":
-        return f"virtual ({(result.get('hop_s') or 0.0) * 1000:g} ms per hop)"
+        return f"virtual clock, {(result.get('hop_s') or 0.0) * 1000:g} ms per hop"
     if clock is None:
-        return "not recorded"
-    return clock if scale is None else f"{clock}, time scale {scale:g}"
+        return "clock not recorded"
+    return f"{clock} clock" + ("" if scale is None else f", time scale {scale:g}")
 
 
 def cell_record(label: str, result: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,8 @@ def test_the_commit_is_head_and_says_when_the_tree_differs(tmp_path: Path) -> No
     git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
     head = git(tmp_path, "rev-parse", "HEAD")
     assert commit(tmp_path) == head
+    (tmp_path / "notes.md").write_text("untracked\n")
+    assert commit(tmp_path) == head  # an untracked file changes no code that ran
     (tmp_path / "a.py").write_text("x = 2\n")
     assert commit(tmp_path) == f"{head}-dirty"
 

@@ -215,12 +215,12 @@ def test_summary_and_json_record_commit_date_clock_profile_seeds_and_workflows(
     assert run["commit"] == commit() and run["date"] == "2025-01-31T12:00:00+00:00"
     assert run["cells"] == [{
         "cell": "low", "workload": "routing", "profile": "paper", "load": "Poisson 0.12/s",
-        "engine": "2 × qwen3-32b-h200, SIMULATED engine", "clock": "virtual (0.5 ms per hop)",
+        "engine": "2 × qwen3-32b-h200, SIMULATED engine", "clock": "virtual clock, 0.5 ms per hop",
         "seeds": {"count": 3, "ids": [0, 1, 2]}, "workflows_per_seed": 24, "workflows": 72}]
     summary = (tmp_path / "summary.md").read_text()
     assert f"Commit `{commit()}`; started 2025-01-31T12:00:00+00:00 (UTC)" in summary
     assert ("| low | routing | paper | Poisson 0.12/s | 2 × qwen3-32b-h200, SIMULATED engine "
-            "| virtual (0.5 ms per hop) | 3 (ids 0-2) | 24 × 3 = 72 |") in summary
+            "| virtual clock, 0.5 ms per hop | 3 (ids 0-2) | 24 × 3 = 72 |") in summary
     assert "| routing | Poisson 0.12/s | paper | 3 (ids 0-2) |" in summary  # the main table
 
 

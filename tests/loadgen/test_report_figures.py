@@ -87,7 +87,7 @@ def overlaps(fig: Figure, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, st
 def every_figure(real: dict[str, Any], out: Path) -> None:
     """Draw what the report draws: the quick matrix's figures (write_report), the C3 sweep's
     and decomposition, the replay-rate sweep, LADS and the timeline."""
-    label = "2 × qwen3-32b-h200, SIMULATED engine, clock virtual (0.5 ms per hop)"
+    label = "4 × qwen3-32b-h200, SIMULATED engine, virtual clock, 0.5 ms per hop"
     plots = c3_figures({"sweeps": {"routing": real["routing_by_lambda"]}}, out, label)
     plots.append(figure10(real["react_by_replay_rate"], out / "fig10_replay_rate.png",
                           f"react: speedup vs exact-replay rate ({label})"))
