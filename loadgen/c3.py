@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loadgen.envelope import regret_text, worst_regret
+from loadgen.numbers import percent, signed
 
 SWEEP_WORKLOADS = ("routing", "react")
 SWEEP_RATES = (0.8, 2.0, 4.0, 8.0, 16.0)
@@ -28,15 +29,23 @@ SWEEP_SEEDS = 5
 SWEEP_ENGINES = 4
 
 
+def cell_options(rate: float | None = None, *, load: str | None = None,
+                 seeds: int = SWEEP_SEEDS, arms: Sequence[str] = SWEEP_ARMS) -> dict[str, Any]:
+    """The keyword arguments of ``bench arms``'s ``run`` (full mode) for one sweep cell."""
+    return {"rate": rate, "load": load, "arms": tuple(arms), "seeds": seeds,
+            "engines": SWEEP_ENGINES}
+
+
 def run_cell(workload: str, rate: float | None = None, *, load: str | None = None,
-             seeds: int = SWEEP_SEEDS, arms: Sequence[str] = SWEEP_ARMS) -> dict[str, Any]:
+             seeds: int = SWEEP_SEEDS, arms: Sequence[str] = SWEEP_ARMS,
+             progress: Callable[[str, bool], None] | None = None) -> dict[str, Any]:
     """One sweep cell: ``bench arms`` (full mode, four engines) at ``rate`` or a load level,
-    its table captured (the report prints the summary)."""
+    its table captured (the report prints the summary), ``progress`` told of each unit."""
     from loadgen.bench.arms import run
 
     with contextlib.redirect_stdout(io.StringIO()):
-        return run(False, workload, rate=rate, load=load, arms=tuple(arms), seeds=seeds,
-                   engines=SWEEP_ENGINES)
+        return run(False, workload, progress=progress,
+                   **cell_options(rate, load=load, seeds=seeds, arms=arms))
 
 
 # -- the report's tables -------------------------------------------------------------------------
@@ -179,7 +188,7 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
         worst = max((d for _, d in found if d is not None), default=None)
         add(f"{workload}: priced − envelope <= +{WITHIN_ENVELOPE} at every load",
             worst is not None and worst <= WITHIN_ENVELOPE,
-            "; ".join(f"{label} {d:+.3f}" for label, d in found if d is not None) or "not run")
+            "; ".join(f"{label} {signed(d)}" for label, d in found if d is not None) or "not run")
         cells_sweep = list(sweeps.get(workload, ()))
         if not cells_sweep:
             add(f"{workload}: worst-case regret {WORST_MARGIN} below every fixed K and static",
@@ -197,13 +206,13 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
             d = cell["arms"]["full"].get("vs_baselines", {}).get(arm)
             excl = d is not None and d["high"] < 0
             ci_ok = ci_ok and (excl or w["diff"] <= 0)
-            parts.append(f"{arm} worst {w['diff']:+.3f} at {w['x']:g}/s"
-                         + (f" (priced − {arm} there {d['diff']:+.3f} [{d['low']:+.3f}, "
-                            f"{d['high']:+.3f}])" if d else ""))
+            parts.append(f"{arm} worst {signed(w['diff'])} at {w['x']:g}/s"
+                         + (f" (priced − {arm} there {signed(d['diff'])} [{signed(d['low'])}, "
+                            f"{signed(d['high'])}])" if d else ""))
         add(f"{workload}: priced's worst-case regret at least {WORST_MARGIN} below every fixed K "
             "and the static rule's, CI at each one's arg-max excluding zero",
             margin_ok and ci_ok,
-            (f"priced worst {mine['diff']:+.3f} at {mine['x']:g}/s; " if mine else "")
+            (f"priced worst {signed(mine['diff'])} at {mine['x']:g}/s; " if mine else "")
             + "; ".join(parts))
         for level in ("busy", "saturated"):
             r = levels.get(workload, {}).get(level)
@@ -216,14 +225,15 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
             add(f"{workload} {level}: priced beats load_threshold (CI excluding zero) and "
                 "issues fewer fills than fixed",
                 d is not None and d["high"] < 0 and fills[0] < fills[1],
-                (f"priced − load_threshold {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
-                 if d else "no comparison") + f"; fills/workflow {fills[0]:.2f} vs {fills[1]:.2f}")
+                (f"priced − load_threshold {signed(d['diff'])} [{signed(d['low'])}, "
+                 f"{signed(d['high'])}]" if d else "no comparison")
+                + f"; fills/workflow {fills[0]:.2f} vs {fills[1]:.2f}")
     for workload in ("subagent", "hci"):
         r = idle.get(workload)
         d = _regret(r, "full") if r else None
         add(f"{workload} idle: priced within {WITHIN_ENVELOPE} of the envelope",
             d is not None and d <= WITHIN_ENVELOPE,
-            "not run" if r is None else f"regret {d:+.3f}" if d is not None else "no envelope")
+            "not run" if r is None else f"regret {signed(d)}" if d is not None else "no envelope")
     if phased is None:
         add("phased trace: priced lowest mean, below static and always", False, "not run")
     else:
@@ -232,8 +242,8 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
             "below static and always", phased["lowest_mean"] == "full"
             and all(vs.get(a, {}).get("diff", 1) < 0 for a in ("load_threshold", "always")),
             f"lowest {phased['lowest_mean']}; " + "; ".join(
-                f"vs {a} {v['relative']:+.1%} ({v['diff']:+.3f} [{v['low']:+.3f}, "
-                f"{v['high']:+.3f}] of the floor)" for a, v in vs.items()))
+                f"vs {a} {percent(v['relative'], 1, sign=True)} ({signed(v['diff'])} "
+                f"[{signed(v['low'])}, {signed(v['high'])}] of the floor)" for a, v in vs.items()))
     return checks
 
 
@@ -247,4 +257,5 @@ def acceptance_section(checks: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 __all__ = ["SWEEP_ARMS", "SWEEP_ENGINES", "SWEEP_RATES", "SWEEP_SEEDS", "SWEEP_WORKLOADS",
-           "acceptance", "acceptance_section", "decision_section", "run_cell", "sweep_section"]
+           "acceptance", "acceptance_section", "cell_options", "decision_section", "run_cell",
+           "sweep_section"]

@@ -20,6 +20,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from loadgen.arm_set import FIXED_K
+from loadgen.numbers import signed
 from loadgen.stats import paired_difference_ci
 
 #: Keys of a regret: the point difference of full/floor ratios and its 95% CI.
@@ -51,7 +52,7 @@ def regret_text(regret: Mapping[str, float] | None) -> str:
     """'+0.012 [+0.004, +0.020]' (the difference and its CI), or '' without a regret."""
     if not regret:
         return ""
-    return f"{regret['diff']:+.3f} [{regret['low']:+.3f}, {regret['high']:+.3f}]"
+    return f"{signed(regret['diff'])} [{signed(regret['low'])}, {signed(regret['high'])}]"
 
 
 def worst_regret(cells: Sequence[tuple[float, Mapping[str, Any]]]

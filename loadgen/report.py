@@ -7,10 +7,11 @@ ratios): all of its arms on the same schedules, its seeds merged into one paired
 the levels the engines feel (``loadgen.load_levels``): ``idle`` (the workload's low-load rate),
 ``busy`` and ``saturated`` (the rates at which the floor's mean latency is 1.7x and 2.3x its idle
 value, calibrated once per workload and cached), plus the serial closed loop. The quick matrix
-(the default) is the four workloads at idle, 24 workflows, one seed, on both recurrence profiles
-(``data``: as the data sets give it; ``paper``: the paper's, where it differs: Routing and
-ReAct). ``--full`` is 48 workflows × 5 seeds per cell (more at high rates), every arm, at idle,
-busy and saturated plus one serial closed loop per workload, on both profiles; the C3 study
+(the default) is the four workloads at idle on both recurrence profiles (``data``: as the data
+sets give it; ``paper``: the paper's, where it differs: Routing and ReAct), with the workflows
+and seeds per cell of ``report_matrix.MATRICES`` (``--help`` formats them). ``--full`` is more
+workflows and seeds per cell (more at high rates), every arm, at idle, busy and saturated plus
+one serial closed loop per workload, on both profiles; the C3 study
 (``loadgen.c3``: Routing and ReAct across λ 0.8–16/s under C1 alone, top 1, top 2, every
 candidate, the static rule and priced admission, with CIs, the envelope, fills and the decision
 record; the phased trace, ``loadgen.phased``; and issue 37's acceptance checks); the
@@ -20,7 +21,9 @@ runs the C3 study alone: its sweeps, Routing and ReAct at every load level, Sub-
 idle, and the phased trace. A failed cell is listed in the report and left out of the plots.
 The data set files the cells read are checked first (``loadgen.data_needs``; ``--data-dir`` or
 ``DYNBRANCH_DATA_DIR`` names their folder): one absent ends the run before any cell, with one line
-naming it and no report.
+naming it and no report. The progress bar moves per arm and seed (``loadgen.report_progress``);
+``summary.md`` and ``report.json`` record the commit, the date and every cell's clock, profile,
+seeds and workflows.
 """
 
 from __future__ import annotations
@@ -37,16 +40,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import Progress
-
 from loadgen import c3
+from loadgen.bench.arms import planned_units
 from loadgen.data_needs import prepare, report_files
 from loadgen.envelope import regret_text, worst_regret
+from loadgen.numbers import fixed, percent
 from loadgen.phased import table as phased_table
-from loadgen.report_help import FULL_HELP, ONLY_HELP
+from loadgen.provenance import commit, utc_now
+from loadgen.report_help import DESCRIPTION, add_arguments
+from loadgen.report_matrix import (
+    C3_IDLE_ONLY,
+    C3_LEVELS,
+    FULL_CELL,
+    LOADS,
+    MATRICES,
+    REPLAY_CELL,
+    REPLAY_RATES,
+    SWEEP_WORKLOAD,
+    cell_options,
+)
 from loadgen.report_plots import (
     LADS_ARMS,
     arm_order,
+    engine_label,
     figure8,
     figure9,
     figure10,
@@ -54,25 +70,22 @@ from loadgen.report_plots import (
     figure_lads,
     figure_sweep,
 )
-from loadgen.report_summary import PAPER, envelope_section, summary_markdown
+from loadgen.report_progress import ReportProgress, progress_bar
+from loadgen.report_summary import (
+    PAPER,
+    cell_record,
+    clock_name,
+    envelope_section,
+    head,
+    seed_ids,
+    seeds_text,
+    summary_markdown,
+)
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads.profiles import PROFILES, RECURRENCE_PROFILES
-from services.corpus.loaders import DataUnavailable
+from services.corpus.loaders import DATA_DIR_ENV, DataUnavailable
 
 WORKLOADS = tuple(WORKLOAD_CLASSES)
-#: Loads: levels the engines feel (``load_levels.LEVELS``: open-loop Poisson at the calibrated
-#: rate; idle is the workload's low-load rate, dynbranch Fig. 8); ``serial`` is the closed loop
-#: of one (Table 2's setting).
-LOADS: dict[str, tuple[str, str | None]] = {
-    "idle": ("poisson", "idle"), "busy": ("poisson", "busy"),
-    "saturated": ("poisson", "saturated"), "serial": ("serial", None)}
-MATRICES: dict[str, dict[str, Any]] = {
-    "quick": {"seeds": 1, "loads": ("idle",), "workflows": 24},
-    "full": {"seeds": 5, "loads": ("idle", "busy", "saturated"), "workflows": 48,
-             #: the closed loop once per workload and profile: Table 2's setting, C2 beside C1
-             "once": ("serial",)}}
-#: Per-cell options of the full matrix: every arm, on the full mode's four engines.
-FULL_CELL: dict[str, Any] = {"engines": 4}
 
 
 def profiles_of(workload: str) -> tuple[str, ...]:
@@ -88,48 +101,56 @@ def cells(matrix: str) -> list[tuple[str, str, str]]:
     return [(w, load, profile) for w in WORKLOADS for load in loads for profile in profiles_of(w)]
 
 
-def run_cell(workload: str, load: str, profile: str, matrix: str) -> dict[str, Any]:
-    """One ``bench arms`` run, its own table captured (the report prints the summary)."""
-    from loadgen.arm_set import ALL_ARMS
+def run_cell(workload: str, load: str, profile: str, matrix: str,
+             progress: Callable[[str, bool], None] | None = None) -> dict[str, Any]:
+    """One ``bench arms`` run, its own table captured (the report prints the summary),
+    ``progress`` told of each of its units (``cell_units`` counts them)."""
     from loadgen.bench.arms import run
 
-    spec = MATRICES[matrix]
-    serial = load in spec.get("once", ())
-    options: dict[str, Any] = {"workflows": spec["workflows"], "profile": profile,
-                               "seeds": 1 if serial else spec["seeds"]}
-    if matrix == "full":
-        options.update(FULL_CELL, arms=ALL_ARMS)
     with contextlib.redirect_stdout(io.StringIO()):
-        arrival, level = LOADS[load]
-        if level is not None:
-            options["load"] = level
-        return run(matrix == "quick", workload, seed=0, arrival=arrival, **options)
+        return run(MATRICES[matrix]["quick"], workload, progress=progress,
+                   **cell_options(load, profile, matrix))
+
+
+def cell_units(workload: str, load: str, profile: str, matrix: str) -> int:
+    """The units (seed × arm, and a warm arm's training) of one matrix cell."""
+    return planned_units(MATRICES[matrix]["quick"], workload,
+                         **cell_options(load, profile, matrix))
+
+
+def planned_total(matrix: str) -> int:
+    """Every unit ``run_matrix`` reports: its cells', the timeline, and with ``full`` the C3
+    study's, the replay sweep's and the LADS bench."""
+    total = sum(cell_units(*cell, matrix) for cell in cells(matrix)) + 1
+    if not MATRICES[matrix]["quick"]:
+        total += c3_units(c3_cells(levels=False)) + replay_units() + 1
+    return total
 
 
 def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
     """Run every cell with a progress bar; write report.json, the plots and summary.md."""
-    todo = cells(matrix)
-    results, failures = [], []
-    started = time.monotonic()
-    with Progress() as progress:
-        task = progress.add_task(f"report ({matrix})", total=len(todo))
-        for workload, load, profile in todo:
-            progress.update(task, description=f"{workload} {load} ({profile})")
-            result = _attempt(failures, workload, load,
-                              lambda w=workload, lo=load, p=profile: run_cell(w, lo, p, matrix),
-                              profile)
+    results: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    started, date = time.monotonic(), utc_now()
+    with progress_bar() as bar:
+        track = ReportProgress(bar, f"report ({matrix})", planned_total(matrix))
+        for workload, load, profile in cells(matrix):
+            with track.cell(f"{workload} {load} ({profile})",
+                            cell_units(workload, load, profile, matrix)) as hook:
+                result = _attempt(failures, workload, load,
+                                  lambda w=workload, lo=load, p=profile, h=hook:
+                                  run_cell(w, lo, p, matrix, h), profile)
             if result is not None:
                 result["load"] = load
                 results.append(result)
-            progress.advance(task)
-        progress.update(task, description="timeline of one Routing workflow")
-        extra = _timeline(out, failures)
+        with track.step("timeline of one Routing workflow"):
+            extra = _timeline(out, failures)
         sweeps: dict[str, Any] = {}
         c3: dict[str, Any] | None = None
-        if matrix == "full":
-            c3 = run_c3(progress, failures, levels=False)
+        if not MATRICES[matrix]["quick"]:
+            c3 = run_c3(track, failures, c3_cells(levels=False))
             c3.update(c3_from_matrix(results))
-            sweep = run_replay_sweep(progress, failures)
+            sweep = run_replay_sweep(track, failures)
             sweeps = {f"{SWEEP_WORKLOAD}_by_replay_rate": sweep}
             label = _label(results)
             extra += c3_figures(c3, out, label)
@@ -137,8 +158,8 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
                 extra.append(figure10(sweep, out / "fig10_replay_rate.png",
                                       f"{SWEEP_WORKLOAD}: speedup vs exact-replay rate "
                                       f"({label})"))
-            progress.update(task, description="LADS: every delivery policy and baseline")
-            lads = run_lads(failures)
+            with track.step("LADS: every delivery policy and baseline"):
+                lads = run_lads(failures)
             if lads is not None:
                 sweeps["lads"] = lads
                 extra.append(figure_lads(lads["results"], out / "fig_lads.png",
@@ -146,18 +167,20 @@ def run_matrix(matrix: str, out: Path) -> dict[str, Any]:
                                          "Tail-aware, the TTL baselines, KV offloading and the "
                                          "no-eviction bound (SIMULATED engines, virtual time)"))
     return write_report(matrix, results, failures, out, time.monotonic() - started, extra,
-                        sweeps, c3)
+                        sweeps, c3, date=date)
 
 
 def run_c3_only(out: Path) -> dict[str, Any]:
     """``--only c3``: the C3 study alone (``run_c3`` with every level), then the report."""
     failures: list[dict[str, Any]] = []
-    started = time.monotonic()
-    with Progress() as progress:
-        c3 = run_c3(progress, failures, levels=True)
+    started, date = time.monotonic(), utc_now()
+    todo = c3_cells(levels=True)
+    with progress_bar() as bar:
+        c3 = run_c3(ReportProgress(bar, "C3", c3_units(todo)), failures, todo)
     extra = c3_figures(c3, out, _label([r for cells in c3["sweeps"].values()
                                         for _, r in cells]))
-    return write_report("c3", [], failures, out, time.monotonic() - started, extra, {}, c3)
+    return write_report("c3", [], failures, out, time.monotonic() - started, extra, {}, c3,
+                        date=date)
 
 
 def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
@@ -173,17 +196,10 @@ def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
         return []
 
 
-#: The full matrix's replay-rate sweep (Figure 10).
-REPLAY_RATES = (0.22, 0.5, 0.77)
-SWEEP_WORKLOAD = "react"
 #: The sweeps' titles in the summary.
 SWEEP_TITLES = {f"{SWEEP_WORKLOAD}_by_replay_rate": "ReAct across the exact-replay rate",
                 **{f"{w}_by_lambda": f"{w.capitalize()} across λ (workflows/s)"
                    for w in c3.SWEEP_WORKLOADS}}
-#: The C3 study's load levels for Routing and ReAct (``--only c3``; the full matrix has idle,
-#: busy and saturated of its own), and the workloads it runs at idle only.
-C3_LEVELS = ("idle", "moderate", "busy", "saturated")
-C3_IDLE_ONLY = ("subagent", "hci")
 
 
 def _attempt(failures: list[dict[str, Any]], workload: str, load: str,
@@ -204,22 +220,37 @@ def _attempt(failures: list[dict[str, Any]], workload: str, load: str,
     return result
 
 
-def run_c3(progress: Progress, failures: list[dict[str, Any]], *, levels: bool
-           ) -> dict[str, Any]:
-    """The C3 study (``loadgen.c3``): Routing and ReAct across λ, and with ``levels`` at every
-    load level and Sub-Agent and HCI at idle; the phased trace (``loadgen.phased``)."""
-    from loadgen import phased
+#: One cell of the C3 study: workload, label, and ``c3.run_cell``'s rate or load level.
+C3Cell = tuple[str, str, dict[str, Any]]
 
+
+def c3_cells(*, levels: bool) -> list[C3Cell]:
+    """The C3 study's cells: Routing and ReAct across λ, and with ``levels`` at every load
+    level and Sub-Agent and HCI at idle."""
     todo = [(w, f"{x:g}/s", dict(rate=x)) for w in c3.SWEEP_WORKLOADS for x in c3.SWEEP_RATES]
     if levels:
         todo += [(w, level, dict(load=level)) for w in c3.SWEEP_WORKLOADS for level in C3_LEVELS]
         todo += [(w, "idle", dict(load="idle")) for w in C3_IDLE_ONLY]
-    task = progress.add_task("C3", total=len(todo) + 1)
+    return todo
+
+
+def c3_units(todo: list[C3Cell]) -> int:
+    """The units of the C3 study's cells, and one for the phased trace."""
+    return sum(planned_units(False, w, **c3.cell_options(**how)) for w, _, how in todo) + 1
+
+
+def run_c3(track: ReportProgress, failures: list[dict[str, Any]], todo: list[C3Cell]
+           ) -> dict[str, Any]:
+    """The C3 study (``loadgen.c3``) on ``todo`` (``c3_cells``), then the phased trace
+    (``loadgen.phased``)."""
+    from loadgen import phased
+
     found: dict[str, Any] = {"sweeps": {}, "levels": {}, "idle": {}}
     for workload, label, how in todo:
-        progress.update(task, description=f"C3: {workload} at {label}")
-        result = _attempt(failures, workload, label,
-                          lambda w=workload, h=how: c3.run_cell(w, **h))
+        with track.cell(f"C3: {workload} at {label}",
+                        planned_units(False, workload, **c3.cell_options(**how))) as hook:
+            result = _attempt(failures, workload, label,
+                              lambda w=workload, h=how, p=hook: c3.run_cell(w, **h, progress=p))
         if result is not None:
             if "rate" in how:
                 found["sweeps"].setdefault(workload, []).append((how["rate"], result))
@@ -227,10 +258,8 @@ def run_c3(progress: Progress, failures: list[dict[str, Any]], *, levels: bool
                 found["idle"][workload] = result
             else:
                 found["levels"].setdefault(workload, {})[label] = result
-        progress.advance(task)
-    progress.update(task, description="C3: the phased trace")
-    found["phased"] = _attempt(failures, "routing", "phased", lambda: phased.run(False))
-    progress.advance(task)
+    with track.step("C3: the phased trace"):
+        found["phased"] = _attempt(failures, "routing", "phased", lambda: phased.run(False))
     return found
 
 
@@ -263,24 +292,28 @@ def c3_figures(found: dict[str, Any], out: Path, label: str) -> list[Path]:
     return paths
 
 
-def run_replay_sweep(progress: Progress, failures: list[dict[str, Any]]
+def replay_units() -> int:
+    """The replay-rate sweep's units."""
+    return sum(planned_units(True, SWEEP_WORKLOAD, replay_rate=r, **REPLAY_CELL)
+               for r in REPLAY_RATES)
+
+
+def run_replay_sweep(track: ReportProgress, failures: list[dict[str, Any]]
                      ) -> list[tuple[float, dict[str, Any]]]:
     """ReAct under floor/full at each exact-replay rate (Figure 10)."""
     from loadgen.bench.arms import run
 
     sweep = []
-    task = progress.add_task("replay-rate sweep", total=len(REPLAY_RATES))
     for replay in REPLAY_RATES:
-        progress.update(task, description=f"{SWEEP_WORKLOAD} at replay rate {replay}")
-        with contextlib.redirect_stdout(io.StringIO()):
+        units = planned_units(True, SWEEP_WORKLOAD, replay_rate=replay, **REPLAY_CELL)
+        with (track.cell(f"{SWEEP_WORKLOAD} at replay rate {replay}", units) as hook,
+              contextlib.redirect_stdout(io.StringIO())):
             try:
-                sweep.append((replay, run(True, SWEEP_WORKLOAD, arms=("floor", "full"),
-                                          replay_rate=replay, workflows=48, seeds=2,
-                                          **FULL_CELL)))
+                sweep.append((replay, run(True, SWEEP_WORKLOAD, replay_rate=replay,
+                                          progress=hook, **REPLAY_CELL)))
             except Exception as exc:
                 failures.append({"workload": SWEEP_WORKLOAD, "load": f"replay={replay}",
                                  "profile": "data", "error": f"{type(exc).__name__}: {exc}"})
-        progress.advance(task)
     return sweep
 
 
@@ -308,7 +341,8 @@ def lads_section(lads: dict[str, Any]) -> str:
              "|---|---|" + "---|" * len(arms)]
     for block in lads["results"]:
         p = block["policies"]
-        cells = [f"{p[a]['ratio_to_fifo']:.3f} / {p[a]['bound_share']:.0%}" if a in p else "—"
+        cells = [f"{p[a]['ratio_to_fifo']:.3f} / {percent(p[a]['bound_share'])}" if a in p
+                 else "—"
                  for a in arms]
         lines.append(f"| {block['workload']} / {block['preset']} ({len(block['seeds'])} seeds) "
                      f"| {p['fifo']['mean_s']:.1f} s | " + " | ".join(cells) + " |")
@@ -318,10 +352,13 @@ def lads_section(lads: dict[str, Any]) -> str:
 def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict[str, Any]],
                  out: Path, wall_s: float, extra: list[Path] | None = None,
                  sweeps: dict[str, Any] | None = None,
-                 c3_found: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the JSON, the plots and the Markdown summary under ``out``."""
+                 c3_found: dict[str, Any] | None = None, *,
+                 date: str | None = None) -> dict[str, Any]:
+    """Write the JSON, the plots and the Markdown summary under ``out``; both record where the
+    numbers came from (``run_record``; ``date``: when the run started, else now)."""
     out.mkdir(parents=True, exist_ok=True)
     ok = [r for r in results if "arms" in r]
+    run = run_record(matrix, ok, sweeps, c3_found, failures, wall_s, date)
     label = _label(ok)
     plots = []
     if ok:
@@ -332,16 +369,17 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
                              f"Fan-out and speculative engine-seconds vs latency ({label})"))
     plots += extra or []
     if ok:
-        summary = summary_markdown(ok, matrix=matrix, plots=plots) + _coverage_section(ok)
-    else:  # the C3 study alone: its cells name the engine, the clock and the seeds
-        cells = [r for found in (c3_found or {}).get("sweeps", {}).values() for _, r in found]
-        summary = "\n".join([
-            f"# dynbranch report ({matrix})", "",
-            f"Engine: {_label(cells)}; latency in simulated seconds on the virtual clock "
-            "(0.5 ms per cross-service call). Every ratio is an arm's mean over the floor's on "
-            "the same schedules, paired by workflow, with 95% CIs from a two-stage bootstrap "
-            "over seeds, then workflows.", "", "## Plots", "",
-            *(f"![{p.stem}]({p.name})" for p in plots)]) + "\n"
+        summary = (summary_markdown(ok, matrix=matrix, plots=plots, run=run)
+                   + _coverage_section(ok))
+    else:  # the C3 study alone (or nothing completed): its cells name engine, clock and seeds
+        lines = head(matrix, run)
+        if run["cells"]:
+            lines += ["Every ratio is an arm's mean over the floor's on the same schedules, "
+                      "paired by workflow, with 95% CIs from a two-stage bootstrap over seeds, "
+                      "then workflows.", ""]
+        if plots:
+            lines += ["## Plots", "", *(f"![{p.stem}]({p.name})" for p in plots)]
+        summary = "\n".join(lines) + "\n"
     points = {name: [(x, r) for x, r in found if "arms" in r]
               for name, found in (sweeps or {}).items() if name != "lads"}
     worst = {name: worst_regret(found) for name, found in points.items()}
@@ -362,7 +400,7 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
             f"- {f['workload']} {f['load']} ({f.get('profile', 'data')}): {f['error']}"
             for f in failures)
     (out / "summary.md").write_text(summary)
-    report = {"matrix": matrix, "wall_s": round(wall_s, 1), "results": results,
+    report = {"matrix": matrix, "run": run, "wall_s": round(wall_s, 1), "results": results,
               "failures": failures, "plots": [p.name for p in plots],
               "sweeps": {name: [{"x": x, "result": r} for x, r in points]
                          for name, points in (sweeps or {}).items() if name != "lads"},
@@ -370,6 +408,30 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
               "worst_envelope_regret": {name: w for name, w in worst.items() if w}}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def run_record(matrix: str, results: list[dict[str, Any]], sweeps: dict[str, Any] | None,
+               c3_found: dict[str, Any] | None, failures: list[dict[str, Any]], wall_s: float,
+               date: str | None = None) -> dict[str, Any]:
+    """Where the report's numbers came from: the commit, the date (UTC), and per ``bench arms``
+    cell its clock, profile, seeds (count and ids) and workflows (``cell_record``)."""
+    labelled = [(f"{r.get('load', 'idle')}", r) for r in results]
+    for name, points in (sweeps or {}).items():
+        if name != "lads":
+            labelled += [(f"{SWEEP_TITLES.get(name, name)}: {x:g}", r) for x, r in points]
+    for w, points in (c3_found or {}).get("sweeps", {}).items():
+        labelled += [(f"C3 {w} λ {x:g}/s", r) for x, r in points]
+    for w, by in (c3_found or {}).get("levels", {}).items():
+        labelled += [(f"C3 {w} {level}", r) for level, r in by.items()]
+    labelled += [(f"C3 {w} idle", r) for w, r in (c3_found or {}).get("idle", {}).items()]
+    seen: set[int] = set()  # the full matrix's cells are the C3 study's levels too
+    cells = []
+    for label, r in labelled:
+        if "arms" in r and id(r) not in seen:
+            seen.add(id(r))
+            cells.append(cell_record(label, r))
+    return {"commit": commit(), "date": date or utc_now(), "matrix": matrix,
+            "wall_s": round(wall_s, 1), "failures": len(failures), "cells": cells}
 
 
 def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -443,32 +505,33 @@ def _triple(xs: list[float]) -> str:
 
 
 def _label(results: list[dict[str, Any]]) -> str:
+    """'2 × qwen3-32b-h200, SIMULATED engine, virtual clock, 0.5 ms per hop': the first
+    cell's."""
     if not results:
         return "no results"
-    r = results[0]
-    kind = "SIMULATED" if r.get("simulated", True) else "real"
-    clock = ("virtual clock" if r.get("clock") == "virtual"
-             else f"live, time scale {r.get('time_scale')}")
-    return f"{r.get('engines')} × {r.get('preset')}, {kind} engine, {clock}"
+    return f"{engine_label(results[0])}, {clock_name(results[0])}"
 
 
 def print_summary(report: dict[str, Any], out: Path) -> None:
     """The summary table on stdout, then where the report is."""
-    print(f"{'workload':<9} {'load':<9} {'profile':<7} {'seeds':>5}  " + "  ".join(
-        f"{a:>7}" for a in arm_order(report["results"])) + f"  {'oracle':>7}  stalls")
+    arms = arm_order(report["results"])
+    print(f"{'workload':<9} {'load':<9} {'profile':<7} {'seeds (count, ids)':<18}  "
+          + "  ".join(f"{a:>7}" for a in arms) + f"  {'oracle':>7}  stalls")
     for r in report["results"]:
         if "arms" not in r:
             continue
         ratios = "  ".join(f"{r['arms'][a]['ratio_to_floor']:>7.3f}" if a in r["arms"]
-                           else f"{'-':>7}" for a in arm_order(report["results"]))
+                           else f"{'-':>7}" for a in arms)
         oracle = r.get("oracle", {}).get("full_over_floor")
         print(f"{r['workload']:<9} {r['load']:<9} {r.get('profile', 'data'):<7} "
-              f"{len(r.get('seeds', [0])):>5}  {ratios}  "
-              f"{oracle if oracle is not None else '-':>7}  "
+              f"{seeds_text(seed_ids(r)):<18}  {ratios}  "
+              f"{'-' if oracle is None else fixed(oracle, 3):>7}  "
               f"{sum(r.get('stalls', {}).values())}")
+    run = report["run"]
     print(f"(mean latency / floor; oracle: the oracle bound's full/floor; "
           f"{_label([r for r in report['results'] if 'arms' in r])}; "
-          f"{len(report['failures'])} failed cells; {report['wall_s']} s)")
+          f"{len(report['failures'])} failed cells; {report['wall_s']} s; commit "
+          f"{run['commit']}, started {run['date']})")
     for name, worst in report.get("worst_envelope_regret", {}).items():
         print(f"worst envelope regret over {SWEEP_TITLES.get(name, name)}: " + "; ".join(
             f"{arm} {regret_text(w)} at {w['x']:g}" for arm, w in worst.items()))
@@ -479,14 +542,10 @@ def print_summary(report: dict[str, Any], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``dynbranch report [--full] [--only c3] [--out DIR] [--data-dir DIR]``."""
-    parser = argparse.ArgumentParser(prog="dynbranch report", description=(
-        "Run the experiment matrix (workloads × arms × loads × seeds) on the simulated engine "
-        "and write the report: JSON, plots and a Markdown summary."))
-    parser.add_argument("--full", action="store_true", help=FULL_HELP)
-    parser.add_argument("--only", choices=["c3"], help=ONLY_HELP)
-    parser.add_argument("--out", default=".dynbranch/report", help="report folder")
+    parser = argparse.ArgumentParser(prog="dynbranch report", description=DESCRIPTION)
+    add_arguments(parser)
     parser.add_argument("--data-dir", metavar="DIR", help=(
-        "folder of the shared data sets (default: $DYNBRANCH_DATA_DIR, else ../shared/data "
+        f"folder of the shared data sets (default: ${DATA_DIR_ENV}, else ../shared/data "
         "beside the repository); checked before the first cell"))
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -503,4 +562,6 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if report["failures"] else 0
 
 
-__all__ = ["cells", "main", "run_matrix", "write_report"]
+__all__ = ["C3_IDLE_ONLY", "C3_LEVELS", "FULL_CELL", "LOADS", "MATRICES", "REPLAY_RATES",
+           "SWEEP_WORKLOAD", "cell_units", "cells", "main", "planned_total", "run_cell",
+           "run_matrix", "run_record", "write_report"]

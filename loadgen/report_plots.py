@@ -1,6 +1,10 @@
 """Plots and the Markdown summary of ``dynbranch report`` (matplotlib, headless).
 
-Every figure names the engine preset and says whether the engine was simulated. Inputs are the
+Every figure names the engine preset and says whether the engine was simulated. Colours mean one
+thing throughout: an arm has one colour in every figure (``ARM_COLORS``), and each figure has a
+legend for what its colours and markers stand for; no two text labels overlap (the figure tests
+render each one and compare every label's box). Units are the summary's: latency ratios to the
+floor, fills per workflow, engine-seconds over the floor's, simulated seconds. Inputs are the
 JSON objects ``dynbranch bench arms --json`` prints (one per workload, load and seed); nothing
 here runs a workload.
 """
@@ -17,12 +21,33 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
+
+from loadgen.arm_set import ALL_ARMS  # noqa: E402
+
+#: One colour per arm, the same in every figure (in ``ALL_ARMS`` order; the floor, the
+#: reference, is grey).
+ARM_COLORS: dict[str, str] = dict(zip(ALL_ARMS, (
+    "tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:olive", "tab:purple", "tab:pink",
+    "tab:brown", "tab:cyan", "darkkhaki", "black", "tab:red"), strict=True))
+#: Markers of the workloads (and their paper-profile groups) in a scatter, in sorted order.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def arm_color(arm: str) -> str:
+    """The arm's colour (an unknown arm is grey)."""
+    return ARM_COLORS.get(arm, "tab:gray")
 
 
 def engine_label(result: dict[str, Any]) -> str:
-    """'2 × qwen3-32b-h200, SIMULATED engine' (or 'real')."""
+    """'2 × qwen3-32b-h200, SIMULATED engine' (or 'real'; what the result records only)."""
     kind = "SIMULATED engine" if result.get("simulated", True) else "real engine"
-    return f"{result.get('engines', '?')} × {result.get('preset', '?')}, {kind}"
+    engines, preset = result.get("engines"), result.get("preset")
+    if engines is None or preset is None:
+        return kind if preset is None else f"{preset}, {kind}"
+    return f"{engines} × {preset}, {kind}"
 
 
 def _arm_ratios(results: Sequence[dict[str, Any]], workload: str, arm: str
@@ -55,35 +80,54 @@ def figure8(results: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
             ys.append(got[0])
             lo.append(max(got[0] - got[1], 0.0))
             hi.append(max(got[2] - got[0], 0.0))
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=arm)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=arm, color=arm_color(arm))
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="floor (1.0)")
     ax.set_xticks(range(len(workloads)), workloads)
     ax.set_ylabel("mean latency / floor")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, ncols=min(len(arms), 4))
+    ax.legend(fontsize=7, title="arm", title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
 def figure9(results: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
-    """After Figure 9: each arm's latency ratio against its fan-out (fills issued per request,
+    """After Figure 9: each arm's latency ratio against its fan-out (fills issued per workflow,
     left) and against its engine-seconds over the floor's (right: 1.0 is the floor's work; what
-    is above it is speculative work that was not used in its place). One point per arm and cell."""
-    fig, (fan, cost) = plt.subplots(1, 2, figsize=(9.0, 3.6), sharey=True)
+    is above it is speculative work that was not used in its place). One point per arm and cell:
+    its colour is the arm, its marker the workload (legends on the right; no point labels)."""
+    fig, (fan, cost) = plt.subplots(1, 2, figsize=(10.0, 3.8), sharey=True)
+    groups = sorted({r["workload"] for r in results})
+    marker = {g: MARKERS[i % len(MARKERS)] for i, g in enumerate(groups)}
+    arms: list[str] = []
     for r in results:
         for arm, a in r["arms"].items():
             if arm == "floor" or a.get("failed") or a.get("ratio_to_floor") is None:
                 continue
-            label = f"{r['workload']}/{arm}"
-            fan.scatter(a.get("fills_issued", 0.0), a["ratio_to_floor"], s=14)
-            fan.annotate(label, (a.get("fills_issued", 0.0), a["ratio_to_floor"]), fontsize=6)
+            arms += [arm] if arm not in arms else []
+            style = {"s": 26, "color": arm_color(arm), "marker": marker[r["workload"]],
+                     "alpha": 0.85, "edgecolors": "none"}
+            fan.scatter(a.get("fills_issued", 0.0), a["ratio_to_floor"], **style)
             if a.get("engine_s_vs_floor") is not None:
-                cost.scatter(a["engine_s_vs_floor"], a["ratio_to_floor"], s=14)
-                cost.annotate(label, (a["engine_s_vs_floor"], a["ratio_to_floor"]), fontsize=6)
-    fan.set_xlabel("fills issued per request")
+                cost.scatter(a["engine_s_vs_floor"], a["ratio_to_floor"], **style)
+    for ax in (fan, cost):
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.grid(alpha=0.3)
+    cost.axvline(1.0, color="black", linewidth=0.8, linestyle=":")
+    fan.set_xlabel("fills issued per workflow")
     fan.set_ylabel("mean latency / floor")
-    cost.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     cost.set_xlabel("engine-seconds / floor's (canonical + speculative)")
-    fig.suptitle(textwrap.fill(title, 90), fontsize=8)
+    # one legend, two columns: the arms' colours, then the workloads' markers
+    rows = max(len(arms), len(groups))
+    blank = Line2D([], [], linestyle="", label="")
+    colours = [Line2D([], [], linestyle="", marker="o", color=arm_color(a), label=a)
+               for a in arms]
+    markers = [Line2D([], [], linestyle="", marker=marker[g], color="dimgray", label=g)
+               for g in groups]
+    cost.legend(handles=[*colours, *[blank] * (rows - len(arms)),
+                         *markers, *[blank] * (rows - len(groups))],
+                ncols=2, title="arm (colour), workload (marker)", fontsize=7, title_fontsize=7,
+                loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(title, fontsize=9)
     return _save(fig, path)
 
 
@@ -98,9 +142,9 @@ def figure10(sweep: Sequence[tuple[float, dict[str, Any]]], path: Path, title: s
         lo.append(speedups[-1] - (1.0 / ci[1] if ci else speedups[-1]))
         hi.append((1.0 / ci[0] if ci else speedups[-1]) - speedups[-1])
     fig, ax = plt.subplots(figsize=(4.8, 3.4))
-    ax.errorbar(rates, speedups, yerr=[lo, hi], marker="o", capsize=3)
+    ax.errorbar(rates, speedups, yerr=[lo, hi], marker="o", capsize=3, color=arm_color("full"))
     ax.set_xlabel("exact-replay rate")
-    ax.set_ylabel("speedup over the floor (×)")
+    ax.set_ylabel("full arm's speedup over the floor (×)")
     ax.set_title(title, fontsize=9)
     return _save(fig, path)
 
@@ -117,10 +161,10 @@ def figure14(by_rate: Sequence[tuple[float, dict[str, Any]]], path: Path, title:
         c2_cut.append(max(c1 - full, 0.0))
         c1_cut.append(max(floor - c1, 0.0))
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
-    ax.bar(rates, left, label="full (what is left)")
-    ax.bar(rates, c2_cut, bottom=left, label="removed by C2 on top of C1")
+    ax.bar(rates, left, label="full (what is left)", color=arm_color("full"))
+    ax.bar(rates, c2_cut, bottom=left, label="removed by C2 on top of C1", color=arm_color("c2"))
     ax.bar(rates, c1_cut, bottom=[a + b for a, b in zip(left, c2_cut, strict=True)],
-           label="removed by C1")
+           label="removed by C1", color=arm_color("c1"))
     ax.set_xlabel("arrival rate λ")
     ax.set_ylabel("mean latency, simulated s")
     ax.set_title(title, fontsize=9)
@@ -147,7 +191,7 @@ def figure_sweep(cells: Sequence[tuple[float, dict[str, Any]]], path: Path, titl
                                                                               strict=True)]
         hi = [max((a.get("ratio_ci95") or (y, y))[1] - y, 0.0) for y, (_, a) in zip(ys, rows,
                                                                               strict=True)]
-        style = {"linewidth": 2.2} if arm == "full" else {"linewidth": 1.0}
+        style = {"linewidth": 2.2 if arm == "full" else 1.0, "color": arm_color(arm)}
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=2,
                     label="priced (full)" if arm == "full" else arm, **style)
         bx.plot(xs, [a["fills_issued"] for _, a in rows], marker="o", markersize=3,
@@ -159,11 +203,16 @@ def figure_sweep(cells: Sequence[tuple[float, dict[str, Any]]], path: Path, titl
     for axis in (ax, bx):
         axis.set_xscale("log")
         axis.set_xticks(rates, [f"{x:g}" for x in rates])
+        axis.xaxis.set_minor_formatter(NullFormatter())  # the rates alone, not 3, 4, 6 beside
         axis.set_xlabel("arrival rate λ (workflows/s)")
     ax.set_ylabel("mean latency / floor")
     bx.set_ylabel("fills issued per workflow")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    bx.set_title("fills issued per workflow, per arm", fontsize=9)
+    bx.legend(fontsize=7, title="arm", title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.02, 1.0),
+              handles=[*ax.get_legend_handles_labels()[0]],
+              labels=[*ax.get_legend_handles_labels()[1]])
     return _save(fig, path)
 
 
@@ -186,25 +235,44 @@ def figure_lads(blocks: Sequence[dict[str, Any]], path: Path, title: str) -> Pat
         hi = [max((p["mean_ci95"] or (m, m))[1] - m, 0.0) for m, p in zip(means, ps, strict=True)]
         labels = [f"ttl_best ({p['ttl_s']:g} s)" if a == "ttl_best" else a
                   for a, p in zip(arms, ps, strict=True)]
-        colors = ["tab:green" if a.startswith("lads") else "tab:gray" if a in (
-            "fifo_offload", "no_eviction_bound") else "tab:orange" if a.startswith("ttl")
-            else "tab:blue" for a in arms]
+        colors = [LADS_FAMILIES[_lads_family(a)][1] for a in arms]
         ax = row[0]
         ax.bar(range(len(arms)), means, yerr=[lo, hi], capsize=2, color=colors)
-        for x, p in enumerate(ps):
-            ax.text(x, p["mean_s"], f"{p['ratio_to_fifo']:.2f}", ha="center", va="bottom",
+        for x, (m, h, p) in enumerate(zip(means, hi, ps, strict=True)):
+            ax.text(x, m + h, f"{p['ratio_to_fifo']:.2f}", ha="center", va="bottom",
                     fontsize=6)
-        ax.set_xticks(range(len(arms)), labels, rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("mean latency (s)")
+        ax.margins(y=0.12)  # room for the ratios above the tallest bar
+        ax.set_xticks(range(len(arms)), labels, rotation=90, fontsize=7)
+        ax.set_ylabel("mean latency (simulated s)")
         ax.set_title(f"{block['workload']} on {block['preset']}, seeds {block['seeds']} "
                      "(× FIFO above the bars)", fontsize=8)
         ax = row[1]
         ax.bar(range(len(arms)), [p["protection_block_s"] for p in ps], color=colors)
-        ax.set_xticks(range(len(arms)), labels, rotation=60, ha="right", fontsize=7)
+        ax.set_xticks(range(len(arms)), labels, rotation=90, fontsize=7)
         ax.set_ylabel("protection block-seconds")
         ax.set_title("blocks held by leases or pins, integrated over the run", fontsize=8)
+        families = dict.fromkeys(_lads_family(a) for a in arms)
+        ax.legend(handles=[Patch(color=LADS_FAMILIES[f][1], label=LADS_FAMILIES[f][0])
+                           for f in families], fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0))
     fig.suptitle(title, fontsize=9)
     return _save(fig, path)
+
+
+#: The LADS figure's colour families: (legend text, colour).
+LADS_FAMILIES = {
+    "queue": ("queue orders (FIFO, Size-first, Cache-first, Tail-aware)", "tab:blue"),
+    "ttl": ("TTL baselines (Continuum, the sweep's best)", "tab:orange"),
+    "lads": ("LADS and its variants", "tab:green"),
+    "reference": ("references (FIFO + KV offloading, no-eviction bound)", "tab:gray")}
+
+
+def _lads_family(arm: str) -> str:
+    if arm.startswith("lads"):
+        return "lads"
+    if arm in ("fifo_offload", "no_eviction_bound"):
+        return "reference"
+    return "ttl" if arm.startswith("ttl") else "queue"
 
 
 def arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -217,9 +285,19 @@ def arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
     return seen
 
 
+def _wrap(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` wrapped to lines that fit ``width_in`` inches at ``fontsize`` points (a
+    character is about 0.55 em wide)."""
+    return textwrap.fill(text, max(20, int(width_in * 72 / (0.55 * fontsize))))
+
+
 def _save(fig: Any, path: Path) -> Path:
+    width = fig.get_figwidth()
     for ax in fig.axes:  # long titles name the preset and the engine: wrap, never clip
-        ax.set_title(textwrap.fill(ax.get_title(), 70), fontsize=8)
+        share = ax.get_position().width
+        ax.set_title(_wrap(ax.get_title().replace("\n", " "), width * share, 8), fontsize=8)
+    if fig.get_suptitle():
+        fig.suptitle(_wrap(fig.get_suptitle().replace("\n", " "), width * 0.95, 9), fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -227,4 +305,5 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-__all__ = ["arm_order", "engine_label", "figure8", "figure9", "figure10", "figure14"]
+__all__ = ["ARM_COLORS", "arm_color", "arm_order", "engine_label", "figure8", "figure9",
+           "figure10", "figure14", "figure_lads", "figure_sweep"]

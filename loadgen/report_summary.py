@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.envelope import regret_text
+from loadgen.numbers import fixed, percent, signed
 from loadgen.report_plots import engine_label
 
 #: The paper's figures (dynbranch §5.2, Tables 1–2, §2.2; ../shared/notes/paper-figures.md).
@@ -27,9 +28,23 @@ def _load(r: dict[str, Any]) -> str:
     return f"Poisson {r.get('rate_per_s')}/s" if r.get("arrival") == "poisson" else "serial"
 
 
+def seed_ids(r: dict[str, Any]) -> list[int]:
+    """The seeds a cell ran (merged into its one paired sample)."""
+    return list(r.get("seeds") or [r.get("seed", 0)])
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """The count and the ids: '1 (id 0)', '5 (ids 0-4)', '3 (ids 0, 2, 7)'."""
+    ids = sorted(seeds)
+    if len(ids) == 1:
+        return f"1 (id {ids[0]})"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{len(ids)} (ids {ids[0]}-{ids[-1]})"
+    return f"{len(ids)} (ids {', '.join(map(str, ids))})"
+
+
 def _seeds(r: dict[str, Any]) -> str:
-    seeds = r.get("seeds") or [r.get("seed", 0)]
-    return str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    return seeds_text(seed_ids(r))
 
 
 def _table(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -48,7 +63,7 @@ def _table(results: Sequence[dict[str, Any]]) -> list[str]:
                 f"{a.get('n', '')} | {arm} | {a['mean_s']:.2f} | "
                 f"{'' if p95 is None else f'{p95:.2f}'} | {a['ratio_to_floor']:.3f} | "
                 f"{'' if not ci else f'[{ci[0]:.3f}, {ci[1]:.3f}]'} | "
-                f"{'' if share is None or arm == 'floor' else f'{share:.2f}'} | "
+                f"{'' if share is None or arm == 'floor' else fixed(share, 2)} | "
                 f"{regret_text(a.get('envelope_regret'))} | "
                 f"{'' if cost is None else f'{cost:.2f}'} | {a.get('stalls', 0)} | "
                 f"{_equal(a.get('outputs_equal_floor'))} |")
@@ -117,11 +132,25 @@ def _delta(cells: Sequence[dict[str, Any]], arm: str) -> str:
         return "—"
     mean = statistics.fmean(a["ratio_to_floor"] for a in rows)
     cis = [a["ratio_ci95"] for a in rows if a.get("ratio_ci95")]
-    text = f"{100 * (mean - 1):+.1f}%"
+    text = percent(mean - 1, 1, sign=True)
     if cis:
         low, high = min(c[0] for c in cis), max(c[1] for c in cis)
-        text += f" [{100 * (low - 1):+.0f}, {100 * (high - 1):+.0f}]"
+        text += f" [{signed(100 * (low - 1), 0)}, {signed(100 * (high - 1), 0)}]"
     return text
+
+
+def _paper_c2(workload: str) -> str:
+    """Table 2's C2-alone change for the workload, or '—' where the paper has none."""
+    value = PAPER["c2_serial_4gpu"].get(workload)
+    return "—" if value is None else f"{value:+.1f}%"
+
+
+def _c2_delta(low: Sequence[dict[str, Any]], serial: Sequence[dict[str, Any]]) -> str:
+    """C2 alone in the serial closed loop (Table 2's setting) where one ran, else at low load,
+    saying which."""
+    cells, where = (serial, "serial loop") if serial else (low, "low-load Poisson")
+    delta = _delta(cells, "c2")
+    return delta if delta == "—" else f"{delta} ({where})"
 
 
 def _vs_prior(cells: Sequence[dict[str, Any]]) -> str:
@@ -130,7 +159,7 @@ def _vs_prior(cells: Sequence[dict[str, Any]]) -> str:
              if "full" in c["arms"] and "whole_request" in c["arms"]]
     if not pairs:
         return "—"
-    return f"{100 * (sum(f for f, _ in pairs) / sum(w for _, w in pairs) - 1):+.1f}%"
+    return percent(sum(f for f, _ in pairs) / sum(w for _, w in pairs) - 1, 1, sign=True)
 
 
 def _why(workload: str, cells: Sequence[dict[str, Any]], top_k: int) -> str:
@@ -152,10 +181,10 @@ def _why(workload: str, cells: Sequence[dict[str, Any]], top_k: int) -> str:
         calls = [sum(a.get("sources", {}).values()) for a in full]
         lib = [a.get("sources", {}).get("library", 0) for a in full]
         if sum(calls):
-            reasons.append(f"{sum(lib) / sum(calls):.0%} of calls served by the library")
+            reasons.append(f"{percent(sum(lib) / sum(calls))} of calls served by the library")
         shares = [a["oracle_share"] for a in full if a.get("oracle_share") is not None]
         if shares:
-            reasons.append(f"{statistics.fmean(shares):.0%} of the oracle bound captured")
+            reasons.append(f"{percent(statistics.fmean(shares))} of the oracle bound captured")
     c2 = [(c["arms"]["full"].get("fills_issued", 0.0), c["arms"]["c2"].get("fills_issued", 0.0))
           for c in cells if "full" in c["arms"] and "c2" in c["arms"]]
     if c2:
@@ -180,18 +209,19 @@ def paper_section(results: Sequence[dict[str, Any]]) -> list[str]:
              "from the paired bootstrap, widest over seeds). The paper's full-system range is "
              f"{PAPER['full_low']} at low load and {PAPER['prior_low']} against its strongest "
              "prior system; our stand-in for a prior system is the whole-request cache. Table 2 "
-             "gives C2 alone in a serial closed loop on 4 GPUs; C1 alone was "
+             "gives C2 alone in a serial closed loop on 4 GPUs (ours is measured there where a "
+             "serial loop ran, else at low load, as its cell says); C1 alone was "
              f"{PAPER['c1_mix']:+.1f}% over Table 1's mix.", "",
              "| workload | full Δ (low load) | paper full | full vs whole-request cache "
-             "| C1-only Δ | C2-only Δ (serial) | paper C2 (Table 2) |",
+             "| C1-only Δ (low load) | C2-only Δ (where measured) | paper C2 (Table 2, serial) |",
              "|---|---|---|---|---|---|---|"]
     reasons = []
     for w in workloads:
         low, serial = _cells(results, w, serial=False), _cells(results, w, serial=True)
         reasons.append(f"- **{w}**: {_why(w, low, top_k)}.")
-        c2 = _delta(serial, "c2") if serial else f"{_delta(low, 'c2')} (Poisson; no serial run)"
+        c2 = _c2_delta(low, serial)
         lines.append(f"| {w} | {_delta(low, 'full')} | {PAPER['full_low']} | {_vs_prior(low)} "
-                     f"| {_delta(low, 'c1')} | {c2} | {PAPER['c2_serial_4gpu'].get(w, 0):+.1f}% |")
+                     f"| {_delta(low, 'c1')} | {c2} | {_paper_c2(w)} |")
     lines += ["", "Where and why ours differ (measured in these runs):", ""]
     lines += reasons
     sizes = sorted({len(r.get("seeds") or [0]) * int(r.get("workflows", 0)) for r in results})
@@ -203,17 +233,18 @@ def paper_section(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
-                     plots: Sequence[Path]) -> str:
-    """The report's Markdown: our table, the paper's numbers beside it, where they differ."""
+                     plots: Sequence[Path], run: dict[str, Any] | None = None) -> str:
+    """The report's Markdown: where it came from (``run``: ``run_record``), our table, the
+    paper's numbers beside it, where they differ."""
     first = results[0] if results else {}
     stalls = sum(sum(r.get("stalls", {}).values()) for r in results)
-    lines = [f"# dynbranch report ({matrix})", "",
-             f"Engine: {engine_label(first)}. {_clock_text(first)} Every ratio is an arm's mean "
-             "over the floor's on the same schedule, paired by request id. Engine-s / floor is "
-             "the arm's engine time (prefill + decode, canonical and speculative) over the "
-             f"floor's. Stalls (calls over 0.25 simulated s outside the engine; a stalled "
-             f"workflow fails and is left out): {stalls} in all. Profiles: "
-             f"{', '.join(sorted({r.get('profile', 'data') for r in results}))}.", ""]
+    lines = head(matrix, run)
+    lines += [f"Engine: {engine_label(first)}. {clock_text(first)} Every ratio is an arm's mean "
+              "over the floor's on the same schedule, paired by request id. Engine-s / floor is "
+              "the arm's engine time (prefill + decode, canonical and speculative) over the "
+              f"floor's. Stalls (calls over 0.25 simulated s outside the engine; a stalled "
+              f"workflow fails and is left out): {stalls} in all. Profiles: "
+              f"{', '.join(sorted({r.get('profile', 'data') for r in results}))}.", ""]
     lines += _table(results)
     lines += _reachable(results)
     lines += paper_section(results)
@@ -222,18 +253,72 @@ def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
     return "\n".join(lines) + "\n"
 
 
-def _clock_text(result: dict[str, Any]) -> str:
-    """Which clock the latencies were measured in."""
-    if result.get("clock") == "virtual":
+def clock_text(result: dict[str, Any]) -> str:
+    """Which clock the latencies were measured in (what the result records, nothing more)."""
+    clock, scale = result.get("clock"), result.get("time_scale")
+    if clock == "virtual":
         hop = result.get("hop_s") or 0.0
         return ("Latency in simulated seconds on the virtual clock: simulated engine time, "
                 f"waits and {hop * 1000:g} ms per cross-service call (a loopback grpc.aio round "
-                "trip); the mesh's own CPU time is in no latency.")
-    if result.get("simulated", True):
-        return (f"Latency in simulated seconds on the live mesh at time scale "
-                f"{result.get('time_scale')} (wall seconds / time scale: the mesh's own CPU "
-                "time is inflated by 1 / time scale).")
-    return "Latency in wall seconds on a real engine."
+                "trip); the mesh's own CPU time is in no latency (time scale: not applicable).")
+    if not result.get("simulated", True):
+        return "Latency in wall seconds on a real engine."
+    if clock is None:
+        return "Latency in simulated seconds (the result does not record its clock)."
+    if scale is None:
+        return f"Latency in simulated seconds on the {clock} mesh (its time scale not recorded)."
+    return (f"Latency in simulated seconds on the {clock} mesh at time scale {scale:g} (wall "
+            "seconds / time scale: the mesh's own CPU time is inflated by 1 / time scale).")
+
+
+def clock_name(result: dict[str, Any]) -> str:
+    """'virtual clock, 0.5 ms per hop', 'live clock, time scale 0.5', or 'clock not
+    recorded'."""
+    clock, scale = result.get("clock"), result.get("time_scale")
+    if clock == "virtual":
+        return f"virtual clock, {(result.get('hop_s') or 0.0) * 1000:g} ms per hop"
+    if clock is None:
+        return "clock not recorded"
+    return f"{clock} clock" + ("" if scale is None else f", time scale {scale:g}")
+
+
+def cell_record(label: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What one ``bench arms`` cell of the report ran: its clock, profile, seeds (count and
+    ids) and workflows (per seed, and in all)."""
+    seeds = seed_ids(result)
+    per_seed = result.get("workflows")
+    return {"cell": label, "workload": result.get("workload"),
+            "profile": result.get("profile", "data"), "load": _load(result),
+            "engine": engine_label(result), "clock": clock_name(result),
+            "seeds": {"count": len(seeds), "ids": seeds}, "workflows_per_seed": per_seed,
+            "workflows": None if per_seed is None else per_seed * len(seeds)}
+
+
+def head(matrix: str, run: dict[str, Any] | None) -> list[str]:
+    """The title, and with ``run`` the commit, the date and every cell's clock, profile, seeds
+    and workflows."""
+    lines = [f"# dynbranch report ({matrix})", ""]
+    if run is None:
+        return lines
+    failed = run["failures"]
+    lines += [f"Commit `{run['commit']}`; started {run['date']} (UTC); took {run['wall_s']} s; "
+              f"{len(run['cells'])} cells ran"
+              + (f", {failed} failures listed at the end." if failed else ", none failed."), ""]
+    if not run["cells"]:
+        return lines + ["No cell completed: nothing below but the failures.", ""]
+    lines += ["## What ran", "",
+              "Each cell is one `bench arms` run: its arms on the same schedules, its seeds "
+              "merged into one paired sample.", "",
+              "| cell | workload | profile | load | engine | clock | seeds (count, ids) "
+              "| workflows (per seed × seeds) |", "|---|---|---|---|---|---|---|---|"]
+    for c in run["cells"]:
+        seeds, per_seed = c["seeds"], c["workflows_per_seed"]
+        workflows = ("not recorded" if per_seed is None
+                     else f"{per_seed} × {seeds['count']} = {c['workflows']}")
+        lines.append(f"| {c['cell']} | {c['workload']} | {c['profile']} | {c['load']} "
+                     f"| {c['engine']} | {c['clock']} | {seeds_text(seeds['ids'])} "
+                     f"| {workflows} |")
+    return lines + [""]
 
 
 def _equal(flag: bool | None) -> str:
@@ -241,4 +326,5 @@ def _equal(flag: bool | None) -> str:
     return "(reference)" if flag is None else ("yes" if flag else "NO")
 
 
-__all__ = ["PAPER", "envelope_section", "paper_section", "summary_markdown"]
+__all__ = ["PAPER", "cell_record", "clock_name", "clock_text", "envelope_section", "head",
+           "paper_section", "seeds_text", "summary_markdown"]

@@ -483,12 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     from loadgen import report_help
 
     report = sub.add_parser("report", help="run the experiment matrix and write the report",
-                            description="Run workloads × arms × loads × seeds on simulated "
-                            "engines; write JSON, plots and a Markdown summary, print the "
-                            "summary table and where the report is.")
-    report.add_argument("--full", action="store_true", help=report_help.FULL_HELP)
-    report.add_argument("--only", choices=["c3"], help=report_help.ONLY_HELP)
-    report.add_argument("--out", default=".dynbranch/report", help="report folder")
+                            description=report_help.DESCRIPTION)
+    report_help.add_arguments(report)
     _data_dir_arg(report)
     report.set_defaults(run=_report)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",

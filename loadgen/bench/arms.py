@@ -13,7 +13,7 @@ counted per arm. Workflows pair by id across arms. Per arm
 it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio
 to the floor with a paired-bootstrap 95% CI (over seeds, then workflows, when several seeds
 ran: ``loadgen.stats``), quantiles the sample supports, the gateway's fill
-counters per request, how long promoted fills still ran when their demands arrived and what
+counters per workflow, how long promoted fills still ran when their demands arrived and what
 those demands did (adopted and served, or why not: ``arm_summary``), whether every workflow's
 outputs equal the floor's (from the floor's own mesh), the share of the oracle bound it
 realizes (``loadgen.oracle``) and its envelope regret: its ratio minus the best fixed fan-out's
@@ -29,6 +29,7 @@ import asyncio
 import dataclasses
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,10 @@ MODES = {True: (24, 2, 0.5, 1, QUICK_ARMS), False: (48, 4, 0.5, 3, ALL_ARMS)}
 #: one engine on 2 cores, fewer workflows, and the floor beside the full arm by default.
 REAL_MODES = {True: (6, 1, 1.0, 1, ("floor", "full")), False: (12, 1, 1.0, 1, QUICK_ARMS)}
 WARMUP_SEED_OFFSET = 1_000_003
+#: Told of each unit of a run, the warm arms' training (if any) and then each (seed, arm), when it
+#: starts (``done`` False) and when it ends (``done`` True): how a caller shows progress.
+UnitProgress = Callable[[str, bool], None]
+TRAINING_UNIT = "training on the train split"
 #: Train-split workflows a warm arm's controller learns from, per mode (quick: True).
 TRAIN_WORKFLOWS = {True: 48, False: 96}
 
@@ -156,15 +161,22 @@ def _bound(floors: list[ArmResult], ids: set[str], post_click: bool
     return summed(per_seed), per_seed
 
 
+def _silent(unit: str, done: bool) -> None:
+    """No progress shown."""
+
+
 async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], seed: int,
-                config: MeshConfig, n: int, warm: int, rate: float
-                ) -> tuple[Schedule, dict[str, ArmResult]]:
+                config: MeshConfig, n: int, warm: int, rate: float,
+                progress: UnitProgress = _silent) -> tuple[Schedule, dict[str, ArmResult]]:
     schedule = build_schedule(workload, n, seed=seed, arrival=opts.arrival, rate=rate,
                               replay_rate=opts.replay_rate)
     warmup = _warmup(workload, schedule, warm, seed)
     results = {}
     for spec in rotated(arms, seed):
+        unit = f"seed {seed}, {spec.name}"
+        progress(unit, False)
         results[spec.name] = await run_arm(spec, workload, schedule, config, warmup)
+        progress(unit, True)
     return schedule, {s.name: results[s.name] for s in arms}
 
 
@@ -228,10 +240,37 @@ def _clock(opts: Options, real: RealEngine | None, default_scale: float) -> tupl
     return clock, scale
 
 
-async def _run(quick: bool, opts: Options) -> dict[str, Any]:
+def _arm_specs(quick: bool, opts: Options, clock: str) -> tuple[ArmSpec, ...]:
+    """The arms a run runs: ``opts.arms`` or the mode's, less the warm ones off the virtual
+    clock (a warm arm starts from state trained on it)."""
+    default_arms = (MODES if opts.engine == "sim" else REAL_MODES)[quick][4]
+    arms = resolve(opts.arms or default_arms)
+    if clock != "virtual" and any(a.warm for a in arms):
+        if opts.arms:
+            raise ValueError("a warm arm starts from state trained on the virtual clock: "
+                             f"not with --clock {clock}")
+        arms = tuple(a for a in arms if not a.warm)  # the default set, less what cannot run
+    return arms
+
+
+def _units(arms: tuple[ArmSpec, ...], seeds: int) -> int:
+    """Units of a run: one per seed and arm, and the training when a warm arm runs."""
+    return max(1, seeds) * len(arms) + any(a.warm for a in arms)
+
+
+def planned_units(quick: bool, workload: str | None = None, *, seed: int = 0,
+                  arrival: str = "poisson", rate: float | None = None, **options: Any) -> int:
+    """How many units ``run`` with the same arguments reports to its ``progress`` (it runs
+    nothing: what a caller's progress bar counts to)."""
+    opts = Options(workload=workload or "routing", seed=seed, arrival=arrival, rate=rate,
+                   **options)
+    clock = opts.clock or ("virtual" if opts.engine == "sim" else "live")
+    return _units(_arm_specs(quick, opts, clock), opts.seeds)
+
+
+async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> dict[str, Any]:
     real = _real(opts)
-    n, engines, default_scale, warm, default_arms = (MODES if real is None
-                                                     else REAL_MODES)[quick]
+    n, engines, default_scale, warm, _ = (MODES if real is None else REAL_MODES)[quick]
     clock, time_scale = _clock(opts, real, default_scale)
     rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
     workload = get_workload(opts.workload, **profile_options(opts.profile, opts.workload))
@@ -245,19 +284,17 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     config = MeshConfig(engines=opts.engines or engines, preset=opts.preset,
                         time_scale=time_scale, overlap_weight=weight, real=real, clock=clock,
                         hop_s=hop_s)
-    arms = resolve(opts.arms or default_arms)
-    if clock != "virtual" and any(a.warm for a in arms):
-        if opts.arms:
-            raise ValueError("a warm arm starts from state trained on the virtual clock: "
-                             f"not with --clock {clock}")
-        arms = tuple(a for a in arms if not a.warm)  # the default set, less what cannot run
+    arms = _arm_specs(quick, opts, clock)
     seeds = list(range(opts.seed, opts.seed + max(1, opts.seeds)))
     with tempfile.TemporaryDirectory(prefix="dynbranch-train-") as tmp:
         training = None
         if any(a.warm for a in arms):
+            progress(TRAINING_UNIT, False)
             config, training = await _train(opts, config, TRAIN_WORKFLOWS[quick], rate,
                                             Path(tmp))
-        per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate) for s in seeds]
+            progress(TRAINING_UNIT, True)
+        per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate, progress)
+                    for s in seeds]
     merged = {a.name: _merge([r[a.name] for _, r in per_seed]) for a in arms}
     ids = set(completed_everywhere(merged))
     bound, seed_bounds = _bound([r["floor"] for _, r in per_seed], ids,
@@ -322,8 +359,10 @@ def resolve_load(quick: bool, opts: Options) -> tuple[Options, dict[str, Any] | 
 
 
 def run(quick: bool, workload: str | None = None, *, seed: int = 0, arrival: str = "poisson",
-        rate: float | None = None, **options: Any) -> dict[str, Any]:
-    """Run the benchmark, print a readable table, return the JSON figures.
+        rate: float | None = None, progress: UnitProgress | None = None,
+        **options: Any) -> dict[str, Any]:
+    """Run the benchmark, print a readable table, return the JSON figures. ``progress`` is told
+    of each unit (``UnitProgress``; ``planned_units`` counts them beforehand).
 
     A missing data set raises ``DataUnavailable`` naming the file (never a silent skip).
     """
@@ -333,7 +372,7 @@ def run(quick: bool, workload: str | None = None, *, seed: int = 0, arrival: str
     # from ("Failed to detach context"). Keep the table readable.
     logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
     opts, load = resolve_load(quick, opts)
-    result = asyncio.run(_run(quick, opts))
+    result = asyncio.run(_run(quick, opts, progress or _silent))
     result["load_level"] = load
     _print(result)
     return result
@@ -415,7 +454,7 @@ def _print(result: dict[str, Any]) -> None:
           "an arm's ratio minus the envelope's [paired 95% CI]" if best else
           "  envelope: no fixed K ran (c1, fixed1, fixed, fixed3, always)")
     print(f"  {'arm':<15} {'mean_s':>8} {'ratio':>7} {'ci95':>15} {'oracle':>7} "
-          f"{'regret [ci95]':>25} {'issued/req':>11} {'consumed/req':>13} {'stalls':>6}  "
+          f"{'regret [ci95]':>25} {'issued/wf':>11} {'consumed/wf':>13} {'stalls':>6}  "
           f"outputs = floor")
     for name, arm in result["arms"].items():
         ci = arm["ratio_ci95"]
@@ -435,4 +474,5 @@ def _print(result: dict[str, Any]) -> None:
         print(f"  RUN FAILED: {result['failed']} failed workflow(s), left out of every mean")
 
 
-__all__ = ["MODES", "RATES", "REAL_MODES", "Options", "run"]
+__all__ = ["MODES", "RATES", "REAL_MODES", "TRAINING_UNIT", "Options", "UnitProgress",
+           "planned_units", "run"]

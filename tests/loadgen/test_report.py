@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,10 @@ def test_the_report_writes_json_plots_and_a_summary_naming_the_engine(tmp_path: 
     assert all((tmp_path / p).stat().st_size > 1000 for p in report["plots"])
     summary = (tmp_path / "summary.md").read_text()
     assert "SIMULATED engine" in summary and "qwen3-32b-h200" in summary
-    assert ("| routing | Poisson 0.12/s | data | 0 |  | full | 6.00 |  | 0.600 | [0.550, 0.650] "
-            "|  |  | 1.30 | 0 | yes |") in summary
-    assert ("| routing | Poisson 0.12/s | data | 0 |  | floor | 10.00 |  | 1.000 |  |  |  | 1.00 "
-            "| 0 | (reference) |") in summary
+    assert ("| routing | Poisson 0.12/s | data | 1 (id 0) |  | full | 6.00 |  | 0.600 "
+            "| [0.550, 0.650] |  |  | 1.30 | 0 | yes |") in summary
+    assert ("| routing | Poisson 0.12/s | data | 1 (id 0) |  | floor | 10.00 |  | 1.000 |  |  "
+            "|  | 1.00 | 0 | (reference) |") in summary
     assert "react low (data): boom" in summary  # failed cells are listed, not averaged in
     assert "What is reachable" in summary
 
@@ -117,7 +118,7 @@ def test_the_paper_section_sets_each_workload_beside_the_paper_and_says_why(
     summary = (tmp_path / "summary.md").read_text()
     # full −40% at low load; 6.0 s vs the cache's 8.0 s is −25%; C2 alone −45% serial
     assert "| hci | -40.0% [-45, -35] | −46% to −66% | -25.0% | — | -45.0% [-50, -40] " \
-        "| -47.7% |" in summary.replace("+", "")
+        "(serial loop) | -47.7% |" in summary.replace("+", "")
     assert "priced admission 0.600 of the floor against the fixed top-2 policy's 0.500" \
         in summary
     assert "25% of calls served by the library" in summary and "40% of the oracle" in summary
@@ -200,3 +201,80 @@ def test_the_c3_study_writes_its_sweep_records_phased_trace_and_acceptance(tmp_p
     assert "| routing: priced − envelope <= +0.01 at every load | NO |" in summary  # 8/s: +0.04
     assert report["c3"]["acceptance"] and "routing 8/s" in report["c3"]["decision_records"]
     assert all((tmp_path / p.name).stat().st_size > 1000 for p in plots)
+
+
+def test_summary_and_json_record_commit_date_clock_profile_seeds_and_workflows(
+        tmp_path: Path) -> None:
+    from loadgen.provenance import commit
+
+    cell = {**result("routing", 0, 0.6), "clock": "virtual", "hop_s": 0.0005,
+            "profile": "paper", "seeds": [0, 1, 2], "workflows": 24}
+    report = write_report("quick", [cell], [], tmp_path, 12.3, date="2025-01-31T12:00:00+00:00")
+    run = json.loads((tmp_path / "report.json").read_text())["run"]
+    assert run == report["run"]
+    assert run["commit"] == commit() and run["date"] == "2025-01-31T12:00:00+00:00"
+    assert run["cells"] == [{
+        "cell": "low", "workload": "routing", "profile": "paper", "load": "Poisson 0.12/s",
+        "engine": "2 × qwen3-32b-h200, SIMULATED engine", "clock": "virtual clock, 0.5 ms per hop",
+        "seeds": {"count": 3, "ids": [0, 1, 2]}, "workflows_per_seed": 24, "workflows": 72}]
+    summary = (tmp_path / "summary.md").read_text()
+    assert f"Commit `{commit()}`; started 2025-01-31T12:00:00+00:00 (UTC)" in summary
+    assert ("| low | routing | paper | Poisson 0.12/s | 2 × qwen3-32b-h200, SIMULATED engine "
+            "| virtual clock, 0.5 ms per hop | 3 (ids 0-2) | 24 × 3 = 72 |") in summary
+    assert "| routing | Poisson 0.12/s | paper | 3 (ids 0-2) |" in summary  # the main table
+
+
+def test_the_console_says_seed_count_and_ids_as_the_summary_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from loadgen.report import print_summary
+
+    report = write_report("quick", [{**result("hci", 0, 0.4), "seeds": [0]}], [], tmp_path, 1.0)
+    print_summary(report, tmp_path)
+    out = capsys.readouterr().out
+    assert "seeds (count, ids)" in out and "1 (id 0)" in out
+    assert "| hci | Poisson 0.12/s | data | 1 (id 0) |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("cell", [
+    {"workload": "routing", "arrival": "poisson", "rate_per_s": 0.12,
+     "arms": result("routing", 0, 0.6)["arms"]},  # no engine, preset or clock recorded
+    {**result("routing", 0, 0.6), "clock": "live", "time_scale": None},
+])
+def test_the_summary_writes_no_placeholder(tmp_path: Path, cell: dict) -> None:
+    write_report("quick", [cell], [], tmp_path, 1.0)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "?" not in summary and "None" not in summary
+
+
+def test_the_summary_of_a_run_with_no_cell_says_so_without_placeholders(tmp_path: Path) -> None:
+    failures = [{"workload": w, "load": "idle", "profile": "data", "error": "DataUnavailable"}
+                for w in ("routing", "react")]
+    write_report("quick", [], failures, tmp_path, 2.0)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "0 cells ran, 2 failures listed at the end" in summary
+    assert "No cell completed" in summary
+    assert "?" not in summary and "None" not in summary and "Engine:" not in summary
+
+
+def test_a_value_that_rounds_to_zero_prints_as_zero(tmp_path: Path) -> None:
+    from loadgen.envelope import regret_text
+    from loadgen.numbers import fixed, percent, signed
+
+    assert (fixed(-0.001, 2), signed(-0.0001), percent(-0.004)) == ("0.00", "+0.000", "0%")
+    assert regret_text({"diff": -0.0002, "low": -0.0004, "high": 0.0}) == \
+        "+0.000 [+0.000, +0.000]"
+    cell = result("hci", 0, 1.0)
+    cell["arms"]["full"]["oracle_share"] = -0.001
+    write_report("quick", [cell], [], tmp_path, 1.0)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "-0.00" not in summary and "-0%" not in summary and "| 0.00 |" in summary
+
+
+def test_c2_alone_says_where_it_was_measured(tmp_path: Path) -> None:
+    low = result("routing", 0, 0.6)
+    low["arms"]["c2"] = {**low["arms"]["full"], "ratio_to_floor": 0.7, "ratio_ci95": [0.6, 0.8]}
+    write_report("quick", [low], [], tmp_path, 1.0)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "C2-only Δ (where measured)" in summary and "(serial)" not in summary
+    assert "| -30.0% [-40, -20] (low-load Poisson) | -21.9% |" in summary
+    assert "no serial run" not in summary

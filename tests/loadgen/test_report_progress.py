@@ -1,0 +1,83 @@
+"""The report's progress moves per arm and seed inside a cell, and shows an ETA."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from rich.progress import Progress, TaskID, TimeRemainingColumn
+
+from loadgen import c3, report
+from loadgen.arm_set import ALL_ARMS, QUICK_ARMS
+from loadgen.bench.arms import TRAINING_UNIT, planned_units, run
+from loadgen.report_matrix import MATRICES, REPLAY_RATES
+
+
+class Recording(Progress):
+    """A progress bar that keeps every position and description it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(console=Console(file=io.StringIO()))
+        self.positions: list[float] = []
+        self.descriptions: list[str] = []
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self.positions.append(self.tasks[0].completed)
+
+    def update(self, task_id: TaskID, **fields: Any) -> None:
+        super().update(task_id, **fields)
+        if "description" in fields:
+            self.descriptions.append(fields["description"])
+
+
+def test_the_bar_moves_per_arm_and_seed_within_a_cell(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    # one real cell, small: HCI (the data profile only), 2 workflows x 2 seeds, the quick arms
+    monkeypatch.setitem(MATRICES, "tiny", {"quick": True, "seeds": 2, "loads": ("idle",),
+                                           "workflows": 2})
+    monkeypatch.setattr(report, "WORKLOADS", ("hci",))
+    monkeypatch.setattr(report, "_timeline", lambda out, failures: [])
+    bar = Recording()
+    monkeypatch.setattr(report, "progress_bar", lambda: bar)
+    report.run_matrix("tiny", tmp_path)
+    total = report.planned_total("tiny")
+    assert total == 2 * len(QUICK_ARMS) + 1  # seeds x arms, and the timeline
+    # every unit moved the bar by one: no jump at a cell's end, ending at the total
+    assert sorted(set(bar.positions)) == list(range(1, total + 1))
+    inside = [p for p in bar.positions if p <= 2 * len(QUICK_ARMS)]
+    assert len(set(inside)) > 2
+    assert "hci idle (data): seed 1, c2" in bar.descriptions
+
+
+def test_a_bench_arms_run_reports_the_units_it_planned() -> None:
+    seen: list[tuple[str, bool]] = []
+    options: dict[str, Any] = {"workflows": 2, "seeds": 2, "arms": ("floor", "c1")}
+    run(True, "hci", progress=lambda unit, done: seen.append((unit, done)), **options)
+    done = [unit for unit, finished in seen if finished]
+    assert len(done) == planned_units(True, "hci", **options) == 4
+    assert [u for u, finished in seen if not finished] == done  # each unit starts, then ends
+    assert set(done) == {"seed 0, floor", "seed 0, c1", "seed 1, floor", "seed 1, c1"}
+
+
+def test_a_warm_arm_adds_its_training_as_a_unit() -> None:
+    assert planned_units(True, "hci", seeds=3, arms=("floor", "full_warm")) == 3 * 2 + 1
+    assert TRAINING_UNIT == "training on the train split"
+
+
+def test_the_full_report_shows_an_eta_over_every_seed_and_arm() -> None:
+    assert any(isinstance(c, TimeRemainingColumn) for c in report.progress_bar().columns)
+    full = MATRICES["full"]
+    cells = report.cells("full")
+    serial = [c for c in cells if c[1] in full["once"]]
+    warm = any(a == "full_warm" for a in ALL_ARMS)
+    matrix = ((len(cells) - len(serial)) * (full["seeds"] * len(ALL_ARMS) + warm)
+              + len(serial) * (len(ALL_ARMS) + warm))
+    sweep = len(c3.SWEEP_WORKLOADS) * len(c3.SWEEP_RATES) * c3.SWEEP_SEEDS * (
+        len(c3.SWEEP_ARMS) + 1)  # the floor is added
+    replay = len(REPLAY_RATES) * 2 * 2  # floor and full, two seeds
+    # the timeline, the phased trace and the LADS bench are a unit each
+    assert report.planned_total("full") == matrix + 1 + sweep + 1 + replay + 1
