@@ -183,6 +183,8 @@ async def _train(opts: Options, config: MeshConfig, n: int, rate: float,
     No measured workflow is among them, and nothing learned on a measured seed is ever kept."""
     train = get_workload(opts.workload, split="train",
                          **profile_options(opts.profile, opts.workload))
+    most = most_workflows(train)
+    n = n if most is None else min(n, most)  # what the train split yields for one schedule
     schedule = build_schedule(train, n, seed=TRAIN_SEED, arrival=opts.arrival, rate=rate,
                               replay_rate=opts.replay_rate)
     path = folder / "learned-state.json"
@@ -255,7 +257,8 @@ async def _run(quick: bool, opts: Options) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dynbranch-train-") as tmp:
         training = None
         if any(a.warm for a in arms):
-            config, training = await _train(opts, config, TRAIN_WORKFLOWS[quick], rate,
+            # as many as a measured seed (high rates: enough for the load to build)
+            config, training = await _train(opts, config, max(TRAIN_WORKFLOWS[quick], n), rate,
                                             Path(tmp))
         per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate) for s in seeds]
     merged = {a.name: _merge([r[a.name] for _, r in per_seed]) for a in arms}

@@ -76,11 +76,12 @@ class BranchManager:
         self.counters = {"opened": 0, "fills_issued": 0, "fills_consumed": 0, "stages_promoted": 0,
                          "fills_discarded": 0, "fills_aborted": 0, "ambiguous": 0,
                          "promoted_elsewhere": 0, "claimed_elsewhere": 0,
-                         "skipped_library_down": 0, **PROMOTION_COUNTERS}
+                         "skipped_library_down": 0, "fill_steps_joined": 0, **PROMOTION_COUNTERS}
         self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort,
                                      adopter=Adopter(executor.engines, settings),
                                      join_confirmed=executor.features.c1)
-        self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold)
+        self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold,
+                                counters=self.counters)
 
     # -- entry from the canonical path -------------------------------------------------------
 
