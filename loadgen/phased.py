@@ -9,9 +9,9 @@ and priced admission, cold (``full``) and warm (``full_warm``: from what it lear
 phased pattern on the train split, ``PRICED``). Per phase: each arm's mean latency; for priced,
 the share of branches whose candidate generation Action 0 opened and the break-even threshold
 p* = C / (G + C) (its candidate-set mean, phase median: the paper's Fig. 15a); for the static
-rule, its share opened. Over the complete trace: each arm's mean and full/floor with CIs clustered by seed, and
-each priced arm against static, always and the fixed fan-outs (the paper: 5.7% and 5.5% below
-static and always).
+rule, its share opened. Over the complete trace: each arm's mean and full/floor with CIs
+clustered by seed, and each priced arm against static, always and the fixed fan-outs (the
+paper: 5.7% and 5.5% below static and always).
 """
 
 from __future__ import annotations
