@@ -23,8 +23,13 @@ from loadgen.numbers import percent, signed
 SWEEP_WORKLOADS = ("routing", "react")
 SWEEP_RATES = (0.8, 2.0, 4.0, 8.0, 16.0)
 #: The arms of a sweep cell (the floor is always added): every fixed fan-out but top 3, the
-#: paper's static rule, priced admission.
-SWEEP_ARMS = ("c1", "fixed1", "fixed", "always", "load_threshold", "full")
+#: paper's static rule, priced admission cold and warm (``PRICED``).
+SWEEP_ARMS = ("c1", "fixed1", "fixed", "always", "load_threshold", "full", "full_warm")
+#: Priced admission as the study judges it, and how its checks name it: ``full_warm`` starts
+#: from what the controller learned on the workload's train split at the same rate (or over the
+#: same phased pattern), as a deployed controller keeps its state (``state_path``): the steady
+#: state; ``full`` starts each seed cold, so a cell of 48 workflows measures mostly its learning.
+PRICED = {"full_warm": "priced (warm)", "full": "priced (cold start)"}
 SWEEP_SEEDS = 5
 SWEEP_ENGINES = 4
 
@@ -100,9 +105,11 @@ def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]],
     return lines
 
 
-def decision_section(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """Markdown: the decision record of priced admission per cell (``decision_record``)."""
-    lines = ["", "## Why priced admission did what it did (decision record)", "",
+def decision_section(rows: Sequence[tuple[str, Mapping[str, Any]]], arm: str = "full"
+                     ) -> list[str]:
+    """Markdown: the decision record of priced admission (``arm``) per cell
+    (``decision_record``)."""
+    lines = ["", f"## Why {PRICED.get(arm, arm)} did what it did (decision record)", "",
              "Per cell: Action 0's answers by rule (cold, cold_bounded, priced, audit, refused), "
              "Action 1's candidates left out by cause, candidates admitted per opened branch, the "
              "median price C against the measured marginal cost of a fill (top 2 against top 1, "
@@ -118,7 +125,7 @@ def decision_section(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]
              "within 1.25x after 48 | step ms | running | waiting | KV |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, record in rows:
-        full = record["arms"].get("full", {})
+        full = record["arms"].get(arm, {})
         acc = full.get("account", {})
         load = full.get("engine_load", {})
         ranks = acc.get("p_tilde_by_rank", {})
@@ -173,18 +180,20 @@ def _regret(result: Mapping[str, Any], arm: str) -> float | None:
 def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
                levels: Mapping[str, Mapping[str, Mapping[str, Any]]],
                idle: Mapping[str, Mapping[str, Any]],
-               phased: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Issue 37's criteria on the cells that ran, each {check, ok, detail}; a criterion whose
-    cells did not run is reported as not met (ok False, "not run")."""
+               phased: Mapping[str, Any] | None, priced: str = "full") -> list[dict[str, Any]]:
+    """Issue 37's criteria for the ``priced`` arm on the cells that ran, each {check, ok,
+    detail, arm}; a criterion whose cells did not run is reported as not met (ok False, "not
+    run"). Checks of an arm other than ``full`` carry its name in brackets."""
     checks: list[dict[str, Any]] = []
+    tag = "" if priced == "full" else f" [{priced}]"
 
     def add(check: str, ok: bool, detail: str) -> None:
-        checks.append({"check": check, "ok": bool(ok), "detail": detail})
+        checks.append({"check": check + tag, "ok": bool(ok), "detail": detail, "arm": priced})
 
     for workload in SWEEP_WORKLOADS:
         cells = [(f"{x:g}/s", r) for x, r in sweeps.get(workload, ())] + [
             (level, r) for level, r in levels.get(workload, {}).items()]
-        found = [(label, _regret(r, "full")) for label, r in cells]
+        found = [(label, _regret(r, priced)) for label, r in cells]
         worst = max((d for _, d in found if d is not None), default=None)
         add(f"{workload}: priced − envelope <= +{WITHIN_ENVELOPE} at every load",
             worst is not None and worst <= WITHIN_ENVELOPE,
@@ -195,7 +204,7 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
                 False, "not run")
             continue
         worst_by = worst_regret(cells_sweep)
-        mine = worst_by.get("full")
+        mine = worst_by.get(priced)
         others = {a: w for a, w in worst_by.items() if a in COMPARED}
         margin_ok = mine is not None and all(mine["diff"] <= w["diff"] - WORST_MARGIN
                                              for w in others.values())
@@ -203,7 +212,7 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
         ci_ok, parts = True, []
         for arm, w in others.items():
             cell = dict(cells_sweep)[w["x"]]
-            d = cell["arms"]["full"].get("vs_baselines", {}).get(arm)
+            d = cell["arms"].get(priced, {}).get("vs_baselines", {}).get(arm)
             excl = d is not None and d["high"] < 0
             ci_ok = ci_ok and (excl or w["diff"] <= 0)
             parts.append(f"{arm} worst {signed(w['diff'])} at {w['x']:g}/s"
@@ -216,12 +225,12 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
             + "; ".join(parts))
         for level in ("busy", "saturated"):
             r = levels.get(workload, {}).get(level)
-            if r is None:
+            if r is None or priced not in r.get("arms", {}):
                 add(f"{workload} {level}: priced beats load_threshold, fewer fills than fixed",
                     False, "not run")
                 continue
-            d = r["arms"]["full"].get("vs_baselines", {}).get("load_threshold")
-            fills = (r["arms"]["full"]["fills_issued"], r["arms"]["fixed"]["fills_issued"])
+            d = r["arms"][priced].get("vs_baselines", {}).get("load_threshold")
+            fills = (r["arms"][priced]["fills_issued"], r["arms"]["fixed"]["fills_issued"])
             add(f"{workload} {level}: priced beats load_threshold (CI excluding zero) and "
                 "issues fewer fills than fixed",
                 d is not None and d["high"] < 0 and fills[0] < fills[1],
@@ -230,18 +239,19 @@ def acceptance(sweeps: Mapping[str, Sequence[tuple[float, Mapping[str, Any]]]],
                 + f"; fills/workflow {fills[0]:.2f} vs {fills[1]:.2f}")
     for workload in ("subagent", "hci"):
         r = idle.get(workload)
-        d = _regret(r, "full") if r else None
+        d = _regret(r, priced) if r else None
         add(f"{workload} idle: priced within {WITHIN_ENVELOPE} of the envelope",
             d is not None and d <= WITHIN_ENVELOPE,
             "not run" if r is None else f"regret {signed(d)}" if d is not None else "no envelope")
     if phased is None:
         add("phased trace: priced lowest mean, below static and always", False, "not run")
     else:
-        vs = phased["priced_vs"]
+        vs = phased.get("priced_vs_by_arm", {}).get(priced, {})
+        lowest = phased.get("lowest_by_arm", {}).get(priced)
         add(f"phased trace ({len(phased['seeds'])} seeds): priced has the lowest mean latency, "
-            "below static and always", phased["lowest_mean"] == "full"
+            "below static and always", lowest == priced
             and all(vs.get(a, {}).get("diff", 1) < 0 for a in ("load_threshold", "always")),
-            f"lowest {phased['lowest_mean']}; " + "; ".join(
+            f"lowest {lowest}; " + "; ".join(
                 f"vs {a} {percent(v['relative'], 1, sign=True)} ({signed(v['diff'])} "
                 f"[{signed(v['low'])}, {signed(v['high'])}] of the floor)" for a, v in vs.items()))
     return checks
@@ -256,6 +266,6 @@ def acceptance_section(checks: Sequence[Mapping[str, Any]]) -> list[str]:
                                f"{c['detail']} |" for c in checks]
 
 
-__all__ = ["SWEEP_ARMS", "SWEEP_ENGINES", "SWEEP_RATES", "SWEEP_SEEDS", "SWEEP_WORKLOADS",
-           "acceptance", "acceptance_section", "cell_options", "decision_section", "run_cell",
-           "sweep_section"]
+__all__ = ["PRICED", "SWEEP_ARMS", "SWEEP_ENGINES", "SWEEP_RATES", "SWEEP_SEEDS",
+           "SWEEP_WORKLOADS", "acceptance", "acceptance_section", "cell_options",
+           "decision_section", "run_cell", "sweep_section"]

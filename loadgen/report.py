@@ -442,7 +442,8 @@ def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
                for x, r in cells]
     records += [(f"{w} {level} ({r.get('rate_per_s')}/s)", r["decision_record"])
                 for w, by in levels.items() for level, r in by.items()]
-    checks = c3.acceptance(sweeps, levels, found.get("idle", {}), found.get("phased"))
+    checks = [check for arm in c3.PRICED for check in c3.acceptance(
+        sweeps, levels, found.get("idle", {}), found.get("phased"), priced=arm)]
     lines: list[str] = []
     for w, cells in sweeps.items():
         lines += c3.sweep_section(SWEEP_TITLES.get(f"{w}_by_lambda", w), cells)
@@ -452,7 +453,8 @@ def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
                                   labels=[f"{lv} ({r.get('rate_per_s'):.3g}/s)"
                                           for lv, r in by.items()])
     if records:
-        lines += c3.decision_section(records)
+        for arm in c3.PRICED:
+            lines += c3.decision_section(records, arm)
     phased = found.get("phased")
     if phased:
         lines += ["", f"## The phased trace (§5.5, Fig. 15; Routing, {phased['engines']} engines, "

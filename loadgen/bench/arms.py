@@ -195,6 +195,8 @@ async def _train(opts: Options, config: MeshConfig, n: int, rate: float,
     No measured workflow is among them, and nothing learned on a measured seed is ever kept."""
     train = get_workload(opts.workload, split="train",
                          **profile_options(opts.profile, opts.workload))
+    most = most_workflows(train)
+    n = n if most is None else min(n, most)  # what the train split yields for one schedule
     schedule = build_schedule(train, n, seed=TRAIN_SEED, arrival=opts.arrival, rate=rate,
                               replay_rate=opts.replay_rate)
     path = folder / "learned-state.json"
@@ -290,7 +292,8 @@ async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> 
         training = None
         if any(a.warm for a in arms):
             progress(TRAINING_UNIT, False)
-            config, training = await _train(opts, config, TRAIN_WORKFLOWS[quick], rate,
+            # as many as a measured seed (high rates: enough for the load to build)
+            config, training = await _train(opts, config, max(TRAIN_WORKFLOWS[quick], n), rate,
                                             Path(tmp))
             progress(TRAINING_UNIT, True)
         per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate, progress)

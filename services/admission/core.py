@@ -21,11 +21,12 @@ baseline policies it is compared with.
 The branch class (the gateway sends tenant and coordinate) keys everything learned, so tenants
 learn apart while the price curves, which describe the engines, are shared. Selection
 posteriors update for every predicted candidate of a settled branch; usability only for admitted
-fills of the selected candidate. Every per-branch record is bounded (oldest forgotten);
-``ledger`` keeps the per-branch account a run is judged by, and ``state``/``restore`` carry what
-was learned across restarts (``state_store``). The baselines (``baselines``) answer the same
-three calls (``AdmissionPolicy``), so a run selects one by name; ``replay`` scores recorded
-decisions against the exact oracle.
+fills of the selected candidate, and only when some fill of the branch did engine work (one the
+library or a canonical execution answered says nothing about timely use). Every per-branch
+record is bounded (oldest forgotten); ``ledger`` keeps the per-branch account a run is judged
+by, and ``state``/``restore`` carry what was learned across restarts (``state_store``). The
+baselines (``baselines``) answer the same three calls (``AdmissionPolicy``), so a run selects
+one by name; ``replay`` scores recorded decisions against the exact oracle.
 """
 
 from __future__ import annotations
@@ -445,10 +446,12 @@ class PricedController:
         if outcome.final:
             del self.settled[outcome.branch_id]
             self._learn(st, b, outcome, consumed)
-        # The selected fill is waste only once the final report says it was not consumed.
+        # The selected fill is waste only once the final report says it was not consumed; fills
+        # that did no engine work at all (final report, no cost) cost the engines nothing.
         selected_unused = outcome.final and not consumed
-        wasted = sum(c for name, c in b.admitted.items()
-                     if name != outcome.selected or selected_unused)
+        idle = outcome.final and outcome.fill_cost_s <= 0
+        wasted = 0.0 if idle else sum(c for name, c in b.admitted.items()
+                                      if name != outcome.selected or selected_unused)
         target = (outcome.saved_s * 1000.0 if consumed else self._pending_credit_ms(
             st, b, outcome)) - (outcome.setup_s + outcome.wait_s) * 1000.0 - wasted
         self.gate.settle(b.branch_class, outcome.branch_id, target)
@@ -460,8 +463,11 @@ class PricedController:
         if outcome.selected in b.admitted:
             if consumed:
                 st.usability.success += 1
-            else:
+            elif outcome.fill_cost_s > 0:
                 st.usability.failure += 1
+            # else no fill of the branch did engine work (the library or a canonical execution
+            # answered every step, or the branch resolved before they started): nothing was
+            # late and nothing spent, so no evidence on timely use
         if consumed and proposal is not None:
             key = proposal.pricing_class
             st.gain_ms.setdefault(key, _Mean()).add(outcome.saved_s * 1000.0)

@@ -12,6 +12,7 @@ path (``stages.StageService``) both build on. May import: ``services.common``, t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
@@ -143,6 +144,11 @@ class Executor:
         #: Engine seconds spent per priority (prefill + decode of every generation, queueing
         #: excluded), cumulative: the cost side of early fill that the benchmarks report.
         self.engine_s: dict[Priority, float] = {}
+        #: Canonical executions running now on this gateway, by tenant and reuse name; each
+        #: resolves to its run when storable, else None. The demand path (``stages``) keeps it
+        #: for single-flight, and a fill step whose name is running canonically waits for that
+        #: run instead of computing it again (``speculation.fills``).
+        self.executing: dict[tuple[str, ReuseName], asyncio.Future[StageRun | None]] = {}
 
     # -- names -------------------------------------------------------------------------------
 

@@ -81,8 +81,9 @@ class StageService:
         #: reconciles the csl with the corpus when this moves).
         self.refused_stale = 0
         #: Canonical executions running now, by tenant and reuse name; each resolves to its
-        #: run when storable, else None (single-flight, module docstring).
-        self._executing: dict[tuple[str, ReuseName], asyncio.Future[StageRun | None]] = {}
+        #: run when storable, else None (single-flight, module docstring). The executor's, so
+        #: that fills see them too.
+        self._executing = executor.executing
         #: Demands answered by an identical demand's execution instead of their own.
         self.joined = 0
 

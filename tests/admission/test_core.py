@@ -165,6 +165,22 @@ def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_s
     assert c.admit("z", "r/router", proposals(), MODEL, 100.0).admitted[0] == "h2"
 
 
+def test_a_selected_fill_that_did_no_engine_work_is_no_evidence_on_use() -> None:
+    """A branch whose fills the library or a canonical execution answered (final report, no
+    fill cost, nothing consumed) neither fails usability nor charges Action 0 its price; one
+    whose selected fill ran and went unused does both."""
+    c = PricedController(tracker_at(running=8),
+                         settings=ControllerSettings(audit_rate=0.0, n0=4))
+    for i, cost in enumerate((0.0, 0.0, 2.0)):
+        assert c.open_branch(f"b{i}", "r/router", "", MODEL, 100.0).open  # cold trials
+        assert c.admit(f"b{i}", "r/router", proposals()[:1], MODEL, 100.0).admitted == ("h1",)
+        c.report(BranchOutcome(f"b{i}", "h1", saved_s=0.0, fill_cost_s=cost, setup_s=0.0))
+    st = c.stats["r/router"]
+    assert (st.usability.success, st.usability.failure) == (0, 1)
+    trials = c.gate.classes["r/router"].trials
+    assert trials["b0"].target == 0.0 and trials["b2"].target < 0.0
+
+
 def test_bounded_branch_records() -> None:
     c = PricedController(tracker_at(running=4),
                          settings=ControllerSettings(audit_rate=0.0, n0=0, max_branches=10))

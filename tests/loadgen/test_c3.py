@@ -179,3 +179,21 @@ def test_a_load_level_is_refused_beside_a_rate_and_where_it_means_nothing() -> N
     with pytest.raises(ValueError, match="a load level is a Poisson rate"):
         resolve_load(True, Options(load="busy", arrival="serial"))
     assert resolve_load(True, Options())[1] is None  # no level: the rate as given
+
+
+def test_acceptance_judges_the_priced_arm_it_is_given_and_names_it() -> None:
+    """The warm arm is judged on its own regrets and comparisons, its checks carry its name,
+    and a cell without it counts as not run, never as met."""
+    base = {"c1": 0.2, "fixed1": 0.0, "fixed": 0.1, "always": 0.3, "load_threshold": 0.15}
+    vs = {a: -0.05 for a in base}
+    cell = _cell({**base, "full": 0.03, "full_warm": -0.01}, vs=vs)
+    cell["arms"]["full_warm"]["vs_baselines"] = cell["arms"]["full"]["vs_baselines"]
+    sweeps = {"routing": [(4.0, cell)]}
+    cold = {c["check"]: c["ok"] for c in acceptance(sweeps, {}, {}, None)}
+    warm = {c["check"]: c["ok"] for c in acceptance(sweeps, {}, {}, None, priced="full_warm")}
+    assert not cold["routing: priced − envelope <= +0.01 at every load"]
+    assert warm["routing: priced − envelope <= +0.01 at every load [full_warm]"]
+    levels = {"routing": {"busy": _cell({**base, "full": 0.0}, vs=vs)}}  # no warm arm there
+    busy = [c for c in acceptance(sweeps, levels, {}, None, priced="full_warm")
+            if c["check"].startswith("routing busy")]
+    assert busy and not busy[0]["ok"] and busy[0]["detail"] == "not run"

@@ -75,6 +75,8 @@ BRANCH_COUNTERS: dict[str, str] = {
                          "library",
     "skipped_library_down": "Branches left unfilled because the library was unreachable (no "
                             "fill could have been promoted)",
+    "fill_steps_joined": "Fill steps that took the result of an identical canonical execution "
+                         "running on this gateway instead of computing it again",
     **PROMOTION_COUNTERS,
 }
 
@@ -98,7 +100,8 @@ class BranchManager:
         self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort,
                                      adopter=Adopter(executor.engines, settings),
                                      join_confirmed=executor.features.c1)
-        self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold)
+        self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold,
+                                counters=self.counters)
 
     # -- entry from the canonical path -------------------------------------------------------
 

@@ -1,8 +1,15 @@
 """Running one fill: a candidate's downstream chain with fill priority, each step stored as a
-shadow whose read-set names the previous step as its producer (chained promotion)."""
+shadow whose read-set names the previous step as its producer (chained promotion).
+
+With C1 on, a step is never computed twice: one whose name the library holds confirmed takes
+that result, and one whose name is being executed canonically on this gateway right now (an
+exact repeat arriving while its original runs: single-flight, ``stages``) waits for that
+execution and takes its result, so the chain goes on without engine work; a demand for such a
+step does not adopt it but joins the canonical execution (``promotion``)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Callable
@@ -36,7 +43,8 @@ class FillRunner:
 
     def __init__(self, executor: Executor, library: LibraryPort, settings: BranchSettings,
                  tracer: Tracer,
-                 hold: Callable[[Branch, Fill, FillStep], None] | None = None) -> None:
+                 hold: Callable[[Branch, Fill, FillStep], None] | None = None,
+                 counters: dict[str, int] | None = None) -> None:
         self.executor = executor
         self.library = library
         self.settings = settings
@@ -44,6 +52,10 @@ class FillRunner:
         #: Starts holding a step's placeholder in the library while it runs (gateway replicas).
         self.hold = hold
         self._seq = itertools.count()
+        #: The branch manager's counters: ``fill_steps_joined`` counts fill steps answered by a
+        #: canonical execution of their name that was running when they would have started
+        #: (single-flight: ``stages``), instead of running it again.
+        self.counters = counters if counters is not None else {}
 
     async def run(self, branch: Branch, fill: Fill) -> None:
         """Run ``fill``'s chain until a step cannot be filled; every step's event ends set."""
@@ -99,6 +111,18 @@ class FillRunner:
                 step.ok = step.confirmed = True
                 step.finish()
                 return stored.text
+            running = self.executor.executing.get((branch.tenant, step.name))
+            if running is not None:  # computed canonically right now: wait, never run it twice
+                step.confirmed = True  # its demand joins that execution, not this step
+                run = await asyncio.wait_for(asyncio.shield(running),
+                                             self.settings.fill_timeout_s)
+                if run is not None and await self.executor.reads_current(run.stored.reads):
+                    self.counters["fill_steps_joined"] = (
+                        self.counters.get("fill_steps_joined", 0) + 1)
+                    step.ok = True
+                    step.finish()
+                    return run.stored.text
+                step.confirmed = False  # that execution failed or read a record since: run it
         return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
 
     async def _execute_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,

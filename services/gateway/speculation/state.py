@@ -50,6 +50,9 @@ class FillStep:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     #: A shadow is stored under ``name`` (or a confirmed entry already existed: ``confirmed``).
     ok: bool = False
+    #: The library or a canonical execution answers the name (a confirmed entry existed, or
+    #: the step waits on / took a canonical execution of it running on this gateway): no
+    #: shadow, and demands for it go to the canonical path.
     confirmed: bool = False
     claimed: bool = False
     #: The producer identity of its shadow (``producer_id``), once stored.

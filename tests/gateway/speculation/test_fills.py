@@ -4,13 +4,16 @@ every step's event ends set."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import pytest
 from opentelemetry.trace import NoOpTracer
 
 from services.common.values.generation import Priority
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.state import Branch, BranchSettings, Fill
+from services.gateway.values import AnswerSource
 from tests.gateway.local_ports import local_core, routing_demand
 
 INPUTS = {"functions": json.dumps([{"name": "get_weather"}]), "query": "Weather in Oslo?"}
@@ -36,3 +39,41 @@ async def test_a_fill_step_is_named_as_its_canonical_demand_and_stored_as_a_shad
         assert first.ok and first.name == found[1] and first.producer == "fill/b1/get_weather/0"
         assert ex.engine_s.get(Priority.FILL, 0) > 0 and fill.cost_s > 0
         assert await core.stages.library.promote(first.name, "b1") is not None
+
+
+async def test_a_fill_step_running_canonically_takes_that_run_and_costs_no_engine_work() -> None:
+    """An exact repeat's fill while its original runs: the step waits for the canonical
+    execution of its name (single-flight), takes its text, stores no shadow and spends nothing;
+    it is closed to promotion meanwhile (its demand joins the execution itself)."""
+    async with local_core(c2=True, engines=1, time_scale=0.05) as core:
+        ex = core.stages.executor
+        template = ex.registry.get("routing")
+        branch = Branch(id="b2", tenant="acme", workflow_id="wf2", template=template,
+                        point=template.decisions[0], inputs=dict(INPUTS),
+                        outputs={"router": "get_weather"}, model="qwen3-32b")
+        counters: dict[str, int] = {}
+        runner = FillRunner(ex, core.stages.library, BranchSettings(), NoOpTracer(),
+                            counters=counters)
+        canonical = ex.resolved(routing_demand("acme", "wf1", "handler", INPUTS,
+                                               choice="get_weather",
+                                               outputs={"router": "get_weather"}))
+        original = asyncio.create_task(core.stages.run(canonical, 30))
+        name = ex.demand_name(canonical, canonical.stage)
+        while ("acme", name) not in ex.executing:  # the original is running now
+            await asyncio.sleep(0)
+        fill = Fill("get_weather", 0)
+        running = asyncio.create_task(runner.run(branch, fill))
+        while not fill.steps:
+            await asyncio.sleep(0)
+        first = fill.steps[0]
+        await asyncio.sleep(0.01)
+        assert not first.done.is_set() and first.confirmed and not first.open(fill)
+        answer = await original
+        await running
+        assert first.ok and first.confirmed and not first.producer and first.cost_s == 0
+        assert counters["fill_steps_joined"] >= 1
+        # only the chain's later steps ran (on the canonical run's text)
+        assert fill.cost_s == sum(s.cost_s for s in fill.steps[1:])
+        assert ex.engine_s.get(Priority.FILL, 0) == pytest.approx(fill.cost_s)
+        assert await core.stages.library.promote(name, "b2") is None  # no shadow of its own
+        assert answer.source is AnswerSource.ENGINE
