@@ -54,9 +54,10 @@ log = logging.getLogger(__name__)
 
 #: Why an adopting demand stopped waiting (``state.REFUSALS`` keys).
 STALLED, SOONER, DEADLINE, CONFIRMED = "stalled", "sooner", "deadline", "confirmed"
-#: A deadline this close counts as passed: a timer due sooner than the loop's clock resolution
-#: fires without time passing (on a virtual clock the wait would spin).
-_SLACK_S = 1e-6
+#: A deadline this close counts as passed: asyncio fires a timer due within the loop's clock
+#: resolution at once, without time passing (``aiotools.VirtualClock`` sets that resolution to
+#: 1 ms), so a shorter wait would return at once again and again: the adopter would spin.
+_SLACK_S = 1e-3
 
 
 class _Watch:

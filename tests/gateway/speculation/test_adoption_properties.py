@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -221,5 +221,10 @@ async def _scenario(ops: list[tuple], room: Room) -> None:  # type: ignore[type-
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS, ROOMS)
+# two demands adopt one fill; one's deadline falls within the loop's clock resolution (1 ms on
+# the virtual clock) of a wake-up: its adopter used to spin there, the clock never moving
+@example(ops=[("demand", 2, 30.0), ("tick", 0.001), ("progress", 0), ("progress", 1),
+              ("demand", 3, 0.5), ("demand", 0, 2.0), ("demand", 2, 2.0)],
+         room=Room(here=False, elsewhere=False))
 def test_adoption_never_serves_twice_across_tenants_or_past_a_deadline(ops, room) -> None:  # noqa: ANN001
     run_virtual(lambda: _scenario(ops, room))
