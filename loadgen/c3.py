@@ -17,6 +17,7 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from loadgen.arm_set import ARM_SPECS, PRICED_ARMS
 from loadgen.envelope import regret_text, worst_regret
 from loadgen.numbers import percent, signed
 
@@ -29,7 +30,8 @@ SWEEP_ARMS = ("c1", "fixed1", "fixed", "always", "load_threshold", "full", "full
 #: from what the controller learned on the workload's train split at the same rate (or over the
 #: same phased pattern), as a deployed controller keeps its state (``state_path``): the steady
 #: state; ``full`` starts each seed cold, so a cell of 48 workflows measures mostly its learning.
-PRICED = {"full_warm": "priced (warm)", "full": "priced (cold start)"}
+PRICED = {arm: "priced (warm)" if ARM_SPECS[arm].warm else "priced (cold start)"
+          for arm in PRICED_ARMS}
 SWEEP_SEEDS = 5
 SWEEP_ENGINES = 4
 

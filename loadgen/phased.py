@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS, rotated
+from loadgen.arm_set import ARM_SPECS, PRICED_ARMS, rotated
 from loadgen.arm_summary import completed_everywhere
 from loadgen.arms import ArmResult, MeshConfig, run_arm
 from loadgen.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
@@ -38,7 +38,7 @@ ENGINES = 4
 #: priced admission learned running the same phased pattern, cold, on Routing's *train* split
 #: (seed ``TRAIN_SEED``; no measured request is among them): a controller that has lived through
 #: such a day before, as a deployed one keeps its state (``state_path``).
-PRICED = ("full", "full_warm")
+PRICED = PRICED_ARMS
 TRAIN_SEED = 2_000_003
 #: The arms priced admission is compared with.
 RIVALS = ("load_threshold", "always", "fixed", "fixed1", "c1")

@@ -262,17 +262,17 @@ def figure_lads(blocks: Sequence[dict[str, Any]], path: Path, title: str) -> Pat
 #: The LADS figure's colour families: (legend text, colour).
 LADS_FAMILIES = {
     "queue": ("queue orders (FIFO, Size-first, Cache-first, Tail-aware)", "tab:blue"),
-    "ttl": ("TTL baselines (Continuum, the sweep's best)", "tab:orange"),
-    "lads": ("LADS and its variants", "tab:green"),
+    "ttl_baselines": ("TTL baselines (Continuum, the sweep's best)", "tab:orange"),
+    "lads_variants": ("LADS and its variants", "tab:green"),
     "reference": ("references (FIFO + KV offloading, no-eviction bound)", "tab:gray")}
 
 
 def _lads_family(arm: str) -> str:
     if arm.startswith("lads"):
-        return "lads"
+        return "lads_variants"
     if arm in ("fifo_offload", "no_eviction_bound"):
         return "reference"
-    return "ttl" if arm.startswith("ttl") else "queue"
+    return "ttl_baselines" if arm.startswith("ttl") else "queue"
 
 
 def arm_order(results: Sequence[dict[str, Any]]) -> list[str]:
