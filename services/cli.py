@@ -508,7 +508,9 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate"]:
-        return importlib.import_module("services.engine_agent.calibrate").main(argv[1:])
+        from services.engine_agent.calibrate import main as calibrate
+
+        return calibrate(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command != "serve":
         install_uvloop()

@@ -1,6 +1,6 @@
 """The rooms of ``services/`` and ``loadgen/`` (STYLE.md §1, docs/development.md "Layout and
-rules"), checked on the import graph built from the source (imports under ``if TYPE_CHECKING:``
-and inside functions count; imports of the generated stubs count as protocol imports).
+rules"), checked on the import graph built from the source (what counts as an edge: below the
+rules).
 
 Every module of a service is in one room, by folder:
 
@@ -20,14 +20,32 @@ with the generated stubs ``pb`` counted as runtime. The rules:
 3. a service reaches another only through that service's ``client`` module or its public face
    (its package, whose ``__all__`` is the in-process API);
 4. a core or values module speaks no protocol: no gRPC, no protobuf, no stubs, no
-   ``common.runtime``, no HTTP client or server library;
+   ``common.runtime``, no HTTP client or server library, no socket, ``ssl``, ``urllib`` or
+   ``http.client``/``http.server``, and no other service's edge or adapter (a core holding
+   another service's client speaks its protocol, whether the client comes from its module or
+   as a name of the service's face);
 5. direction in every service: the core imports neither its adapters nor its edge, the
    adapters do not import the edge;
 6. inside the gateway, the demand path imports only downward (``GATEWAY_LAYERS``), and every
    gateway module has a layer (no catch-all);
-7. real engines are imported lazily.
+7. real engines are imported lazily;
+8. only the modules that exist for it import by a name read at run time (``importlib``,
+   ``__import__``, ``runpy``, ``pkgutil``, ``eval``/``exec``): the face machinery and the
+   registries, listed with their reasons in ``DYNAMIC_IMPORTERS``.
 
-Each rule is shown to fail on a planted violation below.
+What counts as an edge: every import statement (also under ``if TYPE_CHECKING:`` and inside
+functions; imports of the generated stubs are protocol imports), a name imported from a face
+(``from services.csl import CslClient``, or ``csl.CslClient`` after ``import services.csl as
+csl``) as the module its face table names, a face's table itself, and every string that names
+a module for a later import: a project module's dotted path, ``"module:attribute"`` of any
+package (registry tables, also when built by an f-string from module constants), and the
+literal argument of ``__import__``/``import_module``. The boundary rule (3) reads a face's
+names as the face, which it allows; every other rule reads them as the modules behind it.
+
+Each rule is shown to fail on a planted violation below, and each of the eight plants that
+fooled an earlier version of this test (issue 40: ``importlib.import_module``, ``__import__``,
+a string resolved through a registry, another service's gRPC client in a core directly or
+through its package, ``urllib``, ``http.client``, ``socket``) is a case in ``PLANTS``.
 """
 
 from __future__ import annotations
@@ -38,6 +56,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ROOT / "services"
@@ -60,9 +80,14 @@ EDGES: dict[str, tuple[str, ...]] = {
 }
 EDGE_NAMES = ("servicer", "server", "client", "__main__")
 ADAPTER_FOLDERS = {"engine_agent": "backends"}
-#: Top-level packages whose imports are protocol imports.
+#: Packages and modules whose imports are protocol imports: gRPC and protobuf, the HTTP client
+#: and server libraries, and the standard library's sockets and HTTP (``urllib.parse`` too: a
+#: core has no URLs to parse).
 PROTOCOL_PACKAGES = ("grpc", "grpc_status", "grpc_health", "grpc_reflection", "google.protobuf",
-                     "httpx", "aiohttp", "fastapi", "starlette", "uvicorn", "zmq")
+                     "httpx", "httpcore", "h11", "h2", "aiohttp", "requests", "urllib3",
+                     "websockets", "fastapi", "starlette", "uvicorn", "zmq",
+                     "socket", "socketserver", "ssl", "http.client", "http.server", "urllib",
+                     "xmlrpc", "asyncio.streams")
 PROTOCOL_MODULES = ("services.common.pb", "services.common.runtime")
 
 # The gateway's layers, top first: a module may import modules of its own layer or below, never
@@ -96,7 +121,12 @@ def modules() -> frozenset[str]:
     return frozenset(module_name(p) for p in _sources(SERVICES, LOADGEN))
 
 
-def _targets(node: ast.AST, package: str, known: set[str]) -> list[str]:
+def _package_of(module: str, is_package: bool) -> str:
+    return module if is_package else module.rpartition(".")[0]
+
+
+def _targets(node: ast.AST, package: str, known: frozenset[str],
+             faces: Mapping[str, Mapping[str, str]]) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
     if not isinstance(node, ast.ImportFrom):
@@ -105,38 +135,235 @@ def _targets(node: ast.AST, package: str, known: set[str]) -> list[str]:
     if node.level:
         anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
         base = ".".join(anchor + ([base] if base else []))
-    # ``from pkg import sub`` names the submodule when ``pkg.sub`` is a module
-    return [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-
-
-def all_imports_of(path: Path, known: Iterable[str], package: str | None = None) -> frozenset[str]:
-    """Every module ``path`` imports (any package), wherever the import statement stands
-    (``package``: the module's package, for relative imports; derived from the path)."""
-    known = set(known)
-    if package is None:
-        package = module_name(path) if path.name == "__init__.py" else module_name(path.parent)
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        found.update(_targets(node, package, known))
-    return frozenset(found)
-
-
-def imports_of(path: Path, known: Iterable[str], package: str | None = None) -> frozenset[str]:
-    """The project modules (``services.*``, ``loadgen.*``) ``path`` imports, stubs included."""
-    return frozenset(t for t in all_imports_of(path, known, package)
-                     if t.split(".")[0] in ("services", "loadgen"))
+    found = []
+    for a in node.names:
+        if f"{base}.{a.name}" in known:  # ``from pkg import sub`` names the submodule
+            found.append(f"{base}.{a.name}")
+        elif a.name in faces.get(base, {}):  # a name of a face: the module that defines it
+            found.append(faces[base][a.name])
+        else:
+            found.append(base)
+    return found
 
 
 @cache
-def graph() -> Graph:
-    known = modules()
-    return {module_name(p): imports_of(p, known) for p in _sources(SERVICES, LOADGEN)}
+def _nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node of ``tree`` (walked once, read by each reading below)."""
+    return tuple(ast.walk(tree))
+
+
+def face_table(tree: ast.AST, module: str) -> dict[str, str]:
+    """A face's table, read as edges: ``lazy_face(__name__, {name: submodule})`` → name → the
+    module that defines it (empty when ``tree`` is no face)."""
+    for node in _nodes(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "lazy_face"
+                and len(node.args) == 2 and isinstance(node.args[1], ast.Dict)):
+            table = node.args[1]
+            return {k.value: f"{module}.{v.value}"
+                    for k, v in zip(table.keys, table.values, strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return {}
+
+
+def _module_strings(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "text"`` constants, to read the f-strings a table builds from them."""
+    return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def _piece(value: ast.expr, named: Mapping[str, str]) -> str:
+    if isinstance(value, ast.Constant):
+        return str(value.value)
+    if isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name):
+        return named.get(value.value.id, "?")
+    return "?"  # not known before run time: names no module
+
+
+def _strings(tree: ast.Module) -> list[str]:
+    """Every string the source spells: constants, and f-strings made of constants and module
+    constants (``f"{_SERVERS}:launch"``)."""
+    named = _module_strings(tree)
+    found = []
+    for node in _nodes(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            found.append("".join(_piece(v, named) for v in node.values))
+    return found
+
+
+def _dotted(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def named_module(text: str, known: frozenset[str]) -> str | None:
+    """The module a string names for a later import, as registries hold them: a project module
+    (``"services.csl.core"``), or ``"module:attribute"`` of any package (``"grpc:aio"``)."""
+    module, colon, attribute = text.partition(":")
+    if colon and _dotted(module) and _dotted(attribute):
+        return module
+    return text if text in known else None
+
+
+#: What imports a module by a name computed at run time (or runs code that may).
+DYNAMIC_NAMES = ("__import__", "import_module", "eval", "exec")
+DYNAMIC_ATTRIBUTES = ("__import__", "import_module", "spec_from_file_location",
+                      "module_from_spec", "exec_module", "load_module", "resolve_name",
+                      "run_module", "run_path")
+DYNAMIC_MODULES = ("importlib", "runpy", "pkgutil", "zipimport", "builtins")
+#: Parts of ``importlib`` that import nothing.
+STATIC_IMPORTLIB = ("importlib.metadata", "importlib.resources")
+
+
+def _is_dynamic_module(target: str) -> bool:
+    return (any(target == m or target.startswith(m + ".") for m in DYNAMIC_MODULES)
+            and not any(target == m or target.startswith(m + ".") for m in STATIC_IMPORTLIB))
+
+
+def dynamic_imports(tree: ast.AST, package: str = "") -> list[str]:
+    """Where ``tree`` imports by name at run time: the import machinery imported
+    (``importlib``, ``runpy``, ``pkgutil``, ``builtins``), ``__import__``/``import_module``/
+    ``eval``/``exec`` named, or spelled as a string (``getattr(builtins, "__import__")``)."""
+    found = []
+    for node in _nodes(tree):
+        what = ""
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bad = [t for t in _targets(node, package, frozenset(), {}) if _is_dynamic_module(t)]
+            if isinstance(node, ast.ImportFrom) and node.module == "importlib":
+                bad = [f"importlib.{a.name}" for a in node.names
+                       if f"importlib.{a.name}" not in STATIC_IMPORTLIB]
+            what = ", ".join(bad)
+        elif isinstance(node, ast.Name) and node.id in DYNAMIC_NAMES:
+            what = node.id
+        elif isinstance(node, ast.Attribute) and node.attr in DYNAMIC_ATTRIBUTES:
+            what = f".{node.attr}"
+        elif isinstance(node, ast.Constant) and node.value in ("__import__", "import_module"):
+            what = repr(node.value)
+        if what:
+            found.append(f"line {node.lineno}: {what}")
+    return found
+
+
+def _face_attributes(tree: ast.AST, package: str, known: frozenset[str],
+                     faces: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """``import services.csl as csl; csl.CslClient``: the module each face attribute is from."""
+    aliases: dict[str, str] = {}
+    for node in _nodes(tree):
+        if isinstance(node, ast.Import):
+            # ``import a.b`` binds ``a``; ``import a.b as c`` binds ``c`` to ``a.b``
+            for a in node.names:
+                top = a.name.split(".")[0]
+                aliases[a.asname or top] = a.name if a.asname else top
+        elif isinstance(node, ast.ImportFrom):
+            aliases.update({a.asname or a.name: t for a, t in zip(
+                node.names, _targets(node, package, known, {}), strict=True)})
+    aliases = {alias: target for alias, target in aliases.items()
+               if any(face == target or face.startswith(target + ".") for face in faces)}
+    found = []
+    if not aliases:
+        return found
+    for node in _nodes(tree):
+        if isinstance(node, ast.Attribute):
+            chain = [node.attr]
+            value = node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in aliases:
+                dotted = ".".join([aliases[value.id], *reversed(chain)])
+                face, _, name = dotted.rpartition(".")
+                if name in faces.get(face, {}):
+                    found.append(faces[face][name])
+    return found
+
+
+def _imported_by_name(tree: ast.AST) -> list[str]:
+    """The literal module names passed to ``__import__``/``import_module`` (any package)."""
+    return [node.args[0].value for node in _nodes(tree) if isinstance(node, ast.Call)
+            and (getattr(node.func, "id", "") or getattr(node.func, "attr", "")) in (
+                "__import__", "import_module")
+            and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)]
+
+
+def all_imports_in(source: str, module: str, is_package: bool, known: frozenset[str],
+                   faces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    """Every module the source of ``module`` reaches (any package), wherever the reach stands:
+    import statements (also under ``if TYPE_CHECKING:`` and inside functions), names of a face
+    (the module that defines them, read from the face's table; with ``faces`` empty, the face
+    itself), the face's own table, and strings that name a module for a later import (registry
+    tables, the argument of a dynamic import)."""
+    return _reach(ast.parse(source), module, is_package, known, faces)
+
+
+def _reach(tree: ast.Module, module: str, is_package: bool, known: frozenset[str],
+           faces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    package = _package_of(module, is_package)
+    found: set[str] = set()
+    for node in _nodes(tree):
+        found.update(_targets(node, package, known, faces))
+    found.update(face_table(tree, module).values())
+    if faces:
+        found.update(_face_attributes(tree, package, known, faces))
+    found.update(m for m in (named_module(s, known) for s in _strings(tree)) if m)
+    found.update(_imported_by_name(tree))
+    found.discard(module)
+    return frozenset(found)
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+@cache
+def _trees() -> dict[str, tuple[ast.Module, bool]]:
+    """Every module's syntax tree, and whether it is a package."""
+    return {module_name(p): (ast.parse(p.read_text()), _is_package(p))
+            for p in _sources(SERVICES, LOADGEN)}
+
+
+@cache
+def faces() -> dict[str, dict[str, str]]:
+    """Every face's table: package → exported name → the module that defines it."""
+    tables = {m: face_table(tree, m) for m, (tree, _) in _trees().items()}
+    return {m: t for m, t in tables.items() if t}
+
+
+def all_imports_of(path: Path, known: Iterable[str], package: str | None = None) -> frozenset[str]:
+    """Every module the file at ``path`` reaches (see ``all_imports_in``); ``package``: the
+    module path to read it as (derived from ``path`` when None)."""
+    module = module_name(path) if package is None else package
+    return all_imports_in(path.read_text(), module, package is not None or _is_package(path),
+                          frozenset(known), faces())
+
+
+def _project(targets: Iterable[str]) -> frozenset[str]:
+    return frozenset(t for t in targets if t.split(".")[0] in ("services", "loadgen"))
+
+
+def imports_of(path: Path, known: Iterable[str], package: str | None = None) -> frozenset[str]:
+    """The project modules (``services.*``, ``loadgen.*``) ``path`` reaches, stubs included."""
+    return _project(all_imports_of(path, known, package))
 
 
 @cache
 def full_imports() -> Graph:
     known = modules()
-    return {module_name(p): all_imports_of(p, known) for p in _sources(SERVICES, LOADGEN)}
+    return {m: _reach(tree, m, pkg, known, faces()) for m, (tree, pkg) in _trees().items()}
+
+
+@cache
+def graph() -> Graph:
+    return {m: _project(targets) for m, targets in full_imports().items()}
+
+
+@cache
+def statement_graph() -> Graph:
+    """The project graph with a face's names read as the face (what the boundary rule allows:
+    another service's face), not as the modules behind it."""
+    known = modules()
+    return {m: _project(_reach(tree, m, pkg, known, {})) for m, (tree, pkg) in _trees().items()}
 
 
 def cycles(g: Graph) -> list[list[str]]:
@@ -222,11 +449,46 @@ def is_protocol(target: str) -> bool:
                for p in (*PROTOCOL_PACKAGES, *PROTOCOL_MODULES))
 
 
+def speaks_protocol(src: str, dst: str) -> bool:
+    """Whether ``src`` importing ``dst`` speaks a protocol: ``dst`` is one (``is_protocol``), or
+    it is another service's edge or adapter (its client, its stubs' users), whether imported from
+    its module or as a name of its face."""
+    other = service_of(dst)
+    return is_protocol(dst) or (other not in (None, "common", service_of(src))
+                                and room(dst) in ("edge", "adapters"))
+
+
 def protocol_violations(g: Graph) -> list[str]:
-    """Core and values modules that import a protocol (gRPC, protobuf, the stubs, runtime,
-    HTTP)."""
+    """Core and values modules that speak a protocol (gRPC, protobuf, the stubs, runtime, HTTP,
+    sockets, another service's client)."""
     return [f"{src} ({room(src)}) -> {dst}" for src, targets in sorted(g.items())
-            if room(src) in ("core", "values") for dst in sorted(targets) if is_protocol(dst)]
+            if room(src) in ("core", "values") for dst in sorted(targets)
+            if speaks_protocol(src, dst)]
+
+
+#: The modules that exist to import by a name read at run time, and why; a dynamic import
+#: anywhere else hides an edge from this test. Their tables are read as edges (strings that name
+#: a module, ``face_table``).
+DYNAMIC_IMPORTERS = {
+    # the lazy face of every service package (PEP 562): a name is imported when first asked for
+    "services.common.values.face": "faces",
+    # the one table of engine backends, held as import paths so reading it imports no engine
+    "services.engine_agent.registry": "registry",
+    # the table of benchmarks, each imported only when it runs
+    "loadgen.bench": "registry",
+    # ALLOWED, not a face or a registry: ``dynbranch serve NAME`` imports the one server named in
+    # its ``SERVICES`` table (importing all six servers to start one would load every service);
+    # the table's strings are edges of the CLI like its imports
+    "services.cli": "the CLI's table of servers",
+}
+
+
+def dynamic_violations(trees: Mapping[str, tuple[ast.Module, bool]]) -> list[str]:
+    """Modules outside ``DYNAMIC_IMPORTERS`` that import by a name read at run time (``trees``:
+    module → its syntax tree and whether it is a package)."""
+    return [f"{m}: {where}" for m, (tree, pkg) in sorted(trees.items())
+            if m not in DYNAMIC_IMPORTERS
+            for where in dynamic_imports(tree, _package_of(m, pkg))]
 
 
 def boundary_violations(g: Graph) -> list[str]:
@@ -253,14 +515,29 @@ def boundary_violations(g: Graph) -> list[str]:
 FORBIDDEN = {"core": ("adapters", "edge", "face"), "adapters": ("edge", "face")}
 
 
+#: Registry → the folder its table names, allowed by the direction rule, and why.
+REGISTRY_TABLES = {
+    # ALLOWED: the one table of backends names each backend's class, server launcher and tiny
+    # model builder by import path (reading it imports no engine: the settings check and the
+    # command lines read only names). The paths are resolved when an adapter or a composition
+    # asks (``backends.factory``, ``services.engine_presets`` through ``resolve`` and
+    # ``tiny_model_path``), never by a core on its own; moving the paths out of the core would
+    # split the one table in two.
+    "services.engine_agent.registry": "services.engine_agent.backends",
+}
+
+
 def direction_violations(g: Graph) -> list[str]:
-    """Inside each service: a core module importing its adapters or edge, an adapter its edge."""
+    """Inside each service: a core module importing its adapters or edge, an adapter its edge
+    (a registry naming the folder ``REGISTRY_TABLES`` allows it excepted)."""
     bad = []
     for src, targets in sorted(g.items()):
         own, src_room = service_of(src), room(src)
         if own in (None, "common") or src_room not in FORBIDDEN:
             continue
         for dst in sorted(targets):
+            if src in REGISTRY_TABLES and _within(dst, REGISTRY_TABLES[src]):
+                continue
             if service_of(dst) == own and room(dst) in FORBIDDEN[src_room]:
                 bad.append(f"{src} ({src_room}) -> {dst} ({room(dst)})")
     return bad
@@ -313,11 +590,28 @@ def test_every_service_module_is_in_a_room() -> None:
 
 
 def test_common_imports_no_service_and_services_meet_only_through_clients() -> None:
-    assert boundary_violations(graph()) == []
+    assert boundary_violations(statement_graph()) == []
 
 
 def test_cores_and_values_speak_no_protocol() -> None:
     assert protocol_violations(full_imports()) == []
+
+
+def test_only_faces_and_registries_import_by_a_name_read_at_run_time() -> None:
+    assert dynamic_violations(_trees()) == []
+    for module in DYNAMIC_IMPORTERS:  # no stale entry: each still imports by name
+        tree, package = _trees()[module]
+        assert dynamic_imports(tree, _package_of(module, package)), module
+
+
+def test_face_and_registry_tables_are_edges() -> None:
+    g = graph()
+    assert "services.csl.client" in g["services.csl"]  # the face's table
+    assert "services.engine_agent.backends.sim" in g["services.engine_agent.registry"]
+    assert "loadgen.bench.overhead" in g["loadgen.bench"]
+    assert "services.gateway.server" in g["services.cli"]  # ``dynbranch serve``'s table
+    # a name imported from a face is an edge to the module that defines it
+    assert "services.engine_agent.registry" in g["services.engine_agent.config"]
 
 
 def test_every_service_imports_inward() -> None:
@@ -364,13 +658,15 @@ def test_a_planted_cycle_is_caught_in_services_and_in_loadgen() -> None:
 
 
 def test_planted_boundary_violations_are_caught() -> None:
+    g = statement_graph()
     assert boundary_violations(_with(("services.common.runtime.convert",
-                                      "services.engine_agent.backend")))
+                                      "services.engine_agent.backend"), g))
     assert boundary_violations(_with(("services.common.values.errors",
-                                      "services.common.runtime.grpc_errors")))
-    assert boundary_violations(_with(("services.gateway.core", "services.csl.core")))
-    assert not boundary_violations(_with(("services.gateway.core", "services.csl.client")))
-    assert not boundary_violations(_with(("services.gateway.core", "services.csl")))
+                                      "services.common.runtime.grpc_errors"), g))
+    assert boundary_violations(_with(("services.gateway.core", "services.csl.core"), g))
+    # the boundary allows a client or a face; a core holding a client speaks a protocol (below)
+    assert not boundary_violations(_with(("services.gateway.core", "services.csl.client"), g))
+    assert not boundary_violations(_with(("services.gateway.core", "services.csl"), g))
 
 
 def test_planted_protocol_imports_in_a_core_are_caught() -> None:
@@ -380,6 +676,100 @@ def test_planted_protocol_imports_in_a_core_are_caught() -> None:
         assert protocol_violations(_with(("services.admission.pricing", target), g)), target
         assert protocol_violations(_with(("services.common.values.errors", target), g)), target
     assert not protocol_violations(_with(("services.admission.servicer", "grpc"), g))
+
+
+def _planted(module: str, source: str, through_faces: bool = True) -> dict[str, frozenset[str]]:
+    """The whole graph (every package) with ``module``'s reach read from ``source``;
+    ``through_faces=False``: the boundary rule's reading (a face's names as the face)."""
+    g = dict(full_imports() if through_faces else statement_graph())
+    g[module] = all_imports_in(source, module, False, modules(), faces() if through_faces else {})
+    return g
+
+
+CORE = "services.gateway.stages"
+
+#: The eight plants that fooled the test before (issue 40): each source, planted in a core, must
+#: be reported. ``rules``: which checks report it.
+PLANTS = {
+    "importlib.import_module": (
+        "import importlib\ndef channel():\n    return importlib.import_module('grpc')\n",
+        ("dynamic", "protocol")),
+    "__import__": ("def channel():\n    return __import__('grpc').insecure_channel('x')\n",
+                   ("dynamic", "protocol")),
+    "a string resolved through a registry": (
+        "from services.engine_agent import resolve\n"
+        "def channel():\n    return resolve('grpc.aio:insecure_channel')('x')\n"
+        "LIBRARY = 'services.csl.core:SubgraphLibrary'\n",
+        ("protocol", "boundary")),
+    "another service's gRPC client, directly": (
+        "from services.csl.client import CslClient\n", ("protocol",)),
+    "another service's gRPC client, through its package": (
+        "from services.csl import CslClient\n", ("protocol",)),
+    "urllib": ("from urllib.request import urlopen\n", ("protocol",)),
+    "http.client": ("import http.client\n", ("protocol",)),
+    "socket": ("import socket\n", ("protocol",)),
+}
+
+
+def _reports(module: str, source: str) -> dict[str, list[str]]:
+    return {"dynamic": dynamic_violations({module: (ast.parse(source), False)}),
+            "protocol": protocol_violations(_planted(module, source)),
+            "boundary": boundary_violations(_planted(module, source, through_faces=False))}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_each_plant_that_fooled_the_test_is_caught(plant: str) -> None:
+    source, rules = PLANTS[plant]
+    reports = _reports(CORE, source)
+    for rule in rules:
+        assert any(r.startswith(CORE) for r in reports[rule]), (plant, rule, reports)
+    # in an edge, the same protocol is fine; dynamic imports are not
+    edge = _reports("services.gateway.servicer", source)
+    assert not [r for r in edge["protocol"] if r.startswith("services.gateway.servicer")]
+    assert bool(edge["dynamic"]) == ("dynamic" in rules)
+
+
+@pytest.mark.parametrize("source", [
+    "from importlib import import_module as load\nload('grpc')\n",
+    "import builtins\ngetattr(builtins, '__import__')('grpc')\n",
+    "getattr(__builtins__, '__import__')\n",
+    "import importlib.util\nimportlib.util.spec_from_file_location('m', 'm.py')\n",
+    "import pkgutil\npkgutil.resolve_name('grpc:aio')\n",
+    "import runpy\nrunpy.run_module('grpc')\n",
+    "exec('import grpc')\n",
+    "eval(\"__import__('grpc')\")\n",
+])
+def test_other_spellings_of_a_dynamic_import_are_caught(source: str) -> None:
+    assert dynamic_violations({CORE: (ast.parse(source), False)}), source
+
+
+@pytest.mark.parametrize("source", [
+    "import services.csl as csl\nCLIENT = csl.CslClient\n",
+    "from services import csl\nCLIENT = csl.CslClient\n",
+    "import services.csl\nCLIENT = services.csl.CslClient\n",
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from services.csl import CslClient\n",
+    "from services.engine_agent import EngineAgentClient\n",  # the engine agent's own client
+    "from services.gateway import GatewayClient\n",  # a harness's client in another core
+])
+def test_a_core_holding_another_service_client_through_its_face_speaks_a_protocol(
+        source: str) -> None:
+    core = "services.admission.pricing"
+    assert [r for r in protocol_violations(_planted(core, source)) if r.startswith(core)], source
+    # what the face hands over that is no client or adapter is protocol-free
+    plain = "from services.csl import SubgraphLibrary\n"
+    assert not [r for r in protocol_violations(_planted(core, plain)) if r.startswith(core)]
+
+
+def test_a_registry_table_naming_another_service_internals_is_caught() -> None:
+    registry = "services.engine_agent.registry"
+    source = (ROOT / "services/engine_agent/registry.py").read_text() + (
+        "\n_STAGES = 'services.gateway'\n"
+        "BACKENDS['planted'] = BackendSpec('planted', f'{_STAGES}.stages:StageService')\n")
+    assert any("services.gateway.stages" in r
+               for r in boundary_violations(_planted(registry, source, through_faces=False)))
+    # importlib.metadata imports no module by name
+    static = ast.parse("from importlib.metadata import version\n")
+    assert not dynamic_violations({CORE: (static, False)})
 
 
 def test_planted_outward_imports_are_caught_in_every_service() -> None:
