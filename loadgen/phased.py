@@ -132,12 +132,14 @@ async def _seed(seed: int, quick: bool, config: MeshConfig
     return bounds, results, schedule
 
 
-async def run_phased(quick: bool, seeds: int | None = None) -> dict[str, Any]:
+async def run_phased(quick: bool, seeds: int | None = None, first_seed: int = 0
+                     ) -> dict[str, Any]:
     """Run the trace under every arm for each seed; the per-phase and whole-trace figures."""
     n = seeds or SEEDS[quick]
     with tempfile.TemporaryDirectory(prefix="dynbranch-phased-") as tmp:
         config, training = await _train(quick, Path(tmp))
-        per_seed = [await _seed(s, quick, config) for s in range(n)]
+        seed_ids = list(range(first_seed, first_seed + n))
+        per_seed = [await _seed(s, quick, config) for s in seed_ids]
     latencies: dict[str, dict[str, list[float]]] = {a: {} for a in ARMS}
     decisions: dict[str, dict[str, dict[str, Any]]] = {}
     paired: dict[str, list[float]] = {a: [] for a in ARMS}
@@ -198,7 +200,7 @@ async def run_phased(quick: bool, seeds: int | None = None) -> dict[str, Any]:
               for priced in PRICED}
     return {"phases": [{"name": p.name, "rate": p.rate, "workflows": p.workflows,
                         "repeats": p.repeats} for p in PHASES[quick]],
-            "seeds": list(range(n)), "engines": ENGINES, "arms": arms,
+            "seeds": seed_ids, "engines": ENGINES, "arms": arms,
             "warm_training": training, "priced_vs": versus["full"], "lowest_mean": lowest["full"],
             "priced_vs_by_arm": versus, "lowest_by_arm": lowest,
             "ok": not any(failed.values()), "simulated": True, "clock": "virtual"}
@@ -208,9 +210,9 @@ def _round(x: float | None) -> float | None:
     return round(x, 3) if x is not None else None
 
 
-def run(quick: bool, seeds: int | None = None) -> dict[str, Any]:
+def run(quick: bool, seeds: int | None = None, first_seed: int = 0) -> dict[str, Any]:
     """``run_phased`` on a fresh event loop."""
-    return asyncio.run(run_phased(quick, seeds))
+    return asyncio.run(run_phased(quick, seeds, first_seed))
 
 
 def table(result: dict[str, Any]) -> list[str]:
