@@ -247,6 +247,14 @@ class Executor:
             log.error("tool %s: result not stored: %s", tool.name, exc)
             return result, elapsed, False
 
+    async def identical_run(self, running: asyncio.Future[StageRun | None], timeout_s: float
+                            ) -> StageRun | None:
+        """The run of an identical canonical execution under way (``executing``), once it ends:
+        None when it failed, was cancelled, could not be stored or read a record written since.
+        ``TimeoutError`` after ``timeout_s``; the execution itself is never cancelled."""
+        run = await asyncio.wait_for(asyncio.shield(running), timeout_s)
+        return run if run is not None and await self.reads_current(run.stored.reads) else None
+
     async def reads_current(self, reads: Sequence[tuple[str, int]]) -> bool | None:
         """Whether every read of a stored result is still at its version in the tool that owns
         the record (a record no builtin tool owns cannot be checked here and passes: the

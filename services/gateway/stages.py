@@ -161,13 +161,13 @@ class StageService:
         while (running := self._executing.get(key)) is not None:
             waiting = loop.time()
             try:
-                run = await asyncio.wait_for(asyncio.shield(running), deadline - loop.time())
+                run = await self.executor.identical_run(running, deadline - loop.time())
             except TimeoutError:
                 raise DeadlineExceeded("the deadline passed while waiting for an identical "
                                        "demand's execution") from None
             finally:
                 charge_wait(loop.time() - waiting)
-            if run is not None and await self.executor.reads_current(run.stored.reads):
+            if run is not None:
                 self.joined += 1
                 return run, True
             # that execution failed, was cancelled or read a record written since: run this

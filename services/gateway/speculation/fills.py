@@ -9,7 +9,6 @@ step does not adopt it but joins the canonical execution (``promotion``)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections.abc import Callable
@@ -56,6 +55,7 @@ class FillRunner:
         #: canonical execution of their name that was running when they would have started
         #: (single-flight: ``stages``), instead of running it again.
         self.counters = counters if counters is not None else {}
+        self.counters.setdefault("fill_steps_joined", 0)
 
     async def run(self, branch: Branch, fill: Fill) -> None:
         """Run ``fill``'s chain until a step cannot be filled; every step's event ends set."""
@@ -114,11 +114,9 @@ class FillRunner:
             running = self.executor.executing.get((branch.tenant, step.name))
             if running is not None:  # computed canonically right now: wait, never run it twice
                 step.confirmed = True  # its demand joins that execution, not this step
-                run = await asyncio.wait_for(asyncio.shield(running),
-                                             self.settings.fill_timeout_s)
-                if run is not None and await self.executor.reads_current(run.stored.reads):
-                    self.counters["fill_steps_joined"] = (
-                        self.counters.get("fill_steps_joined", 0) + 1)
+                run = await self.executor.identical_run(running, self.settings.fill_timeout_s)
+                if run is not None:
+                    self.counters["fill_steps_joined"] += 1
                     step.ok = True
                     step.finish()
                     return run.stored.text

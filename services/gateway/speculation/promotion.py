@@ -146,11 +146,11 @@ class Promotions:
         "promoted", or None and why not (a ``REFUSALS`` key, counted in
         ``promotion_refused_*``)."""
         arrival = waited = 0.0
-        if step.confirmed and not step.done.is_set():  # it waits on a canonical execution
-            self._refused(CONFIRMED)  # which the demand joins itself (single-flight)
-            return None, CONFIRMED
-        if not step.done.is_set() and self._confirmed_since(step):
-            self._refused(CONFIRMED)  # identical work ended while it ran: the library answers
+        # a running step the canonical path answers: it waits on an identical canonical
+        # execution (the demand joins that itself: single-flight), or identical work ended
+        # while it ran (the library answers)
+        if not step.done.is_set() and (step.confirmed or self._confirmed_since(step)):
+            self._refused(CONFIRMED)
             return None, CONFIRMED
         if not step.done.is_set():
             arrival = clock.now()
