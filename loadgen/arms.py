@@ -506,6 +506,26 @@ async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                               _remaining(mesh.gateway.core, clock))
 
 
+#: Seed of the train-split schedule a warm arm's controller learns from (disjoint from every
+#: measured seed and warm-up).
+TRAIN_SEED = 2_000_003
+
+
+async def train_warm(train: Workload, schedule: Schedule, config: MeshConfig, folder: Path
+                     ) -> tuple[MeshConfig, dict[str, Any]]:
+    """Run priced admission cold over ``schedule`` (requests of the *train* split ``train``)
+    and keep what its controller learned in ``folder``: ``config`` for the warm arms, which
+    start from that state, and what trained it. No measured workflow is among them, and
+    nothing learned on a measured seed is ever kept."""
+    path = folder / "learned-state.json"
+    result = await run_arm(ARM_SPECS["full"], train, schedule,
+                           dataclasses.replace(config, state_out=str(path)))
+    return dataclasses.replace(config, warm_state=str(path)), {
+        "workflows": len(schedule.arrivals), "split": "train", "seed": schedule.seed,
+        "failed": sum(1 for r in result.results if r.error),
+        "schedule_digest": schedule.digest()}
+
+
 async def run_arms(workload: Workload, schedule: Schedule, config: MeshConfig,
                    arms: Iterable[str | ArmSpec] = tuple(ARMS),
                    warmup: Schedule | None = None) -> dict[str, ArmResult]:
@@ -526,6 +546,6 @@ def mismatches(arm: ArmResult, floor: ArmResult) -> list[str]:
 
 __all__ = [
     "ARMS", "CLOCKS", "COUNTERS", "LIVE_MIN_TIME_SCALE", "ArmResult", "InProcessMesh",
-    "MeshConfig", "in_process_mesh", "mismatches", "quantile", "run_arm", "run_arms",
-    "run_schedule", "with_admission",
+    "TRAIN_SEED", "MeshConfig", "in_process_mesh", "mismatches", "quantile", "run_arm",
+    "run_arms", "run_schedule", "train_warm", "with_admission",
 ]

@@ -6,7 +6,7 @@ absorbs more of the work and each fill costs less of it. Every arm replays the s
 schedule per seed on a fresh mesh of four simulated engines on the virtual clock: the floor, C1
 alone, top 1, top 2, every candidate (``always``), the paper's static rule (``load_threshold``)
 and priced admission, cold (``full``) and warm (``full_warm``: from what it learned over the same
-phased pattern on the train split, ``PRICED``). Per phase: each arm's mean latency; for priced,
+phased pattern on the train split, ``PRICED_ARMS``). Per phase: each arm's mean latency; for priced,
 the share of branches whose candidate generation Action 0 opened and the break-even threshold
 p* = C / (G + C) (its candidate-set mean, phase median: the paper's Fig. 15a); for the static
 rule, its share opened. Over the complete trace: each arm's mean and full/floor with CIs
@@ -27,19 +27,18 @@ from typing import Any
 
 from loadgen.arm_set import ARM_SPECS, PRICED_ARMS, rotated
 from loadgen.arm_summary import completed_everywhere
-from loadgen.arms import ArmResult, MeshConfig, run_arm
+from loadgen.arms import TRAIN_SEED, ArmResult, MeshConfig, run_arm, train_warm
 from loadgen.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
 from loadgen.workloads import get_workload
 from loadgen.workloads.schedule import Arrival, Schedule
 
 ARMS = ("floor", "c1", "fixed1", "fixed", "always", "load_threshold", "full", "full_warm")
 ENGINES = 4
-#: The two priced arms: ``full`` starts each seed's trace cold; ``full_warm`` starts from what
-#: priced admission learned running the same phased pattern, cold, on Routing's *train* split
-#: (seed ``TRAIN_SEED``; no measured request is among them): a controller that has lived through
-#: such a day before, as a deployed one keeps its state (``state_path``).
-PRICED = PRICED_ARMS
-TRAIN_SEED = 2_000_003
+#: The two priced arms (``PRICED_ARMS``): ``full`` starts each seed's trace cold; ``full_warm``
+#: starts from what priced admission learned running the same phased pattern, cold, on
+#: Routing's *train* split (seed ``TRAIN_SEED``; no measured request is among them): a
+#: controller that has lived through such a day before, as a deployed one keeps its state
+#: (``state_path``).
 #: The arms priced admission is compared with.
 RIVALS = ("load_threshold", "always", "fixed", "fixed1", "c1")
 
@@ -111,16 +110,12 @@ def _decisions(arm: ArmResult, bounds: Sequence[tuple[str, float, float]]
 
 
 async def _train(quick: bool, folder: Path) -> tuple[MeshConfig, dict[str, Any]]:
-    """The state ``full_warm`` starts from: priced admission, cold, over the phased pattern on
-    the train split; and what trained it."""
+    """The state ``full_warm`` starts from: ``train_warm`` over the phased pattern on the train
+    split; and what trained it."""
     schedule, _ = phased_schedule(PHASES[quick], TRAIN_SEED, split="train")
-    path = folder / "learned-state.json"
-    result = await run_arm(ARM_SPECS["full"], get_workload("routing", split="train"), schedule,
-                           MeshConfig(engines=ENGINES, state_out=str(path)))
-    return MeshConfig(engines=ENGINES, warm_state=str(path)), {
-        "workflows": len(schedule.arrivals), "split": "train", "seed": TRAIN_SEED,
-        "pattern": "the phased trace", "failed": sum(1 for r in result.results if r.error),
-        "schedule_digest": schedule.digest()}
+    config, training = await train_warm(get_workload("routing", split="train"), schedule,
+                                        MeshConfig(engines=ENGINES), folder)
+    return config, {**training, "pattern": "the phased trace"}
 
 
 async def _seed(seed: int, quick: bool, config: MeshConfig
@@ -185,7 +180,7 @@ async def run_phased(quick: bool, seeds: int | None = None, first_seed: int = 0
                     if d["break_even"] else None}
                 for p, d in decisions[name].items()}
     versus: dict[str, dict[str, Any]] = {}
-    for priced in PRICED:
+    for priced in PRICED_ARMS:
         mine = versus[priced] = {}
         for other in RIVALS:
             d = paired_difference_ci(paired[priced], paired[other], base, clusters=clusters)
@@ -195,9 +190,9 @@ async def run_phased(quick: bool, seeds: int | None = None, first_seed: int = 0
                                "relative": round(arms[priced]["mean_s"] / arms[other]["mean_s"]
                                                  - 1, 4)}
     # the lowest mean with each priced arm beside the rivals (not beside the other priced arm)
-    lowest = {priced: min((a for a in ARMS if a not in PRICED or a == priced
+    lowest = {priced: min((a for a in ARMS if a not in PRICED_ARMS or a == priced
                            if arms[a]["mean_s"] is not None), key=lambda a: arms[a]["mean_s"])
-              for priced in PRICED}
+              for priced in PRICED_ARMS}
     return {"phases": [{"name": p.name, "rate": p.rate, "workflows": p.workflows,
                         "repeats": p.repeats} for p in PHASES[quick]],
             "seeds": seed_ids, "engines": ENGINES, "arms": arms,

@@ -33,9 +33,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ALL_ARMS, ARM_SPECS, QUICK_ARMS, ArmSpec, resolve, rotated
+from loadgen.arm_set import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
 from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
-from loadgen.arms import CLOCKS, LIVE_MIN_TIME_SCALE, ArmResult, MeshConfig, run_arm
+from loadgen.arms import (
+    CLOCKS,
+    LIVE_MIN_TIME_SCALE,
+    TRAIN_SEED,
+    ArmResult,
+    MeshConfig,
+    run_arm,
+    train_warm,
+)
 from loadgen.decision_record import decision_record
 from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.leak_guard import check
@@ -183,29 +191,17 @@ async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], se
 #: How the CIs resample, by whether more than one seed ran (``loadgen.stats``).
 CI_RESAMPLING = {False: "workflows (one seed)",
                  True: "two-stage cluster bootstrap: seeds, then workflows within each"}
-#: Seed of the train-split schedule a warm arm's controller learns from (disjoint from every
-#: measured seed and warm-up).
-TRAIN_SEED = 2_000_003
-
-
 async def _train(opts: Options, config: MeshConfig, n: int, rate: float,
                  folder: Path) -> tuple[MeshConfig, dict[str, Any]]:
-    """Run the priced arm cold on ``n`` workflows of the workload's *train* split (same rate,
-    arrivals and profile) and keep what its controller learned: the state warm arms start from.
-    No measured workflow is among them, and nothing learned on a measured seed is ever kept."""
+    """``train_warm`` on ``n`` workflows of the workload's *train* split (at most what it yields
+    for one schedule), at the same rate, arrivals and profile."""
     train = get_workload(opts.workload, split="train",
                          **profile_options(opts.profile, opts.workload))
     most = most_workflows(train)
-    n = n if most is None else min(n, most)  # what the train split yields for one schedule
+    n = n if most is None else min(n, most)
     schedule = build_schedule(train, n, seed=TRAIN_SEED, arrival=opts.arrival, rate=rate,
                               replay_rate=opts.replay_rate)
-    path = folder / "learned-state.json"
-    result = await run_arm(ARM_SPECS["full"], train, schedule,
-                           dataclasses.replace(config, state_out=str(path)))
-    failed = sum(1 for r in result.results if r.error)
-    return (dataclasses.replace(config, warm_state=str(path)),
-            {"workflows": n, "split": "train", "seed": TRAIN_SEED, "failed": failed,
-             "schedule_digest": schedule.digest()})
+    return await train_warm(train, schedule, config, folder)
 
 
 def _leak_guard(workload: Workload) -> dict[str, Any]:
