@@ -4,6 +4,8 @@ at it; an SGLang server has none."""
 
 from __future__ import annotations
 
+import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,55 @@ async def test_up_points_each_openai_agent_at_its_servers_channel(
 async def test_running_servers_get_no_channel_unless_told(tmp_path: Path) -> None:
     setup = await engine_setup("openai", "tiny-cpu", 1, "m", tmp_path, ("http://127.0.0.1:1",))
     assert not any(s.startswith("lease_channel=") for s in setup.settings[0])
+
+
+#: A server as uvicorn is one: bind the port (exit 3 with uvicorn's words when it is taken),
+#: then answer ``/health``.
+_HEALTH_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+try:
+    s = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+except OSError as e:
+    print(f"ERROR: [Errno {e.errno}] error while attempting to bind: address already in use")
+    sys.exit(3)
+s.serve_forever()
+"""
+
+
+async def test_a_server_whose_port_was_taken_starts_again_on_another(tmp_path: Path) -> None:
+    with socket.socket() as squatter:  # took the port between choosing it and binding it
+        squatter.bind(("127.0.0.1", servers.free_port()))
+        taken = squatter.getsockname()[1]
+        squatter.listen()
+        server = servers.EngineServer("fake", lambda port: [sys.executable, "-c", _HEALTH_SERVER,
+                                                            str(port)], taken,
+                                      tmp_path / "fake.log", start_timeout_s=20.0)
+        await server.start()
+        try:
+            assert server.port != taken and server.process.returncode is None
+            assert servers.PORT_TAKEN in server.log_path.read_text().lower()
+        finally:
+            await server.stop()
+
+
+async def test_a_server_that_fails_otherwise_is_not_started_again(tmp_path: Path) -> None:
+    starts = []
+
+    def command(port: int) -> list[str]:
+        starts.append(port)
+        return [sys.executable, "-c", "import sys; print('no model'); sys.exit(1)"]
+
+    server = servers.EngineServer("broken", command, servers.free_port(), tmp_path / "b.log")
+    with pytest.raises(servers.Unavailable, match="no model"):
+        await server.start()
+    assert len(starts) == 1
+
+
+def test_free_ports_lie_below_the_ephemeral_range() -> None:
+    low, _ = servers._ephemeral_range()
+    assert all(servers._LOWEST_PORT <= servers.free_port() < low for _ in range(20))

@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.engine_agent.backends.servers import free_port
 from services.engine_agent.backends.tiny_model import default_cache_root
 from services.engine_agent.backends.vllm.settings import (
     VllmSettings,
@@ -64,12 +64,6 @@ def require_plugin() -> None:
     if [ep.dist.name if ep.dist else "" for ep in found] != ["dynbranch-vllm-plugin"]:
         pytest.fail(f"dynbranch vLLM plugin not registered once ({found}): run "
                     f"scripts/install_vllm.sh")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +43,39 @@ STOP_TIMEOUT_S = 30.0
 LEASE_CHANNEL_ENV = "DYNBRANCH_LEASE_CHANNEL"
 
 
+#: Where ``free_port`` looks when the kernel's ephemeral range cannot be read (Linux's default).
+_EPHEMERAL_DEFAULT = (32768, 60999)
+#: The lowest port ``free_port`` hands out.
+_LOWEST_PORT = 20000
+#: Start attempts of a server whose port was taken between choosing it and binding it.
+START_ATTEMPTS = 3
+#: What a server's log says when its port was taken (uvicorn, under SGLang and vLLM).
+PORT_TAKEN = "address already in use"
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
+
+
 def free_port() -> int:
-    """A loopback port free at the time of asking."""
+    """A loopback port free at the time of asking, below the kernel's ephemeral range.
+
+    A server child binds its port tens of seconds after it was chosen (an engine loads first);
+    a port from the ephemeral range could meanwhile go to any socket that binds port 0 (gRPC
+    servers, torch's TCP store), and the server would then fail to start. Ports below the range
+    are only taken by those who ask for them by number."""
+    low, _ = _ephemeral_range()
+    if low > _LOWEST_PORT + 100:
+        rng = random.Random()
+        for _ in range(64):
+            port = rng.randrange(_LOWEST_PORT, low)
+            with socket.socket() as s, contextlib.suppress(OSError):
+                s.bind(("127.0.0.1", port))
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -115,10 +148,13 @@ def sglang_environment(root: Path) -> dict[str, str]:
 
 @dataclass(slots=True)
 class EngineServer:
-    """One engine server process; ``start`` waits for ``/health``, ``stop`` is idempotent."""
+    """One engine server process; ``start`` waits for ``/health``, ``stop`` is idempotent.
+
+    ``command_at`` gives the command line for a port: when the port chosen was taken by the time
+    the server bound it, ``start`` chooses another and starts again (``START_ATTEMPTS``)."""
 
     name: str
-    command: list[str]
+    command_at: Callable[[int], list[str]]
     port: int
     log_path: Path
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -138,19 +174,46 @@ class EngineServer:
         """PID of the main server process (None before ``start``)."""
         return self.process.pid if self.process is not None else None
 
+    @property
+    def command(self) -> list[str]:
+        """The command line at the current port."""
+        return self.command_at(self.port)
+
     async def start(self) -> None:
-        """Spawn the server and wait until ``/health`` answers 200 (or it exits: Unavailable)."""
+        """Spawn the server and wait until ``/health`` answers 200 (or it exits: Unavailable);
+        a server that found its port taken starts again on another one."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as out:
-            self.process = await asyncio.create_subprocess_exec(
-                *self.command, stdout=out, stderr=asyncio.subprocess.STDOUT, env=self.env,
-                start_new_session=True)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with self.log_path.open("ab") as out:
+                self.process = await asyncio.create_subprocess_exec(
+                    *self.command, stdout=out, stderr=asyncio.subprocess.STDOUT, env=self.env,
+                    start_new_session=True)
+            try:
+                await self._wait_healthy()
+            except Unavailable:
+                await self.stop()
+                if attempt == START_ATTEMPTS or not self._port_was_taken(offset):
+                    raise
+                taken, self.port = self.port, free_port()
+                logger.warning("%s: port %d was taken before the server bound it; starting "
+                               "again on %d", self.name, taken, self.port)
+                continue
+            except BaseException:
+                await self.stop()
+                raise
+            logger.info("%s server up at %s (pid %s)", self.name, self.url, self.pid)
+            return
+
+    def _port_was_taken(self, offset: int) -> bool:
+        """Whether the attempt that logged from ``offset`` on failed to bind its port."""
         try:
-            await self._wait_healthy()
-        except BaseException:
-            await self.stop()
-            raise
-        logger.info("%s server up at %s (pid %s)", self.name, self.url, self.pid)
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                text = log.read().decode(errors="replace")
+        except OSError:
+            return False
+        return PORT_TAKEN in text.lower()
 
     async def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
@@ -225,9 +288,8 @@ def sglang_server(options: SglangOptions, folder: Path, name: str = "sglang") ->
     if not sglang_available(options.venv):
         raise Unavailable(f"no SGLang venv at {sglang_python(options.venv).parent.parent}: "
                           f"run scripts/install_sglang.sh")
-    port = free_port()
-    return EngineServer(name, sglang_command(options, port), port, folder / f"{name}.log",
-                        sglang_environment(folder))
+    return EngineServer(name, lambda port: sglang_command(options, port), free_port(),
+                        folder / f"{name}.log", sglang_environment(folder))
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +312,16 @@ def vllm_server(options: VllmServerOptions, folder: Path, env: dict[str, str],
                 name: str = "vllm") -> EngineServer:
     """An (unstarted) vLLM OpenAI server on a free loopback port (``env``: vLLM's variables);
     with a lease channel, the agent beside it is told where (``agent_settings``)."""
-    o, port = options, free_port()
+    channel = {LEASE_CHANNEL_ENV: options.lease_channel}
+    agent = (f"lease_channel={options.lease_channel}",) if options.lease_channel else ()
+    return EngineServer(name, lambda port: vllm_command(options, port), free_port(),
+                        folder / f"{name}.log", {**os.environ, **env, **channel},
+                        agent_settings=agent)
+
+
+def vllm_command(options: VllmServerOptions, port: int) -> list[str]:
+    """``python -m vllm.entrypoints.openai.api_server ...`` for the CPU (this interpreter)."""
+    o = options
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", o.model_path,
            "--host", "127.0.0.1", "--port", str(port), "--enable-prefix-caching",
            "--max-model-len", str(o.max_model_len), "--dtype", "bfloat16", "--enforce-eager",
@@ -262,10 +333,7 @@ def vllm_server(options: VllmServerOptions, folder: Path, env: dict[str, str],
         cmd += ["--num-gpu-blocks-override", str(o.num_blocks)]
     if o.priority_scheduling:
         cmd += ["--scheduling-policy", "priority"]
-    channel = {LEASE_CHANNEL_ENV: o.lease_channel}
-    agent = (f"lease_channel={o.lease_channel}",) if o.lease_channel else ()
-    return EngineServer(name, [*cmd, *o.extra_args], port, folder / f"{name}.log",
-                        {**os.environ, **env, **channel}, agent_settings=agent)
+    return [*cmd, *o.extra_args]
 
 
 def launch_vllm_server(model_path: str, model: str, max_running: int, max_model_len: int,
@@ -298,6 +366,6 @@ def launch_sglang_server(model_path: str, model: str, max_running: int, max_mode
 
 
 __all__ = ["DEFAULT_SGLANG_VENV", "LEASE_CHANNEL_ENV", "EngineServer", "SglangOptions",
-           "VllmServerOptions", "free_port", "kill_group", "launch_sglang_server",
+           "VllmServerOptions", "free_port", "vllm_command", "kill_group", "launch_sglang_server",
            "launch_vllm_server", "sglang_available", "sglang_command", "sglang_python",
            "sglang_server", "tiny_model_for_sglang", "vllm_server"]
