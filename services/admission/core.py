@@ -339,11 +339,9 @@ class PricedController:
         """The generation gate for one branch (registered as a trial when it opens)."""
         cls = branch_class or coordinate
         v = self.view(model, now)
-        st = self._stats(cls)
-        engines = max(v.engines, 1)
-        fills = v.fill_slots - v.fill_slots_free
-        x = context(v.canonical, v.pressure * v.slots_per_engine, st.consumption,
-                    max(v.pressure - 1.0, 0.0) * v.slots_per_engine, fills / engines)
+        self._stats(cls)
+        x = context(v.canonical, v.pressure * v.slots_per_engine,
+                    max(v.pressure - 1.0, 0.0) * v.slots_per_engine)
         decision = self.gate.decide(cls, branch_id, x)
         if decision.kind != "known":
             self.ledger.opened(branch_id, cls, decision.kind, self.gate.classes[cls].n, now)
@@ -498,11 +496,16 @@ class PricedController:
 
     def restore(self, state: dict[str, Any]) -> int:
         """Take what ``state`` produced (a restart keeps what was learned); the classes taken.
-        A file of another version or shape is an ``InvalidArgument`` naming the part."""
-        if state.get("version") != STATE_VERSION:
+        A file of another version or shape is an ``InvalidArgument`` naming the part, but for
+        version 2: its gate models conditioned on fills running and recent consumption, which
+        Action 0 no longer reads (``generation_gate.context``), so they are dropped (those
+        classes' gates start cold) and everything else is taken."""
+        version = state.get("version")
+        if version not in (STATE_VERSION, *GATELESS_VERSIONS):
             raise InvalidArgument("state.version", f"expected {STATE_VERSION}, "
-                                                   f"got {state.get('version')!r}")
-        self.gate.restore(state.get("gate", {}))
+                                                   f"got {version!r}")
+        if version == STATE_VERSION:
+            self.gate.restore(state.get("gate", {}))
         for name, raw in state.get("classes", {}).items():
             try:
                 self.stats[name] = _ClassStats(
@@ -520,8 +523,10 @@ class PricedController:
         return len(state.get("classes", {}))
 
 
-#: Version of ``PricedController.state``'s layout.
-STATE_VERSION = 2
+#: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries).
+STATE_VERSION = 3
+#: Older versions whose state is taken without its gate models.
+GATELESS_VERSIONS = (2,)
 
 
 class AdmissionPolicy(Protocol):

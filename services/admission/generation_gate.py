@@ -30,23 +30,27 @@ import numpy as np
 
 from services.common.values.errors import InvalidArgument
 
-#: Context dimension: bias, horizon load, transient, recent consumption, backlog, fill load.
-DIM = 6
+#: Context dimension: bias, horizon load, transient, backlog.
+DIM = 4
 #: Co-resident requests per engine that make one unit of a load feature (features stay O(1)
 #: where the engines run, whatever their slot count).
 LOAD_UNIT = 32.0
 
 
-def context(canonical_h: float, canonical_now: float, consumption: float, waiting: float,
-            fills: float) -> np.ndarray:
+def context(canonical_h: float, canonical_now: float, waiting: float) -> np.ndarray:
     """x: what Action 0 conditions on, with a bias term: horizon pressure (co-resident canonical
-    requests per engine at ρ̄_H), whether a low reading is transient (ρ̄_H above ρ_t), recent
-    fill consumption, queue backlog and fills running (per engine), in units of ``LOAD_UNIT``
-    requests and capped at 4."""
+    requests per engine at ρ̄_H), whether a low reading is transient (ρ̄_H above ρ_t), and queue
+    backlog (per engine), in units of ``LOAD_UNIT`` requests and capped at 4.
+
+    Only load the gate does not cause. Fills running and recent fill consumption are the gate's
+    own doing: a closed gate drives both to what closing shows, so a model that learned a
+    positive weight on them (more fills running, higher return) predicts a lower return once it
+    closes and stays closed (issue 37: on ReAct a warm gate refused 1,070 of 1,239 branches,
+    and 5% audits could not reopen it)."""
     def unit(v: float) -> float:
         return min(max(v, 0.0) / LOAD_UNIT, 4.0)
-    return np.array([1.0, unit(canonical_h), unit(canonical_h - canonical_now), consumption,
-                     unit(waiting), unit(fills)], dtype=float)
+    return np.array([1.0, unit(canonical_h), unit(canonical_h - canonical_now), unit(waiting)],
+                    dtype=float)
 
 
 @dataclass(slots=True)

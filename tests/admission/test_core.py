@@ -37,7 +37,7 @@ def tracker_at(running: int, waiting: int = 0, now: float = 100.0) -> LoadTracke
 # --- generation gate -----------------------------------------------------------------------------
 
 def x(envelope: float = 0.2) -> np.ndarray:
-    return context(envelope, envelope, 0.0, 0.0, 0.0)
+    return context(envelope, envelope, 0.0)
 
 
 def test_a_bounded_cold_branch_admits_at_most_the_cold_fan_out() -> None:
@@ -72,6 +72,42 @@ def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-
         state_store.load(tmp_path / "bad.json")
     with pytest.raises(Exception, match="state.version"):
         again.restore({"version": 0})
+
+
+def test_a_state_of_version_2_is_taken_without_its_gate_models() -> None:
+    """Version 2's gate models read fills running and consumption: dropped (cold again), the
+    posteriors, gains and costs kept."""
+    c = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
+    for i in range(6):
+        c.open_branch(f"b{i}", "r/router", "t/r/router", MODEL, 100.0)
+        c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
+        c.report(BranchOutcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
+                               consumed=(f"fill/b{i}/h1/0",)))
+    old = {**c.state(), "version": 2, "gate": {"t/r/router": {"a": [[1.0] * 6] * 6,
+                                                               "q": [0.0] * 6, "n": 9,
+                                                               "sum_sq": 1.0}}}
+    again = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
+    assert again.restore(old) == 1
+    assert again.stats["t/r/router"] == c.stats["t/r/router"] and not again.gate.classes
+    assert again.open_branch("n", "r/router", "t/r/router", MODEL, 100.0).kind == "cold"
+
+
+def test_action_0_reads_no_load_it_causes_itself() -> None:
+    """Fills running and recent consumption follow the gate's own answers (a closed gate runs
+    no fills and consumes none): the context Action 0 decides on is the same whatever they are,
+    so a gate cannot close itself for good by the load its closing removes."""
+    seen = []
+    for fills in (0, 6):
+        t = tracker_at(running=8)
+        c = PricedController(t, settings=ControllerSettings(audit_rate=0.0, n0=0))
+        for i in range(fills):
+            t.reserve(MODEL, f"f{i}", 16)
+        c._stats("t/r/router").consumption = 0.9 if fills else 0.0
+        decide = c.gate.decide
+        c.gate.decide = lambda name, branch_id, x, d=decide: (seen.append(x.tolist()),  # type: ignore[method-assign]
+                                                              d(name, branch_id, x))[1]
+        c.open_branch("b", "r/router", "t/r/router", MODEL, 100.0)
+    assert len(seen) == 2 and seen[0] == seen[1]
 
 
 def test_delayed_feedback_revises_a_target_without_adding_a_sample() -> None:

@@ -11,7 +11,7 @@ from services.admission.generation_gate import DIM, GenerationGate, context
 from services.common.values.errors import InvalidArgument
 from tests.admission.test_core import x
 
-X = context(canonical_h=32.0, canonical_now=32.0, consumption=0.5, waiting=0.0, fills=0.0)
+X = context(canonical_h=32.0, canonical_now=32.0, waiting=0.0)
 
 
 def test_a_learned_class_opens_by_its_score_and_closes_after_losses() -> None:
