@@ -7,7 +7,8 @@ baseline policies it is compared with.
 
 - p̃_s = π̃_sel x π̄_use: a quantile of the Beta posterior of "the branch selects this
   candidate" (the median by default: ``ControllerSettings.selection_quantile``), conditioned on
-  the bin of the predictor's probability (on the rank when it gives none: ``selection_key``;
+  its rank and the bin of the predictor's probability (on the rank alone when it gives none:
+  ``selection_key``;
   prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
   candidates were selected against what it predicted for them, as ``prior_weight``
   pseudo-counts, no uniform floor) times the posterior mean of "an admitted, selected fill is
@@ -177,7 +178,7 @@ class _Calibration:
 
 @dataclass(slots=True)
 class _ClassStats:
-    #: Selection posteriors by ``selection_key`` (the predictor's probability bin, or the rank).
+    #: Selection posteriors by ``selection_key`` (the rank and the predictor's probability bin).
     selection: dict[str, _Beta] = field(default_factory=dict)
     usability: _Beta = field(default_factory=_Beta)
     #: Per pricing class: realised savings of consumed fills (ms), their ratio to the gateway's
@@ -208,13 +209,17 @@ PROBABILITY_BINS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85)
 
 
 def selection_key(rank: int, probability: float) -> str:
-    """What a candidate's selection is learned by: the bin of the predictor's probability
-    ("p3": [0.1, 0.2)), or its rank ("r1") when the predictor gives none (probability 0). The
-    paper conditions on rank alone; a predictor's probabilities are informative but not
-    calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1 time in 59, at p >= 0.4
-    7 in 16), and a rank's pooled posterior loses that once it has evidence."""
+    """What a candidate's selection is learned by: its rank and the bin of the predictor's
+    probability ("r1p3": rank 1 at [0.1, 0.2)), or its rank alone ("r1") when the predictor
+    gives none (probability 0). The paper conditions on rank alone; a predictor's probabilities
+    are informative but not calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1
+    time in 59, at p >= 0.4 7 in 16), and a rank's pooled posterior loses that once it has
+    evidence. Bins pooled over ranks lose the rank instead: at one probability the top
+    candidate is chosen far more often than a runner-up (issue 37: a warm controller's bins,
+    filled mostly by rank-0 outcomes, priced rank-1 candidates at 0.21 against a selection rate
+    of 0.13 and rank-2 at 0.08 against 0.03), so both condition it."""
     if probability > 0:
-        return f"p{bisect.bisect(PROBABILITY_BINS, probability)}"
+        return f"r{rank}p{bisect.bisect(PROBABILITY_BINS, probability)}"
     return f"r{rank}"
 
 
@@ -496,20 +501,24 @@ class PricedController:
 
     def restore(self, state: dict[str, Any]) -> int:
         """Take what ``state`` produced (a restart keeps what was learned); the classes taken.
-        A file of another version or shape is an ``InvalidArgument`` naming the part, but for
-        version 2: its gate models conditioned on fills running and recent consumption, which
-        Action 0 no longer reads (``generation_gate.context``), so they are dropped (those
-        classes' gates start cold) and everything else is taken."""
+        A file of another version or shape is an ``InvalidArgument`` naming the part, but
+        older versions are taken in part (``PARTIAL_VERSIONS``): version 2's gate models
+        conditioned on fills running and recent consumption, which Action 0 no longer reads
+        (``generation_gate.context``), so they are dropped (those classes' gates start cold);
+        versions 2 and 3 learned selection by probability bin alone, so those posteriors are
+        dropped (learned again by rank and bin); everything else is taken."""
         version = state.get("version")
-        if version not in (STATE_VERSION, *GATELESS_VERSIONS):
+        if version not in (STATE_VERSION, *PARTIAL_VERSIONS):
             raise InvalidArgument("state.version", f"expected {STATE_VERSION}, "
                                                    f"got {version!r}")
-        if version == STATE_VERSION:
+        dropped = PARTIAL_VERSIONS.get(version, ())
+        if "gate" not in dropped:
             self.gate.restore(state.get("gate", {}))
         for name, raw in state.get("classes", {}).items():
             try:
+                selection = {} if "selection" in dropped else raw["selection"]
                 self.stats[name] = _ClassStats(
-                    selection={str(k): _Beta(**v) for k, v in raw["selection"].items()},
+                    selection={str(k): _Beta(**v) for k, v in selection.items()},
                     usability=_Beta(**raw["usability"]),
                     gain_ms={k: _Mean(**v) for k, v in raw["gain_ms"].items()},
                     gain_ratio={k: _Mean(**v) for k, v in raw["gain_ratio"].items()},
@@ -523,10 +532,11 @@ class PricedController:
         return len(state.get("classes", {}))
 
 
-#: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries).
-STATE_VERSION = 3
-#: Older versions whose state is taken without its gate models.
-GATELESS_VERSIONS = (2,)
+#: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries;
+#: 4: selection posteriors keyed by rank and probability bin).
+STATE_VERSION = 4
+#: Older versions taken in part, and the parts dropped (``PricedController.restore``).
+PARTIAL_VERSIONS: dict[int, tuple[str, ...]] = {2: ("gate", "selection"), 3: ("selection",)}
 
 
 class AdmissionPolicy(Protocol):

@@ -4,6 +4,8 @@ the ledger and the baselines have test modules of their own."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -74,22 +76,28 @@ def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-
         again.restore({"version": 0})
 
 
-def test_a_state_of_version_2_is_taken_without_its_gate_models() -> None:
-    """Version 2's gate models read fills running and consumption: dropped (cold again), the
-    posteriors, gains and costs kept."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_state_is_taken_without_what_it_learned_differently(version: int) -> None:
+    """Version 2's gate models read fills running and consumption: dropped (cold again);
+    versions 2 and 3 learned selection by probability bin alone: dropped; usability, gains,
+    costs and calibration kept."""
     c = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
     for i in range(6):
         c.open_branch(f"b{i}", "r/router", "t/r/router", MODEL, 100.0)
         c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
         c.report(BranchOutcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
                                consumed=(f"fill/b{i}/h1/0",)))
-    old = {**c.state(), "version": 2, "gate": {"t/r/router": {"a": [[1.0] * 6] * 6,
-                                                               "q": [0.0] * 6, "n": 9,
-                                                               "sum_sq": 1.0}}}
+    gate = ({"t/r/router": {"a": [[1.0] * 6] * 6, "q": [0.0] * 6, "n": 9, "sum_sq": 1.0}}
+            if version == 2 else c.state()["gate"])
+    old = {**c.state(), "version": version, "gate": gate}
     again = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
     assert again.restore(old) == 1
-    assert again.stats["t/r/router"] == c.stats["t/r/router"] and not again.gate.classes
-    assert again.open_branch("n", "r/router", "t/r/router", MODEL, 100.0).kind == "cold"
+    kept, before = again.stats["t/r/router"], c.stats["t/r/router"]
+    assert before.selection and not kept.selection
+    assert dataclasses.replace(kept, selection=before.selection) == before
+    assert bool(again.gate.classes) == (version == 3)
+    kind = again.open_branch("n", "r/router", "t/r/router", MODEL, 100.0).kind
+    assert (kind == "cold") == (version == 2)
 
 
 def test_action_0_reads_no_load_it_causes_itself() -> None:
@@ -193,9 +201,10 @@ def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_s
         c.report(BranchOutcome(f"b{i}", "h2", saved_s=1.5, fill_cost_s=2.0, setup_s=0.0,
                          consumed=(f"fill/b{i}/h2/0",)))
     st = c.stats["r/router"]
-    h1, h2 = selection_key(0, 0.6), selection_key(1, 0.25)  # by the predictor's probability
+    h1, h2 = selection_key(0, 0.6), selection_key(1, 0.25)  # by rank and probability
     assert st.selection[h2].success == 30 and st.selection[h1].failure == 30
     assert selection_key(3, 0.0) == "r3"  # no probability given: by rank
+    assert selection_key(0, 0.15) != selection_key(1, 0.15)  # a runner-up learns apart
     assert c.selection_upper(st, 1, 0.25) > c.selection_upper(st, 0, 0.6)
     assert st.usability.success + st.usability.failure <= 30
     assert c.admit("z", "r/router", proposals(), MODEL, 100.0).admitted[0] == "h2"
