@@ -87,6 +87,13 @@ class BranchOutcome:
     #: Waits on this branch's fills that did not pay (W_b of Eq. 4).
     wait_s: float = 0.0
 
+    @property
+    def fills_worked(self) -> bool:
+        """Whether some fill of the branch did engine work (a final report's cost > 0): when
+        none did (the library or a canonical execution answered every step, or the branch
+        resolved before they started), nothing was late and nothing spent."""
+        return self.fill_cost_s > 0
+
 
 @dataclass(frozen=True, slots=True)
 class Admission:
@@ -186,7 +193,6 @@ class _ClassStats:
     gain_ms: dict[str, _Mean] = field(default_factory=dict)
     gain_ratio: dict[str, _Mean] = field(default_factory=dict)
     cost_s: dict[str, _Mean] = field(default_factory=dict)
-    consumption: float = 0.0  # exponentially weighted share of branches that consumed a fill
     #: Per rank: how often its candidates were selected (total) against the predictor's
     #: probabilities summed (n counts them in probability units: ``calibrated``).
     calibration: dict[str, _Calibration] = field(default_factory=dict)
@@ -452,7 +458,7 @@ class PricedController:
         # The selected fill is waste only once the final report says it was not consumed; fills
         # that did no engine work at all (final report, no cost) cost the engines nothing.
         selected_unused = outcome.final and not consumed
-        idle = outcome.final and outcome.fill_cost_s <= 0
+        idle = outcome.final and not outcome.fills_worked
         wasted = 0.0 if idle else sum(c for name, c in b.admitted.items()
                                       if name != outcome.selected or selected_unused)
         target = (outcome.saved_s * 1000.0 if consumed else self._pending_credit_ms(
@@ -466,23 +472,19 @@ class PricedController:
         if outcome.selected in b.admitted:
             if consumed:
                 st.usability.success += 1
-            elif outcome.fill_cost_s > 0:
+            elif outcome.fills_worked:  # else no evidence on timely use
                 st.usability.failure += 1
-            # else no fill of the branch did engine work (the library or a canonical execution
-            # answered every step, or the branch resolved before they started): nothing was
-            # late and nothing spent, so no evidence on timely use
         if consumed and proposal is not None:
             key = proposal.pricing_class
             st.gain_ms.setdefault(key, _Mean()).add(outcome.saved_s * 1000.0)
             if proposal.est_gain_s > 0:
                 st.gain_ratio.setdefault(key, _Mean()).add(
                     min(outcome.saved_s / proposal.est_gain_s, 4.0))
-        if b.admitted and outcome.fill_cost_s > 0:
+        if b.admitted and outcome.fills_worked:
             per_fill = outcome.fill_cost_s / len(b.admitted)
             for p in b.proposals:
                 if p.candidate in b.admitted:
                     st.cost_s.setdefault(p.pricing_class, _Mean()).add(per_fill)
-        st.consumption = 0.8 * st.consumption + 0.2 * float(consumed)
 
     def account(self) -> dict[str, Any]:
         """The per-branch figures of ``ledger`` (``Ledger.summary``)."""
@@ -523,7 +525,6 @@ class PricedController:
                     gain_ms={k: _Mean(**v) for k, v in raw["gain_ms"].items()},
                     gain_ratio={k: _Mean(**v) for k, v in raw["gain_ratio"].items()},
                     cost_s={k: _Mean(**v) for k, v in raw["cost_s"].items()},
-                    consumption=float(raw["consumption"]),
                     calibration={k: _Calibration(**v)
                                  for k, v in raw.get("calibration", {}).items()})
             except (KeyError, TypeError, ValueError, AttributeError) as exc:

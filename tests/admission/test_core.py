@@ -101,16 +101,16 @@ def test_an_older_state_is_taken_without_what_it_learned_differently(version: in
 
 
 def test_action_0_reads_no_load_it_causes_itself() -> None:
-    """Fills running and recent consumption follow the gate's own answers (a closed gate runs
-    no fills and consumes none): the context Action 0 decides on is the same whatever they are,
-    so a gate cannot close itself for good by the load its closing removes."""
+    """Fills running follow the gate's own answers (a closed gate runs none): the context
+    Action 0 decides on is the same whatever they are, so a gate cannot close itself for good
+    by the load its closing removes (nor does it keep the share of branches that consumed a
+    fill, which a closed gate holds at zero)."""
     seen = []
     for fills in (0, 6):
         t = tracker_at(running=8)
         c = PricedController(t, settings=ControllerSettings(audit_rate=0.0, n0=0))
         for i in range(fills):
             t.reserve(MODEL, f"f{i}", 16)
-        c._stats("t/r/router").consumption = 0.9 if fills else 0.0
         decide = c.gate.decide
         c.gate.decide = lambda name, branch_id, x, d=decide: (seen.append(x.tolist()),  # type: ignore[method-assign]
                                                               d(name, branch_id, x))[1]
