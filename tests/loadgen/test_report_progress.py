@@ -14,6 +14,7 @@ from loadgen import c3, report
 from loadgen.arm_set import ALL_ARMS, QUICK_ARMS
 from loadgen.bench.arms import TRAINING_UNIT, planned_units, run
 from loadgen.report_matrix import MATRICES, REPLAY_RATES
+from loadgen.report_progress import ReportProgress
 
 
 class Recording(Progress):
@@ -82,3 +83,22 @@ def test_the_full_report_shows_an_eta_over_every_seed_and_arm() -> None:
     replay = len(REPLAY_RATES) * 2 * 2  # floor and full, two seeds
     # the timeline, the phased trace and the LADS bench are a unit each
     assert report.planned_total("full") == matrix + 1 + sweep + 1 + replay + 1
+
+
+def test_where_stderr_is_no_terminal_the_progress_is_written_as_plain_lines() -> None:
+    out = io.StringIO()
+    bar = Progress(console=Console(file=out, force_terminal=False))
+    track = ReportProgress(bar, "C3", 3, plain_every_s=0.0)
+    with bar:
+        with track.cell("routing 0.8/s", 2) as hook:
+            hook("seed 0, full", False)
+            hook("seed 0, full", True)
+        with track.step("the phased trace"):
+            pass
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("C3: ")]
+    assert lines[0].startswith("C3: 1/3 units (33%), 0:00:0")
+    assert "routing 0.8/s: seed 0" in lines[0]
+    assert lines[-1].startswith("C3: 3/3 units (100%)") and "ETA" in lines[-1]
+    terminal = io.StringIO()
+    drawn = Progress(console=Console(file=terminal, force_terminal=True))
+    assert not ReportProgress(drawn, "C3", 1).plain  # a terminal gets the redrawn bar only
