@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
 
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
-from services.common.runtime.clients import DEFAULT_DEADLINE_S, open_channel
+from services.common.runtime.clients import DEFAULT_DEADLINE_S, StreamCall, open_channel
 from services.engine_agent.mux_client import GenerationMux
 
 
@@ -22,7 +20,7 @@ class EngineAgentClient:
 
     def generate(self, request: engine_pb2.GenerateRequest, timeout_s: float = DEFAULT_DEADLINE_S,
                  metadata: tuple[tuple[str, str], ...] = ()
-                 ) -> AsyncIterator[engine_pb2.GenerateEvent]:
+                 ) -> StreamCall[engine_pb2.GenerateEvent]:
         """Stream a generation's events; cancelling the returned call aborts it."""
         return self.stub.Generate(request, timeout=timeout_s, metadata=metadata)
 
@@ -40,14 +38,14 @@ class EngineAgentClient:
         return reply.aborted
 
     def adopt(self, request_id: str, text: bool = False,
-              timeout_s: float = DEFAULT_DEADLINE_S) -> AsyncIterator[engine_pb2.AdoptEvent]:
+              timeout_s: float = DEFAULT_DEADLINE_S) -> StreamCall[engine_pb2.AdoptEvent]:
         """Adopt a running fill: its progress until it ends (see the Adopt rpc); cancelling the
         returned call gives the fill up (it runs on, at fill priority)."""
         return self.stub.Adopt(engine_pb2.AdoptRequest(request_id=request_id, text=text),
                                timeout=timeout_s)
 
     def watch_load(self, interval_s: float = 0.0, timeout_s: float = 3600.0
-                   ) -> AsyncIterator[common_pb2.LoadView]:
+                   ) -> StreamCall[common_pb2.LoadView]:
         """Stream load views; a long-lived call the owner cancels or renews after ``timeout_s``."""
         return self.stub.WatchLoad(engine_pb2.WatchLoadRequest(interval_s=interval_s),
                                    timeout=timeout_s)
@@ -91,7 +89,7 @@ class EngineAgentClient:
         """Send the sender's causal inventory."""
         return (await self.stub.SyncInventory(view, timeout=timeout_s)).accepted
 
-    def watch_leases(self, timeout_s: float = 3600.0) -> AsyncIterator[engine_pb2.LeaseUpdate]:
+    def watch_leases(self, timeout_s: float = 3600.0) -> StreamCall[engine_pb2.LeaseUpdate]:
         """Stream budget and lease records; a long-lived call the owner renews."""
         return self.stub.WatchLeases(engine_pb2.WatchLeasesRequest(), timeout=timeout_s)
 
