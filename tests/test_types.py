@@ -1,8 +1,8 @@
-"""mypy, strict, over the protocol-free rooms (``[tool.mypy]`` in pyproject.toml: every service's
-core, the shared values, the engine agent's sim/ and leases/), as part of the test command; and
-the service faces seen through: each face's ``if TYPE_CHECKING:`` imports are exactly its lazy
-table (and so its ``__all__``), and a call of the wrong type through any face is a mypy error
-(one mypy run checks the scope and the planted calls together)."""
+"""mypy, strict, over services/ (``[tool.mypy]`` in pyproject.toml names the scope and its
+exclusions), as part of the test command; and the service faces seen through: each face's
+``if TYPE_CHECKING:`` imports are exactly its lazy table (and so its ``__all__``), and a call of
+the wrong type through any face is a mypy error (one mypy run checks the scope and the planted
+calls together)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _errors(out: str) -> tuple[dict[int, list[str]], list[str]]:
     return planted, others
 
 
-def test_the_cores_and_values_type_check_strictly(mypy_run: tuple[str, int]) -> None:
+def test_the_services_type_check_strictly(mypy_run: tuple[str, int]) -> None:
     out, _ = mypy_run
     assert _errors(out)[1] == [], out
     checked = re.search(r"(\d+) source files\)?$", out.strip())
