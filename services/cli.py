@@ -365,7 +365,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    return importlib.import_module(SERVICES[args.service]).main(args.rest)
+    status: int = importlib.import_module(SERVICES[args.service]).main(args.rest)
+    return status
 
 
 def _arms_args(bench: argparse.ArgumentParser) -> None:

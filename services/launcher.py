@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from services.common.runtime.clients import wait_serving
 from services.engine_presets import EngineSetup, engine_setup
@@ -181,7 +182,8 @@ class Mesh:
                       otlp_endpoint=info.get("otlp_endpoint", ""))
         # An engine library may log to stdout (embedded vLLM does): keep the pipe drained into
         # the log, or the child blocks once the pipe is full.
-        self._drains.append(asyncio.create_task(_copy(process.stdout, log_path)))
+        stdout = cast(asyncio.StreamReader, process.stdout)  # started with stdout=PIPE
+        self._drains.append(asyncio.create_task(_copy(stdout, log_path)))
         self._place(child)
         self._watch(name)
         return child
@@ -491,10 +493,12 @@ def _exit_status(code: int) -> str:
     return f"exit status {code}"
 
 
-async def _announcement(process: asyncio.subprocess.Process, log_path: Path) -> dict:
+async def _announcement(process: asyncio.subprocess.Process, log_path: Path
+                        ) -> dict[str, Any]:
     """The child's JSON announcement line; other stdout lines before it go to its log."""
+    stdout = cast(asyncio.StreamReader, process.stdout)  # started with stdout=PIPE
     while True:
-        line = await process.stdout.readline()
+        line = await stdout.readline()
         if not line:
             raise EOFError
         with contextlib.suppress(json.JSONDecodeError):

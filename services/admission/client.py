@@ -36,7 +36,9 @@ class RemoteAdmission:
                                                   coordinate=coordinate,
                                                   branch_class=branch_class, model=model)
         try:
-            return (await self.stub.OpenBranch(request, timeout=self.deadline_s)).open
+            reply: admission_pb2.OpenBranchResponse = await self.stub.OpenBranch(
+                request, timeout=self.deadline_s)
+            return reply.open
         except grpc.aio.AioRpcError as err:
             log.warning("admission OpenBranch failed (%s): not filling", err.code().name)
             return False
@@ -48,12 +50,15 @@ class RemoteAdmission:
         request = admission_pb2.AdmitFillsRequest(
             header=make_header(branch_id, 1, "gateway"), coordinate=coordinate, model=model,
             window_s=window_s,
-            candidates=[admission_pb2.Candidate(candidate=c.candidate, rank=c.rank,
-                                                probability=min(max(c.probability, 0.0), 1.0),
-                                                **estimate_fields(c.candidate, estimates, window_s))
-                        for c in candidates])
+            candidates=[admission_pb2.Candidate(
+                candidate=c.candidate, rank=c.rank, probability=min(max(c.probability, 0.0), 1.0),
+                # each estimate field has the type its name gives it (estimate_fields)
+                **estimate_fields(c.candidate, estimates, window_s))  # type: ignore[arg-type]
+                for c in candidates])
         try:
-            return list((await self.stub.AdmitFills(request, timeout=self.deadline_s)).admitted)
+            reply: admission_pb2.AdmitFillsResponse = await self.stub.AdmitFills(
+                request, timeout=self.deadline_s)
+            return list(reply.admitted)
         except grpc.aio.AioRpcError as err:
             log.warning("admission AdmitFills failed (%s): not filling", err.code().name)
             return []

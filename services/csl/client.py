@@ -16,7 +16,7 @@ from typing import Any, Self
 import grpc
 
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
-from services.common.runtime.clients import open_channel
+from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.records import make_header
 from services.common.values.reads import (
     Claimed,
@@ -56,8 +56,8 @@ class CslClient:
     async def lookup(self, name: ReuseName, timeout_s: float = LOOKUP_DEADLINE_S
                      ) -> Served | None:
         """A fresh confirmed entry's result, or None."""
-        reply = await self.stub.Lookup(csl_pb2.LookupRequest(name=name_to_proto(name)),
-                                       timeout=timeout_s)
+        reply: csl_pb2.LookupResponse = await self.stub.Lookup(
+            csl_pb2.LookupRequest(name=name_to_proto(name)), timeout=timeout_s)
         return Served(reply.result, reply.cost_s) if reply.hit else None
 
     def put_request(self, name: ReuseName, result: bytes, read_set: ReadSet,
@@ -71,7 +71,8 @@ class CslClient:
                   timeout_s: float = DEADLINE_S) -> bool:
         """Store a canonical result; False when the library refused it."""
         request = self.put_request(name, result, read_set, cost_s)
-        return (await self.stub.Put(request, timeout=timeout_s)).stored
+        reply: csl_pb2.PutResponse = await self.stub.Put(request, timeout=timeout_s)
+        return reply.stored
 
     async def put_shadow(self, shadow: Shadow, ttl_s: float = 0.0,
                          timeout_s: float = DEADLINE_S) -> bool:
@@ -79,12 +80,13 @@ class CslClient:
         record = shadow_to_proto(shadow)
         record.header.CopyFrom(self._header(shadow.name.digest))
         request = csl_pb2.PutShadowRequest(shadow=record, ttl_s=ttl_s)
-        return (await self.stub.PutShadow(request, timeout=timeout_s)).stored
+        reply: csl_pb2.PutShadowResponse = await self.stub.PutShadow(request, timeout=timeout_s)
+        return reply.stored
 
     async def promote(self, name: ReuseName, branch_id: str, timeout_s: float = DEADLINE_S
                       ) -> Served | None:
         """Promote the branch's shadow under ``name``; its result, once, or None."""
-        reply = await self.stub.Promote(
+        reply: csl_pb2.PromoteResponse = await self.stub.Promote(
             csl_pb2.PromoteRequest(name=name_to_proto(name), branch_id=branch_id),
             timeout=timeout_s)
         return Served(reply.result, reply.cost_s) if reply.promoted else None
@@ -92,7 +94,7 @@ class CslClient:
     async def discard(self, branch_id: str, keep_candidate: str = "",
                       timeout_s: float = DEADLINE_S) -> int:
         """Settle a branch; the number of shadows dropped."""
-        reply = await self.stub.Discard(
+        reply: csl_pb2.DiscardResponse = await self.stub.Discard(
             csl_pb2.DiscardRequest(branch_id=branch_id, keep_candidate=keep_candidate),
             timeout=timeout_s)
         return reply.discarded
@@ -109,7 +111,8 @@ class CslClient:
             header=self._header(self.producer), tenant=tenant, version=version,
             writes=[csl_pb2.RecordWrite(record_id=r, floor=f)
                     for r, f in zip(record_ids, padded, strict=True)])
-        reply = await self.stub.WriteRecords(request, timeout=timeout_s)
+        reply: csl_pb2.WriteRecordsResponse = await self.stub.WriteRecords(
+            request, timeout=timeout_s)
         return WriteOutcome(tuple(RecordRead(v.record_id, v.version) for v in reply.versions),
                             reply.invalidated, reply.prior_write_seq, reply.refused)
 
@@ -117,36 +120,38 @@ class CslClient:
                     timeout_s: float) -> Claimed | None:
         """Promote the one shadow under ``name`` whose fill is held in ``scope``, whatever its
         branch, waiting up to ``wait_s`` for a running fill's shadow; None on a miss."""
-        reply = await self.stub.Claim(csl_pb2.ClaimRequest(name=name_to_proto(name),
-                                                           wait_s=wait_s, scope=scope),
-                                      timeout=timeout_s)
+        reply: csl_pb2.ClaimResponse = await self.stub.Claim(
+            csl_pb2.ClaimRequest(name=name_to_proto(name), wait_s=wait_s, scope=scope),
+            timeout=timeout_s)
         if not reply.promoted:
             return None
         return Claimed(reply.result, reply.cost_s, reply.branch_id, reply.candidate)
 
     def hold_fill(self, name: ReuseName, branch_id: str, candidate: str, scope: str,
-                  timeout_s: float) -> Any:
+                  timeout_s: float) -> StreamCall[csl_pb2.HoldFillEvent]:
         """Open the placeholder stream of a running fill step (iterate it for its events;
         cancel it to drop the placeholder)."""
-        return self.stub.HoldFill(csl_pb2.HoldFillRequest(
-            name=name_to_proto(name), branch_id=branch_id, candidate=candidate, scope=scope),
+        call: StreamCall[csl_pb2.HoldFillEvent] = self.stub.HoldFill(
+            csl_pb2.HoldFillRequest(name=name_to_proto(name), branch_id=branch_id,
+                                    candidate=candidate, scope=scope),
             timeout=timeout_s)
+        return call
 
     async def settle_scope(self, scope: str, template_id: str, stage_id: str,
                            keep_branch: str, keep_candidate: str,
                            timeout_s: float = DEADLINE_S) -> int:
         """Tell every fill held in ``scope`` that the stage was demanded; holders told."""
-        reply = await self.stub.SettleScope(csl_pb2.SettleScopeRequest(
-            scope=scope, template_id=template_id, stage_id=stage_id, keep_branch=keep_branch,
-            keep_candidate=keep_candidate), timeout=timeout_s)
+        reply: csl_pb2.SettleScopeResponse = await self.stub.SettleScope(
+            csl_pb2.SettleScopeRequest(scope=scope, template_id=template_id, stage_id=stage_id,
+                                       keep_branch=keep_branch, keep_candidate=keep_candidate),
+            timeout=timeout_s)
         return reply.told
 
     async def versions_since(self, since_seq: int, timeout_s: float = DEADLINE_S,
                              limit: int = 0) -> tuple[list[tuple[RecordKey, int]], bool, int]:
         """One page of records above ``since_seq``: ``(versions, more, write_seq)``."""
-        reply = await self.stub.Versions(csl_pb2.VersionsRequest(since_seq=since_seq,
-                                                                 limit=limit),
-                                         timeout=timeout_s)
+        reply: csl_pb2.VersionsResponse = await self.stub.Versions(
+            csl_pb2.VersionsRequest(since_seq=since_seq, limit=limit), timeout=timeout_s)
         return ([((v.tenant, v.record_id), v.version) for v in reply.versions], reply.more,
                 reply.write_seq)
 
@@ -155,31 +160,38 @@ class CslClient:
         """Raise records to other shards' versions; entries invalidated."""
         request = csl_pb2.AdoptVersionsRequest(header=self._header(self.producer),
                                                versions=versions_to_proto(versions))
-        return (await self.stub.AdoptVersions(request, timeout=timeout_s)).invalidated
+        reply: csl_pb2.AdoptVersionsResponse = await self.stub.AdoptVersions(
+            request, timeout=timeout_s)
+        return reply.invalidated
 
     async def changes(self, after: int, timeout_s: float = DEADLINE_S, limit: int = 0
                       ) -> csl_pb2.ChangesResponse:
         """One page of records changed after stamp ``after`` (versions, next stamp, more,
         incarnation, established)."""
-        return await self.stub.Changes(csl_pb2.ChangesRequest(after=after, limit=limit),
-                                       timeout=timeout_s)
+        reply: csl_pb2.ChangesResponse = await self.stub.Changes(
+            csl_pb2.ChangesRequest(after=after, limit=limit), timeout=timeout_s)
+        return reply
 
     async def begin_renewal(self, timeout_s: float = DEADLINE_S
                             ) -> csl_pb2.BeginRenewalResponse:
         """Begin a serving-lease renewal (incarnation, token, serving_lease_s, established)."""
-        return await self.stub.BeginRenewal(
+        reply: csl_pb2.BeginRenewalResponse = await self.stub.BeginRenewal(
             csl_pb2.BeginRenewalRequest(renewer=self.producer), timeout=timeout_s)
+        return reply
 
     async def grant_serving(self, incarnation: str, token: int, peers: int,
                             timeout_s: float = DEADLINE_S) -> float:
         """Grant a renewal begun with ``begin_renewal``; seconds of serving left."""
-        reply = await self.stub.GrantServing(csl_pb2.GrantServingRequest(
-            incarnation=incarnation, token=token, peers=peers), timeout=timeout_s)
+        reply: csl_pb2.GrantServingResponse = await self.stub.GrantServing(
+            csl_pb2.GrantServingRequest(incarnation=incarnation, token=token, peers=peers),
+            timeout=timeout_s)
         return reply.serving_left_s
 
     async def stats(self, timeout_s: float = DEADLINE_S) -> csl_pb2.StatsResponse:
         """Counters and sizes."""
-        return await self.stub.Stats(csl_pb2.StatsRequest(), timeout=timeout_s)
+        reply: csl_pb2.StatsResponse = await self.stub.Stats(
+            csl_pb2.StatsRequest(), timeout=timeout_s)
+        return reply
 
     async def close(self) -> None:
         """Close the channel; idempotent."""

@@ -24,17 +24,21 @@ class DeliveryClient:
     async def start_tool(self, request: delivery_pb2.StartToolRequest,
                          timeout_s: float = SHORT_DEADLINE_S) -> bool:
         """A tool call started; True when the engine pinned the history (ttl_* baselines only)."""
-        return (await self.stub.StartTool(request, timeout=timeout_s)).pinned
+        reply: delivery_pb2.StartToolResponse = await self.stub.StartTool(
+            request, timeout=timeout_s)
+        return reply.pinned
 
     async def deliver(self, request: delivery_pb2.DeliverRequest,
                       timeout_s: float = DELIVER_DEADLINE_S) -> delivery_pb2.DeliverResponse:
         """Return a tool result and wait for its continuation's output."""
-        return await self.stub.Deliver(request, timeout=timeout_s)
+        reply: delivery_pb2.DeliverResponse = await self.stub.Deliver(request, timeout=timeout_s)
+        return reply
 
     async def withdraw(self, key: common_pb2.ResultKey,
                        timeout_s: float = SHORT_DEADLINE_S) -> bool:
         """Cancel a pending result; True when it was pending and not yet on the link."""
-        reply = await self.stub.Withdraw(delivery_pb2.WithdrawRequest(key=key), timeout=timeout_s)
+        reply: delivery_pb2.WithdrawResponse = await self.stub.Withdraw(
+            delivery_pb2.WithdrawRequest(key=key), timeout=timeout_s)
         return reply.withdrawn
 
     async def close(self) -> None:

@@ -4,12 +4,14 @@ engine calls a delivery makes, its receipt's ReceiveResult included, carry that 
 
 from __future__ import annotations
 
+from typing import cast
+
 import grpc
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from services.common.pb import delivery_pb2, delivery_pb2_grpc, engine_pb2
+from services.common.pb import common_pb2, delivery_pb2, delivery_pb2_grpc, engine_pb2
 from services.common.runtime.convert import (
     require,
     sampling_from_proto,
@@ -155,7 +157,8 @@ def _name(value: str, field: str) -> str:
 def _response(d: Delivered) -> delivery_pb2.DeliverResponse:
     r = d.received
     return delivery_pb2.DeliverResponse(
-        finished=engine_pb2.Finished(reason=int(r.reason), usage=usage_to_proto(r.usage),
+        finished=engine_pb2.Finished(reason=cast(common_pb2.FinishReason, int(r.reason)),
+                                     usage=usage_to_proto(r.usage),
                                      timings=timings_to_proto(r.timings), text=r.text),
         engine_id=d.engine_id, sender_wait_s=d.sender_wait_s, transfer_s=d.transfer_s,
         receipt_to_allocation_s=r.receipt_to_allocation_s, promoted=d.promoted)

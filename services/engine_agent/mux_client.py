@@ -17,6 +17,7 @@ import time
 import grpc
 
 from services.common.pb import engine_pb2, engine_pb2_grpc
+from services.common.runtime.clients import StreamCall
 from services.common.values.errors import quoted
 
 #: grpc.StatusCode by its numeric value (MuxError.code).
@@ -64,7 +65,8 @@ class _Stream:
         if request_id in self.pending:
             raise rpc_error(grpc.StatusCode.ALREADY_EXISTS,
                             f"request {quoted(request_id)} is already running")
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[engine_pb2.GenerateMuxResult] = (
+            asyncio.get_running_loop().create_future())
         self.pending[request_id] = future
         self._outbox.put_nowait(engine_pb2.MuxStart(request=request, timeout_s=timeout_s,
                                                     trace_context=trace))
@@ -198,8 +200,9 @@ class GenerationMux:
 
     async def _call(self, request: engine_pb2.GenerateRequest, timeout_s: float,
                     trace: dict[str, str]) -> engine_pb2.Finished:
-        async for event in self._stub.Generate(request, timeout=timeout_s,
-                                               metadata=tuple(trace.items())):
+        call: StreamCall[engine_pb2.GenerateEvent] = self._stub.Generate(
+            request, timeout=timeout_s, metadata=tuple(trace.items()))
+        async for event in call:
             if event.HasField("finished"):
                 return event.finished
         raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the engine ended the stream without "

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator
+from typing import cast
 
 import grpc
 from opentelemetry import context as otel_context
@@ -112,7 +113,8 @@ def event_to_proto(request_id: str, sequence: int, event: GenerationEvent
         msg.queued.queue_position = event.queue_position
     else:
         msg.finished.CopyFrom(engine_pb2.Finished(
-            reason=int(event.reason), usage=usage_to_proto(event.usage),
+            reason=cast(common_pb2.FinishReason, int(event.reason)),
+            usage=usage_to_proto(event.usage),
             timings=timings_to_proto(event.timings), text=event.text,
             tool_calls=tool_calls_to_proto(event.tool_calls), stop_string=event.stop_string))
     return msg
@@ -315,7 +317,8 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                                           self._to_request(continuation))
             span.set_attribute("dynbranch.bound", done.bound)
         return engine_pb2.ReceiveResultResponse(
-            finished=engine_pb2.Finished(reason=int(done.finished.reason),
+            finished=engine_pb2.Finished(reason=cast(common_pb2.FinishReason,
+                                                     int(done.finished.reason)),
                                          usage=usage_to_proto(done.finished.usage),
                                          timings=timings_to_proto(done.finished.timings),
                                          text=done.finished.text),

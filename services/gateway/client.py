@@ -20,12 +20,16 @@ class GatewayClient:
     async def call(self, request: gateway_pb2.CallRequest,
                    timeout_s: float = DEFAULT_DEADLINE_S) -> gateway_pb2.CallResponse:
         """Run one stage (never retried: not idempotent)."""
-        return await self.stub.Call(request, timeout=timeout_s, metadata=self.metadata)
+        reply: gateway_pb2.CallResponse = await self.stub.Call(
+            request, timeout=timeout_s, metadata=self.metadata)
+        return reply
 
     async def deliver_result(self, request: delivery_pb2.DeliverRequest,
                              timeout_s: float = 600.0) -> delivery_pb2.DeliverResponse:
         """Return a tool result (LADS) and get the continuation's output; idempotent by key."""
-        return await self.stub.DeliverResult(request, timeout=timeout_s, metadata=self.metadata)
+        reply: delivery_pb2.DeliverResponse = await self.stub.DeliverResult(
+            request, timeout=timeout_s, metadata=self.metadata)
+        return reply
 
     async def close(self) -> None:
         """Close the channel; idempotent."""

@@ -20,14 +20,14 @@ picked ``candidate`` or report the pick with :meth:`DynbranchClient.settle`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from services.common.pb import common_pb2, gateway_pb2, gateway_pb2_grpc
-from services.common.runtime.clients import open_channel
+from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.convert import sampling_to_proto
 from services.gateway.templates import Template, TemplateRegistry, load_builtin, parse_template
 from services.gateway.templates.render import (
@@ -113,8 +113,10 @@ class DynbranchClient:
             coordinate=coordinate, candidate=candidate, values=values, offered=offered,
             observation=observation, workflow_type=workflow_type, agent_id=agent_id,
             request_id=request_id, max_tokens=max_tokens)
-        return await self.stub.Call(gateway_pb2.CallRequest(demand=demand),
-                                    timeout=timeout_s or self.timeout_s, metadata=self.metadata)
+        reply: gateway_pb2.CallResponse = await self.stub.Call(
+            gateway_pb2.CallRequest(demand=demand), timeout=timeout_s or self.timeout_s,
+            metadata=self.metadata)
+        return reply
 
     def stream_stage(self, template_id: str, stage_id: str, *, workflow_id: str,
                      inputs: Mapping[str, str], outputs: Mapping[str, str] | None = None,
@@ -122,7 +124,7 @@ class DynbranchClient:
                      values: Mapping[str, str] | None = None, offered: Sequence[str] = (),
                      observation: str = "", workflow_type: str = "", agent_id: str = "",
                      request_id: str = "", timeout_s: float | None = None,
-                     max_tokens: int | None = None) -> AsyncIterator[gateway_pb2.CallEvent]:
+                     max_tokens: int | None = None) -> StreamCall[gateway_pb2.CallEvent]:
         """``call_stage``, streamed (the CallStream rpc): text as it is decoded (by the demand's
         own execution or the fill it adopted), then the whole answer."""
         demand = self._stage_demand(
@@ -130,8 +132,10 @@ class DynbranchClient:
             coordinate=coordinate, candidate=candidate, values=values, offered=offered,
             observation=observation, workflow_type=workflow_type, agent_id=agent_id,
             request_id=request_id, max_tokens=max_tokens)
-        return self.stub.CallStream(gateway_pb2.CallRequest(demand=demand),
-                                    timeout=timeout_s or self.timeout_s, metadata=self.metadata)
+        call: StreamCall[gateway_pb2.CallEvent] = self.stub.CallStream(
+            gateway_pb2.CallRequest(demand=demand), timeout=timeout_s or self.timeout_s,
+            metadata=self.metadata)
+        return call
 
     def _stage_demand(self, template_id: str, stage_id: str, *, workflow_id: str,
                       inputs: Mapping[str, str], outputs: Mapping[str, str] | None,
@@ -161,13 +165,16 @@ class DynbranchClient:
         if seed is not None:
             sampling.seed = seed
         demand = common_pb2.StageDemand(model=model, prompt=prompt, sampling=sampling)
-        return await self.stub.Call(gateway_pb2.CallRequest(demand=demand),
-                                    timeout=timeout_s or self.timeout_s, metadata=self.metadata)
+        reply: gateway_pb2.CallResponse = await self.stub.Call(
+            gateway_pb2.CallRequest(demand=demand), timeout=timeout_s or self.timeout_s,
+            metadata=self.metadata)
+        return reply
 
     async def settle(self, workflow_id: str, coordinate: str, selected: str) -> int:
         """Report a harness-side selection (e.g. the user's pick); returns branches settled."""
-        reply = await self.stub.SettleBranch(gateway_pb2.SettleBranchRequest(
-            workflow_id=workflow_id, coordinate=coordinate, selected=selected),
+        reply: gateway_pb2.SettleBranchResponse = await self.stub.SettleBranch(
+            gateway_pb2.SettleBranchRequest(workflow_id=workflow_id, coordinate=coordinate,
+                                            selected=selected),
             timeout=self.timeout_s, metadata=self.metadata)
         return reply.settled
 
@@ -175,9 +182,10 @@ class DynbranchClient:
                     removals: Sequence[str] = (), record_ids: Sequence[str] = ()
                     ) -> dict[str, int]:
         """Write corpus documents ``(doc_id, title, text)`` or record ids; new versions by id."""
-        reply = await self.stub.WriteRecords(gateway_pb2.GatewayWriteRequest(
-            upserts=[gateway_pb2.Document(doc_id=d, title=t, text=x) for d, t, x in upserts],
-            removals=list(removals), record_ids=list(record_ids)),
+        reply: gateway_pb2.GatewayWriteResponse = await self.stub.WriteRecords(
+            gateway_pb2.GatewayWriteRequest(
+                upserts=[gateway_pb2.Document(doc_id=d, title=t, text=x) for d, t, x in upserts],
+                removals=list(removals), record_ids=list(record_ids)),
             timeout=self.timeout_s, metadata=self.metadata)
         return {v.record_id: v.version for v in reply.versions}
 

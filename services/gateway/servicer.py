@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import cast
 
 import grpc
 from opentelemetry import context as otel_context
@@ -94,7 +95,8 @@ def _authorization(context: grpc.aio.ServicerContext) -> str | None:
     return None
 
 
-def trace_parent(metadata, tenant: str, workflow_id: str):  # noqa: ANN001, ANN201
+def trace_parent(metadata: Sequence[tuple[str, str | bytes]] | None, tenant: str,
+                 workflow_id: str) -> otel_context.Context:
     """The caller's trace if it sent one, else the workflow's own trace (one per workflow)."""
     ctx = incoming_context(metadata)
     if has_span(ctx) or not workflow_id:
@@ -130,16 +132,18 @@ def record_ids_from_proto(record_ids: Sequence[str], tenant: str) -> list[str]:
 
 
 def _delta(text: str, stream: TextStream) -> gateway_pb2.CallEvent:
-    return gateway_pb2.CallEvent(delta=gateway_pb2.CallDelta(text=text,
-                                                             source=int(stream.source)))
+    return gateway_pb2.CallEvent(delta=gateway_pb2.CallDelta(
+        text=text, source=cast(gateway_pb2.ResultSource, int(stream.source))))
 
 
 def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
     """The wire form of an answer."""
     return gateway_pb2.CallResponse(
-        request_id=a.request_id, text=a.text, finish_reason=int(a.finish_reason),
+        request_id=a.request_id, text=a.text,
+        finish_reason=cast(common_pb2.FinishReason, int(a.finish_reason)),
         usage=usage_to_proto(a.usage), timings=timings_to_proto(a.timings),
-        engine_id=a.engine_id, source=int(a.source), gateway_s=a.gateway_s,
+        engine_id=a.engine_id, source=cast(gateway_pb2.ResultSource, int(a.source)),
+        gateway_s=a.gateway_s,
         reuse_name=a.reuse_name, waited_s=a.waited_s)
 
 

@@ -77,7 +77,7 @@ def service_main(argv: list[str] | None, *, service: str, description: str,
     configure_logging(settings.log_level, settings.log_format)
     try:
         return run_service(lambda: build(settings))
-    except (TlsError, *fatal) as exc:
+    except (TlsError, *fatal) as exc:  # type: ignore[misc]  # mypy reads no starred tuple
         print(f"{service}: {exc}", file=sys.stderr)
         return 2
 

@@ -11,7 +11,8 @@ about a second of it serving.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -31,6 +32,18 @@ IDEMPOTENT: dict[str, tuple[str, ...]] = {
     "dynbranch.v1.Corpus": ("Info", "Search", "Confirm", "Get", "VersionsOf", "Titles", "Abort"),
     "grpc.health.v1.Health": ("Check",),
 }
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class StreamCall(Protocol[T_co]):
+    """A server-streaming call as a ``grpc.aio`` stub returns it, typed (grpc ships no types):
+    its messages in order, and ``cancel`` (which ends the call at the server too)."""
+
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
+
+    def cancel(self) -> bool: ...
+
 
 #: Default deadline of a call when the caller has no budget of its own.
 DEFAULT_DEADLINE_S = 10.0
@@ -123,5 +136,5 @@ async def wait_serving(target: str, timeout_s: float = 30.0, service: str = "") 
             await asyncio.sleep(0.05)
 
 
-__all__ = ["DEFAULT_DEADLINE_S", "IDEMPOTENT", "channel_options", "deadline", "open_channel",
-           "service_config", "wait_serving"]
+__all__ = ["DEFAULT_DEADLINE_S", "IDEMPOTENT", "StreamCall", "channel_options", "deadline",
+           "open_channel", "service_config", "wait_serving"]

@@ -143,7 +143,7 @@ def _wrap_stream(behavior: Callable[..., Any], method: str, parse: Parse,
     return wrapper
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc: untyped
     """Turns ``DynbranchError`` into its status and anything else into a generic INTERNAL, and
     an unparsable request into INVALID_ARGUMENT.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.common.pb import common_pb2
@@ -27,7 +29,8 @@ def _ts(seconds: float) -> Timestamp:
 
 
 def _s(ts: Timestamp) -> float:
-    return ts.ToNanoseconds() / 1e9
+    ns: int = ts.ToNanoseconds()
+    return ns / 1e9
 
 
 def key_to_proto(key: ResultKey) -> common_pb2.ResultKey:
@@ -49,7 +52,8 @@ def lease_to_proto(rec: LeaseRecord) -> common_pb2.LeaseRecord:
         header=make_header(str(rec.key), rec.sequence, f"engine_agent/{rec.engine_id}",
                            rec.published_at),
         engine_id=rec.engine_id, key=key_to_proto(rec.key), prefix_digest=rec.prefix_digest,
-        blocks=rec.blocks, budget_generation=rec.budget_generation, state=int(rec.state),
+        blocks=rec.blocks, budget_generation=rec.budget_generation,
+        state=cast(common_pb2.LeaseState, int(rec.state)),
         payload_digest=rec.payload_digest, exclusive_blocks=rec.exclusive,
         granted_at=_ts(rec.granted_at), deadline=_ts(rec.deadline))
 

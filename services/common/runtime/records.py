@@ -20,7 +20,8 @@ def make_header(record_id: str, sequence: int, producer: str,
 
 def published_s(header: common_pb2.RecordHeader) -> float:
     """Publish time of a header in epoch seconds."""
-    return header.published_at.ToNanoseconds() / 1e9
+    ns: int = header.published_at.ToNanoseconds()
+    return ns / 1e9
 
 
 __all__ = [ "make_header", "published_s"]

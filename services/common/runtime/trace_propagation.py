@@ -73,21 +73,22 @@ def with_trace_context(details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCa
                                        details.credentials, details.wait_for_ready)
 
 
-class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+# grpc ships no types: its interceptors are Any to mypy, and so subclassing them ([misc])
+class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_unary(self, continuation: Callable[..., Awaitable[Any]],
                                     client_call_details: grpc.aio.ClientCallDetails,
                                     request: Any) -> Any:
         return await continuation(with_trace_context(client_call_details), request)
 
 
-class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(self, continuation: Callable[..., Awaitable[Any]],
                                      client_call_details: grpc.aio.ClientCallDetails,
                                      request: Any) -> Any:
         return await continuation(with_trace_context(client_call_details), request)
 
 
-class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
+class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_stream_unary(self, continuation: Callable[..., Awaitable[Any]],
                                      client_call_details: grpc.aio.ClientCallDetails,
                                      request_iterator: Iterable[Any] | AsyncIterable[Any]
@@ -95,7 +96,7 @@ class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
         return await continuation(with_trace_context(client_call_details), request_iterator)
 
 
-class _StreamStream(grpc.aio.StreamStreamClientInterceptor):
+class _StreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_stream_stream(self, continuation: Callable[..., Awaitable[Any]],
                                       client_call_details: grpc.aio.ClientCallDetails,
                                       request_iterator: Iterable[Any] | AsyncIterable[Any]
@@ -111,7 +112,7 @@ def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
     return [_UnaryUnary(), _UnaryStream(), _StreamUnary(), _StreamStream()]
 
 
-class ContextInterceptor(grpc.aio.ServerInterceptor):
+class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Attaches the caller's trace context, if it sent one, for the call's handler. The server
     runs the interceptors and the handler of a call in one task of its own, so the context is
     never detached: it ends with the task."""

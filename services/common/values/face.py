@@ -1,7 +1,10 @@
 """A service package's public face, loaded lazily (PEP 562): ``__all__`` is the in-process API
 that ``loadgen``, the CLI and tests import from the package, and each name is imported from its
 module only when first asked for, so importing one small module of a service (its settings, its
-client, the engine registry in the vLLM plugin's processes) pulls in nothing else."""
+client, the engine registry in the vLLM plugin's processes) pulls in nothing else. For type
+checkers and IDEs a face imports the same names under ``if TYPE_CHECKING:`` and builds its table
+only at run time (``else:``), so other services see real types; ``tests/test_types.py`` keeps
+the two equal."""
 
 from __future__ import annotations
 

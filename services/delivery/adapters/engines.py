@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from typing import cast
 
 import grpc
 
-from services.common.pb import engine_pb2
+from services.common.pb import common_pb2, engine_pb2
 from services.common.runtime.convert import sampling_to_proto
 from services.common.runtime.grpc_errors import error_from_rpc
 from services.common.runtime.lease_convert import (
@@ -200,7 +201,8 @@ class EngineLink:
 def _generate_request(r: GenerationRequest) -> engine_pb2.GenerateRequest:
     return engine_pb2.GenerateRequest(request_id=r.request_id, model=r.model, prompt=r.prompt,
                                       sampling=sampling_to_proto(r.sampling),
-                                      priority=int(r.priority), final_only=True)
+                                      priority=cast(common_pb2.PriorityClass, int(r.priority)),
+                                      final_only=True)
 
 
 __all__ = ["EngineLink"]

@@ -287,7 +287,7 @@ class OpenAIBackend(RemoteBackend):
         path, body = (("/v1/chat/completions", self._chat_body(request)) if request.chat
                       else ("/v1/completions", self._body(request)))
         # the exact allocation signal is asked for before the request goes out
-        alloc = self._leases.wait_allocated(request.request_id) if self.leases_on else None
+        alloc = self._lease_engine().wait_allocated(request.request_id) if self.leases_on else None
         chunks = self._chunks(stream, path, body)
         merged = with_allocation(chunks, alloc, time.time()) if alloc is not None else chunks
         try:

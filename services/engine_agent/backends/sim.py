@@ -131,7 +131,7 @@ class SimBackend:
         """Tokens per KV block."""
         return self.preset.block_size
 
-    def tokenize(self, prompt: str) -> list[int]:
+    def tokenize(self, prompt: str) -> tuple[int, ...]:
         """Token ids of ``prompt`` exactly as the engine sees them."""
         return encode(prompt)
 

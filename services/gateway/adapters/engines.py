@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 import grpc
 
@@ -190,7 +191,8 @@ class EnginePool:
                    on_delta: DeltaSink | None) -> Execution:
         proto = engine_pb2.GenerateRequest(
             request_id=request.request_id, model=request.model, prompt=request.prompt,
-            sampling=sampling_to_proto(request.sampling), priority=int(request.priority),
+            sampling=sampling_to_proto(request.sampling),
+            priority=cast(common_pb2.PriorityClass, int(request.priority)),
             final_only=on_delta is None)
         if request.chat is not None:
             proto.chat.CopyFrom(chat_to_proto(request.chat))

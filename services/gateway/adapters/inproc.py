@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from services.common.values.errors import DeadlineExceeded, NotFound, Unavailable, quoted
 from services.common.values.generation import GenerationRequest, Priority, Progress
@@ -24,6 +24,11 @@ from services.gateway.ports import AppliedWrite, Execution, Room
 if TYPE_CHECKING:
     from services.csl import AsyncSubgraphLibrary
     from services.engine_agent import EngineBackend
+
+    class NamedBackend(EngineBackend, Protocol):
+        """An engine backend that names its engine (``SimBackend``)."""
+
+        engine_id: str
 
 
 async def hop(hop_s: float) -> None:
@@ -38,7 +43,7 @@ class InprocEngines:
     """``EnginePort`` over engine backends in this process, routed by the gateway's ``Router``
     (what the virtual mesh and the core's tests run on)."""
 
-    def __init__(self, backends: Sequence[EngineBackend], hop_s: float = 0.0) -> None:
+    def __init__(self, backends: Sequence[NamedBackend], hop_s: float = 0.0) -> None:
         self.backends = {b.engine_id: b for b in backends}
         #: Every generation runs through its engine's running fills, as in an engine agent.
         self.fills = {eid: RunningFills(b) for eid, b in self.backends.items()}
@@ -96,7 +101,7 @@ class InprocEngines:
     async def _run(self, engine_id: str, request: GenerationRequest,
                    on_delta: Callable[[str], None] | None) -> Execution:
         events = self.fills[engine_id].generate(request)
-        async with contextlib.aclosing(events):  # closing the stream aborts the request
+        async with contextlib.aclosing(events):  # type: ignore[type-var]  # closing aborts
             async for event in events:
                 if isinstance(event, TokenDelta) and on_delta is not None:
                     on_delta(event.text)

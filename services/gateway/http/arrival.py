@@ -195,7 +195,7 @@ def ranged(body: Mapping[str, Any], name: str, default: float, low: float, high:
 
 def seed_of(body: Mapping[str, Any]) -> int | None:
     """``seed`` in ``[0, 2^64)``, or None."""
-    value = field_of(body, "seed", "an integer")
+    value: int | None = field_of(body, "seed", "an integer")
     if value is not None and not 0 <= value <= MAX_SEED:
         raise InvalidArgument("seed", f"must be in [0, 2^64), got {quoted(value)}")
     return value
@@ -204,7 +204,7 @@ def seed_of(body: Mapping[str, Any]) -> int | None:
 def top_k_of(body: Mapping[str, Any]) -> int:
     """``top_k`` (vLLM's extension, Anthropic's field) in ``[-1, 2^31)``; 0 and -1 mean
     "off"."""
-    value = field_of(body, "top_k", "an integer", 0)
+    value: int = field_of(body, "top_k", "an integer", 0)
     if not -1 <= value <= MAX_TOP_K:
         raise InvalidArgument("top_k", f"must be in [-1, {MAX_TOP_K}], got {quoted(value)}")
     return max(value, 0)

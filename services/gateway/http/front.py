@@ -112,7 +112,8 @@ def _trace_parent(headers: Mapping[str, str], tenant: str, workflow_id: str
 class _Server(uvicorn.Server):
     """uvicorn without its signal handlers: the gateway's runtime owns SIGTERM and SIGINT."""
 
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
+    def capture_signals(  # type: ignore[override]  # uvicorn's is its own generator's
+            self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
 
@@ -166,7 +167,8 @@ class HttpFront:
                                 access_log=False, ws="none",
                                 http=bounded_protocol(self.limits),
                                 timeout_keep_alive=self.limits.keepalive_timeout_s,  # type: ignore
-                                timeout_graceful_shutdown=self.grace_s + 1.0)  # backstop
+                                # a backstop; uvicorn waits with it (typed int, takes a float)
+                                timeout_graceful_shutdown=self.grace_s + 1.0)  # type: ignore[arg-type]
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="http-front")
         while not self._server.started and not self._task.done():

@@ -122,10 +122,11 @@ def _input(value: Any) -> list[dict[str, Any]]:
         if kind == "message":
             messages.append(_message(where, item))
         elif kind == "function_call":
-            call = {"id": required_string(item, "call_id", where), "type": "function",
-                    "function": {"name": required_string(item, "name", where),
-                                 "arguments": field_of(item, "arguments", "a string", "",
-                                                       where=f"{where}.")}}
+            call: dict[str, Any] = {
+                "id": required_string(item, "call_id", where), "type": "function",
+                "function": {"name": required_string(item, "name", where),
+                             "arguments": field_of(item, "arguments", "a string", "",
+                                                   where=f"{where}.")}}
             last = messages[-1] if messages else None
             if last is None or last["role"] != "assistant":  # its own assistant turn
                 last = {"role": "assistant", "content": ""}

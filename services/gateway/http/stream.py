@@ -54,7 +54,8 @@ async def unless_disconnected(waitable: asyncio.Future[T], request: Request) -> 
     """``waitable``'s result; cancels it and raises ``ClientGone`` if the client leaves first."""
     watcher = asyncio.ensure_future(_disconnected(request.receive))
     try:
-        await asyncio.wait({waitable, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        both: set[asyncio.Future[Any]] = {waitable, watcher}
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
         if waitable.done():
             return outcome(waitable)
         raise ClientGone

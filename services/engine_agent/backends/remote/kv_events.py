@@ -130,7 +130,8 @@ def decode_payload(seq: int, payload: bytes) -> EventBatch:
 def encode_payload(events: Sequence[dict[str, Any] | list[Any]], ts: float = 0.0,
                    dp_rank: int | None = 0) -> bytes:
     """The publisher's payload encoding (tests and fake publishers)."""
-    return msgpack.packb([ts, list(events), dp_rank], use_bin_type=True)
+    payload: bytes = msgpack.packb([ts, list(events), dp_rank], use_bin_type=True)
+    return payload
 
 
 # ---- residency ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from services.common.values.errors import DeadlineExceeded, DynbranchError
@@ -129,7 +129,7 @@ def _refusal(facts: Any) -> str:
 
 
 async def with_allocation(chunks: AsyncIterator[Any], alloc: asyncio.Task[Any] | None,
-                          wall0: float) -> AsyncIterator[Any]:
+                          wall0: float) -> AsyncGenerator[Any, None]:
     """``chunks``, with the exact ``Allocated`` event put in where it arrives.
 
     The record normally comes before the first chunk (the engine schedules before its forward

@@ -22,7 +22,7 @@ def load_tap(load: LoadState) -> Any:
     """A vLLM ``StatLoggerBase`` class that writes each step's scheduler stats into ``load``."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
-    class _LoadTap(StatLoggerBase):
+    class _LoadTap(StatLoggerBase):  # type: ignore[misc]  # vLLM is not followed: Any
         """Folds each step's scheduler stats into the backend's load view."""
 
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
