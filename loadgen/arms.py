@@ -43,7 +43,7 @@ from loadgen.recording import CallRecord, RecordingTrace, WholeRequestCacheClien
 from loadgen.stats import quantile
 from loadgen.virtual_mesh import DEFAULT_HOP_S, run_virtual, virtual_mesh
 from loadgen.workloads.base import STALL_S, SimClock, WorkflowResult, Workload
-from loadgen.workloads.schedule import Arrival, Schedule
+from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
 from services.admission import AdmissionSettings
 from services.admission import build_runtime as build_admission
 from services.common.runtime.server import freeze_startup_heap
@@ -303,8 +303,8 @@ async def _started(stack: contextlib.AsyncExitStack, runtime: Any) -> None:
 
 # -- running a schedule -----------------------------------------------------------------------
 
-async def _run_workflow(client: Any, workload: Workload, arrival: Arrival, clock: SimClock,
-                        started: float, fail_stalls: bool
+async def _run_workflow(client: Any, workload: Workload, arrival: ScheduledWorkflow,
+                        clock: SimClock, started: float, fail_stalls: bool
                         ) -> tuple[WorkflowResult, tuple[CallRecord, ...]]:
     trace = RecordingTrace(client, workload.template, arrival.workflow_id, clock,
                            max_tokens=workload.stage_max_tokens)

@@ -55,7 +55,7 @@ from services.common.runtime.clients import wait_serving
 from services.common.values.reads import ReadSet, RecordRead
 from services.common.values.reuse_name import StageFingerprint, reuse_name
 from services.gateway import LOCAL_TENANT, DynbranchClient, ShardedLibrary
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 #: Phases: (share of the check budget each runs for, name), in order.
 PHASES = ((0.1, "healthy"), (0.1, "csl-1 restarted"), (0.2, "A refused by csl-1"),
@@ -109,7 +109,7 @@ class PartitionMesh:
     def __init__(self, run_dir: Path, lease_s: float = 0.5) -> None:
         self.run_dir = run_dir
         self.lease_s = lease_s
-        self.mesh = Mesh(run_dir=run_dir, keep_run_dir=True)
+        self.mesh = ProcessMesh(run_dir=run_dir, keep_run_dir=True)
         self.proxy = FaultProxy()
         self.copy_dir = run_dir / f"{CUT_SHARD}-older"
 

@@ -177,12 +177,12 @@ def _loaders() -> Any:
 
 
 async def _up(args: argparse.Namespace) -> int:
-    from services.launcher import Mesh
+    from services.launcher import ProcessMesh
 
     spec = _spec(args)
     policy = RestartPolicy()  # a service that exits is restarted
     # the logs go with a clean stop; a crash or a restart keeps them, as --keep-logs does
-    mesh = Mesh(keep_run_dir=args.keep_logs, supervise=policy)
+    mesh = ProcessMesh(keep_run_dir=args.keep_logs, supervise=policy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

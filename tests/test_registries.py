@@ -134,3 +134,28 @@ def test_every_registered_workload_lists_its_decisions_and_rate() -> None:
         assert workload.name == name
         assert workload.decisions is not Workload.decisions, name
         assert workload.low_rate > 0, name
+
+
+def class_names(source: str) -> list[str]:
+    """The names of the classes ``source`` defines (nested ones too)."""
+    return [n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)]
+
+
+def twice_defined(files: dict[str, str]) -> dict[str, list[str]]:
+    """Class names defined more than once across ``files`` (path -> source), with where."""
+    where: dict[str, list[str]] = {}
+    for rel, source in files.items():
+        for name in class_names(source):
+            where.setdefault(name, []).append(rel)
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_one_name_per_concept() -> None:
+    """No class name is defined twice in ``services/`` or ``loadgen/`` (private ones included):
+    two things called ``Mesh`` or ``ToolResult`` are two concepts under one name."""
+    files = {rel: path.read_text()
+             for folder in ("services", "loadgen") for path in sorted((ROOT / folder).rglob("*.py"))
+             if "/pb/" not in (rel := path.relative_to(ROOT).as_posix())}
+    assert twice_defined(files) == {}
+    planted = dict(files, **{"loadgen/planted.py": "class ProcessMesh:\n    pass\n"})
+    assert twice_defined(planted) == {"ProcessMesh": ["services/launcher.py", "loadgen/planted.py"]}

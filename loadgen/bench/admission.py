@@ -36,7 +36,7 @@ from loadgen.arms import MeshConfig, in_process_mesh, run_arm, run_schedule
 from loadgen.envelope import best_fixed_k, regret_text
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock
-from loadgen.workloads.schedule import Arrival, Schedule
+from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def load_step_schedule(quick: bool) -> tuple[Schedule, list[tuple[str, float, fl
     for name, rate, n in phases:
         start = t
         for _ in range(n):
-            arrivals.append(Arrival(f"routing-{SEED}-{len(arrivals):04d}", round(t, 6),
+            arrivals.append(ScheduledWorkflow(f"routing-{SEED}-{len(arrivals):04d}", round(t, 6),
                                     next(instances)))
             t += rng.expovariate(rate)
         bounds.append((name, start, t))

@@ -45,7 +45,7 @@ from loadgen.faultproxy import FaultProxy
 from loadgen.partition_check import partition_check
 from services.common.runtime.clients import wait_serving
 from services.engine_agent import EngineAgentClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 #: Keys of one cell's items start at ``cell index × KEY_STRIDE``.
 KEY_STRIDE = 100_000
@@ -93,7 +93,7 @@ class FaultMesh:
 
     def __init__(self, params: Params, run_dir: Path | None = None) -> None:
         self.params = params
-        self.mesh = Mesh(run_dir=run_dir, keep_run_dir=True)  # logs stay until the verdict
+        self.mesh = ProcessMesh(run_dir=run_dir, keep_run_dir=True)  # logs stay until the verdict
         self.proxies = {name: FaultProxy() for name in PROXIED}
         self.harness: Harness | None = None
 
@@ -208,7 +208,7 @@ async def run_floor(params: Params, keys: list[int]) -> tuple[list[ItemOutcome],
     (delivery only: tool rounds return their results through it).
     Also the services found exited at its end (none, unless one crashed or was killed from
     outside)."""
-    mesh = Mesh()
+    mesh = ProcessMesh()
     spec = MeshSpec(engines=2, gateways=1, time_scale=params.time_scale, others=("delivery",),
                     gateway_settings=["c1=false", "c2=false"], log_level="WARNING")
     try:

@@ -19,7 +19,7 @@ ARRIVALS = ("poisson", "serial")
 
 
 @dataclass(frozen=True, slots=True)
-class Arrival:
+class ScheduledWorkflow:
     """One workflow of a schedule."""
 
     workflow_id: str
@@ -38,7 +38,7 @@ class Schedule:
     seed: int
     arrival: str
     rate: float
-    arrivals: tuple[Arrival, ...]
+    arrivals: tuple[ScheduledWorkflow, ...]
 
     @property
     def serial(self) -> bool:
@@ -101,16 +101,17 @@ def build_schedule(workload: Workload, n: int, *, seed: int = 0, arrival: str = 
     replays = _replay_slots(n, share, rng)
     fresh = iter(workload.instances(n - len(replays), rng))
     times = arrival_times(n, rng, arrival, rate)
-    arrivals: list[Arrival] = []
+    arrivals: list[ScheduledWorkflow] = []
     for i in range(n):
         wid = f"{workload.name}-{seed}-{i:04d}"
         if i in replays:
             original = rng.choice([a for a in arrivals if not a.replay_of])
-            arrivals.append(Arrival(wid, times[i], original.instance, original.workflow_id))
+            arrivals.append(ScheduledWorkflow(wid, times[i], original.instance,
+                                              original.workflow_id))
         else:
-            arrivals.append(Arrival(wid, times[i], next(fresh)))
+            arrivals.append(ScheduledWorkflow(wid, times[i], next(fresh)))
     return Schedule(workload.name, seed, arrival, rate, tuple(arrivals))
 
 
-__all__ = ["ARRIVALS", "Arrival", "Schedule", "arrival_times", "build_schedule", "replay_count",
-           "replay_share"]
+__all__ = ["ARRIVALS", "Schedule", "ScheduledWorkflow", "arrival_times", "build_schedule",
+           "replay_count", "replay_share"]
