@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.arm_set import ARM_SPECS, ArmSpec
+from loadgen.clocks import CLOCKS, default_clock, virtual
 from loadgen.engine_load import EngineLoadSampler
 from loadgen.equivalence import compare_outputs
 from loadgen.process_mesh import gateway_counters, process_mesh
@@ -59,8 +60,6 @@ log = logging.getLogger(__name__)
 
 #: Mechanism arm name → (c1, c2) (``ArmSpec.mechanism``).
 ARMS: dict[str, tuple[bool, bool]] = {n: (s.c1, s.c2) for n, s in ARM_SPECS.items() if s.mechanism}
-#: The meshes an arm can run on (module docstring).
-CLOCKS = ("virtual", "live", "processes")
 #: Smallest time scale of the live mesh: below it the mesh's own CPU time, multiplied by
 #: ``1 / time_scale``, moves the ratios more than the effects they measure.
 LIVE_MIN_TIME_SCALE = 0.5
@@ -184,7 +183,7 @@ def _engine_settings(config: MeshConfig, i: int) -> EngineAgentSettings:
 
 def _scale(config: MeshConfig) -> float:
     """Clock seconds per simulated second: a wall-time mesh's time scale, 1 on the virtual one."""
-    return 1.0 if config.clock == "virtual" else config.time_scale
+    return 1.0 if virtual(config.clock) else config.time_scale
 
 
 def with_admission(config: MeshConfig, spec: ArmSpec) -> MeshConfig:
@@ -194,7 +193,7 @@ def with_admission(config: MeshConfig, spec: ArmSpec) -> MeshConfig:
         return config
     settings = {**dict(config.admission_settings), **dict(spec.settings)}
     if spec.warm:
-        if not config.warm_state or config.clock != "virtual":
+        if not config.warm_state or not virtual(config.clock):
             raise ValueError(f"arm {spec.name} starts from learned state: it needs the virtual "
                              "clock and MeshConfig.warm_state (bench arms trains it)")
         settings["state_path"] = config.warm_state
@@ -242,7 +241,7 @@ async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source:
     A name from ``ARMS`` keeps ``config.admission``; an ``ArmSpec`` with an admission policy
     replaces it (the admission baselines are the full arm with another policy)."""
     arm = _spec(arm)
-    config = with_admission(dataclasses.replace(config, clock="live"), arm)  # wall time
+    config = with_admission(dataclasses.replace(config, clock=default_clock(real=True)), arm)
     with tempfile.TemporaryDirectory(prefix=f"dynbranch-arm-{arm.name}-") as tmp:
         folder = Path(tmp)
         async with contextlib.AsyncExitStack() as stack:
@@ -375,17 +374,19 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
     """Run ``schedule`` under ``arm`` on a fresh mesh of ``config.clock``, after ``warmup`` (run
     on the same mesh, serially, not measured)."""
     if config.clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {CLOCKS}, got {config.clock!r}")
-    if config.clock != "live" and (config.real is not None or config.draft_model):
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}, got {config.clock!r}")
+    clock = CLOCKS[config.clock]
+    if not clock.real_engines and (config.real is not None or config.draft_model):
         raise ValueError(f"the {config.clock} mesh runs simulated engines only: use "
-                         "clock='live' for a real engine or a draft model")
+                         f"clock={default_clock(real=True)!r} for a real engine or a draft "
+                         "model")
     spec = _spec(arm)
     config = with_admission(config, spec)
-    if config.clock == "virtual":
+    if clock.virtual:
         # its own stdlib loop under a virtual clock, on a worker thread (this loop runs on)
         return await asyncio.to_thread(run_virtual, lambda: _virtual_arm(
             spec, workload, schedule, config, warmup))
-    if config.clock == "processes":
+    if clock.processes:
         return await _process_arm(spec, workload, schedule, config, warmup)
     return await _live_arm(spec, workload, schedule, config, warmup)
 
@@ -545,7 +546,7 @@ def mismatches(arm: ArmResult, floor: ArmResult) -> list[str]:
 
 
 __all__ = [
-    "ARMS", "CLOCKS", "COUNTERS", "LIVE_MIN_TIME_SCALE", "ArmResult", "InProcessMesh",
+    "ARMS", "COUNTERS", "LIVE_MIN_TIME_SCALE", "ArmResult", "InProcessMesh",
     "TRAIN_SEED", "MeshConfig", "in_process_mesh", "mismatches", "quantile", "run_arm",
     "run_arms", "run_schedule", "train_warm", "with_admission",
 ]

@@ -82,7 +82,7 @@ from loadgen.report_summary import (
     summary_markdown,
 )
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
-from loadgen.workloads.profiles import PROFILES, RECURRENCE_PROFILES
+from loadgen.workloads.profiles import DEFAULT_PROFILE, PROFILES, RECURRENCE_PROFILES
 from services.corpus.loaders import DATA_DIR_ENV, DataUnavailable
 
 WORKLOADS = tuple(WORKLOAD_CLASSES)
@@ -91,7 +91,8 @@ WORKLOADS = tuple(WORKLOAD_CLASSES)
 def profiles_of(workload: str) -> tuple[str, ...]:
     """The recurrence profiles a workload runs under: ``data``, and ``paper`` where it sets a
     knob (the ``window`` profile runs through ``bench arms --profile window``)."""
-    return tuple(p for p in RECURRENCE_PROFILES if p == "data" or workload in PROFILES[p])
+    return tuple(p for p in RECURRENCE_PROFILES
+                 if p == DEFAULT_PROFILE or workload in PROFILES[p].options)
 
 
 def cells(matrix: str) -> list[tuple[str, str, str]]:
@@ -191,7 +192,7 @@ def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
     try:
         return [asyncio.run(routing_timeline(out / "timeline_routing.png"))]
     except Exception as exc:
-        failures.append({"workload": "routing", "load": "timeline", "profile": "data",
+        failures.append({"workload": "routing", "load": "timeline", "profile": DEFAULT_PROFILE,
                          "error": f"{type(exc).__name__}: {exc}"})
         return []
 
@@ -203,7 +204,8 @@ SWEEP_TITLES = {f"{SWEEP_WORKLOAD}_by_replay_rate": "ReAct across the exact-repl
 
 
 def _attempt(failures: list[dict[str, Any]], workload: str, load: str,
-             fn: Callable[[], dict[str, Any]], profile: str = "data") -> dict[str, Any] | None:
+             fn: Callable[[], dict[str, Any]], profile: str = DEFAULT_PROFILE
+             ) -> dict[str, Any] | None:
     """``fn()`` (one cell), or None with the failure listed; a cell with failed or stalled
     workflows is returned and listed too (they are left out of every mean)."""
     try:
@@ -268,7 +270,8 @@ def c3_from_matrix(results: list[dict[str, Any]]) -> dict[str, Any]:
     levels: dict[str, dict[str, Any]] = {}
     idle: dict[str, Any] = {}
     for r in results:
-        if "arms" not in r or r.get("profile", "data") != "data" or r.get("load") == "serial":
+        if ("arms" not in r or r.get("profile", DEFAULT_PROFILE) != DEFAULT_PROFILE
+                or r.get("load") == "serial"):
             continue
         if r["workload"] in c3.SWEEP_WORKLOADS:
             levels.setdefault(r["workload"], {})[r["load"]] = r
@@ -313,7 +316,8 @@ def run_replay_sweep(track: ReportProgress, failures: list[dict[str, Any]]
                                           progress=hook, **REPLAY_CELL)))
             except Exception as exc:
                 failures.append({"workload": SWEEP_WORKLOAD, "load": f"replay={replay}",
-                                 "profile": "data", "error": f"{type(exc).__name__}: {exc}"})
+                                 "profile": DEFAULT_PROFILE,
+                                 "error": f"{type(exc).__name__}: {exc}"})
     return sweep
 
 
@@ -325,7 +329,7 @@ def run_lads(failures: list[dict[str, Any]]) -> dict[str, Any] | None:
         with contextlib.redirect_stdout(io.StringIO()):
             return run(False)
     except Exception as exc:
-        failures.append({"workload": "lads", "load": "bursts", "profile": "data",
+        failures.append({"workload": "lads", "load": "bursts", "profile": DEFAULT_PROFILE,
                          "error": f"{type(exc).__name__}: {exc}"})
         return None
 
@@ -477,7 +481,7 @@ def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 def _plotted(result: dict[str, Any]) -> dict[str, Any]:
     """The result as the plots group it: ``react·paper`` beside ``react``."""
-    if result.get("profile", "data") == "data":
+    if result.get("profile", DEFAULT_PROFILE) == DEFAULT_PROFILE:
         return result
     return {**result, "workload": f"{result['workload']}·{result['profile']}"}
 

@@ -369,9 +369,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _arms_args(bench: argparse.ArgumentParser) -> None:
+    from loadgen.clocks import CLOCKS
     from loadgen.load_levels import LEVELS
     from loadgen.workloads import WORKLOADS
     from loadgen.workloads.profiles import PROFILES
+    from loadgen.workloads.schedule import ARRIVALS
 
     arms = bench.add_argument_group("bench arms", "flags only `bench arms` takes")
     arms.add_argument("--workload", choices=tuple(WORKLOADS),
@@ -380,7 +382,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--seeds", type=int, metavar="N",
                       help="run N seeds: seed .. seed+N-1, arm order rotated per seed "
                       "(default 1)")
-    arms.add_argument("--arrival", choices=["poisson", "serial"],
+    arms.add_argument("--arrival", choices=list(ARRIVALS),
                       help="open-loop Poisson arrivals or a serial closed loop (default poisson)")
     arms.add_argument("--rate", type=float,
                       help="Poisson rate λ per simulated s (default: the workload's low load)")
@@ -406,7 +408,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
                       "full,whole_request; full mode adds full_warm (priced from state learned "
                       "on the train split; virtual clock only),fixed,fixed1,fixed3,always,"
                       "threshold,load_threshold)")
-    arms.add_argument("--clock", choices=["virtual", "live", "processes"],
+    arms.add_argument("--clock", choices=list(CLOCKS),
                       help="virtual (default for the sim): every service in one process on a "
                       "virtual clock, latency = simulated engine time + waits + a modelled cost "
                       "per hop; live: gRPC servers in one process in wall time at --time-scale; "
