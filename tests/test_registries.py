@@ -229,3 +229,19 @@ def test_every_choice_list_is_its_table() -> None:
     assert list(options["--arrival"]) == list(ARRIVALS)
     assert list(options["--clock"]) == list(CLOCKS)
     assert list(options["--profile"]) == list(PROFILES)
+
+
+def test_an_http_protocol_is_its_wire_module_and_one_table_entry() -> None:
+    """The metrics' protocol labels are read from ``WIRES`` (the front's routes too:
+    tests/gateway/test_http_front.py), and in the gateway only the wire module that declares an
+    endpoint names its route."""
+    from services.gateway.http.observe import PROTOCOLS
+    from services.gateway.http.wires import WIRES
+
+    for endpoint in WIRES:
+        assert PROTOCOLS[endpoint.path] == endpoint.protocol
+        named = {path.relative_to(ROOT).as_posix()
+                 for path in sorted((ROOT / "services" / "gateway").rglob("*.py"))
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Constant) and node.value == endpoint.path}
+        assert len(named) == 1, (endpoint.path, sorted(named))
