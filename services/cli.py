@@ -350,7 +350,7 @@ def _data_dir_arg(parser: argparse.ArgumentParser, readers: str = "") -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from loadgen.report import main as report_main
+    from loadgen.report.runner import main as report_main
 
     return report_main([*(["--full"] if args.full else []),
                         *(["--only", args.only] if args.only else []), "--out", args.out,
@@ -369,8 +369,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _arms_args(bench: argparse.ArgumentParser) -> None:
-    from loadgen.clocks import CLOCKS
-    from loadgen.load_levels import LEVELS
+    from loadgen.arms.load_levels import LEVELS
+    from loadgen.meshes.clocks import CLOCKS
     from loadgen.workloads import WORKLOADS
     from loadgen.workloads.profiles import PROFILES
     from loadgen.workloads.schedule import ARRIVALS
@@ -482,11 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
         n for n in sorted(BENCHMARKS) if bench_files(n, None)) + " read")
     _arms_args(bench)
     bench.set_defaults(run=_bench)
-    from loadgen import report_help
+    from loadgen.report import arguments as report_arguments
 
     report = sub.add_parser("report", help="run the experiment matrix and write the report",
-                            description=report_help.DESCRIPTION)
-    report_help.add_arguments(report)
+                            description=report_arguments.DESCRIPTION)
+    report_arguments.add_arguments(report)
     _data_dir_arg(report)
     report.set_defaults(run=_report)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",

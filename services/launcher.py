@@ -97,7 +97,7 @@ class MeshSpec:
     #: Model folder of a real engine (default: the preset's).
     model_path: str = ""
     #: ``(service name, address) -> address`` the gateways dial instead (a fault proxy in
-    #: between, ``loadgen.faultproxy``); None: each service's own address.
+    #: between, ``loadgen.faults.proxy``); None: each service's own address.
     gateway_route: Callable[[str, str], str] | None = None
     #: The same per gateway (``gateway``, ``gateway-1``, …), before ``gateway_route``: a fault
     #: between one gateway and one service only (a one-sided partition).

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.arm_set import ARM_SPECS
-from loadgen.clocks import CLOCKS
+from loadgen.arms.specs import ARM_SPECS
+from loadgen.meshes.clocks import CLOCKS
 from loadgen.workloads import WORKLOADS
 from loadgen.workloads.profiles import PROFILES
 from loadgen.workloads.schedule import ARRIVALS
@@ -34,13 +34,13 @@ REGISTRIES = {
         "services/engine_agent/backends/openai.py"}),
     "workload": (frozenset(WORKLOADS), {
         # the paper's published figures, per workload (dynbranch §5.2)
-        "loadgen/report_summary.py"}),
+        "loadgen/report/summary.py"}),
     "admission policy": (frozenset(ADMISSION_POLICIES), {"services/admission/policies.py"}),
     "delivery policy": (frozenset(DELIVERY_POLICIES), {"services/delivery/policies.py"}),
     "lease mode": (frozenset(LEASE_MODES), {"services/engine_agent/leases/state.py"}),
-    "arm": (frozenset(ARM_SPECS), {"loadgen/arm_set.py"}),
+    "arm": (frozenset(ARM_SPECS), {"loadgen/arms/specs.py"}),
     "arrival": (frozenset(ARRIVALS), {"loadgen/workloads/schedule.py"}),
-    "clock": (frozenset(CLOCKS), {"loadgen/clocks.py"}),
+    "clock": (frozenset(CLOCKS), {"loadgen/meshes/clocks.py"}),
     "profile": (frozenset(PROFILES), {"loadgen/workloads/profiles.py"}),
 }
 #: The tables no code outside their module switches on by a literal name: kind → (names, the

@@ -1,26 +1,24 @@
 """``dynbranch bench arms``: one workload's schedules under the floor, C1, C2, full and baselines.
 
-Side by side in one run (DESIGN.md §6): per seed, the same workflow instances with the same
-arrivals (open-loop Poisson at the paper's low-load rate, dynbranch Fig. 8, or a serial closed
-loop) run under each arm on a fresh mesh of simulated engines, after a short unmeasured warm-up
-on that mesh, in an arm order rotated per seed. The mesh is the virtual one by default (one
-process on a virtual clock: latency is simulated engine time, waits and a modelled cost per hop,
-never the mesh's own CPU; ``loadgen.virtual_mesh``), or in wall time at ``--time-scale`` ≥ 0.5
-as the cross-check: ``--clock processes`` (a process per service) or ``--clock live`` (gRPC
-servers in one process; real engines always run live). A call that
-spends more than ``STALL_S`` outside the engine is a stall: its workflow fails, and stalls are
-counted per arm. Workflows pair by id across arms. Per arm
-it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio
-to the floor with a paired-bootstrap 95% CI (over seeds, then workflows, when several seeds
-ran: ``loadgen.stats``), quantiles the sample supports, the gateway's fill
-counters per workflow, how long promoted fills still ran when their demands arrived and what
-those demands did (adopted and served, or why not: ``arm_summary``), whether every workflow's
-outputs equal the floor's (from the floor's own mesh), the share of the oracle bound it
-realizes (``loadgen.oracle``) and its envelope regret: its ratio minus the best fixed fan-out's
-among the arms that ran (C1 alone, top 1, 2, 3, every candidate; ``loadgen.envelope``).
-``--profile window`` caps the deciding stage's decode so that fills outlast their windows
-(``loadgen.workloads.profiles``). A failed workflow fails the run: it is counted per arm and
-left out of every mean.
+Side by side in one run (DESIGN.md §6): per seed, the same workflow instances with the same arrivals
+(open-loop Poisson at the paper's low-load rate, dynbranch Fig. 8, or a serial closed loop) run
+under each arm on a fresh mesh of simulated engines, after a short unmeasured warm-up on that mesh,
+in an arm order rotated per seed. The mesh is the virtual one by default (one process on a virtual
+clock: latency is simulated engine time, waits and a modelled cost per hop, never the mesh's own
+CPU; ``loadgen.meshes.virtual``), or in wall time at ``--time-scale`` ≥ 0.5 as the cross-check:
+``--clock processes`` (a process per service) or ``--clock live`` (gRPC servers in one process; real
+engines always run live). A call that spends more than ``STALL_S`` outside the engine is a stall:
+its workflow fails, and stalls are counted per arm. Workflows pair by id across arms. Per arm it
+reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio to the
+floor with a paired-bootstrap 95% CI (over seeds, then workflows, when several seeds ran:
+``loadgen.arms.stats``), quantiles the sample supports, the gateway's fill counters per workflow,
+how long promoted fills still ran when their demands arrived and what those demands did (adopted and
+served, or why not: ``loadgen.arms.summary``), whether every workflow's outputs equal the floor's
+(from the floor's own mesh), the share of the oracle bound it realizes (``loadgen.arms.oracle``) and
+its envelope regret: its ratio minus the best fixed fan-out's among the arms that ran (C1 alone, top
+1, 2, 3, every candidate; ``loadgen.arms.envelope``). ``--profile window`` caps the deciding stage's
+decode so that fills outlast their windows (``loadgen.workloads.profiles``). A failed workflow fails
+the run: it is counted per arm and left out of every mean.
 """
 
 from __future__ import annotations
@@ -33,9 +31,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
-from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
-from loadgen.arms import (
+from loadgen.arms.envelope import best_fixed_k, regret_text
+from loadgen.arms.leak_guard import check
+from loadgen.arms.load_levels import (
+    Calibration,
+    cache_path,
+    level_rate,
+    most_workflows,
+    workflows_at,
+)
+from loadgen.arms.oracle import OracleBound, oracle_bound, summed
+from loadgen.arms.runner import (
     LIVE_MIN_TIME_SCALE,
     TRAIN_SEED,
     ArmResult,
@@ -43,20 +49,12 @@ from loadgen.arms import (
     run_arm,
     train_warm,
 )
-from loadgen.clocks import CLOCKS, clock_of, default_clock, virtual
-from loadgen.decision_record import decision_record
-from loadgen.envelope import best_fixed_k, regret_text
-from loadgen.leak_guard import check
-from loadgen.load_levels import (
-    Calibration,
-    cache_path,
-    level_rate,
-    most_workflows,
-    workflows_at,
-)
-from loadgen.oracle import OracleBound, oracle_bound, summed
-from loadgen.real_engines import ENGINES, RealEngine
-from loadgen.virtual_mesh import DEFAULT_HOP_S
+from loadgen.arms.specs import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
+from loadgen.arms.summary import completed_everywhere, marginal_fill_cost_s, summarize
+from loadgen.meshes.clocks import CLOCKS, clock_of, default_clock, virtual
+from loadgen.meshes.real_engines import ENGINES, RealEngine
+from loadgen.meshes.virtual import DEFAULT_HOP_S
+from loadgen.report.decision_record import decision_record
 from loadgen.workloads import WORKLOADS, build_schedule, get_workload
 from loadgen.workloads.base import Workload
 from loadgen.workloads.profiles import DEFAULT_PROFILE, knobs, profile_options, window_knobs
@@ -106,7 +104,7 @@ class Options:
     profile: str = DEFAULT_PROFILE
     #: The virtual mesh's cost of one cross-service call, in milliseconds.
     hop_ms: float | None = None
-    #: A load level (``loadgen.load_levels.LEVELS``) instead of ``rate``: resolved to its
+    #: A load level (``loadgen.arms.load_levels.LEVELS``) instead of ``rate``: resolved to its
     #: calibrated rate before the run.
     load: str | None = None
 
@@ -188,7 +186,7 @@ async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], se
     return schedule, {s.name: results[s.name] for s in arms}
 
 
-#: How the CIs resample, by whether more than one seed ran (``loadgen.stats``).
+#: How the CIs resample, by whether more than one seed ran (``loadgen.arms.stats``).
 CI_RESAMPLING = {False: "workflows (one seed)",
                  True: "two-stage cluster bootstrap: seeds, then workflows within each"}
 async def _train(opts: Options, config: MeshConfig, n: int, rate: float,
@@ -337,7 +335,7 @@ async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> 
 
 def resolve_load(quick: bool, opts: Options) -> tuple[Options, dict[str, Any] | None]:
     """``opts`` with its load level (if any) turned into the calibrated rate, and what the
-    calibration found (``loadgen.load_levels``); a level with --rate or a serial loop, or on a
+    calibration found (``loadgen.arms.load_levels``); a level with --rate or a serial loop, or on a
     real engine, is a ``ValueError``."""
     if opts.load is None:
         return opts, None

@@ -4,7 +4,7 @@ no-eviction bound on the same LADS workloads, side by side.
 For each sim preset (the LADS paper's Qwen2.5-7B / RTX PRO 5000 shape, and ``qwen3-32b-h200``)
 and each workload (the controlled cohort-8 burst, five input seeds; the Web-derived burst
 replay, three seeds), every arm replays the same inputs in virtual time with the production
-sender, lease provider and sim engine (``loadgen.lads_replay``). The arms:
+sender, lease provider and sim engine (``loadgen.arms.lads_replay``). The arms:
 
 * the delivery policies (``services.delivery.POLICIES``): ``fifo``, ``size_first``,
   ``cache_first``, ``tail_aware``, the TTL baselines ``ttl_simple`` (today's simplified rule)
@@ -47,7 +47,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.lads_replay import EngineVariant, RunResult, run_policy
+from loadgen.arms.lads_replay import EngineVariant, RunResult, run_policy
 from loadgen.workloads.lads import LadsWorkload, cohort_workload, web_burst_workload
 from services.delivery import POLICIES as DELIVERY_POLICIES
 from services.engine_agent import get_preset, scaled_headroom

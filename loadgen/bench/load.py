@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loadgen.stats import quantile
+from loadgen.arms.stats import quantile
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace
 from services.gateway import DynbranchClient

@@ -17,8 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from loadgen.bench.echo_server import METHOD as ECHO_METHOD
 from loadgen.bench.load import cpu_seconds
+from loadgen.meshes.echo_server import METHOD as ECHO_METHOD
 from services.common.pb import common_pb2, engine_pb2, gateway_pb2
 from services.common.runtime.clients import open_channel
 from services.engine_agent import EngineAgentClient
@@ -114,7 +114,7 @@ async def _run(quick: bool) -> dict[str, Any]:
                     log_level="WARNING")
     try:
         await mesh.start(spec)
-        echo = await mesh.spawn("echo", "loadgen.bench.echo_server", [])
+        echo = await mesh.spawn("echo", "loadgen.meshes.echo_server", [])
         engine = EngineAgentClient(mesh.address("engine-0"))
         gateway = GatewayClient(mesh.address("gateway"))
         echo_channel = open_channel(echo.address)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.bench.load import proc_figures
-from loadgen.version_marks import text_of, version_in
+from loadgen.faults.version_marks import text_of, version_in
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace, Workload

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from loadgen.version_marks import text_of, version_in
+from loadgen.faults.version_marks import text_of, version_in
 from services.corpus import Corpus, Document
 from services.gateway.sdk import DynbranchClient
 from services.launcher import MeshSpec, ProcessMesh

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiotools import VirtualClock
 
-from loadgen.lads_replay import CohortService, run_policy
+from loadgen.arms.lads_replay import CohortService, run_policy
 from services.corpus.loaders import default_data_dir
 from services.delivery.policies import POLICIES
 
@@ -79,8 +79,8 @@ def test_the_cohort_service_releases_together_or_at_the_limit() -> None:
 def test_the_bench_s_engine_setups_act(runs: dict) -> None:
     """The no-eviction pool recomputes nothing a lease could save, a CPU tier reloads what the
     GPU pool lost, and a long fixed TTL pins through the link while a short one expires."""
+    from loadgen.arms.lads_replay import EngineVariant
     from loadgen.bench.lads import unbounded_blocks
-    from loadgen.lads_replay import EngineVariant
     from loadgen.workloads.lads import cohort_workload
 
     workload = cohort_workload(7, n=4, cohort_size=2, calls=3)

@@ -124,8 +124,8 @@ def search(measure: Callable[[float], float], low: float, target: float,
 
 def _floor_mean(cal: Calibration, rate: float) -> float:
     """The floor arm's mean latency at ``rate`` on the calibration seed (virtual mesh)."""
-    from loadgen.arm_set import ARM_SPECS
-    from loadgen.arms import MeshConfig, run_arm
+    from loadgen.arms.runner import MeshConfig, run_arm
+    from loadgen.arms.specs import ARM_SPECS
     from loadgen.workloads import build_schedule, get_workload
     from loadgen.workloads.profiles import profile_options
 

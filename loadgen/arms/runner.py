@@ -6,13 +6,13 @@ Every arm replays the *same* schedule (instances, workflow ids, arrival times) a
 mesh: a fresh csl store, fresh engines (empty KV caches) and a fresh gateway, so arms share no
 cache. Two meshes, one code path (``MeshConfig.clock``):
 
-- ``virtual`` (the default): ``loadgen.virtual_mesh``, every service's core in one process on a
+- ``virtual`` (the default): ``loadgen.meshes.virtual``, every service's core in one process on a
   virtual clock; latency counts simulated engine time, waits and ``hop_s`` per cross-service
   call, never the mesh's own CPU. Deterministic: the same command gives the same ratios.
 - ``live``: the csl, each engine agent, admission and the gateway are separate ``grpc.aio``
   servers on loopback ports in this process, spoken to over real gRPC, paced in wall time at
   ``time_scale`` (the cross-check; every duration the services use is scaled into it).
-- ``processes``: the same services each as its own process (``loadgen.process_mesh``, as
+- ``processes``: the same services each as its own process (``loadgen.meshes.processes``, as
   ``dynbranch up`` starts them), in wall time at ``time_scale``; counters from the gateway's
   Prometheus endpoint (no engine-second figures).
 
@@ -34,15 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS, ArmSpec
-from loadgen.clocks import CLOCKS, default_clock, virtual
-from loadgen.engine_load import EngineLoadSampler
-from loadgen.equivalence import compare_outputs
-from loadgen.process_mesh import gateway_counters, process_mesh
-from loadgen.real_engines import RealEngine, engine_state, real_backend
-from loadgen.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
-from loadgen.stats import quantile
-from loadgen.virtual_mesh import DEFAULT_HOP_S, run_virtual, virtual_mesh
+from loadgen.arms.equivalence import compare_outputs
+from loadgen.arms.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
+from loadgen.arms.specs import ARM_SPECS, ArmSpec
+from loadgen.arms.stats import quantile
+from loadgen.meshes.clocks import CLOCKS, default_clock, virtual
+from loadgen.meshes.engine_load import EngineLoadSampler
+from loadgen.meshes.processes import gateway_counters, process_mesh
+from loadgen.meshes.real_engines import RealEngine, engine_state, real_backend
+from loadgen.meshes.virtual import DEFAULT_HOP_S, run_virtual, virtual_mesh
 from loadgen.workloads.base import STALL_S, SimClock, WorkflowResult, Workload
 from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
 from services.admission import AdmissionSettings
@@ -106,7 +106,7 @@ class MeshConfig:
     overlap_weight: float = 2.0
     draft_preset: str = "qwen3-0.6b-h200"
     #: A real engine under every agent ("vllm" embedded, "sglang" server beside it) on this
-    #: model folder; None keeps the simulated engines (``loadgen.real_engines``).
+    #: model folder; None keeps the simulated engines (``loadgen.meshes.real_engines``).
     real: RealEngine | None = None
     #: The learned admission state a warm arm (``ArmSpec.warm``) starts from (virtual clock).
     warm_state: str = ""
@@ -122,7 +122,7 @@ class ArmResult:
     schedule_digest: str
     results: list[WorkflowResult]
     counters: dict[str, int] = field(default_factory=dict)
-    #: Per workflow id, its calls as the oracle bound reads them (``loadgen.recording``).
+    #: Per workflow id, its calls as the oracle bound reads them (``loadgen.arms.recording``).
     calls: dict[str, tuple[CallRecord, ...]] = field(default_factory=dict)
     #: Calls the whole-request cache answered (whole_request arm only).
     cache_hits: int = 0

@@ -47,7 +47,7 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from loadgen.recording import CallRecord
+from loadgen.arms.recording import CallRecord
 
 
 @dataclass(frozen=True, slots=True)

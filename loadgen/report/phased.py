@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS, PRICED_ARMS, rotated
-from loadgen.arm_summary import completed_everywhere
-from loadgen.arms import TRAIN_SEED, ArmResult, MeshConfig, run_arm, train_warm
-from loadgen.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
+from loadgen.arms.runner import TRAIN_SEED, ArmResult, MeshConfig, run_arm, train_warm
+from loadgen.arms.specs import ARM_SPECS, PRICED_ARMS, rotated
+from loadgen.arms.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
+from loadgen.arms.summary import completed_everywhere
 from loadgen.workloads import get_workload
 from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
 

@@ -5,7 +5,7 @@ the controller learned on the train split (as a restart with its saved state wou
 admission baselines are the full arm with the admission service's policy swapped
 (``services/admission/config.py``): ``fixed`` (top 2), ``fixed1`` / ``fixed3`` (top 1 / 3),
 ``always``, ``threshold`` and ``load_threshold`` (the paper's static control); ``whole_request``
-is the floor behind an exact whole-request cache (``loadgen.recording``).
+is the floor behind an exact whole-request cache (``loadgen.arms.recording``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ ADMISSION_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission)
 #: The arms that run the priced controller (cold and warm).
 PRICED_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission == "priced")
 #: The fixed fan-outs by K (None: every candidate), C1 alone admitting none: the lowest of them
-#: in a cell is its envelope, the fixed K chosen in hindsight (``loadgen.envelope``).
+#: in a cell is its envelope, the fixed K chosen in hindsight (``loadgen.arms.envelope``).
 FIXED_K: dict[str, int | None] = {"c1": 0, "fixed1": 1, "fixed": 2, "fixed3": 3, "always": None}
 
 

@@ -4,24 +4,24 @@ arms, write the report (JSON, PNG plots, a Markdown summary) and print where it 
 Every cell is one ``dynbranch bench arms`` run on the virtual mesh (simulated engine time plus a
 modelled cost per hop; the mesh's own CPU is in no latency, so the same command gives the same
 ratios): all of its arms on the same schedules, its seeds merged into one paired sample. Loads are
-the levels the engines feel (``loadgen.load_levels``): ``idle`` (the workload's low-load rate),
+the levels the engines feel (``loadgen.arms.load_levels``): ``idle`` (the workload's low-load rate),
 ``busy`` and ``saturated`` (the rates at which the floor's mean latency is 1.7x and 2.3x its idle
 value, calibrated once per workload and cached), plus the serial closed loop. The quick matrix
 (the default) is the four workloads at idle on both recurrence profiles (``data``: as the data
 sets give it; ``paper``: the paper's, where it differs: Routing and ReAct), with the workflows
-and seeds per cell of ``report_matrix.MATRICES`` (``--help`` formats them). ``--full`` is more
+and seeds per cell of ``matrix.MATRICES`` (``--help`` formats them). ``--full`` is more
 workflows and seeds per cell (more at high rates), every arm, at idle, busy and saturated plus
 one serial closed loop per workload, on both profiles; the C3 study
-(``loadgen.c3``: Routing and ReAct across λ 0.8–16/s under C1 alone, top 1, top 2, every
+(``loadgen.report.c3``: Routing and ReAct across λ 0.8–16/s under C1 alone, top 1, top 2, every
 candidate, the static rule and priced admission, with CIs, the envelope, fills and the decision
-record; the phased trace, ``loadgen.phased``; and issue 37's acceptance checks); the
+record; the phased trace, ``loadgen.report.phased``; and issue 37's acceptance checks); the
 replay-rate sweep; and ``dynbranch bench lads`` in full (every delivery policy, the TTL baselines
 and sweep, KV offloading and the no-eviction bound: ``fig_lads.png`` and a table). ``--only c3``
 runs the C3 study alone: its sweeps, Routing and ReAct at every load level, Sub-Agent and HCI at
 idle, and the phased trace. A failed cell is listed in the report and left out of the plots.
 The data set files the cells read are checked first (``loadgen.data_needs``; ``--data-dir`` or
 ``DYNBRANCH_DATA_DIR`` names their folder): one absent ends the run before any cell, with one line
-naming it and no report. The progress bar moves per arm and seed (``loadgen.report_progress``);
+naming it and no report. The progress bar moves per arm and seed (``loadgen.report.progress``);
 ``summary.md`` and ``report.json`` record the commit, the date and every cell's clock, profile,
 seeds and workflows.
 """
@@ -40,15 +40,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen import c3
+from loadgen.arms.envelope import regret_text, worst_regret
 from loadgen.bench.arms import planned_units
 from loadgen.data_needs import prepare, report_files
-from loadgen.envelope import regret_text, worst_regret
-from loadgen.numbers import fixed, percent
-from loadgen.phased import table as phased_table
-from loadgen.provenance import commit, utc_now
-from loadgen.report_help import DESCRIPTION, add_arguments
-from loadgen.report_matrix import (
+from loadgen.report import c3
+from loadgen.report.arguments import DESCRIPTION, add_arguments
+from loadgen.report.matrix import (
     C3_IDLE_ONLY,
     C3_LEVELS,
     FULL_CELL,
@@ -59,7 +56,9 @@ from loadgen.report_matrix import (
     SWEEP_WORKLOAD,
     cell_options,
 )
-from loadgen.report_plots import (
+from loadgen.report.numbers import fixed, percent
+from loadgen.report.phased import table as phased_table
+from loadgen.report.plots import (
     LADS_ARMS,
     arm_order,
     engine_label,
@@ -70,8 +69,9 @@ from loadgen.report_plots import (
     figure_lads,
     figure_sweep,
 )
-from loadgen.report_progress import ReportProgress, progress_bar
-from loadgen.report_summary import (
+from loadgen.report.progress import ReportProgress, progress_bar
+from loadgen.report.provenance import commit, utc_now
+from loadgen.report.summary import (
     PAPER,
     cell_record,
     clock_name,
@@ -186,7 +186,7 @@ def run_c3_only(out: Path) -> dict[str, Any]:
 
 def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
     """The Gantt of one Routing workflow under floor and full (a failure is reported)."""
-    from loadgen.timeline import routing_timeline
+    from loadgen.report.timeline import routing_timeline
 
     logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
     try:
@@ -243,9 +243,9 @@ def c3_units(todo: list[C3Cell]) -> int:
 
 def run_c3(track: ReportProgress, failures: list[dict[str, Any]], todo: list[C3Cell]
            ) -> dict[str, Any]:
-    """The C3 study (``loadgen.c3``) on ``todo`` (``c3_cells``), then the phased trace
-    (``loadgen.phased``)."""
-    from loadgen import phased
+    """The C3 study (``loadgen.report.c3``) on ``todo`` (``c3_cells``), then the phased trace
+    (``loadgen.report.phased``)."""
+    from loadgen.report import phased
 
     found: dict[str, Any] = {"sweeps": {}, "levels": {}, "idle": {}}
     for workload, label, how in todo:

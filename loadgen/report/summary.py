@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen.clocks import virtual
-from loadgen.envelope import regret_text
-from loadgen.numbers import fixed, percent, signed
-from loadgen.report_plots import engine_label
+from loadgen.arms.envelope import regret_text
+from loadgen.meshes.clocks import virtual
+from loadgen.report.numbers import fixed, percent, signed
+from loadgen.report.plots import engine_label
 from loadgen.workloads.profiles import DEFAULT_PROFILE
 from loadgen.workloads.schedule import closed_loop, open_loop
 
