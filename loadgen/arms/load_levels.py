@@ -124,8 +124,9 @@ def search(measure: Callable[[float], float], low: float, target: float,
 
 def _floor_mean(cal: Calibration, rate: float) -> float:
     """The floor arm's mean latency at ``rate`` on the calibration seed (virtual mesh)."""
-    from loadgen.arms.runner import MeshConfig, run_arm
+    from loadgen.arms.runner import run_arm
     from loadgen.arms.specs import ARM_SPECS
+    from loadgen.meshes.config import MeshConfig
     from loadgen.workloads import build_schedule, get_workload
     from loadgen.workloads.profiles import profile_options
 

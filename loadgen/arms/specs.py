@@ -30,7 +30,7 @@ class ArmSpec:
     #: trains it on other workflows first; a restart with ``state_path`` in production).
     warm: bool = False
     #: One of the paper's four mechanism arms (floor, C1, C2, both): run by name, it keeps the
-    #: run's own admission setting rather than this spec's (``arms.ARMS``).
+    #: run's own admission setting rather than this spec's (``ARMS``).
     mechanism: bool = False
 
 
@@ -69,6 +69,21 @@ def resolve(names: Sequence[str]) -> tuple[ArmSpec, ...]:
     return tuple(ARM_SPECS[n] for n in ordered)
 
 
+#: Mechanism arm name → (c1, c2) (``ArmSpec.mechanism``).
+ARMS: dict[str, tuple[bool, bool]] = {n: (s.c1, s.c2) for n, s in ARM_SPECS.items() if s.mechanism}
+
+
+def spec_of(arm: str | ArmSpec) -> ArmSpec:
+    """The spec of ``arm``: a mechanism arm by name keeps the run's admission (``ARMS``)."""
+    if isinstance(arm, ArmSpec):
+        return arm
+    if arm in ARMS:
+        return ArmSpec(arm, *ARMS[arm])
+    if arm in ARM_SPECS:
+        return ARM_SPECS[arm]
+    raise KeyError(f"unknown arm {arm!r}; known: {', '.join(ARM_SPECS)}")
+
+
 def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
     """``arms`` rotated by ``seed``, so no arm always runs first (or last) across seeds."""
     if not arms:
@@ -77,5 +92,5 @@ def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
     return tuple(arms[k:]) + tuple(arms[:k])
 
 
-__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARM_SPECS", "FIXED_K", "PRICED_ARMS",
-           "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]
+__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARMS", "ARM_SPECS", "FIXED_K", "PRICED_ARMS",
+           "QUICK_ARMS", "ArmSpec", "resolve", "rotated", "spec_of"]

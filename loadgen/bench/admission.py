@@ -31,9 +31,11 @@ from dataclasses import replace
 from typing import Any
 
 from loadgen.arms.envelope import best_fixed_k, regret_text
-from loadgen.arms.runner import MeshConfig, in_process_mesh, run_arm, run_schedule
+from loadgen.arms.runner import run_arm, run_schedule
 from loadgen.arms.specs import ARM_SPECS
 from loadgen.arms.summary import completed_everywhere, summarize
+from loadgen.meshes.config import MeshConfig
+from loadgen.meshes.live import in_process_mesh
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock
 from loadgen.workloads.schedule import Schedule, ScheduledWorkflow

@@ -41,17 +41,11 @@ from loadgen.arms.load_levels import (
     workflows_at,
 )
 from loadgen.arms.oracle import OracleBound, oracle_bound, summed
-from loadgen.arms.runner import (
-    LIVE_MIN_TIME_SCALE,
-    TRAIN_SEED,
-    ArmResult,
-    MeshConfig,
-    run_arm,
-    train_warm,
-)
+from loadgen.arms.runner import TRAIN_SEED, ArmResult, run_arm, train_warm
 from loadgen.arms.specs import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
 from loadgen.arms.summary import completed_everywhere, marginal_fill_cost_s, summarize
 from loadgen.meshes.clocks import CLOCKS, clock_of, default_clock, virtual
+from loadgen.meshes.config import LIVE_MIN_TIME_SCALE, MeshConfig
 from loadgen.meshes.real_engines import ENGINES, RealEngine
 from loadgen.meshes.virtual import DEFAULT_HOP_S
 from loadgen.report.decision_record import decision_record

@@ -1,6 +1,6 @@
 """The experiment mesh on a virtual clock: simulated time that does not count the mesh's own CPU.
 
-The live mesh (``loadgen.arms.runner.in_process_mesh``) runs every service as a ``grpc.aio`` server
+The live mesh (``loadgen.meshes.live``) runs every service as a ``grpc.aio`` server
 and converts wall seconds to simulated seconds by the engines' time scale, so every millisecond of
 Python, gRPC and machine noise is multiplied by ``1 / time_scale``. Here the same production code
 runs in one process on a stdlib event loop whose clock is virtual (``aiotools.VirtualClock``, as the

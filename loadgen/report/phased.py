@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.arms.runner import TRAIN_SEED, ArmResult, MeshConfig, run_arm, train_warm
+from loadgen.arms.runner import TRAIN_SEED, ArmResult, run_arm, train_warm
 from loadgen.arms.specs import ARM_SPECS, PRICED_ARMS, rotated
 from loadgen.arms.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
 from loadgen.arms.summary import completed_everywhere
+from loadgen.meshes.config import MeshConfig
 from loadgen.workloads import get_workload
 from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
 

@@ -17,7 +17,9 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from loadgen.arms.runner import MeshConfig, in_process_mesh, run_schedule
+from loadgen.arms.runner import run_schedule
+from loadgen.meshes.config import MeshConfig
+from loadgen.meshes.live import in_process_mesh
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import SimClock
 

@@ -155,7 +155,8 @@ def test_the_decision_record_merges_seeds_and_carries_the_engines_load() -> None
 
 
 async def test_the_engine_sampler_reads_step_time_and_load_from_the_engines() -> None:
-    from loadgen.arms.runner import MeshConfig, run_arm
+    from loadgen.arms.runner import run_arm
+    from loadgen.meshes.config import MeshConfig
     from loadgen.workloads import build_schedule, get_workload
 
     routing = get_workload("routing")

@@ -21,7 +21,9 @@ import time
 import pytest
 
 from loadgen.arms.divergence import EPSILON, LogitProbe, classify, summary
-from loadgen.arms.runner import ArmResult, MeshConfig, in_process_mesh, run_schedule
+from loadgen.arms.runner import ArmResult, run_schedule
+from loadgen.meshes.config import MeshConfig
+from loadgen.meshes.live import in_process_mesh
 from loadgen.meshes.real_engines import RealEngine
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import SimClock
