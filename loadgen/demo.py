@@ -21,7 +21,7 @@ import grpc
 
 from services.common.pb import gateway_pb2
 from services.gateway import DynbranchClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 FUNCTIONS = ["refund_payment", "track_parcel", "open_return", "reset_device"]
 REQUESTS = [
@@ -101,7 +101,7 @@ def summarize(spec: MeshSpec, outcomes: list[DemoOutcome], wall_s: float) -> str
 
 async def run_demo(spec: MeshSpec, requests: int = 12, concurrency: int = 4) -> int:
     """Start the mesh, run ``requests`` workflows ``concurrency`` at a time, print, stop."""
-    mesh = Mesh()
+    mesh = ProcessMesh()
     try:
         print(f"starting mesh: gateway, csl, admission, delivery, {spec.engines} sim engine(s) "
               f"(logs in {mesh.run_dir}, removed after a clean stop)", flush=True)

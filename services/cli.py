@@ -177,12 +177,12 @@ def _loaders() -> Any:
 
 
 async def _up(args: argparse.Namespace) -> int:
-    from services.launcher import Mesh
+    from services.launcher import ProcessMesh
 
     spec = _spec(args)
     policy = RestartPolicy()  # a service that exits is restarted
     # the logs go with a clean stop; a crash or a restart keeps them, as --keep-logs does
-    mesh = Mesh(keep_run_dir=args.keep_logs, supervise=policy)
+    mesh = ProcessMesh(keep_run_dir=args.keep_logs, supervise=policy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -350,7 +350,7 @@ def _data_dir_arg(parser: argparse.ArgumentParser, readers: str = "") -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from loadgen.report import main as report_main
+    from loadgen.report.runner import main as report_main
 
     return report_main([*(["--full"] if args.full else []),
                         *(["--only", args.only] if args.only else []), "--out", args.out,
@@ -370,9 +370,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _arms_args(bench: argparse.ArgumentParser) -> None:
-    from loadgen.load_levels import LEVELS
+    from loadgen.arms.load_levels import LEVELS
+    from loadgen.meshes.clocks import CLOCKS
     from loadgen.workloads import WORKLOADS
     from loadgen.workloads.profiles import PROFILES
+    from loadgen.workloads.schedule import ARRIVALS
 
     arms = bench.add_argument_group("bench arms", "flags only `bench arms` takes")
     arms.add_argument("--workload", choices=tuple(WORKLOADS),
@@ -381,7 +383,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
     arms.add_argument("--seeds", type=int, metavar="N",
                       help="run N seeds: seed .. seed+N-1, arm order rotated per seed "
                       "(default 1)")
-    arms.add_argument("--arrival", choices=["poisson", "serial"],
+    arms.add_argument("--arrival", choices=list(ARRIVALS),
                       help="open-loop Poisson arrivals or a serial closed loop (default poisson)")
     arms.add_argument("--rate", type=float,
                       help="Poisson rate λ per simulated s (default: the workload's low load)")
@@ -407,7 +409,7 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
                       "full,whole_request; full mode adds full_warm (priced from state learned "
                       "on the train split; virtual clock only),fixed,fixed1,fixed3,always,"
                       "threshold,load_threshold)")
-    arms.add_argument("--clock", choices=["virtual", "live", "processes"],
+    arms.add_argument("--clock", choices=list(CLOCKS),
                       help="virtual (default for the sim): every service in one process on a "
                       "virtual clock, latency = simulated engine time + waits + a modelled cost "
                       "per hop; live: gRPC servers in one process in wall time at --time-scale; "
@@ -481,11 +483,11 @@ def build_parser() -> argparse.ArgumentParser:
         n for n in sorted(BENCHMARKS) if bench_files(n, None)) + " read")
     _arms_args(bench)
     bench.set_defaults(run=_bench)
-    from loadgen import report_help
+    from loadgen.report import arguments as report_arguments
 
     report = sub.add_parser("report", help="run the experiment matrix and write the report",
-                            description=report_help.DESCRIPTION)
-    report_help.add_arguments(report)
+                            description=report_arguments.DESCRIPTION)
+    report_arguments.add_arguments(report)
     _data_dir_arg(report)
     report.set_defaults(run=_report)
     calibrate = sub.add_parser("calibrate", help="fit a sim preset to a real engine",

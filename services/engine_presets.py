@@ -73,7 +73,7 @@ async def engine_setup(backend: str, preset: str, engines: int, model: str, run_
     chosen = PRESETS[backend][preset]
     path = model_path or (tiny_model_path(backend) if not engine_urls else "")
     if not BACKENDS[backend].server:
-        sets = ["backend=vllm", f"model_path={path}", f"max_running={chosen.max_running}"]
+        sets = [f"backend={backend}", f"model_path={path}", f"max_running={chosen.max_running}"]
         return EngineSetup([list(sets) for _ in range(engines)])
     if engine_urls and len(engine_urls) not in (1, engines):
         raise ValueError(f"--engine-url: give one, or one per engine ({engines})")

@@ -30,7 +30,7 @@ from services.restart_policy import RestartBudget, RestartPolicy
 
 log = logging.getLogger(__name__)
 ANNOUNCE_TIMEOUT_S = 60.0
-#: Starts ``Mesh.restart`` makes of a child that dies before announcing, and the pause before
+#: Starts ``ProcessMesh.restart`` makes of a child that dies before announcing, and the pause before
 #: the next one (times the attempt).
 RESTART_ATTEMPTS, RESTART_BACKOFF_S = 3, 0.2
 #: Longest a restarted child's readiness wait goes without checking that it still runs.
@@ -62,7 +62,7 @@ class Child:
     #: How it was started (``restart`` starts it again the same way, on the same port).
     module: str = ""
     args: list[str] = field(default_factory=list)
-    #: Killed on purpose (``Mesh.kill``): its exit status does not make the stop unclean, and
+    #: Killed on purpose (``ProcessMesh.kill``): its exit status does not make the stop unclean, and
     #: the supervisor leaves it to whoever killed it.
     killed: bool = False
     #: Seconds it had to announce (a restart gives it as long).
@@ -98,7 +98,7 @@ class MeshSpec:
     #: Model folder of a real engine (default: the preset's).
     model_path: str = ""
     #: ``(service name, address) -> address`` the gateways dial instead (a fault proxy in
-    #: between, ``loadgen.faultproxy``); None: each service's own address.
+    #: between, ``loadgen.faults.proxy``); None: each service's own address.
     gateway_route: Callable[[str, str], str] | None = None
     #: The same per gateway (``gateway``, ``gateway-1``, …), before ``gateway_route``: a fault
     #: between one gateway and one service only (a one-sided partition).
@@ -128,7 +128,7 @@ class MeshSpec:
         return bool(self.corpus_path or self.corpus_source or self.corpus_empty)
 
 
-class Mesh:
+class ProcessMesh:
     """A set of service processes; ``stop`` is idempotent and also kills stragglers."""
 
     def __init__(self, run_dir: Path | None = None, keep_run_dir: bool = False,
@@ -516,5 +516,5 @@ async def _copy(stream: asyncio.StreamReader, log_path: Path) -> None:
             out.write(line)
 
 
-__all__ = ["Child", "LAUNCH_DEFAULTS", "Mesh", "MeshSpec", "RestartPolicy", "StartFailed",
+__all__ = ["Child", "LAUNCH_DEFAULTS", "ProcessMesh", "MeshSpec", "RestartPolicy", "StartFailed",
            "gateway_index", "gateway_name", "launch_env", "service_of"]

@@ -1,5 +1,5 @@
 """When a supervisor restarts a service that exited on its own, and when it stops trying: a
-pure policy (no processes, no clock of its own), used by ``services.launcher.Mesh``."""
+pure policy (no processes, no clock of its own), used by ``services.launcher.ProcessMesh``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
-    """How a supervising ``Mesh`` restarts a child that exited on its own (Kubernetes'
+    """How a supervising ``ProcessMesh`` restarts a child that exited on its own (Kubernetes'
     ``restartPolicy: Always`` with its CrashLoopBackOff, on a local clock): the n-th restart
     within ``window_s`` waits ``backoff_s * 2**(n-1)`` s, at most ``max_backoff_s``; a child
     that would need more than ``max_restarts`` in the window is left down with an ERROR (a crash

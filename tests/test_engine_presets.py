@@ -9,7 +9,7 @@ import pytest
 
 from services.cli import SIM_PRESET, _spec, build_parser
 from services.engine_presets import engine_setup, resolve_preset
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 
 def spec(*argv: str) -> MeshSpec:
@@ -50,6 +50,6 @@ async def test_embedded_vllm_agents_get_the_model_folder(tmp_path: Path) -> None
 
 
 def test_a_real_backend_passes_no_sim_flags_to_its_agents() -> None:
-    assert Mesh._sim(MeshSpec(backend="sglang", preset="tiny-cpu")) == []
-    assert Mesh._sim(MeshSpec(preset="p", time_scale=0.5)) == ["--preset", "p", "--time-scale",
-                                                               "0.5"]
+    assert ProcessMesh._sim(MeshSpec(backend="sglang", preset="tiny-cpu")) == []
+    assert ProcessMesh._sim(MeshSpec(preset="p", time_scale=0.5)) == [
+        "--preset", "p", "--time-scale", "0.5"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from services.launcher import Mesh, RestartPolicy, gateway_index, launch_env
+from services.launcher import ProcessMesh, RestartPolicy, gateway_index, launch_env
 
 QUICK = RestartPolicy(backoff_s=0.05, max_backoff_s=0.1)
 
@@ -31,7 +31,7 @@ async def _until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None
 
 
 async def test_a_child_killed_before_it_announces_is_named_with_its_signal() -> None:
-    mesh = Mesh()
+    mesh = ProcessMesh()
     try:
         # asyncio reports 255 for a child that exits before its watcher sees it
         ended = r"\((killed by SIGKILL|exit status \d+)\)"
@@ -45,7 +45,7 @@ async def test_a_child_killed_before_it_announces_is_named_with_its_signal() -> 
 
 async def test_a_restart_that_dies_before_announcing_is_started_again_and_reported(
         tmp_path: Path) -> None:
-    mesh = Mesh()
+    mesh = ProcessMesh()
     counter = tmp_path / "starts"
     try:
         first = await mesh.spawn("flaky", "tests.launcher_flaky", ["--counter", str(counter)])
@@ -60,7 +60,8 @@ async def test_a_restart_that_dies_before_announcing_is_started_again_and_report
 
 async def test_a_supervised_child_that_exits_is_restarted_on_its_port_until_killed_on_purpose(
         tmp_path: Path) -> None:
-    mesh = Mesh(run_dir=tmp_path, supervise=QUICK)  # a restart keeps the run folder: tmp_path
+    # a restart keeps the run folder: tmp_path
+    mesh = ProcessMesh(run_dir=tmp_path, supervise=QUICK)
     counter = tmp_path / "starts"
     try:
         first = await mesh.spawn("flaky", "tests.launcher_flaky", ["--counter", str(counter)])
@@ -87,7 +88,7 @@ async def test_a_supervised_child_that_exits_is_restarted_on_its_port_until_kill
 async def test_a_crash_loop_is_left_down_after_its_restarts_with_an_error(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     loop = RestartPolicy(backoff_s=0.01, max_backoff_s=0.02, max_restarts=2)
-    mesh = Mesh(run_dir=tmp_path, supervise=loop)
+    mesh = ProcessMesh(run_dir=tmp_path, supervise=loop)
     counter = tmp_path / "starts"
     try:
         with caplog.at_level(logging.WARNING, logger="services.launcher"):
@@ -105,7 +106,8 @@ async def test_a_crash_loop_is_left_down_after_its_restarts_with_an_error(
 
 
 async def test_stop_during_a_back_off_ends_supervision_without_a_restart(tmp_path: Path) -> None:
-    mesh = Mesh(run_dir=tmp_path, supervise=RestartPolicy(backoff_s=30.0, max_backoff_s=30.0))
+    mesh = ProcessMesh(run_dir=tmp_path,
+                       supervise=RestartPolicy(backoff_s=30.0, max_backoff_s=30.0))
     counter = tmp_path / "starts"
     first = await mesh.spawn("flaky", "tests.launcher_flaky", ["--counter", str(counter)])
     os.kill(first.process.pid, signal.SIGKILL)
@@ -119,7 +121,7 @@ async def test_stop_during_a_back_off_ends_supervision_without_a_restart(tmp_pat
 async def test_a_clean_stop_removes_its_own_run_folder_unless_asked_to_keep_it() -> None:
     folders = []
     for keep in (False, True):
-        mesh = Mesh(keep_run_dir=keep)
+        mesh = ProcessMesh(keep_run_dir=keep)
         await mesh.spawn("csl", "services.csl", ["--data-dir", str(mesh.run_dir / "csl")])
         await mesh.stop()
         folders.append(mesh.run_dir)

@@ -653,7 +653,7 @@ def test_a_planted_cycle_is_caught_in_services_and_in_loadgen() -> None:
     bad = _with(("services.gateway.execution", "services.gateway.stages"))
     assert any("services.gateway.stages" in c for c in cycles(bad))
     assert upward_imports(bad)
-    loop = _with(("loadgen.bench.fault_report", "loadgen.bench.faults"))
+    loop = _with(("loadgen.faults.report", "loadgen.bench.faults"))
     assert any("loadgen.bench.faults" in c for c in cycles(loop))
 
 

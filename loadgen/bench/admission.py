@@ -11,7 +11,7 @@ Appendix B).
    (the paper's static control) and ``always`` (admit every candidate); the floor and C1-only
    run beside them. Per phase: mean workflow latency (simulated seconds); per arm: fills issued
    per request, its envelope regret (its full/floor minus the best fixed fan-out's over the
-   step — C1 alone, top 1, top 2 or every candidate — with the paired CI, ``loadgen.envelope``:
+   step — C1 alone, top 1, top 2 or every candidate — with the paired CI, ``loadgen.arms.envelope``:
    a check against other arms' outcomes, not the gate's own estimates), and the policy's
    account of its decisions.
 3. ReAct with the drafted predictor under priced admission (live mesh: the drafter runs on its
@@ -30,13 +30,15 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS
-from loadgen.arm_summary import completed_everywhere, summarize
-from loadgen.arms import MeshConfig, in_process_mesh, run_arm, run_schedule
-from loadgen.envelope import best_fixed_k, regret_text
+from loadgen.arms.envelope import best_fixed_k, regret_text
+from loadgen.arms.runner import run_arm, run_schedule
+from loadgen.arms.specs import ARM_SPECS
+from loadgen.arms.summary import completed_everywhere, summarize
+from loadgen.meshes.config import MeshConfig
+from loadgen.meshes.live import in_process_mesh
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock
-from loadgen.workloads.schedule import Arrival, Schedule
+from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,7 @@ def load_step_schedule(quick: bool) -> tuple[Schedule, list[tuple[str, float, fl
     for name, rate, n in phases:
         start = t
         for _ in range(n):
-            arrivals.append(Arrival(f"routing-{SEED}-{len(arrivals):04d}", round(t, 6),
+            arrivals.append(ScheduledWorkflow(f"routing-{SEED}-{len(arrivals):04d}", round(t, 6),
                                     next(instances)))
             t += rng.expovariate(rate)
         bounds.append((name, start, t))
@@ -136,7 +138,7 @@ def load_step_schedule(quick: bool) -> tuple[Schedule, list[tuple[str, float, fl
 async def load_step(quick: bool) -> dict[str, Any]:
     """The load step on the virtual clock: the floor, C1-only and every admission arm on the
     same schedule, each on a fresh one-engine mesh. Per arm and phase: mean workflow latency;
-    per arm: fills issued per request, its envelope regret (``loadgen.envelope``) and the
+    per arm: fills issued per request, its envelope regret (``loadgen.arms.envelope``) and the
     policy's own account of its decisions; and the envelope (the best fixed fan-out)."""
     schedule, bounds = load_step_schedule(quick)
     workload = get_workload("routing")

@@ -1,26 +1,24 @@
 """``dynbranch bench arms``: one workload's schedules under the floor, C1, C2, full and baselines.
 
-Side by side in one run (DESIGN.md §6): per seed, the same workflow instances with the same
-arrivals (open-loop Poisson at the paper's low-load rate, dynbranch Fig. 8, or a serial closed
-loop) run under each arm on a fresh mesh of simulated engines, after a short unmeasured warm-up
-on that mesh, in an arm order rotated per seed. The mesh is the virtual one by default (one
-process on a virtual clock: latency is simulated engine time, waits and a modelled cost per hop,
-never the mesh's own CPU; ``loadgen.virtual_mesh``), or in wall time at ``--time-scale`` ≥ 0.5
-as the cross-check: ``--clock processes`` (a process per service) or ``--clock live`` (gRPC
-servers in one process; real engines always run live). A call that
-spends more than ``STALL_S`` outside the engine is a stall: its workflow fails, and stalls are
-counted per arm. Workflows pair by id across arms. Per arm
-it reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio
-to the floor with a paired-bootstrap 95% CI (over seeds, then workflows, when several seeds
-ran: ``loadgen.stats``), quantiles the sample supports, the gateway's fill
-counters per workflow, how long promoted fills still ran when their demands arrived and what
-those demands did (adopted and served, or why not: ``arm_summary``), whether every workflow's
-outputs equal the floor's (from the floor's own mesh), the share of the oracle bound it
-realizes (``loadgen.oracle``) and its envelope regret: its ratio minus the best fixed fan-out's
-among the arms that ran (C1 alone, top 1, 2, 3, every candidate; ``loadgen.envelope``).
-``--profile window`` caps the deciding stage's decode so that fills outlast their windows
-(``loadgen.workloads.profiles``). A failed workflow fails the run: it is counted per arm and
-left out of every mean.
+Side by side in one run (DESIGN.md §6): per seed, the same workflow instances with the same arrivals
+(open-loop Poisson at the paper's low-load rate, dynbranch Fig. 8, or a serial closed loop) run
+under each arm on a fresh mesh of simulated engines, after a short unmeasured warm-up on that mesh,
+in an arm order rotated per seed. The mesh is the virtual one by default (one process on a virtual
+clock: latency is simulated engine time, waits and a modelled cost per hop, never the mesh's own
+CPU; ``loadgen.meshes.virtual``), or in wall time at ``--time-scale`` ≥ 0.5 as the cross-check:
+``--clock processes`` (a process per service) or ``--clock live`` (gRPC servers in one process; real
+engines always run live). A call that spends more than ``STALL_S`` outside the engine is a stall:
+its workflow fails, and stalls are counted per arm. Workflows pair by id across arms. Per arm it
+reports the mean latency in simulated seconds (HCI: the user turn after the click), the ratio to the
+floor with a paired-bootstrap 95% CI (over seeds, then workflows, when several seeds ran:
+``loadgen.arms.stats``), quantiles the sample supports, the gateway's fill counters per workflow,
+how long promoted fills still ran when their demands arrived and what those demands did (adopted and
+served, or why not: ``loadgen.arms.summary``), whether every workflow's outputs equal the floor's
+(from the floor's own mesh), the share of the oracle bound it realizes (``loadgen.arms.oracle``) and
+its envelope regret: its ratio minus the best fixed fan-out's among the arms that ran (C1 alone, top
+1, 2, 3, every candidate; ``loadgen.arms.envelope``). ``--profile window`` caps the deciding stage's
+decode so that fills outlast their windows (``loadgen.workloads.profiles``). A failed workflow fails
+the run: it is counted per arm and left out of every mean.
 """
 
 from __future__ import annotations
@@ -33,34 +31,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
-from loadgen.arm_summary import completed_everywhere, marginal_fill_cost_s, summarize
-from loadgen.arms import (
-    CLOCKS,
-    LIVE_MIN_TIME_SCALE,
-    TRAIN_SEED,
-    ArmResult,
-    MeshConfig,
-    run_arm,
-    train_warm,
-)
-from loadgen.decision_record import decision_record
-from loadgen.envelope import best_fixed_k, regret_text
-from loadgen.leak_guard import check
-from loadgen.load_levels import (
+from loadgen.arms.envelope import best_fixed_k, regret_text
+from loadgen.arms.leak_guard import check
+from loadgen.arms.load_levels import (
     Calibration,
     cache_path,
     level_rate,
     most_workflows,
     workflows_at,
 )
-from loadgen.oracle import OracleBound, oracle_bound, summed
-from loadgen.real_engines import ENGINES, RealEngine
-from loadgen.virtual_mesh import DEFAULT_HOP_S
+from loadgen.arms.oracle import OracleBound, oracle_bound, summed
+from loadgen.arms.runner import TRAIN_SEED, ArmResult, run_arm, train_warm
+from loadgen.arms.specs import ALL_ARMS, QUICK_ARMS, ArmSpec, resolve, rotated
+from loadgen.arms.summary import completed_everywhere, marginal_fill_cost_s, summarize
+from loadgen.meshes.clocks import CLOCKS, clock_of, default_clock, virtual
+from loadgen.meshes.config import LIVE_MIN_TIME_SCALE, MeshConfig
+from loadgen.meshes.real_engines import ENGINES, RealEngine
+from loadgen.meshes.virtual import DEFAULT_HOP_S
+from loadgen.report.decision_record import decision_record
 from loadgen.workloads import WORKLOADS, build_schedule, get_workload
 from loadgen.workloads.base import Workload
-from loadgen.workloads.profiles import knobs, profile_options, window_knobs
-from loadgen.workloads.schedule import Schedule
+from loadgen.workloads.profiles import DEFAULT_PROFILE, knobs, profile_options, window_knobs
+from loadgen.workloads.schedule import Schedule, open_loop
 from services.engine_agent import tiny_model_path
 
 PRESET = "qwen3-32b-h200"
@@ -103,10 +95,10 @@ class Options:
     #: The live mesh's wall seconds per simulated second (>= LIVE_MIN_TIME_SCALE).
     time_scale: float | None = None
     #: Recurrence profile of the schedules (``loadgen.workloads.profiles``).
-    profile: str = "data"
+    profile: str = DEFAULT_PROFILE
     #: The virtual mesh's cost of one cross-service call, in milliseconds.
     hop_ms: float | None = None
-    #: A load level (``loadgen.load_levels.LEVELS``) instead of ``rate``: resolved to its
+    #: A load level (``loadgen.arms.load_levels.LEVELS``) instead of ``rate``: resolved to its
     #: calibrated rate before the run.
     load: str | None = None
 
@@ -188,7 +180,7 @@ async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], se
     return schedule, {s.name: results[s.name] for s in arms}
 
 
-#: How the CIs resample, by whether more than one seed ran (``loadgen.stats``).
+#: How the CIs resample, by whether more than one seed ran (``loadgen.arms.stats``).
 CI_RESAMPLING = {False: "workflows (one seed)",
                  True: "two-stage cluster bootstrap: seeds, then workflows within each"}
 async def _train(opts: Options, config: MeshConfig, n: int, rate: float,
@@ -224,15 +216,14 @@ def _real(opts: Options) -> RealEngine | None:
 def _clock(opts: Options, real: RealEngine | None, default_scale: float) -> tuple[str, float]:
     """The mesh's clock and live time scale, refusing a live scale that would let the mesh's own
     CPU time move the ratios (and a virtual clock under a real engine)."""
-    clock = opts.clock or ("live" if real is not None else "virtual")
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    clock = opts.clock or default_clock(real=real is not None)
+    found = clock_of(clock)
     if real is not None:
-        if clock != "live":
-            raise ValueError("a real engine runs in wall time: --clock live")
+        if not found.real_engines:
+            raise ValueError(f"a real engine runs in wall time: --clock {default_clock(True)}")
         return clock, 1.0
     scale = opts.time_scale if opts.time_scale is not None else default_scale
-    if clock != "virtual" and scale < LIVE_MIN_TIME_SCALE:
+    if not found.virtual and scale < LIVE_MIN_TIME_SCALE:
         raise ValueError(f"--time-scale {scale}: the live mesh needs >= {LIVE_MIN_TIME_SCALE} "
                          "(below it the mesh's own CPU is inflated into the latencies)")
     return clock, scale
@@ -243,7 +234,7 @@ def _arm_specs(quick: bool, opts: Options, clock: str) -> tuple[ArmSpec, ...]:
     clock (a warm arm starts from state trained on it)."""
     default_arms = (MODES if opts.engine == "sim" else REAL_MODES)[quick][4]
     arms = resolve(opts.arms or default_arms)
-    if clock != "virtual" and any(a.warm for a in arms):
+    if not virtual(clock) and any(a.warm for a in arms):
         if opts.arms:
             raise ValueError("a warm arm starts from state trained on the virtual clock: "
                              f"not with --clock {clock}")
@@ -262,7 +253,7 @@ def planned_units(quick: bool, workload: str | None = None, *, seed: int = 0,
     nothing: what a caller's progress bar counts to)."""
     opts = Options(workload=workload or "routing", seed=seed, arrival=arrival, rate=rate,
                    **options)
-    clock = opts.clock or ("virtual" if opts.engine == "sim" else "live")
+    clock = opts.clock or default_clock(real=opts.engine != "sim")
     return _units(_arm_specs(quick, opts, clock), opts.seeds)
 
 
@@ -272,7 +263,7 @@ async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> 
     clock, time_scale = _clock(opts, real, default_scale)
     rate = opts.rate if opts.rate is not None else RATES.get(opts.workload, 0.12)
     workload = get_workload(opts.workload, **profile_options(opts.profile, opts.workload))
-    if not opts.workflows and opts.arrival == "poisson":
+    if not opts.workflows and open_loop(opts.arrival):
         # high rates: enough arrivals for the load to build, as many as the data set yields
         n = workflows_at(rate, n, most_workflows(workload))
     n = opts.workflows or n
@@ -307,13 +298,13 @@ async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> 
         "workload": opts.workload, "preset": opts.preset, "simulated": real is None,
         "engine": real.label if real is not None else f"sim {opts.preset}",
         "model": real.model_path if real is not None else config.model,
-        "clock": clock, "hop_s": config.hop_s if clock == "virtual" else None,
+        "clock": clock, "hop_s": config.hop_s if virtual(clock) else None,
         "profile": opts.profile, "recurrence": knobs(workload),
         "decision_window": window_knobs(workload),
         "engines": config.engines,
-        "time_scale": config.time_scale if clock != "virtual" else None, "workflows": n,
+        "time_scale": config.time_scale if not virtual(clock) else None, "workflows": n,
         "warmup_workflows": warm, "arrival": opts.arrival,
-        "rate_per_s": rate if opts.arrival == "poisson" else None,
+        "rate_per_s": rate if open_loop(opts.arrival) else None,
         "seed": opts.seed, "seeds": seeds, "ci_resampling": CI_RESAMPLING[len(seeds) > 1],
         "arm_order": {s: [a.name for a in rotated(arms, s)] for s in seeds},
         "top_k": config.top_k, "schedule_digest": ",".join(s.digest() for s, _ in per_seed),
@@ -338,13 +329,13 @@ async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> 
 
 def resolve_load(quick: bool, opts: Options) -> tuple[Options, dict[str, Any] | None]:
     """``opts`` with its load level (if any) turned into the calibrated rate, and what the
-    calibration found (``loadgen.load_levels``); a level with --rate or a serial loop, or on a
+    calibration found (``loadgen.arms.load_levels``); a level with --rate or a serial loop, or on a
     real engine, is a ``ValueError``."""
     if opts.load is None:
         return opts, None
     if opts.rate is not None:
         raise ValueError("give a load level or a rate, not both")
-    if opts.arrival != "poisson" or opts.engine != "sim":
+    if not open_loop(opts.arrival) or opts.engine != "sim":
         raise ValueError("a load level is a Poisson rate on the simulated engine")
     engines = opts.engines or MODES[quick][1]
     cal = Calibration(opts.workload, opts.preset, engines, opts.profile,
@@ -424,7 +415,7 @@ def _print_load(result: dict[str, Any]) -> None:
 
 
 def _print(result: dict[str, Any]) -> None:
-    load = (f"open-loop Poisson {result['rate_per_s']}/s" if result["arrival"] == "poisson"
+    load = (f"open-loop Poisson {result['rate_per_s']}/s" if open_loop(result["arrival"])
             else "serial closed loop")
     level = result.get("load_level")
     if level and level["idle_floor_s"] is None:
@@ -432,12 +423,12 @@ def _print(result: dict[str, Any]) -> None:
     elif level:
         load += (f" (load {level['level']}: the floor at {level['floor_ratio']}x its idle "
                  f"{level['idle_floor_s']} s in calibration)")
-    if result["simulated"] and result["clock"] == "virtual":
-        engine = (f"{result['engines']} x {result['preset']} on the VIRTUAL clock, "
+    if result["simulated"] and virtual(result["clock"]):
+        engine = (f"{result['engines']} x {result['preset']} {CLOCKS[result['clock']].where}, "
                   f"{result['hop_s'] * 1000:g} ms per hop (SIMULATED engine; latency in "
                   f"simulated s, ")
     elif result["simulated"]:
-        where = "as PROCESSES" if result["clock"] == "processes" else "LIVE in one process"
+        where = CLOCKS[result["clock"]].where
         engine = (f"{result['engines']} x {result['preset']} {where} at time scale "
                   f"{result['time_scale']} (SIMULATED engine; latency in simulated s, ")
     else:

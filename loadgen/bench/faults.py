@@ -3,8 +3,8 @@ mixed workload on the local mesh.
 
 The mesh runs as processes on loopback (``services.launcher``): two sim engine agents (a model of
 an engine, not a real one), the csl, admission, delivery and two gateway replicas, with a
-:class:`~loadgen.faultproxy.FaultProxy` in the gateways' path to ``engine-0`` and to the csl.
-Early fill (C2) and exact reuse (C1) are on. The workload (``loadgen.fault_load``) is Routing
+:class:`~loadgen.faults.proxy.FaultProxy` in the gateways' path to ``engine-0`` and to the csl.
+Early fill (C2) and exact reuse (C1) are on. The workload (``loadgen.faults.mixed_load``) is Routing
 workflows plus plain canonical calls, driven closed-loop by a harness that spreads them over both
 replicas and retries a failed stage call a bounded number of times, each retry on the other
 replica, as an agent behind a load balancer would.
@@ -39,13 +39,13 @@ from typing import Any
 
 import grpc
 
-from loadgen.bench.fault_report import Cell, CellRun, floor_summary, print_table, summarize
-from loadgen.fault_load import Harness, ItemOutcome, RetryPolicy, drive
-from loadgen.faultproxy import FaultProxy
-from loadgen.partition_check import partition_check
+from loadgen.faults.mixed_load import Harness, ItemOutcome, RetryPolicy, drive
+from loadgen.faults.partition import partition_check
+from loadgen.faults.proxy import FaultProxy
+from loadgen.faults.report import Cell, CellRun, floor_summary, print_table, summarize
 from services.common.runtime.clients import wait_serving
 from services.engine_agent import EngineAgentClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 #: Keys of one cell's items start at ``cell index × KEY_STRIDE``.
 KEY_STRIDE = 100_000
@@ -93,7 +93,7 @@ class FaultMesh:
 
     def __init__(self, params: Params, run_dir: Path | None = None) -> None:
         self.params = params
-        self.mesh = Mesh(run_dir=run_dir, keep_run_dir=True)  # logs stay until the verdict
+        self.mesh = ProcessMesh(run_dir=run_dir, keep_run_dir=True)  # logs stay until the verdict
         self.proxies = {name: FaultProxy() for name in PROXIED}
         self.harness: Harness | None = None
 
@@ -208,7 +208,7 @@ async def run_floor(params: Params, keys: list[int]) -> tuple[list[ItemOutcome],
     (delivery only: tool rounds return their results through it).
     Also the services found exited at its end (none, unless one crashed or was killed from
     outside)."""
-    mesh = Mesh()
+    mesh = ProcessMesh()
     spec = MeshSpec(engines=2, gateways=1, time_scale=params.time_scale, others=("delivery",),
                     gateway_settings=["c1=false", "c2=false"], log_level="WARNING")
     try:
@@ -267,7 +267,7 @@ async def _run(quick: bool, cells: tuple[Cell, ...] = CELLS) -> dict[str, Any]:
 
 async def partition_cell(quick: bool) -> dict[str, Any]:
     """The one-sided partition cell, on a mesh of its own (two gateways, three leased csl
-    shards, one corpus; ``loadgen/partition_check.py``): ``ok`` when nothing stale and no
+    shards, one corpus; ``loadgen/faults/partition.py``): ``ok`` when nothing stale and no
     error was seen after any acknowledged write."""
     checks, lease_s, min_writes = (100, 0.25, 1) if quick else (3000, 1.0, 3)
     print(f"  partition cell: A cut from csl-1 (refused, black-holed), healed, csl-1 restarted "

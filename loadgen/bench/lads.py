@@ -4,7 +4,7 @@ no-eviction bound on the same LADS workloads, side by side.
 For each sim preset (the LADS paper's Qwen2.5-7B / RTX PRO 5000 shape, and ``qwen3-32b-h200``)
 and each workload (the controlled cohort-8 burst, five input seeds; the Web-derived burst
 replay, three seeds), every arm replays the same inputs in virtual time with the production
-sender, lease provider and sim engine (``loadgen.lads_replay``). The arms:
+sender, lease provider and sim engine (``loadgen.arms.lads_replay``). The arms:
 
 * the delivery policies (``services.delivery.POLICIES``): ``fifo``, ``size_first``,
   ``cache_first``, ``tail_aware``, the TTL baselines ``ttl_simple`` (today's simplified rule)
@@ -47,7 +47,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.lads_replay import EngineSetup, RunResult, run_policy
+from loadgen.arms.lads_replay import EngineVariant, RunResult, run_policy
 from loadgen.workloads.lads import LadsWorkload, cohort_workload, web_burst_workload
 from services.delivery import POLICIES as DELIVERY_POLICIES
 from services.engine_agent import get_preset, scaled_headroom
@@ -77,7 +77,7 @@ class Arm:
 
     name: str
     policy: str
-    setup: EngineSetup = field(default_factory=EngineSetup)
+    setup: EngineVariant = field(default_factory=EngineVariant)
     ttl_s: float | None = None  # the sweep's TTL
 
 
@@ -105,15 +105,15 @@ def working_set(workload: LadsWorkload) -> list[int]:
 def arms(workload: LadsWorkload, preset: str, *, sweep: Sequence[float] = TTL_SWEEP) -> list[Arm]:
     """Every arm of one workload and preset (module docstring)."""
     out = [Arm(policy, policy) for policy in POLICIES]
-    out += [Arm(sweep_name(t), "ttl_fixed", EngineSetup(lease=(("ttl_s", t),)), t)
+    out += [Arm(sweep_name(t), "ttl_fixed", EngineVariant(lease=(("ttl_s", t),)), t)
             for t in sweep]
-    out += [Arm("fifo_offload", "fifo", EngineSetup(offload_gib=OFFLOAD_GIB)),
-            Arm("lads_offload", "lads", EngineSetup(offload_gib=OFFLOAD_GIB)),
-            Arm("lads_program_fcfs", "lads", EngineSetup(queue_policy="program")),
+    out += [Arm("fifo_offload", "fifo", EngineVariant(offload_gib=OFFLOAD_GIB)),
+            Arm("lads_offload", "lads", EngineVariant(offload_gib=OFFLOAD_GIB)),
+            Arm("lads_program_fcfs", "lads", EngineVariant(queue_policy="program")),
             Arm("lads_unbudgeted", "lads",
-                EngineSetup(lease=(("unbudgeted", True), ("headroom_blocks", 0)))),
+                EngineVariant(lease=(("unbudgeted", True), ("headroom_blocks", 0)))),
             Arm("no_eviction_bound", "fifo",
-                EngineSetup(kv_blocks=unbounded_blocks(workload, preset)))]
+                EngineVariant(kv_blocks=unbounded_blocks(workload, preset)))]
     return out
 
 

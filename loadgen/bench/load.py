@@ -33,11 +33,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loadgen.stats import quantile
+from loadgen.arms.stats import quantile
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace
 from services.gateway import DynbranchClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 MODEL = "qwen3-32b"  # the routing template's model
 SAMPLE_S = 0.25
@@ -194,7 +194,7 @@ def _summary(samples: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 async def load_run(plan: Plan) -> dict[str, Any]:
     """Run ``plan`` on a fresh mesh and return its figures."""
-    mesh = Mesh()
+    mesh = ProcessMesh()
     spec = MeshSpec(engines=2, model=MODEL, preset="zero", time_scale=0.0,
                     others=("csl", "admission"), log_level="WARNING")
     phase = ["start"]

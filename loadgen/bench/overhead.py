@@ -17,13 +17,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from loadgen.bench.echo_server import METHOD as ECHO_METHOD
 from loadgen.bench.load import cpu_seconds
+from loadgen.meshes.echo_server import METHOD as ECHO_METHOD
 from services.common.pb import common_pb2, engine_pb2, gateway_pb2
 from services.common.runtime.clients import open_channel
 from services.engine_agent import EngineAgentClient
 from services.gateway import GatewayClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 PROMPT = "Route this request to billing, shipping, returns or technical: my card was charged twice."
 MAX_TOKENS = 16
@@ -109,12 +109,12 @@ async def _throughputs(calls: dict[str, Callable[[int], Awaitable[Any]]], total:
 
 async def _run(quick: bool) -> dict[str, Any]:
     n, warmup = (300, 50) if quick else (2000, 200)
-    mesh = Mesh()
+    mesh = ProcessMesh()
     spec = MeshSpec(engines=1, model=MODEL, preset="zero", time_scale=0.0, others=("csl",),
                     log_level="WARNING")
     try:
         await mesh.start(spec)
-        echo = await mesh.spawn("echo", "loadgen.bench.echo_server", [])
+        echo = await mesh.spawn("echo", "loadgen.meshes.echo_server", [])
         engine = EngineAgentClient(mesh.address("engine-0"))
         gateway = GatewayClient(mesh.address("gateway"))
         echo_channel = open_channel(echo.address)

@@ -23,7 +23,7 @@ import grpc
 from loadgen.demo import FUNCTIONS, REQUESTS
 from services.common.pb import gateway_pb2
 from services.gateway import DynbranchClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 PROMOTED = gateway_pb2.RESULT_SOURCE_PROMOTED_FILL
 STAGES = ("router", "handler", "executor")
@@ -73,7 +73,7 @@ async def run_workflow(clients: list[DynbranchClient], i: int, tally: Tally) -> 
 async def run_config(config: Config, workflows: int, concurrency: int,
                      time_scale: float) -> Tally:
     """Start the mesh for ``config``, run the workflows, stop it."""
-    mesh, tally = Mesh(), Tally()
+    mesh, tally = ProcessMesh(), Tally()
     spec = MeshSpec(engines=2, time_scale=time_scale, gateways=config.gateways,
                     csl_shards=config.csl_shards, log_level="WARNING")
     try:

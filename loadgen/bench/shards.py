@@ -27,7 +27,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from loadgen.faultproxy import FaultProxy
+from loadgen.faults.proxy import FaultProxy
 from services.common.values.reads import ReadSet
 from services.common.values.reuse_name import StageFingerprint, reuse_name
 from services.csl import CslClient, CslSettings, build_runtime

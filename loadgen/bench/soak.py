@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.bench.load import proc_figures
-from loadgen.version_marks import text_of, version_in
+from loadgen.faults.version_marks import text_of, version_in
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, Trace, Workload
@@ -89,7 +89,7 @@ class Counts:
 
 
 @dataclass(slots=True)
-class Mesh:
+class SoakMesh:
     """The running pieces the sampler reads."""
 
     csl: Any
@@ -115,7 +115,7 @@ def _engine_settings(i: int) -> EngineAgentSettings:
 
 
 @contextlib.asynccontextmanager
-async def soak_mesh(folder: Path) -> AsyncIterator[Mesh]:
+async def soak_mesh(folder: Path) -> AsyncIterator[SoakMesh]:
     """csl (small budget), two lease-enabled sim engines, delivery and a gateway."""
     async with contextlib.AsyncExitStack() as stack:
         async def started(runtime: Any) -> Any:
@@ -139,7 +139,7 @@ async def soak_mesh(folder: Path) -> AsyncIterator[Mesh]:
             engines=[e.address for e in engines], csl=csl.address, delivery=delivery.address,
             corpus_path=_corpus(folder), fill_wait_s=1.0, branch_ttl_s=5.0, shadow_ttl_s=5.0,
             metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING")))
-        yield Mesh(csl, backends, delivery, gateway)
+        yield SoakMesh(csl, backends, delivery, gateway)
 
 
 # -- the load -----------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ class Load:
 
 # -- sampling and verdicts ------------------------------------------------------------------------
 
-async def sample(mesh: Mesh, started: float) -> dict[str, Any]:
+async def sample(mesh: SoakMesh, started: float) -> dict[str, Any]:
     """One row of figures."""
     rss, fds = proc_figures(os.getpid())
     data = Path(mesh.csl.settings.data_dir) / "data.mdb"
@@ -287,7 +287,7 @@ def verdicts(rows: list[dict[str, Any]], counts: Counts, minutes: float
 
 # -- the run --------------------------------------------------------------------------------------
 
-async def _quiesce(mesh: Mesh, timeout_s: float) -> None:
+async def _quiesce(mesh: SoakMesh, timeout_s: float) -> None:
     """Wait for leases to run out and in-flight work to end (bounded)."""
     deadline = time.perf_counter() + timeout_s
     while time.perf_counter() < deadline:

@@ -27,7 +27,7 @@ from loadgen.workloads.base import (
 from loadgen.workloads.hci import HciWorkload
 from loadgen.workloads.react import ReactWorkload
 from loadgen.workloads.routing import RoutingWorkload
-from loadgen.workloads.schedule import Arrival, Schedule, build_schedule
+from loadgen.workloads.schedule import Schedule, ScheduledWorkflow, build_schedule
 from loadgen.workloads.subagent import SubagentWorkload
 
 #: Workload name → harness class.
@@ -45,6 +45,6 @@ def get_workload(name: str, data_dir: str | Path | None = None, **options: Any) 
 
 
 __all__ = [
-    "WORKLOADS", "Arrival", "DataUnavailable", "Schedule", "SimClock", "StageRecord", "Trace",
-    "WorkflowResult", "Workload", "build_schedule", "get_workload",
+    "WORKLOADS", "DataUnavailable", "Schedule", "ScheduledWorkflow", "SimClock", "StageRecord",
+    "Trace", "WorkflowResult", "Workload", "build_schedule", "get_workload",
 ]

@@ -23,7 +23,7 @@ lets a subgraph read its deciding stage only under a user's window), so every ca
 still renders exactly as its fill does.
 
 Latency is measured in simulated seconds, on the run's clock (``SimClock``): on the virtual mesh
-(``loadgen.virtual_mesh``) the event loop's virtual time, where only the engines' simulated work,
+(``loadgen.meshes.virtual``) the event loop's virtual time, where only the engines' simulated work,
 waits and a modelled cost per hop pass; on the live mesh wall seconds divided by the engines'
 ``time_scale``, where whatever the gateway, gRPC and this harness add in wall time is inflated by
 ``1 / time_scale``. Each call also records its time outside the engine (its latency less the

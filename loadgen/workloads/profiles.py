@@ -26,6 +26,7 @@ Each bench and report run states the profile and every knob it set.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.workloads import WORKLOADS
@@ -35,14 +36,30 @@ from loadgen.workloads import WORKLOADS
 #: decodes this many unless a stop string ends it first).
 WINDOW_MAX_TOKENS = 32
 
-PROFILES: dict[str, dict[str, dict[str, Any]]] = {
-    "data": {},
-    "paper": {name: dict(w.paper_profile) for name, w in WORKLOADS.items() if w.paper_profile},
-    "window": {name: {"decision_max_tokens": WINDOW_MAX_TOKENS}
-               for name, w in WORKLOADS.items() if w.decision_stage},
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleProfile:
+    """One profile: the workload options it sets, and whether it sets recurrence alone."""
+
+    #: Workload name → the ``get_workload`` options the profile sets for it.
+    options: dict[str, dict[str, Any]]
+    #: Sets recurrence alone (``dynbranch report`` runs its matrix over these).
+    recurrence: bool = False
+
+
+#: Profile name → what it sets; the one table of them (module docstring).
+PROFILES: dict[str, ScheduleProfile] = {
+    "data": ScheduleProfile({}, recurrence=True),
+    "paper": ScheduleProfile({name: dict(w.paper_profile) for name, w in WORKLOADS.items()
+                              if w.paper_profile}, recurrence=True),
+    "window": ScheduleProfile({name: {"decision_max_tokens": WINDOW_MAX_TOKENS}
+                               for name, w in WORKLOADS.items() if w.decision_stage}),
 }
+#: The profile of the data sets' own recurrence: every run's default.
+DEFAULT_PROFILE = "data"
 #: The profiles that set recurrence alone (``dynbranch report`` runs its matrix over them).
-RECURRENCE_PROFILES = ("data", "paper")
+RECURRENCE_PROFILES = tuple(name for name, p in PROFILES.items() if p.recurrence)
 
 
 def profile_options(profile: str, workload: str) -> dict[str, Any]:
@@ -50,7 +67,7 @@ def profile_options(profile: str, workload: str) -> dict[str, Any]:
     known profiles otherwise."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
-    return dict(PROFILES[profile].get(workload, {}))
+    return dict(PROFILES[profile].options.get(workload, {}))
 
 
 def knobs(workload: Any) -> dict[str, float]:
@@ -66,5 +83,5 @@ def window_knobs(workload: Any) -> dict[str, Any]:
             "decision_max_tokens": workload.decision_max_tokens}
 
 
-__all__ = ["PROFILES", "RECURRENCE_PROFILES", "WINDOW_MAX_TOKENS", "knobs", "profile_options",
-           "window_knobs"]
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "RECURRENCE_PROFILES", "WINDOW_MAX_TOKENS",
+           "ScheduleProfile", "knobs", "profile_options", "window_knobs"]

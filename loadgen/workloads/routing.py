@@ -9,9 +9,9 @@ pseudo-text; the sim supplies the decode's timing, the data set the choice.
 Requests with one function have no branch and are skipped; parallel categories route on their
 first reference call (one router round per workflow). ``offered`` keeps BFCL's own function order:
 it is the order the request lists its functions in, which does not depend on the reference answer
-(``loadgen.leak_guard`` checks that shuffling it leaves the predictors' coverage unchanged).
+(``loadgen.arms.leak_guard`` checks that shuffling it leaves the predictors' coverage unchanged).
 Instances are drawn from the workload's ``split`` only; the word-overlap weight and the prior are
-fitted on the train split (``loadgen.leak_guard.fit``).
+fitted on the train split (``loadgen.arms.leak_guard.fit``).
 """
 
 from __future__ import annotations

@@ -15,11 +15,37 @@ from typing import Any
 
 from loadgen.workloads.base import Workload
 
-ARRIVALS = ("poisson", "serial")
+
+@dataclass(frozen=True, slots=True)
+class ArrivalProcess:
+    """How workflows arrive: an open loop at a rate, or a closed loop of one."""
+
+    #: Arrivals at a rate whatever the system does (Poisson times drawn); else each workflow
+    #: starts when the previous one ends (times 0 and ignored).
+    open_loop: bool
+
+
+#: Arrival process name → what it is; the one table of them.
+ARRIVALS: dict[str, ArrivalProcess] = {
+    "poisson": ArrivalProcess(open_loop=True),
+    "serial": ArrivalProcess(open_loop=False),
+}
+
+
+def open_loop(arrival: str | None) -> bool:
+    """Whether ``arrival`` names an open-loop process (False for a closed loop and for none)."""
+    process = ARRIVALS.get(arrival or "")
+    return process is not None and process.open_loop
+
+
+def closed_loop(arrival: str | None) -> bool:
+    """Whether ``arrival`` names a closed loop (False for an open loop and for none)."""
+    process = ARRIVALS.get(arrival or "")
+    return process is not None and not process.open_loop
 
 
 @dataclass(frozen=True, slots=True)
-class Arrival:
+class ScheduledWorkflow:
     """One workflow of a schedule."""
 
     workflow_id: str
@@ -38,12 +64,12 @@ class Schedule:
     seed: int
     arrival: str
     rate: float
-    arrivals: tuple[Arrival, ...]
+    arrivals: tuple[ScheduledWorkflow, ...]
 
     @property
     def serial(self) -> bool:
         """Whether workflows run one after another (closed loop)."""
-        return self.arrival == "serial"
+        return closed_loop(self.arrival)
 
     def digest(self) -> str:
         """A fingerprint of ids, times and instances: equal digests, identical schedules."""
@@ -56,8 +82,8 @@ class Schedule:
 def arrival_times(n: int, rng: random.Random, arrival: str, rate: float) -> list[float]:
     """Open-loop Poisson arrival times (first at 0) or zeros for a serial loop."""
     if arrival not in ARRIVALS:
-        raise ValueError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
-    if arrival == "serial":
+        raise ValueError(f"arrival must be one of {tuple(ARRIVALS)}, got {arrival!r}")
+    if closed_loop(arrival):
         return [0.0] * n
     if rate <= 0:
         raise ValueError("rate must be > 0 for poisson arrivals")
@@ -101,16 +127,17 @@ def build_schedule(workload: Workload, n: int, *, seed: int = 0, arrival: str = 
     replays = _replay_slots(n, share, rng)
     fresh = iter(workload.instances(n - len(replays), rng))
     times = arrival_times(n, rng, arrival, rate)
-    arrivals: list[Arrival] = []
+    arrivals: list[ScheduledWorkflow] = []
     for i in range(n):
         wid = f"{workload.name}-{seed}-{i:04d}"
         if i in replays:
             original = rng.choice([a for a in arrivals if not a.replay_of])
-            arrivals.append(Arrival(wid, times[i], original.instance, original.workflow_id))
+            arrivals.append(ScheduledWorkflow(wid, times[i], original.instance,
+                                              original.workflow_id))
         else:
-            arrivals.append(Arrival(wid, times[i], next(fresh)))
+            arrivals.append(ScheduledWorkflow(wid, times[i], next(fresh)))
     return Schedule(workload.name, seed, arrival, rate, tuple(arrivals))
 
 
-__all__ = ["ARRIVALS", "Arrival", "Schedule", "arrival_times", "build_schedule", "replay_count",
-           "replay_share"]
+__all__ = ["ARRIVALS", "ArrivalProcess", "Schedule", "ScheduledWorkflow", "arrival_times",
+           "build_schedule", "closed_loop", "open_loop", "replay_count", "replay_share"]

@@ -76,7 +76,7 @@ class Received:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolResult:
+class ToolCompletion:
     """One completed tool result and the continuation it resumes."""
 
     key: ResultKey
@@ -206,7 +206,7 @@ class DeliveryCore:
         """A tool call started: the engine may pin the history's prefix (the ttl_* baselines)."""
         return await self.engine(engine_id).tool_started(key, history, tool)
 
-    async def deliver(self, result: ToolResult) -> Delivered:
+    async def deliver(self, result: ToolCompletion) -> Delivered:
         """Deliver ``result`` and return its continuation's end; idempotent by key."""
         port = self.engine(result.engine_id)
         identity = (digest(result.observation), port.engine_id)
@@ -244,7 +244,7 @@ class DeliveryCore:
 
     # -- the flow --------------------------------------------------------------------------
 
-    def _begin(self, result: ToolResult, port: ResultEnginePort, payload_digest: str) -> _Entry:
+    def _begin(self, result: ToolCompletion, port: ResultEnginePort, payload_digest: str) -> _Entry:
         if self._closed:
             raise Unavailable("delivery is shutting down")
         if len(self._pending) >= self.max_pending:
@@ -259,7 +259,7 @@ class DeliveryCore:
                                          name=f"delivery-ready-{result.key}")
         return entry
 
-    async def _ready(self, result: ToolResult, port: ResultEnginePort, entry: _Entry) -> None:
+    async def _ready(self, result: ToolCompletion, port: ResultEnginePort, entry: _Entry) -> None:
         """ResultReady on the engine, then the frame into the sender's inventory."""
         try:
             ready = await port.result_ready(result.key, result.history, entry.payload_digest,
@@ -344,4 +344,4 @@ async def _quietly(withdrawal: Awaitable[bool]) -> None:
 
 
 __all__ = ["MAX_PENDING", "MAX_REMEMBERED", "Delivered", "DeliveryCore", "ResultEnginePort",
-           "Readiness", "Received", "ToolResult"]
+           "Readiness", "Received", "ToolCompletion"]

@@ -22,7 +22,7 @@ from services.common.runtime.lease_convert import key_from_proto
 from services.common.values.errors import InvalidArgument, PayloadTooLarge
 from services.common.values.generation import GenerationRequest, Priority
 from services.common.values.tracing import call_span
-from services.delivery.core import Delivered, DeliveryCore, ToolResult
+from services.delivery.core import Delivered, DeliveryCore, ToolCompletion
 
 #: Largest history and continuation prompt accepted (the engine agent's history bound).
 MAX_TEXT_BYTES = 8 * 1024 * 1024
@@ -124,7 +124,7 @@ class DeliveryServicer(delivery_pb2_grpc.DeliveryServicer):
             span.set_attribute("dynbranch.withdrawn", withdrawn)
         return delivery_pb2.WithdrawResponse(withdrawn=withdrawn)
 
-    def _tool_result(self, request: delivery_pb2.DeliverRequest) -> ToolResult:
+    def _tool_result(self, request: delivery_pb2.DeliverRequest) -> ToolCompletion:
         key = key_from_proto(request.key)
         if not request.observation:
             raise InvalidArgument("observation", "required")
@@ -136,7 +136,7 @@ class DeliveryServicer(delivery_pb2_grpc.DeliveryServicer):
             prompt=_text(request.prompt, "prompt"),
             sampling=sampling_from_proto(request.sampling, "sampling", MAX_TOKENS_LIMIT),
             priority=Priority.CANONICAL)
-        return ToolResult(key, _name(request.engine_id, "engine_id"),
+        return ToolCompletion(key, _name(request.engine_id, "engine_id"),
                           _text(request.history, "history"), request.observation,
                           _name(request.tool, "tool"), continuation)
 

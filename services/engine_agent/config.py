@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from services.common.values.config import ServiceSettings
-from services.engine_agent.leases.state import LeaseMode, LeaseSettings
+from services.engine_agent.leases.state import LEASE_MODE_SPECS, LeaseMode, LeaseSettings
 from services.engine_agent.registry import BACKEND_NAMES
 from services.engine_agent.sim.scheduler import QueuePolicy
 
@@ -51,10 +51,8 @@ class EngineAgentSettings(ServiceSettings):
         "no priority is sent. vLLM servers run fills later with 1 (--scheduling-policy "
         "priority), SGLang with -1 (--enable-priority-scheduling, higher values first)"))
     # LADS prefix leases (backends with a LeasePort: sim, embedded vllm, openai with a channel)
-    lease_mode: LeaseMode = Field(
-        _LEASES.mode, description="lads: budgeted FIFO prefix leases; ttl: the simplified TTL "
-        "pin; continuum: Continuum's τ* pins (with queue_policy program); fixed_ttl: the same "
-        "pins for lease_ttl_s; none: cache hints only")
+    lease_mode: LeaseMode = Field(_LEASES.mode, description="; ".join(
+        f"{name}: {mode.summary}" for name, mode in LEASE_MODE_SPECS.items()))
     lease_lifetime_s: float = Field(_LEASES.lifetime_s, gt=0, le=3600,
                                     description="ℓ: cumulative lease lifetime from first grant")
     lease_headroom_blocks: int = Field(-1, ge=-1, description=(

@@ -27,7 +27,7 @@ from services.common.values.leases import InventoryView, ResultKey
 from services.common.values.tracing import within, workflow_context
 from services.delivery.client import DeliveryClient
 from services.delivery.config import DeliverySettings
-from services.delivery.core import DeliveryCore, Readiness, Received, ToolResult
+from services.delivery.core import DeliveryCore, Readiness, Received, ToolCompletion
 from services.delivery.sender import Sender
 from services.delivery.server import build_runtime as build_delivery
 from services.engine_agent.backends.sim import SimBackend
@@ -89,9 +89,9 @@ class FakePort:
 
 
 def tool_result(turn: int = 1, observation: bytes = b"42 results", prompt: str = "p"
-                ) -> ToolResult:
+                ) -> ToolCompletion:
     key = ResultKey("wf", turn)
-    return ToolResult(key, "", "history", observation, "search",
+    return ToolCompletion(key, "", "history", observation, "search",
                       GenerationRequest(f"lads/{key}", MODEL, prompt, Sampling(max_tokens=4)))
 
 

@@ -3,7 +3,7 @@ cut off from shard csl-1 (connections refused, then black-holed), healed mid-run
 restarted on its own store and later on an older copy of it. Records and documents are rewritten
 through A while both gateways retrieve (B serving library hits) and a library port like B's
 probes the shards directly: after every acknowledged write, 0 stale answers, 0 stale library
-entries and 0 errors (``loadgen/partition_check.py``)."""
+entries and 0 errors (``loadgen/faults/partition.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.partition_check import PHASES, partition_check
+from loadgen.faults.partition import PHASES, partition_check
 
 
 def _assert_clean(report: dict, checks: int) -> None:

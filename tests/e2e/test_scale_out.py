@@ -14,7 +14,7 @@ from services.common.values.reads import ReadSet, RecordRead
 from services.common.values.reuse_name import StageFingerprint, reuse_name
 from services.gateway.adapters.sharded_library import ShardedLibrary
 from services.gateway.sdk import DynbranchClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 pytestmark = pytest.mark.slow
 FP = StageFingerprint("routing", "handler", 1, "qwen3-32b", max_tokens=64)
@@ -29,7 +29,7 @@ async def _until(predicate, timeout_s: float = 10.0) -> None:  # noqa: ANN001
 
 async def test_two_replicas_over_three_shards_survive_a_killed_shard(tmp_path) -> None:  # noqa: ANN001
     (tmp_path / "run").mkdir()
-    mesh = Mesh(run_dir=tmp_path / "run")
+    mesh = ProcessMesh(run_dir=tmp_path / "run")
     spec = MeshSpec(engines=1, time_scale=0.0, gateways=2, csl_shards=3,
                     others=("csl", "admission"), log_level="WARNING")
     await mesh.start(spec)

@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from loadgen.version_marks import text_of, version_in
+from loadgen.faults.version_marks import text_of, version_in
 from services.corpus import Corpus, Document
 from services.gateway.sdk import DynbranchClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 QUESTION = {"question": "What is it?", "notes": "none yet"}
 # 30 filler documents: the statistics snapshot refreshes every few single-document writes, so
@@ -95,7 +95,7 @@ async def _run(tmp_path: Path, checks: int) -> None:
     with Corpus(corpus, "corpus", sync=False) as c:
         c.load_documents(FILLER)
     (tmp_path / "run").mkdir()
-    mesh = Mesh(run_dir=tmp_path / "run")
+    mesh = ProcessMesh(run_dir=tmp_path / "run")
     spec = MeshSpec(engines=1, time_scale=0.0, gateways=2, others=("csl",),
                     log_level="WARNING", corpus_path=str(corpus))
     await mesh.start(spec)

@@ -18,7 +18,7 @@ import pytest
 from services.common.pb import gateway_pb2
 from services.common.values.tracing import ROOTS
 from services.gateway.sdk import DynbranchClient
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 from tests.e2e.otlp_receiver import ReceivedSpan, Receiver, start_receiver
 
 FUNCTIONS = ["refund_payment", "track_parcel", "open_return", "reset_device"]
@@ -51,7 +51,7 @@ async def _routing(db: DynbranchClient, wf: str, i: int) -> list[int]:
 async def _run() -> dict[str, list[int]]:
     """The mesh as processes; 8 demo workflows, 4 at a time, then one abandoned after its
     router (its branch open) and, once that branch expired, one more."""
-    mesh = Mesh()
+    mesh = ProcessMesh()
     spec = MeshSpec(engines=2, time_scale=0.02, log_level="WARNING",
                     gateway_settings=[f"branch_ttl_s={BRANCH_TTL_S}"])
     sources: dict[str, list[int]] = {}

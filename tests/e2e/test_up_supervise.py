@@ -26,7 +26,7 @@ from services.common.pb import gateway_pb2
 from services.common.runtime.clients import wait_serving
 from services.gateway import DynbranchClient
 from services.gateway.adapters.rendezvous import Rendezvous
-from services.launcher import Mesh, MeshSpec, RestartPolicy
+from services.launcher import MeshSpec, ProcessMesh, RestartPolicy
 
 pytestmark = pytest.mark.slow
 LIBRARY = gateway_pb2.RESULT_SOURCE_LIBRARY
@@ -100,7 +100,7 @@ def owner_of(ring: Rendezvous, reuse_name: str) -> int:
     return ring.owner(((tenant if tenant != "<shared>" else "") + digest).encode())
 
 
-async def kill_and_wait(mesh: Mesh, name: str) -> tuple[float, float]:
+async def kill_and_wait(mesh: ProcessMesh, name: str) -> tuple[float, float]:
     """SIGKILL ``name`` behind the mesh's back; when it happened, and when its restarted process
     (a new pid on the same address) reports SERVING."""
     old = mesh.child(name)
@@ -117,7 +117,7 @@ async def kill_and_wait(mesh: Mesh, name: str) -> tuple[float, float]:
 
 async def test_a_killed_csl_shard_and_engine_agent_are_restarted_and_serve_again(
         tmp_path: Path) -> None:
-    mesh = Mesh(run_dir=tmp_path, supervise=RestartPolicy())  # as `dynbranch up` does
+    mesh = ProcessMesh(run_dir=tmp_path, supervise=RestartPolicy())  # as `dynbranch up` does
     await mesh.start(MeshSpec(engines=2, time_scale=0.0, csl_shards=2,
                               others=("csl", "admission"), log_level="WARNING"))
     ring = Rendezvous([mesh.address("csl-0"), mesh.address("csl-1")])  # the gateway's shards

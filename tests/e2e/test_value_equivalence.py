@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.arms import MeshConfig, mismatches, run_arms
+from loadgen.arms.runner import mismatches, run_arms
+from loadgen.meshes.config import MeshConfig
 from loadgen.workloads import build_schedule, get_workload
 from services.corpus.loaders import default_data_dir
 

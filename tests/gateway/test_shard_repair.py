@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loadgen.virtual_mesh import run_virtual
+from loadgen.meshes.virtual import run_virtual
 from services.common.pb import csl_pb2
 from services.common.values.errors import FailedPrecondition, Unavailable
 from services.common.values.reads import RecordRead, WriteOutcome

@@ -162,7 +162,7 @@ async def test_a_shard_cut_off_from_the_writing_gateway_only_never_serves_a_stal
         shards: Shards, lib: ShardedLibrary) -> None:
     """Gateway A reaches shard 1 through a proxy that drops everything; gateway B (``lib``)
     reaches it directly and reads right after A's write is acknowledged."""
-    from loadgen.faultproxy import FaultProxy
+    from loadgen.faults.proxy import FaultProxy
 
     proxy = FaultProxy(shards.targets[1])
     targets = [shards.targets[0], await proxy.start(), shards.targets[2]]

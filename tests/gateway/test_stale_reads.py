@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from loadgen.version_marks import text_of, version_in
+from loadgen.faults.version_marks import text_of, version_in
 from services.common.pb import gateway_pb2
 from services.corpus import Corpus, Document
 from services.gateway.sdk import DynbranchClient

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadgen.arm_set import ARM_SPECS, QUICK_ARMS, resolve, rotated
-from loadgen.equivalence import compare_outputs
-from loadgen.recording import CACHE_SOURCE, WholeRequestCacheClient
+from loadgen.arms.equivalence import compare_outputs
+from loadgen.arms.recording import CACHE_SOURCE, WholeRequestCacheClient
+from loadgen.arms.specs import ARM_SPECS, QUICK_ARMS, resolve, rotated
 from loadgen.workloads import get_workload
 from loadgen.workloads.base import SimClock, StageRecord, Trace, WorkflowResult
 from loadgen.workloads.profiles import WINDOW_MAX_TOKENS, profile_options
@@ -133,8 +133,8 @@ def test_under_the_window_profile_fills_outlast_their_window_and_are_adopted() -
 
 
 def test_a_demand_that_waited_on_its_fill_and_ran_anew_counts_under_its_reason() -> None:
-    from loadgen.arm_summary import summarize
-    from loadgen.arms import ArmResult
+    from loadgen.arms.runner import ArmResult
+    from loadgen.arms.summary import summarize
 
     def flow(wid: str, handler: StageRecord) -> WorkflowResult:
         return WorkflowResult(wid, wid, (StageRecord("router", "", "r", "engine", 1.0),
@@ -159,8 +159,8 @@ def test_a_demand_that_waited_on_its_fill_and_ran_anew_counts_under_its_reason()
 
 
 def test_filled_workflows_slower_than_the_floor_are_counted() -> None:
-    from loadgen.arm_summary import summarize
-    from loadgen.arms import ArmResult
+    from loadgen.arms.runner import ArmResult
+    from loadgen.arms.summary import summarize
 
     def flow(wid: str, source: str, latency: float) -> WorkflowResult:
         stage = StageRecord("handler", "a", "h", source, latency)

@@ -51,7 +51,9 @@ async def test_priced_admission_learns_from_the_gateways_reports_end_to_end() ->
     reports (provisional and final, with the promoted producers) reach it and credit the
     admitted fills that were consumed — the final ones inside the run, as soon as each
     winner's chain is promoted or abandoned, not when the branch expires."""
-    from loadgen.arms import MeshConfig, in_process_mesh, run_schedule
+    from loadgen.arms.runner import run_schedule
+    from loadgen.meshes.config import MeshConfig
+    from loadgen.meshes.live import in_process_mesh
     from loadgen.workloads import get_workload
     from loadgen.workloads.base import SimClock
     from loadgen.workloads.schedule import build_schedule

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.c3 import acceptance
-from loadgen.decision_record import decision_record, merge_accounts
-from loadgen.load_levels import (
+from loadgen.arms.load_levels import (
     LEVELS,
     Calibration,
     level_rate,
@@ -19,7 +17,9 @@ from loadgen.load_levels import (
     search,
     workflows_at,
 )
-from loadgen.phased import PHASES, phased_schedule
+from loadgen.report.c3 import acceptance
+from loadgen.report.decision_record import decision_record, merge_accounts
+from loadgen.report.phased import PHASES, phased_schedule
 
 
 def test_the_search_finds_the_rate_where_the_floor_stretches_to_each_level() -> None:
@@ -155,7 +155,8 @@ def test_the_decision_record_merges_seeds_and_carries_the_engines_load() -> None
 
 
 async def test_the_engine_sampler_reads_step_time_and_load_from_the_engines() -> None:
-    from loadgen.arms import MeshConfig, run_arm
+    from loadgen.arms.runner import run_arm
+    from loadgen.meshes.config import MeshConfig
     from loadgen.workloads import build_schedule, get_workload
 
     routing = get_workload("routing")

@@ -3,8 +3,8 @@ variation and near ties pass, anything else fails (no engine here: a stated gap 
 
 from __future__ import annotations
 
-from loadgen.divergence import EPSILON, classify, first_difference, summary
-from loadgen.recording import CallRecord
+from loadgen.arms.divergence import EPSILON, classify, first_difference, summary
+from loadgen.arms.recording import CallRecord
 from loadgen.workloads.base import StageRecord, WorkflowResult
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loadgen.arm_summary import summarize
-from loadgen.arms import ArmResult
-from loadgen.envelope import best_fixed_k, envelope_regret, worst_regret
+from loadgen.arms.envelope import best_fixed_k, envelope_regret, worst_regret
+from loadgen.arms.runner import ArmResult
+from loadgen.arms.summary import summarize
 from loadgen.workloads.base import StageRecord, WorkflowResult
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.bench.fault_report import floor_summary, summarize
 from loadgen.bench.faults import QUICK, Cell, CellRun, FaultMesh, run_cell, run_floor
-from loadgen.fault_load import ItemOutcome, kind_of
-from loadgen.faultproxy import FaultProxy, Mode
+from loadgen.faults.mixed_load import ItemOutcome, kind_of
+from loadgen.faults.proxy import FaultProxy, Mode
+from loadgen.faults.report import floor_summary, summarize
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

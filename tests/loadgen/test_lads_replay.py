@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiotools import VirtualClock
 
-from loadgen.lads_replay import CohortService, run_policy
+from loadgen.arms.lads_replay import CohortService, run_policy
 from services.corpus.loaders import default_data_dir
 from services.delivery.policies import POLICIES
 
@@ -79,8 +79,8 @@ def test_the_cohort_service_releases_together_or_at_the_limit() -> None:
 def test_the_bench_s_engine_setups_act(runs: dict) -> None:
     """The no-eviction pool recomputes nothing a lease could save, a CPU tier reloads what the
     GPU pool lost, and a long fixed TTL pins through the link while a short one expires."""
+    from loadgen.arms.lads_replay import EngineVariant
     from loadgen.bench.lads import unbounded_blocks
-    from loadgen.lads_replay import EngineSetup
     from loadgen.workloads.lads import cohort_workload
 
     workload = cohort_workload(7, n=4, cohort_size=2, calls=3)
@@ -89,17 +89,17 @@ def test_the_bench_s_engine_setups_act(runs: dict) -> None:
     def recomputed(result) -> int:  # noqa: ANN001
         return sum(s.prompt_tokens - s.cached_tokens for s in result.stages.values())
 
-    fifo = run_policy(workload, "fifo", PRESET, EngineSetup(kv_blocks=small))
+    fifo = run_policy(workload, "fifo", PRESET, EngineVariant(kv_blocks=small))
     bound = run_policy(workload, "fifo", PRESET,
-                       EngineSetup(kv_blocks=unbounded_blocks(workload, PRESET)))
-    offload = run_policy(workload, "fifo", PRESET, EngineSetup(kv_blocks=small, offload_gib=64))
+                       EngineVariant(kv_blocks=unbounded_blocks(workload, PRESET)))
+    offload = run_policy(workload, "fifo", PRESET, EngineVariant(kv_blocks=small, offload_gib=64))
     assert fifo.stats["evicted_blocks"] > 0 and bound.stats["evicted_blocks"] == 0
     assert recomputed(bound) < recomputed(fifo) and recomputed(offload) < recomputed(fifo)
     assert offload.stats["offload_loaded_blocks"] > 0 and "offload_load_s" in offload.stats
     assert bound.outputs == offload.outputs == fifo.outputs == runs["fifo"].outputs
     assert sum(bound.latencies.values()) < sum(fifo.latencies.values())
-    short = run_policy(workload, "ttl_fixed", PRESET, EngineSetup(lease=(("ttl_s", 0.25),)))
-    long = run_policy(workload, "ttl_fixed", PRESET, EngineSetup(lease=(("ttl_s", 60.0),)))
+    short = run_policy(workload, "ttl_fixed", PRESET, EngineVariant(lease=(("ttl_s", 0.25),)))
+    long = run_policy(workload, "ttl_fixed", PRESET, EngineVariant(lease=(("ttl_s", 60.0),)))
     for result in (short, long):
         assert result.stats["all_references_released"]
         assert result.stats["pin_decisions"] == result.stats["grants"] > 0

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from loadgen.leak_guard import (
+from loadgen.arms.leak_guard import (
     WORKLOAD_NAMES,
     Decision,
     GuardResult,

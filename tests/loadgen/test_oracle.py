@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loadgen.arms import ArmResult
+from loadgen.arms.oracle import oracle_bound, oracle_share
+from loadgen.arms.recording import CallRecord
+from loadgen.arms.runner import ArmResult
 from loadgen.bench.arms import _bound
-from loadgen.oracle import oracle_bound, oracle_share
-from loadgen.recording import CallRecord
 from loadgen.workloads.base import StageRecord, WorkflowResult
 
 

@@ -1,5 +1,6 @@
-"""No arm realizes more than the oracle bound, on any workload (``loadgen.oracle``: the bound is
-the earliest finish of the floor's own trace, so a share above 1 means the bound is not one)."""
+"""No arm realizes more than the oracle bound, on any workload (``loadgen.arms.oracle``: the
+bound is the earliest finish of the floor's own trace, so a share above 1 means the bound is not
+one)."""
 
 from __future__ import annotations
 

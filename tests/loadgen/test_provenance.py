@@ -6,7 +6,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from loadgen.provenance import commit, utc_now
+from loadgen.report.provenance import commit, utc_now
 
 
 def git(root: Path, *args: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.report import cells, write_report
+from loadgen.report.runner import cells, write_report
 
 
 def result(workload: str, seed: int, full: float) -> dict:
@@ -63,7 +63,7 @@ def test_the_matrices_cover_every_workload_on_both_profiles() -> None:
 
 
 def test_the_sweep_and_decomposition_plots_draw(tmp_path: Path) -> None:
-    from loadgen.report_plots import figure10, figure14
+    from loadgen.report.plots import figure10, figure14
 
     def with_c1(r: dict) -> dict:
         r["arms"]["c1"] = {**r["arms"]["floor"], "mean_s": 8.0, "ratio_to_floor": 0.8}
@@ -79,7 +79,7 @@ def test_the_sweep_and_decomposition_plots_draw(tmp_path: Path) -> None:
 def test_the_timeline_reads_calls_and_fills_from_gateway_spans() -> None:
     from types import SimpleNamespace as NS
 
-    from loadgen.timeline import bars
+    from loadgen.report.timeline import bars
 
     def span(name: str, start: float, end: float, **attrs: str) -> NS:
         return NS(name=name, start_time=int(start * 1e9), end_time=int(end * 1e9),
@@ -127,8 +127,8 @@ def test_the_paper_section_sets_each_workload_beside_the_paper_and_says_why(
 
 def test_the_lads_figure_and_table_show_every_arm_against_fifo_and_the_bound(
         tmp_path: Path) -> None:
-    from loadgen.report import lads_section
-    from loadgen.report_plots import figure_lads
+    from loadgen.report.plots import figure_lads
+    from loadgen.report.runner import lads_section
 
     def arm(mean: float, share: float, **extra: float) -> dict:
         return {"mean_s": mean, "mean_ci95": [mean - 2, mean + 2], "ratio_to_fifo": mean / 200,
@@ -187,8 +187,8 @@ def test_the_c3_study_writes_its_sweep_records_phased_trace_and_acceptance(tmp_p
         r["decision_record"] = decision_record(r)  # as bench arms gives it
         return r
 
-    from loadgen.decision_record import decision_record
-    from loadgen.report import c3_figures
+    from loadgen.report.decision_record import decision_record
+    from loadgen.report.runner import c3_figures
 
     found = {"sweeps": {"routing": [(0.8, cell(0.8, 0.69)), (8.0, cell(8.0, 0.74))]},
              "levels": {}, "idle": {}, "phased": None}
@@ -205,7 +205,7 @@ def test_the_c3_study_writes_its_sweep_records_phased_trace_and_acceptance(tmp_p
 
 def test_summary_and_json_record_commit_date_clock_profile_seeds_and_workflows(
         tmp_path: Path) -> None:
-    from loadgen.provenance import commit
+    from loadgen.report.provenance import commit
 
     cell = {**result("routing", 0, 0.6), "clock": "virtual", "hop_s": 0.0005,
             "profile": "paper", "seeds": [0, 1, 2], "workflows": 24}
@@ -226,7 +226,7 @@ def test_summary_and_json_record_commit_date_clock_profile_seeds_and_workflows(
 
 def test_the_console_says_seed_count_and_ids_as_the_summary_does(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from loadgen.report import print_summary
+    from loadgen.report.runner import print_summary
 
     report = write_report("quick", [{**result("hci", 0, 0.4), "seeds": [0]}], [], tmp_path, 1.0)
     print_summary(report, tmp_path)
@@ -257,8 +257,8 @@ def test_the_summary_of_a_run_with_no_cell_says_so_without_placeholders(tmp_path
 
 
 def test_a_value_that_rounds_to_zero_prints_as_zero(tmp_path: Path) -> None:
-    from loadgen.envelope import regret_text
-    from loadgen.numbers import fixed, percent, signed
+    from loadgen.arms.envelope import regret_text
+    from loadgen.report.numbers import fixed, percent, signed
 
     assert (fixed(-0.001, 2), signed(-0.0001), percent(-0.004)) == ("0.00", "+0.000", "0%")
     assert regret_text({"diff": -0.0002, "low": -0.0004, "high": 0.0}) == \

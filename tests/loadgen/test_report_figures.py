@@ -20,11 +20,11 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.text import Text
 
-from loadgen import report_plots
-from loadgen.arm_set import ALL_ARMS
-from loadgen.report import c3_figures, write_report
-from loadgen.report_plots import figure10, figure_lads
-from loadgen.timeline import STYLES, Bar, plot, style_of
+from loadgen.arms.specs import ALL_ARMS
+from loadgen.report import plots as report_plots
+from loadgen.report.plots import figure10, figure_lads
+from loadgen.report.runner import c3_figures, write_report
+from loadgen.report.timeline import STYLES, Bar, plot, style_of
 
 FIXTURE = Path(__file__).with_name("fixtures") / "report_results.json"
 #: Boxes may touch; they overlap when they share more than this many pixels each way.

@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from loadgen import c3
-from loadgen.report_help import FULL_HELP, ONLY_HELP
-from loadgen.report_matrix import C3_IDLE_ONLY, C3_LEVELS, MATRICES, REPLAY_RATES, cell_options
+from loadgen.report import c3
+from loadgen.report.arguments import FULL_HELP, ONLY_HELP
+from loadgen.report.matrix import C3_IDLE_ONLY, C3_LEVELS, MATRICES, REPLAY_RATES, cell_options
 
 
 def help_text(*args: str) -> str:
@@ -38,6 +38,6 @@ def test_the_cells_run_what_the_help_says() -> None:
 
 
 def test_report_main_and_the_cli_share_the_arguments() -> None:
-    out = subprocess.run([sys.executable, "-c", "from loadgen.report import main; "
+    out = subprocess.run([sys.executable, "-c", "from loadgen.report.runner import main; "
                           "main(['--help'])"], capture_output=True, text=True, timeout=60)
     assert " ".join(FULL_HELP.split()) in " ".join(out.stdout.split())

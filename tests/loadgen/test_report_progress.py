@@ -10,11 +10,12 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress, TaskID, TimeRemainingColumn
 
-from loadgen import c3, report
-from loadgen.arm_set import ALL_ARMS, QUICK_ARMS
+from loadgen.arms.specs import ALL_ARMS, QUICK_ARMS
 from loadgen.bench.arms import TRAINING_UNIT, planned_units, run
-from loadgen.report_matrix import MATRICES, REPLAY_RATES
-from loadgen.report_progress import ReportProgress
+from loadgen.report import c3
+from loadgen.report import runner as report
+from loadgen.report.matrix import MATRICES, REPLAY_RATES
+from loadgen.report.progress import ReportProgress
 
 
 class Recording(Progress):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.stats import (
+from loadgen.arms.stats import (
     min_samples,
     paired_bootstrap_ci,
     paired_difference_ci,

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from loadgen.arms import MeshConfig, run_arm
-from loadgen.virtual_mesh import InlineExecutor
+from loadgen.arms.runner import run_arm
+from loadgen.meshes.config import MeshConfig
+from loadgen.meshes.virtual import InlineExecutor
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import STALL_S
 
@@ -99,8 +100,8 @@ async def test_a_warm_arm_starts_from_what_a_previous_run_learned(  # type: igno
     at once, with no cold trials."""
     import dataclasses
 
-    from loadgen.arm_set import ARM_SPECS
-    from loadgen.arms import with_admission
+    from loadgen.arms.specs import ARM_SPECS
+    from loadgen.meshes.config import with_admission
 
     workload = get_workload("routing", split="train")
     schedule = build_schedule(workload, 6, seed=5, arrival="serial")

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.arms import MeshConfig, quantile, run_arms
+from loadgen.arms.runner import quantile, run_arms
+from loadgen.meshes.config import MeshConfig
 from loadgen.workloads import WORKLOADS, Trace, Workload, build_schedule, get_workload
 from loadgen.workloads.base import data_path, read_jsonl, recurrence
 from loadgen.workloads.hci import derive_pick, load_hci, think_time

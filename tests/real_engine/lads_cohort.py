@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.lads_replay import RunResult
+from loadgen.arms.lads_replay import RunResult
 from loadgen.workloads.lads import LadsCall, LadsWorkflow, LadsWorkload
 from services.common.values.leases import ResultKey
 from services.engine_agent.leases.port import Handoff

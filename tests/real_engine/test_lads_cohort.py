@@ -1,8 +1,8 @@
 """One small LADS cohort on a real vLLM: leases granted, handed off, all released, same outputs.
 
-``loadgen.lads_replay.run_on`` drives the production sender and lease provider over the embedded
-``VllmBackend`` in real time, on the cohort of ``lads_cohort`` (four workflows of three calls,
-a 24-block pool, a 2-block headroom). The same workload then runs under ``fifo`` on the same
+``loadgen.arms.lads_replay.run_on`` drives the production sender and lease provider over the
+embedded ``VllmBackend`` in real time, on the cohort of ``lads_cohort`` (four workflows of three
+calls, a 24-block pool, a 2-block headroom). The same workload then runs under ``fifo`` on the same
 engine; greedy decoding makes the continuation outputs identical whatever the cache held.
 tests/real_engine/test_openai_server.py runs the same cohort on a ``vllm serve`` over the
 plugin's lease channel.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from loadgen.lads_replay import run_on
+from loadgen.arms.lads_replay import run_on
 from services.engine_agent.backends.vllm.backend import VllmBackend
 from services.engine_agent.backends.vllm.settings import VllmSettings
 from tests.real_engine.engines import MODEL_NAME, require_plugin

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from loadgen.lads_replay import run_on
+from loadgen.arms.lads_replay import run_on
 from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import OpenAIBackend, RemoteSettings

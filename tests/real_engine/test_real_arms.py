@@ -5,7 +5,7 @@ SGLang (a server beside the agent): four serial workflows, one of them an exact 
 earlier one, under the no-reuse floor, the floor again with its workflows concurrent (another
 batch composition), and the full arm. Greedy decoding on these CPU kernels is not
 batch-invariant, so the full arm's outputs must equal the floor's except where a divergence is
-the engine's own (``loadgen.divergence``: the floor's rerun differs too, or the texts part at a
+the engine's own (``loadgen.arms.divergence``: the floor's rerun differs too, or the texts part at a
 near tie of the floor's top two logits); any other divergence fails. The full arm must serve at
 least one stage from the library and one from a promoted fill, and leave no request running or
 waiting and no lease held on any engine.
@@ -20,9 +20,11 @@ import time
 
 import pytest
 
-from loadgen.arms import ArmResult, MeshConfig, in_process_mesh, run_schedule
-from loadgen.divergence import EPSILON, LogitProbe, classify, summary
-from loadgen.real_engines import RealEngine
+from loadgen.arms.divergence import EPSILON, LogitProbe, classify, summary
+from loadgen.arms.runner import ArmResult, run_schedule
+from loadgen.meshes.config import MeshConfig
+from loadgen.meshes.live import in_process_mesh
+from loadgen.meshes.real_engines import RealEngine
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import SimClock
 from services.engine_agent import tiny_model_path

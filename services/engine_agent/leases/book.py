@@ -142,7 +142,7 @@ class LeaseBook:
         self.stats.regrants += not first
         self.stats.added_refs += len(p.prefix.block_ids)
         self._outstanding[lease_id] = len(p.prefix.block_ids)
-        if self.settings.mode == "lads" and self.protected > self._budget.target:
+        if self.settings.spec.budgeted and self.protected > self._budget.target:
             self.stats.grants_over_target += 1
         self._emit_lease(p, now)
         return True

@@ -67,8 +67,6 @@ log = logging.getLogger(__name__)
 
 #: While evaluations keep failing (a lost engine), a line this often rather than every interval.
 FAILURE_LOG_S = 30.0
-#: The modes that pin like Continuum (at the call's finish, without a budget).
-PIN_MODES = ("continuum", "fixed_ttl")
 #: A lease within this of its deadline is ended now: early by at most a timer's resolution,
 #: never late (a timer due sooner than the loop's clock resolution fires without time passing).
 EXPIRY_SLACK_S = 2e-3
@@ -155,12 +153,12 @@ class LeaseProvider:
         """A tool call began (its model call finished): the TTL modes may pin now."""
         now = self._clock()
         self._book.tools.started(key, tool, now)
-        if self.settings.mode in PIN_MODES:
+        if self.settings.spec.pins:
             self._gaps.finished(key, tool, now)
             async with self._lock:
                 return await self._pin(key, history, tool)
         expected = self._book.tools.expected(tool)
-        if self.settings.mode != "ttl" or expected is None:
+        if not self.settings.spec.expected_ttl or expected is None:
             return False
         if expected >= self.settings.ttl_max_expected_s or key in self._book.pending:
             return False
@@ -174,7 +172,7 @@ class LeaseProvider:
             return False
         pending = await self._book.track(key, history, "")
         tau = self.settings.ttl_s
-        if self.settings.mode == "continuum":
+        if self.settings.spec.optimal_ttl:
             state = await self.port.pool_state()
             price = pin_price(
                 prefix_blocks=pending.prefix.blocks, block_size=self.port.lease_block_size,
@@ -200,7 +198,7 @@ class LeaseProvider:
             if pending is None:
                 pending = await self._book.track(key, history, payload_digest)
             pending.payload_digest = payload_digest
-            if self.settings.mode == "lads":
+            if self.settings.spec.budgeted:
                 await self._evaluate_locked()  # synchronously before a first offer
             return self._book.describe(pending)
 
@@ -217,7 +215,7 @@ class LeaseProvider:
             if payload_digest != pending.payload_digest:
                 raise FailedPrecondition(f"payload digest of {key} does not match its readiness")
             pending.request_id = request_id
-            if self.settings.mode in PIN_MODES:
+            if self.settings.spec.pins:
                 self._gaps.arrived(key, self._clock())
                 self.stats.pins_reused += pending.held
             if not pending.held or prefix_digest != pending.prefix.digest:
@@ -271,9 +269,9 @@ class LeaseProvider:
         await self._book.drain_handoffs()
         await self._expire(now)
         state = await self.port.pool_state()
-        if self.settings.mode in PIN_MODES:
+        if self.settings.spec.pins:
             state = await self._unpin_for_memory(state)
-        if self.settings.mode == "lads":
+        if self.settings.spec.budgeted:
             revoked = self.stats.revocations
             state = await self._revoke_for_headroom(state)
             await self._refresh_prefixes()
@@ -371,7 +369,7 @@ class LeaseProvider:
     def _postponed(self, p: Pending) -> bool:
         """A Continuum pin whose program's next request waits in the engine: it outlives its
         deadline until that request is allocated (or the pin is released for memory)."""
-        return (self.settings.mode in PIN_MODES and p.request_id is not None
+        return (self.settings.spec.pins and p.request_id is not None
                 and not p.allocated)
 
     async def _unpin_for_memory(self, state: PoolState) -> PoolState:

@@ -29,13 +29,41 @@ async def token_ids(tokenize: Tokenize, text: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-#: ``lads``: budgeted FIFO prefix leases (LADS §3.4-3.7); ``ttl``: the simplified TTL pin (at
-#: tool start, for the tool's mean duration when it is under 2 s); ``continuum``: Continuum's
-#: pins with the TTL τ* of ``continuum.optimal_ttl``; ``fixed_ttl``: the same pins with one
-#: fixed TTL (``ttl_s``); ``none``: the readiness lookup only.
+@dataclass(frozen=True, slots=True)
+class LeaseModeSpec:
+    """What one lease mode does: every switch over the modes reads one of these flags."""
+
+    #: One clause for the ``lease_mode`` setting's description.
+    summary: str
+    #: Budgeted leases: granted, revoked and replenished by the periodic evaluation against
+    #: B(t) (LADS §3.4-3.7), evaluated at once when a result is ready.
+    budgeted: bool = False
+    #: A lease at tool start for the tool's mean duration, when that is short (the simplified
+    #: TTL pin).
+    expected_ttl: bool = False
+    #: Continuum's pin at the call's finish, without a budget, released under memory pressure.
+    pins: bool = False
+    #: The pin's TTL is τ* of ``continuum.optimal_ttl`` (else the fixed ``ttl_s``).
+    optimal_ttl: bool = False
+
+
+#: Lease mode → what it does; the one table of the modes (``lads``: budgeted FIFO prefix leases;
+#: ``ttl``: the simplified TTL pin, at tool start, for the tool's mean duration when it is
+#: under 2 s; ``continuum``: Continuum's pins with the TTL τ*; ``fixed_ttl``: the same pins with
+#: one fixed TTL, ``ttl_s``; ``none``: the readiness lookup only).
+LEASE_MODE_SPECS: dict[str, LeaseModeSpec] = {
+    "lads": LeaseModeSpec("budgeted FIFO prefix leases", budgeted=True),
+    "ttl": LeaseModeSpec("the simplified TTL pin", expected_ttl=True),
+    "continuum": LeaseModeSpec("Continuum's τ* pins (with queue_policy program)", pins=True,
+                               optimal_ttl=True),
+    "fixed_ttl": LeaseModeSpec("the same pins for lease_ttl_s", pins=True),
+    "none": LeaseModeSpec("cache hints only"),
+}
+#: The lease modes, in the table's order.
+LEASE_MODES: tuple[str, ...] = tuple(LEASE_MODE_SPECS)
+#: The modes as a type, for the settings and type checkers (checked against the table below).
 LeaseMode = Literal["lads", "ttl", "continuum", "fixed_ttl", "none"]
-#: The lease modes, in one place (``LeaseMode`` is the list; this tuple is derived from it).
-LEASE_MODES: tuple[str, ...] = get_args(LeaseMode)
+assert get_args(LeaseMode) == LEASE_MODES, "LeaseMode lists the keys of LEASE_MODE_SPECS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +92,11 @@ class LeaseSettings:
                 raise InvalidArgument(name, "must be positive")
         if self.headroom_blocks < 0:
             raise InvalidArgument("headroom_blocks", "must be >= 0")
+
+    @property
+    def spec(self) -> LeaseModeSpec:
+        """What the mode does (its row of ``LEASE_MODE_SPECS``)."""
+        return LEASE_MODE_SPECS[self.mode]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,5 +206,5 @@ class ToolTimes:
         self._started.pop(key, None)
 
 
-__all__ = ["LEASE_MODES", "Descriptor", "Lease", "LeaseMode", "LeaseSettings", "LeaseStats",
-           "Pending", "Tick", "Tokenize", "ToolTimes", "token_ids"]
+__all__ = ["LEASE_MODES", "LEASE_MODE_SPECS", "Descriptor", "Lease", "LeaseMode", "LeaseModeSpec",
+           "LeaseSettings", "LeaseStats", "Pending", "Tick", "Tokenize", "ToolTimes", "token_ids"]

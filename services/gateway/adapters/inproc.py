@@ -1,7 +1,7 @@
 """The gateway's ports over engines and a library in this process: ``InprocEngines``
 (``EnginePort`` over engine backends, routed by the gateway's ``Router``) and ``InprocLibrary``
 (``LibraryPort`` over an ``AsyncSubgraphLibrary``), each call costing ``hop_s`` of the loop's
-clock (0: none). The virtual mesh (``loadgen.virtual_mesh``) runs the real gateway core on them
+clock (0: none). The virtual mesh (``loadgen.meshes.virtual``) runs the real gateway core on them
 at a modelled hop cost; the core's tests at none. They reach the engine agent and the csl only
 through those services' public faces.
 """

@@ -19,7 +19,6 @@ known field of the wrong type is refused naming the field.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,25 +45,27 @@ TAG_HEADERS = {"x-dynbranch-workflow-type": "workflow_type",
 MAX_TAG_CHARS = 256
 
 
-class Endpoint(enum.Enum):
-    """The generation endpoints (values: the ``object`` of their answers)."""
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One generation endpoint, declared by its wire module (``schema``: OpenAI chat and
+    completions; ``responses``; ``messages``) and listed once in ``wires.WIRES``, from which the
+    front's routes and the metrics' protocol labels are derived."""
 
-    CHAT = "chat.completion"
-    COMPLETION = "text_completion"
-    RESPONSES = "response"
-    MESSAGES = "message"
-
-    @property
-    def id_prefix(self) -> str:
-        """Prefix of response ids (``chatcmpl-``, ``cmpl-``, ``resp_``, ``msg_``)."""
-        return {"chat.completion": "chatcmpl-", "text_completion": "cmpl-",
-                "response": "resp_", "message": "msg_"}[self.value]
-
-    @property
-    def prompt_field(self) -> str:
-        """The request field a demand's prompt comes from (named in errors)."""
-        return {"chat.completion": "messages", "text_completion": "prompt",
-                "response": "input", "message": "messages"}[self.value]
+    #: The ``object`` of its answers (``chat.completion``, ``text_completion``, ...).
+    value: str
+    #: The route it is served on (``POST``).
+    path: str
+    #: The API it belongs to: the ``protocol`` label of the front's metrics.
+    protocol: str
+    #: Prefix of response ids (``chatcmpl-``, ``cmpl-``, ``resp_``, ``msg_``).
+    id_prefix: str
+    #: The request field a demand's prompt comes from (named in errors).
+    prompt_field: str
+    #: An OpenAI chat completion (chat-shaped answer bodies, ``max_completion_tokens``).
+    chat: bool = False
+    #: The caller's key may come in ``x-api-key`` when no ``Authorization`` is sent (what
+    #: Anthropic's clients send).
+    api_key_header: bool = False
 
 
 class ModelNotFound(NotFound):
@@ -115,7 +116,7 @@ class Arrival:
     @property
     def chat(self) -> bool:
         """Whether this is an OpenAI chat completion request."""
-        return self.endpoint is Endpoint.CHAT
+        return self.endpoint.chat
 
     @property
     def chat_spec(self) -> ChatSpec | None:

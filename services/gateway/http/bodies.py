@@ -97,7 +97,7 @@ def chunk_body(req: Arrival, rid: str, created: int, *, index: int = 0, text: st
         choice: dict[str, Any] = {"index": index, "delta": delta}
         kind = "chat.completion.chunk"
     else:
-        choice, kind = {"index": index, "text": text}, "text_completion"
+        choice, kind = {"index": index, "text": text}, req.endpoint.value  # a completion's object
     choice |= {"logprobs": None, "finish_reason": finish}
     body = {"id": rid, "object": kind, "created": created, "model": req.model,
             "choices": [choice]}

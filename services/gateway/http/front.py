@@ -32,7 +32,7 @@ import dataclasses
 import logging
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import uvicorn
@@ -55,7 +55,6 @@ from services.gateway.http.arrival import (
     MAX_SEED,
     TAG_HEADERS,
     Arrival,
-    Endpoint,
     check_model,
     demand_of,
     settle_from_history,
@@ -71,7 +70,7 @@ from services.gateway.http.stream import (
     outcome,
     unless_disconnected,
 )
-from services.gateway.http.wires import WIRES, Wire
+from services.gateway.http.wires import DEFAULT_WIRE, WIRES, Wire
 from services.gateway.values import Answer, AnswerSource, Demand, TextStream, new_request_id
 
 log = logging.getLogger(__name__)
@@ -80,7 +79,7 @@ HEADER_SOURCE = "x-dynbranch-source"
 HEADER_REUSE_NAME = "x-dynbranch-reuse-name"
 
 
-def error_response(exc: DynbranchError, wire: Wire = WIRES[Endpoint.CHAT],
+def error_response(exc: DynbranchError, wire: Wire = DEFAULT_WIRE,
                    request: Request | None = None) -> JSONResponse:
     """The protocol's error JSON with the status for ``exc``; internal errors stay generic.
     With ``request``, ``exc`` is left on its scope: the front's error log (``http.observe``)
@@ -144,11 +143,9 @@ class HttpFront:
         #: in ``registry`` (the gateway's), else one of the front's own.
         self.metrics = HttpMetrics(registry or CollectorRegistry())
         self.starlette = Starlette(routes=[
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/responses", self.responses, methods=["POST"]),
-            Route("/v1/messages", self.messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
+            *(Route(w.endpoint.path, self._generator(w), methods=["POST"])
+              for w in WIRES.values()),
+            Route(f"{messages.MESSAGES.path}/count_tokens", self.count_tokens, methods=["POST"]),
             Route("/v1/models", self.list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.get_model, methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
@@ -222,27 +219,17 @@ class HttpFront:
             return error_response(exc, request=request)
         return JSONResponse(self._model(model))
 
-    async def chat_completions(self, request: Request) -> Response:
-        """``POST /v1/chat/completions``."""
-        return await self._generate(request, WIRES[Endpoint.CHAT])
-
-    async def completions(self, request: Request) -> Response:
-        """``POST /v1/completions``."""
-        return await self._generate(request, WIRES[Endpoint.COMPLETION])
-
-    async def responses(self, request: Request) -> Response:
-        """``POST /v1/responses`` (OpenAI's Responses API)."""
-        return await self._generate(request, WIRES[Endpoint.RESPONSES])
-
-    async def messages(self, request: Request) -> Response:
-        """``POST /v1/messages`` (Anthropic's Messages API)."""
-        return await self._generate(request, WIRES[Endpoint.MESSAGES])
+    def _generator(self, wire: Wire) -> Callable[[Request], Awaitable[Response]]:
+        """The route of one wire's endpoint (``POST``; ``wires.WIRES``)."""
+        async def generate(request: Request) -> Response:
+            return await self._generate(request, wire)
+        return generate
 
     async def count_tokens(self, request: Request) -> Response:
         """``POST /v1/messages/count_tokens``: the prompt tokens of the rendered conversation
         as the serving engine's tokenizer and chat template count them (a greedy one-token
         generation, untagged, so a repeated count is a library hit)."""
-        wire = WIRES[Endpoint.MESSAGES]
+        wire = WIRES[messages.MESSAGES]
         try:
             tenant = self._tenant(request, wire)
             req = messages.parse_count(await self._read_json(request))
@@ -264,7 +251,7 @@ class HttpFront:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         message = f"{request.method} {request.url.path}: {exc.detail}"
-        if request.url.path.startswith("/v1/messages"):
+        if request.url.path.startswith(messages.MESSAGES.path):
             kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
             body = messages.error_body(kind, message)
         else:
@@ -276,7 +263,7 @@ class HttpFront:
         routes ``x-api-key`` (what Anthropic's clients send)."""
         authorization = request.headers.get("authorization")
         key = request.headers.get("x-api-key", "").strip()
-        if wire.endpoint is Endpoint.MESSAGES and key and not authorization:
+        if wire.endpoint.api_key_header and key and not authorization:
             authorization = f"Bearer {key}"
         return self.auth.tenant(authorization)
 

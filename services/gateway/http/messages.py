@@ -71,6 +71,9 @@ _COUNT_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinkin
                  "mcp_servers", "context_management", "output_config")
 _CHOICES = {"auto": ToolChoice.AUTO, "any": ToolChoice.REQUIRED, "tool": ToolChoice.FUNCTION,
             "none": ToolChoice.NONE}
+#: Anthropic's Messages endpoint (its ``count_tokens`` route is the front's, beside it).
+MESSAGES = Endpoint("message", "/v1/messages", "anthropic_messages", "msg_", "messages",
+                    api_key_header=True)
 
 
 # -- requests ---------------------------------------------------------------------------------
@@ -90,7 +93,7 @@ def parse_messages(body: Any) -> Arrival:
     if stops is not None and not isinstance(stops, list):
         raise InvalidArgument("stop_sequences", "must be an array of strings")
     return Arrival(
-        endpoint=Endpoint.MESSAGES, model=field_of(body, "model", "a string", ""),
+        endpoint=MESSAGES, model=field_of(body, "model", "a string", ""),
         prompt=parsed.prompt, stream=field_of(body, "stream", "a boolean", False),
         include_usage=False, max_tokens=max_tokens,
         temperature=ranged(body, "temperature", 1.0, 0.0, 1.0),
@@ -108,7 +111,7 @@ def parse_count(body: Any) -> Arrival:
         raise InvalidArgument(extra[0], f"Extra inputs are not permitted (count_tokens takes "
                                         f"{', '.join(_COUNT_FIELDS)})")
     parsed = _conversation(body)
-    return Arrival(endpoint=Endpoint.MESSAGES, model=field_of(body, "model", "a string", ""),
+    return Arrival(endpoint=MESSAGES, model=field_of(body, "model", "a string", ""),
                    prompt=parsed.prompt, stream=False, include_usage=False, max_tokens=1,
                    temperature=0.0, top_p=1.0, top_k=0, seed=None, stop=(), ignore_eos=False,
                    conversation=parsed)
@@ -404,11 +407,11 @@ def error_status(exc: DynbranchError) -> tuple[int, dict[str, Any]]:
     _, status, type_ = found
     message = exc.client_message()
     if isinstance(exc, InvalidArgument):
-        param = param_of(exc.field, Endpoint.MESSAGES)
+        param = param_of(exc.field, MESSAGES)
         message = f"{param}: {message.removeprefix(f'{exc.field}: ')}"
     return status, error_body(type_, message)
 
 
-__all__ = ["INTERNAL_ERROR", "content_blocks", "error_body", "error_status", "message_body",
-           "message_events", "parse_count", "parse_messages", "stop_reason", "stop_sequence",
-           "usage_body"]
+__all__ = ["INTERNAL_ERROR", "MESSAGES", "content_blocks", "error_body", "error_status",
+           "message_body", "message_events", "parse_count", "parse_messages", "stop_reason",
+           "stop_sequence", "usage_body"]

@@ -35,6 +35,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.routing import BaseRoute, Match
 
 from services.common.values.throttled_log import ThrottledLog
+from services.gateway.http.messages import MESSAGES
+from services.gateway.http.wires import WIRES
 from services.gateway.values import AnswerSource
 
 log = logging.getLogger(__name__)
@@ -45,13 +47,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: The API each route of the front belongs to (the ``protocol`` label).
+#: The API each route of the front belongs to (the ``protocol`` label): every wire's, and the
+#: routes beside them.
 PROTOCOLS: dict[str, str] = {
-    "/v1/chat/completions": "openai_chat",
-    "/v1/completions": "openai_completions",
-    "/v1/responses": "openai_responses",
-    "/v1/messages": "anthropic_messages",
-    "/v1/messages/count_tokens": "anthropic_messages",
+    **{w.endpoint.path: w.endpoint.protocol for w in WIRES.values()},
+    f"{MESSAGES.path}/count_tokens": MESSAGES.protocol,
     "/v1/models": "openai_models",
     "/v1/models/{model:path}": "openai_models",
     "/healthz": "health",

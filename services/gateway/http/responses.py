@@ -56,6 +56,8 @@ _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
 }
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 MAX_METADATA = 16
+#: The Responses API's endpoint.
+RESPONSES = Endpoint("response", "/v1/responses", "openai_responses", "resp_", "input")
 
 
 # -- requests ---------------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def parse_responses(body: Any) -> Arrival:
             "tool_choice": body.get("tool_choice") or "auto",
             "text": {"format": text.get("format") or {"type": "text"}}}
     return Arrival(
-        endpoint=Endpoint.RESPONSES, model=field_of(body, "model", "a string", ""),
+        endpoint=RESPONSES, model=field_of(body, "model", "a string", ""),
         prompt=parsed.prompt, stream=field_of(body, "stream", "a boolean", False),
         include_usage=False, max_tokens=field_of(body, "max_output_tokens", "an integer"),
         max_tokens_field="max_output_tokens",
@@ -339,7 +341,7 @@ async def response_events(req: Arrival, rid: str, created: int, first: Item,
             "response.completed"
         yield event(kind, response=final)
     except DynbranchError as exc:  # after the first byte the status is sent: report inline
-        status, error = error_status(exc, Endpoint.RESPONSES)
+        status, error = error_status(exc, RESPONSES)
         if status == 500:
             log.error("http: stream %s: internal error: %s", rid, exc, exc_info=exc)
         yield event("error", **_error_fields(error))
@@ -363,4 +365,4 @@ def _error_fields(body: dict[str, Any]) -> dict[str, Any]:
             "param": err.get("param")}
 
 
-__all__ = ["output_items", "parse_responses", "response_body", "response_events"]
+__all__ = ["RESPONSES", "output_items", "parse_responses", "response_body", "response_events"]

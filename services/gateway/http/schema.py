@@ -75,6 +75,13 @@ _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
 _CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 
 
+#: OpenAI's chat completions and completions (their answers: ``bodies``; streams: ``stream``).
+CHAT = Endpoint("chat.completion", "/v1/chat/completions", "openai_chat", "chatcmpl-",
+                "messages", chat=True)
+COMPLETION = Endpoint("text_completion", "/v1/completions", "openai_completions", "cmpl-",
+                      "prompt")
+
+
 def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
     """Validate a decoded JSON body; errors name the offending field."""
     if not isinstance(body, dict):
@@ -88,7 +95,7 @@ def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
     options = field_of(body, "stream_options", "an object", {})
     max_tokens, max_tokens_field = _max_tokens(body, endpoint)
     conversation = None
-    if endpoint is Endpoint.CHAT:
+    if endpoint.chat:
         conversation = parse_chat(body)
         prompt = conversation.prompt
     else:
@@ -98,7 +105,7 @@ def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
         prompt = _prompt(body.get("prompt"))
     return Arrival(
         n=n, conversation=conversation,
-        default_max_tokens=(CHAT_DEFAULT_MAX_TOKENS if endpoint is Endpoint.CHAT
+        default_max_tokens=(CHAT_DEFAULT_MAX_TOKENS if endpoint.chat
                             else COMPLETION_DEFAULT_MAX_TOKENS),
         endpoint=endpoint, model=field_of(body, "model", "a string", ""), prompt=prompt,
         stream=stream, include_usage=field_of(options, "include_usage", "a boolean", False),
@@ -113,7 +120,7 @@ def parse_request(body: Any, endpoint: Endpoint) -> ApiRequest:
 
 def _max_tokens(body: Mapping[str, Any], endpoint: Endpoint) -> tuple[int | None, str]:
     value = field_of(body, "max_tokens", "an integer")
-    if endpoint is Endpoint.CHAT:
+    if endpoint.chat:
         newer = field_of(body, "max_completion_tokens", "an integer")
         if newer is not None:
             return newer, "max_completion_tokens"
@@ -132,6 +139,6 @@ def _prompt(value: Any) -> str:
     return value
 
 
-__all__ = ["CHAT_DEFAULT_MAX_TOKENS", "COMPLETION_DEFAULT_MAX_TOKENS", "MAX_N", "MAX_SEED",
-           "ApiRequest", "Endpoint", "WorkflowContext", "parse_context", "parse_request",
-           "render_chat"]
+__all__ = ["CHAT", "CHAT_DEFAULT_MAX_TOKENS", "COMPLETION", "COMPLETION_DEFAULT_MAX_TOKENS",
+           "MAX_N", "MAX_SEED", "ApiRequest", "Endpoint", "WorkflowContext", "parse_context",
+           "parse_request", "render_chat"]

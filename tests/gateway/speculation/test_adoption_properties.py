@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 
-from loadgen.virtual_mesh import run_virtual
+from loadgen.meshes.virtual import run_virtual
 from services.admission.client import StaticAdmission
 from services.common.values import clock
 from services.common.values.errors import DeadlineExceeded, NotFound

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 
 @contextlib.contextmanager
@@ -58,7 +58,7 @@ def gateway_counters(metrics_port: int, names: tuple[str, ...]) -> dict[str, int
 async def process_mesh(*, engines: int, model: str, preset: str, time_scale: float,
                        gateway: dict[str, Any], admission: dict[str, Any] | None,
                        corpus_source: str = "", data_dir: str = ""):
-    """Start the processes; yield the launcher's ``Mesh`` (the gateway is ``gateway``).
+    """Start the processes; yield the launcher's ``ProcessMesh`` (the gateway is ``gateway``).
     ``corpus_source``: the corpus service loads it (from ``data_dir``, "" the default)."""
     env = {f"DYNBRANCH_ADMISSION_{k.upper()}": str(v) for k, v in (admission or {}).items()}
     if corpus_source and data_dir:
@@ -67,7 +67,7 @@ async def process_mesh(*, engines: int, model: str, preset: str, time_scale: flo
                     others=("csl", "admission") if admission is not None else ("csl",),
                     gateway_settings=[f"{k}={_value(v)}" for k, v in gateway.items()],
                     log_level="WARNING", corpus_source=corpus_source)
-    mesh = Mesh()
+    mesh = ProcessMesh()
     try:
         with _environment(env):
             await mesh.start(spec)

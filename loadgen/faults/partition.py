@@ -4,7 +4,7 @@ acknowledged write, while one csl shard is cut off from one gateway only.
 The mesh runs as processes (``services.launcher``): two gateways, three csl shards under serving
 leases (``services/gateway/adapters/shard_repair.py``), the corpus service both gateways share and
 one sim engine. Gateway A (``gateway``) reaches shard ``csl-1`` through a
-:class:`~loadgen.faultproxy.FaultProxy`; gateway B (``gateway-1``) reaches it directly. Writers
+:class:`~loadgen.faults.proxy.FaultProxy`; gateway B (``gateway-1``) reaches it directly. Writers
 rewrite their own corpus document through A, each text carrying a version marker; readers
 retrieve the documents through B (and one in four through A), so B serves library hits (C1) of
 searches that read the rewritten documents. A retrieve that began after a write was acknowledged
@@ -30,7 +30,7 @@ same over every write through A while it was cut off (``fault_write_ms``).
 
 Run alone (the write latencies during the fault at the gateway's default 1 s lease)::
 
-    python -m loadgen.partition_check --checks 300 --lease-s 1.0
+    python -m loadgen.faults.partition --checks 300 --lease-s 1.0
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.faultproxy import FaultProxy
-from loadgen.stats import quantile
-from loadgen.version_marks import text_of, version_in
+from loadgen.arms.stats import quantile
+from loadgen.faults.proxy import FaultProxy
+from loadgen.faults.version_marks import text_of, version_in
 from services.common.runtime.clients import wait_serving
 from services.common.values.reads import ReadSet, RecordRead
 from services.common.values.reuse_name import StageFingerprint, reuse_name
 from services.gateway import LOCAL_TENANT, DynbranchClient, ShardedLibrary
-from services.launcher import Mesh, MeshSpec
+from services.launcher import MeshSpec, ProcessMesh
 
 #: Phases: (share of the check budget each runs for, name), in order.
 PHASES = ((0.1, "healthy"), (0.1, "csl-1 restarted"), (0.2, "A refused by csl-1"),
@@ -109,7 +109,7 @@ class PartitionMesh:
     def __init__(self, run_dir: Path, lease_s: float = 0.5) -> None:
         self.run_dir = run_dir
         self.lease_s = lease_s
-        self.mesh = Mesh(run_dir=run_dir, keep_run_dir=True)
+        self.mesh = ProcessMesh(run_dir=run_dir, keep_run_dir=True)
         self.proxy = FaultProxy()
         self.copy_dir = run_dir / f"{CUT_SHARD}-older"
 
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     (``--json``: the whole report as the last line)."""
     import tempfile
 
-    parser = argparse.ArgumentParser(prog="python -m loadgen.partition_check",
+    parser = argparse.ArgumentParser(prog="python -m loadgen.faults.partition",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--checks", type=int, default=300)
     parser.add_argument("--lease-s", type=float, default=1.0)

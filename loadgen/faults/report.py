@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.fault_load import ItemOutcome
-from loadgen.stats import quantile
+from loadgen.arms.stats import quantile
+from loadgen.faults.mixed_load import ItemOutcome
 
 
 @dataclass(frozen=True, slots=True)

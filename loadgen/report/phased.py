@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS, PRICED_ARMS, rotated
-from loadgen.arm_summary import completed_everywhere
-from loadgen.arms import TRAIN_SEED, ArmResult, MeshConfig, run_arm, train_warm
-from loadgen.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
+from loadgen.arms.runner import TRAIN_SEED, ArmResult, run_arm, train_warm
+from loadgen.arms.specs import ARM_SPECS, PRICED_ARMS, rotated
+from loadgen.arms.stats import paired_bootstrap_ci, paired_difference_ci, ratio_of_means
+from loadgen.arms.summary import completed_everywhere
+from loadgen.meshes.config import MeshConfig
 from loadgen.workloads import get_workload
-from loadgen.workloads.schedule import Arrival, Schedule
+from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
 
 ARMS = ("floor", "c1", "fixed1", "fixed", "always", "load_threshold", "full", "full_warm")
 ENGINES = 4
@@ -70,7 +71,7 @@ def phased_schedule(phases: Sequence[Phase], seed: int, split: str = "test"
     rng = random.Random(seed)
     fresh = sum(p.workflows - round(p.workflows * p.repeats) for p in phases)
     instances = iter(workload.instances(fresh, rng))
-    arrivals: list[Arrival] = []
+    arrivals: list[ScheduledWorkflow] = []
     bounds: list[tuple[str, float, float]] = []
     t = 0.0
     for phase in phases:
@@ -81,10 +82,10 @@ def phased_schedule(phases: Sequence[Phase], seed: int, split: str = "test"
             originals = [a for a in arrivals if not a.replay_of]
             if i in repeats and originals:
                 original = rng.choice(originals)
-                arrivals.append(Arrival(wid, round(t, 6), original.instance,
+                arrivals.append(ScheduledWorkflow(wid, round(t, 6), original.instance,
                                         original.workflow_id))
             else:
-                arrivals.append(Arrival(wid, round(t, 6), next(instances)))
+                arrivals.append(ScheduledWorkflow(wid, round(t, 6), next(instances)))
             t += rng.expovariate(phase.rate)
         bounds.append((phase.name, start, t))
     return Schedule("routing", seed, "poisson-phased", 0.0, tuple(arrivals)), bounds

@@ -1,16 +1,16 @@
 """The experiment mesh on a virtual clock: simulated time that does not count the mesh's own CPU.
 
-The live mesh (``loadgen.arms.in_process_mesh``) runs every service as a ``grpc.aio`` server and
-converts wall seconds to simulated seconds by the engines' time scale, so every millisecond of
-Python, gRPC and machine noise is multiplied by ``1 / time_scale``. Here the same production
-code runs in one process on a stdlib event loop whose clock is virtual (``aiotools.VirtualClock``,
-as the LADS replay): the gateway core exactly as ``services.gateway.server.build_core`` wires it
+The live mesh (``loadgen.meshes.live``) runs every service as a ``grpc.aio`` server
+and converts wall seconds to simulated seconds by the engines' time scale, so every millisecond of
+Python, gRPC and machine noise is multiplied by ``1 / time_scale``. Here the same production code
+runs in one process on a stdlib event loop whose clock is virtual (``aiotools.VirtualClock``, as the
+LADS replay): the gateway core exactly as ``services.gateway.server.build_core`` wires it
 (templates, C1, C2, the predictors, the retrieve tool over the LMDB corpus), the subgraph library
 (``SubgraphLibrary`` behind ``AsyncSubgraphLibrary``), the admission policy
-(``services.admission.policies.build_policy`` over a ``LoadTracker`` fed with the engines' load)
-and the simulated engines (``SimBackend`` at time scale 1: one virtual second is one simulated
-second). The client is the SDK itself, its stub swapped for an in-process one that converts
-requests with the servicer's own functions.
+(``services.admission.policies.build_policy`` over a ``LoadTracker`` fed with the engines' load) and
+the simulated engines (``SimBackend`` at time scale 1: one virtual second is one simulated second).
+The client is the SDK itself, its stub swapped for an in-process one that converts requests with the
+servicer's own functions.
 
 Time passes only where the system would spend it: the engines' simulated steps, the harness's
 arrivals and user waits, timers the services set (deadlines, fill waits, TTLs), and one modelled

@@ -1,19 +1,19 @@
 """Per-arm figures of a paired run: means over workflows that completed in every arm, ratios to
 the floor with paired-bootstrap CIs (clustered by seed where several ran), supported quantiles,
 fill counters, adoptions, value equivalence, the share of the oracle bound each arm realizes and
-its regret against the lower envelope of the fixed fan-outs (``loadgen.envelope``)."""
+its regret against the lower envelope of the fixed fan-outs (``loadgen.arms.envelope``)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from loadgen.arm_set import ADMISSION_ARMS, FIXED_K, PRICED_ARMS
-from loadgen.arms import ArmResult
-from loadgen.envelope import best_fixed_k, envelope_regret
-from loadgen.equivalence import compare_outputs
-from loadgen.oracle import OracleBound, oracle_share
-from loadgen.stats import (
+from loadgen.arms.envelope import best_fixed_k, envelope_regret
+from loadgen.arms.equivalence import compare_outputs
+from loadgen.arms.oracle import OracleBound, oracle_share
+from loadgen.arms.runner import ArmResult
+from loadgen.arms.specs import ADMISSION_ARMS, FIXED_K, PRICED_ARMS
+from loadgen.arms.stats import (
     min_samples,
     paired_bootstrap_ci,
     paired_difference_ci,

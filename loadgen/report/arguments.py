@@ -1,6 +1,6 @@
 """The help texts and arguments `dynbranch report` and its parser share, formatted from the
-constants the report runs (``loadgen.report_matrix``, ``loadgen.c3``): no heavy imports, as the
-CLI builds its parser from them."""
+constants the report runs (``loadgen.report.matrix``, ``loadgen.report.c3``): no heavy imports,
+as the CLI builds its parser from them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from loadgen import c3
-from loadgen.report_matrix import C3_IDLE_ONLY, C3_LEVELS, MATRICES, REPLAY_RATES
+from loadgen.report import c3
+from loadgen.report.matrix import C3_IDLE_ONLY, C3_LEVELS, MATRICES, REPLAY_RATES
 
 DESCRIPTION = ("Run the experiment matrix (workloads × arms × loads × seeds) on the simulated "
                "engine; write JSON, plots and a Markdown summary, print the summary table and "

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.equivalence import compare_outputs
-from loadgen.recording import CallRecord
+from loadgen.arms.equivalence import compare_outputs
+from loadgen.arms.recording import CallRecord
 from loadgen.workloads.base import WorkflowResult
 
 #: Largest top-1/top-2 logit gap at which a split counts as a near tie.

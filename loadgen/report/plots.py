@@ -25,7 +25,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
-from loadgen.arm_set import ALL_ARMS  # noqa: E402
+from loadgen.arms.specs import ALL_ARMS  # noqa: E402
 
 #: One colour per arm, the same in every figure (in ``ALL_ARMS`` order; the floor, the
 #: reference, is grey).

@@ -47,7 +47,7 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from loadgen.recording import CallRecord
+from loadgen.arms.recording import CallRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class OracleBound:
 
 
 @dataclass(frozen=True, slots=True)
-class _Branch:
+class _CoveredBranch:
     """A covered branch: where its fill starts and the subgraph calls it runs, in order."""
 
     decider: int
@@ -84,7 +84,7 @@ class _Branch:
     user_window: bool
 
 
-def _branches(calls: Sequence[CallRecord]) -> tuple[list[_Branch], int]:
+def _branches(calls: Sequence[CallRecord]) -> tuple[list[_CoveredBranch], int]:
     """The covered branches of one workflow, and how many branches it has in all."""
     found, total = [], 0
     for i, decider in enumerate(calls):
@@ -96,7 +96,7 @@ def _branches(calls: Sequence[CallRecord]) -> tuple[list[_Branch], int]:
         while j < len(calls) and calls[j].candidate == selection:
             j += 1
         if not decider.offered or selection in decider.offered:
-            found.append(_Branch(i, tuple(range(i + 1, j)), decider.user_window))
+            found.append(_CoveredBranch(i, tuple(range(i + 1, j)), decider.user_window))
     return found, total
 
 
@@ -135,7 +135,7 @@ class _Replay:
     #: (workflow, call) → when its fill step is due, and when it ended once run.
     fill_due: dict[tuple[int, int], float] = field(default_factory=dict)
     fill_end: dict[tuple[int, int], float] = field(default_factory=dict)
-    window_of: dict[tuple[int, int], _Branch] = field(default_factory=dict)
+    window_of: dict[tuple[int, int], _CoveredBranch] = field(default_factory=dict)
     heap: list[tuple[float, int, int, int, int]] = field(default_factory=list)
     gaps: list[list[float]] = field(default_factory=list)
     totals: _Totals = field(default_factory=_Totals)

@@ -4,15 +4,16 @@ Arms are combinations of the gateway's mechanisms: ``floor`` (no reuse, no fill:
 floor of dynbranch §5.1), ``c1`` (exact subgraph reuse only), ``c2`` (early fill only) and ``full``.
 Every arm replays the *same* schedule (instances, workflow ids, arrival times) against its own
 mesh: a fresh csl store, fresh engines (empty KV caches) and a fresh gateway, so arms share no
-cache. Two meshes, one code path (``MeshConfig.clock``):
+cache. Three meshes (``loadgen.meshes``), one code path (``MeshConfig.clock``):
 
-- ``virtual`` (the default): ``loadgen.virtual_mesh``, every service's core in one process on a
+- ``virtual`` (the default): ``loadgen.meshes.virtual``, every service's core in one process on a
   virtual clock; latency counts simulated engine time, waits and ``hop_s`` per cross-service
   call, never the mesh's own CPU. Deterministic: the same command gives the same ratios.
-- ``live``: the csl, each engine agent, admission and the gateway are separate ``grpc.aio``
-  servers on loopback ports in this process, spoken to over real gRPC, paced in wall time at
-  ``time_scale`` (the cross-check; every duration the services use is scaled into it).
-- ``processes``: the same services each as its own process (``loadgen.process_mesh``, as
+- ``live``: ``loadgen.meshes.live``, the csl, each engine agent, admission and the gateway are
+  separate ``grpc.aio`` servers on loopback ports in this process, spoken to over real gRPC,
+  paced in wall time at ``time_scale`` (the cross-check; every duration the services use is
+  scaled into it).
+- ``processes``: the same services each as its own process (``loadgen.meshes.processes``, as
   ``dynbranch up`` starts them), in wall time at ``time_scale``; counters from the gateway's
   Prometheus endpoint (no engine-second figures).
 
@@ -24,95 +25,37 @@ gateway's in-process fixed policy (top-K fills).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import gc
 import logging
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS, ArmSpec
-from loadgen.engine_load import EngineLoadSampler
-from loadgen.equivalence import compare_outputs
-from loadgen.process_mesh import gateway_counters, process_mesh
-from loadgen.real_engines import RealEngine, engine_state, real_backend
-from loadgen.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
-from loadgen.stats import quantile
-from loadgen.virtual_mesh import DEFAULT_HOP_S, run_virtual, virtual_mesh
+from loadgen.arms.equivalence import compare_outputs
+from loadgen.arms.recording import CallRecord, RecordingTrace, WholeRequestCacheClient
+from loadgen.arms.specs import ARM_SPECS, ARMS, ArmSpec, spec_of
+from loadgen.arms.stats import quantile
+from loadgen.meshes.clocks import CLOCKS, default_clock
+from loadgen.meshes.config import (
+    COUNTERS,
+    MeshConfig,
+    admission_settings,
+    core_counters,
+    gateway_settings,
+    with_admission,
+)
+from loadgen.meshes.engine_load import EngineLoadSampler
+from loadgen.meshes.live import in_process_mesh
+from loadgen.meshes.processes import gateway_counters, process_mesh
+from loadgen.meshes.virtual import run_virtual, virtual_mesh
 from loadgen.workloads.base import STALL_S, SimClock, WorkflowResult, Workload
-from loadgen.workloads.schedule import Arrival, Schedule
-from services.admission import AdmissionSettings
-from services.admission import build_runtime as build_admission
-from services.common.runtime.server import freeze_startup_heap
-from services.common.values.generation import Priority
-from services.csl import CslSettings
-from services.csl import build_runtime as build_csl
-from services.engine_agent import EngineAgentSettings, make_backend
-from services.engine_agent import build_runtime as build_engine
-from services.gateway import PROMOTION_COUNTERS, DynbranchClient, GatewaySettings
-from services.gateway import build_runtime as build_gateway
+from loadgen.workloads.schedule import Schedule, ScheduledWorkflow
+from services.gateway import DynbranchClient
 
 log = logging.getLogger(__name__)
 
-#: Mechanism arm name → (c1, c2) (``ArmSpec.mechanism``).
-ARMS: dict[str, tuple[bool, bool]] = {n: (s.c1, s.c2) for n, s in ARM_SPECS.items() if s.mechanism}
-#: The meshes an arm can run on (module docstring).
-CLOCKS = ("virtual", "live", "processes")
-#: Smallest time scale of the live mesh: below it the mesh's own CPU time, multiplied by
-#: ``1 / time_scale``, moves the ratios more than the effects they measure.
-LIVE_MIN_TIME_SCALE = 0.5
-COUNTERS = ("opened", "fills_issued", "fills_consumed", "stages_promoted", "fills_discarded",
-            "fills_aborted", "canonical_engine_ms", "fill_engine_ms", "ambiguous", "joined",
-            *PROMOTION_COUNTERS)
-
-
-@dataclass(frozen=True, slots=True)
-class MeshConfig:
-    """The mesh every arm gets: simulated engines and gateway knobs."""
-
-    engines: int = 2
-    model: str = "qwen3-32b"
-    preset: str = "qwen3-32b-h200"
-    #: Wall seconds per simulated second of the live mesh's engines (latency is reported in
-    #: simulated s); the virtual mesh ignores it (its clock is simulated seconds).
-    time_scale: float = 0.05
-    #: "virtual" (one process on a virtual clock) or "live" (gRPC servers in wall time).
-    clock: str = "virtual"
-    #: The virtual mesh's modelled cost of one cross-service call, simulated seconds.
-    hop_s: float = DEFAULT_HOP_S
-    #: A stalled call fails its workflow (``STALL_S``); off only where timing is not what a run
-    #: measures (e.g. value equivalence on a live mesh at a fine time scale).
-    fail_stalls: bool = True
-    #: Fills per branch under the gateway's fixed admission policy.
-    top_k: int = 2
-    #: The gateway's ``fill_wait_s`` in simulated seconds, at its default: the longest a demand
-    #: waits for its branch to be opened (admission's answer) and for a fill another gateway
-    #: replica runs. A fill running on this gateway is adopted, with no such cap (``adoption``).
-    fill_wait_sim_s: float = 1.0
-    #: Life of a branch record in simulated seconds (its final admission report is sent then).
-    branch_ttl_sim_s: float = 120.0
-    data_dir: str | None = None
-    #: Admission policy of an in-process admission service following the engines' load
-    #: ("priced", "fixed", "always", ...); "" keeps the gateway's in-process fixed policy.
-    admission: str = ""
-    #: Admission service settings besides the policy and the engines (``AdmissionSettings``).
-    admission_settings: tuple[tuple[str, Any], ...] = ()
-    #: A draft model served by one more engine agent, and the gateway's drafted predictor on it
-    #: ("" keeps the lexical predictors).
-    draft_model: str = ""
-    #: The lexical predictor's word-overlap weight (``bench arms`` passes the train-fitted one).
-    overlap_weight: float = 2.0
-    draft_preset: str = "qwen3-0.6b-h200"
-    #: A real engine under every agent ("vllm" embedded, "sglang" server beside it) on this
-    #: model folder; None keeps the simulated engines (``loadgen.real_engines``).
-    real: RealEngine | None = None
-    #: The learned admission state a warm arm (``ArmSpec.warm``) starts from (virtual clock).
-    warm_state: str = ""
-    #: Where the virtual mesh saves its priced controller's learned state at the end ("": not).
-    state_out: str = ""
 
 
 @dataclass(slots=True)
@@ -123,7 +66,7 @@ class ArmResult:
     schedule_digest: str
     results: list[WorkflowResult]
     counters: dict[str, int] = field(default_factory=dict)
-    #: Per workflow id, its calls as the oracle bound reads them (``loadgen.recording``).
+    #: Per workflow id, its calls as the oracle bound reads them (``loadgen.arms.recording``).
     calls: dict[str, tuple[CallRecord, ...]] = field(default_factory=dict)
     #: Calls the whole-request cache answered (whole_request arm only).
     cache_hits: int = 0
@@ -145,166 +88,10 @@ class ArmResult:
     decisions: list[tuple[float, bool, float | None]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class InProcessMesh:
-    """Addresses of a running in-process mesh and its gateway runtime."""
-
-    gateway: Any
-    address: str
-    #: The in-process admission service's runtime (None: the gateway's fixed policy).
-    admission: Any = None
-    #: Each engine agent's backend (to check what it still holds at the end of a run).
-    backends: list[Any] = field(default_factory=list)
-
-    async def engine_states(self) -> list[dict[str, int]]:
-        """Per engine: requests still running or waiting, leases and leased blocks held."""
-        return [await engine_state(b) for b in self.backends]
-
-    def counters(self) -> dict[str, int]:
-        """The gateway's branch counters (zeros when early fill is off)."""
-        return _counters(self.gateway.core)
-
-
-def _counters(core: Any) -> dict[str, int]:
-    """A gateway core's branch counters, engine milliseconds per priority and joined demands."""
-    branches = getattr(core, "branches", None)
-    found = dict(branches.counters) if branches is not None else {}
-    spent = core.stages.executor.engine_s  # engine seconds per priority
-    found["canonical_engine_ms"] = round(1000 * spent.get(Priority.CANONICAL, 0.0))
-    found["fill_engine_ms"] = round(1000 * spent.get(Priority.FILL, 0.0))
-    found["joined"] = core.stages.joined
-    return {name: int(found.get(name, 0)) for name in COUNTERS}
-
-
-def _engine_settings(config: MeshConfig, i: int) -> EngineAgentSettings:
-    return EngineAgentSettings(engine_id=f"engine-{i}", model=config.model, preset=config.preset,
-                               time_scale=config.time_scale, metrics_port=-1, grace_s=0.2,
-                               log_level="WARNING")
-
-
-def _scale(config: MeshConfig) -> float:
-    """Clock seconds per simulated second: a wall-time mesh's time scale, 1 on the virtual one."""
-    return 1.0 if config.clock == "virtual" else config.time_scale
-
-
-def with_admission(config: MeshConfig, spec: ArmSpec) -> MeshConfig:
-    """``config`` with the arm's admission policy and settings (the admission baselines are the
-    full arm with another policy or setting); unchanged for an arm without one."""
-    if not spec.admission:
-        return config
-    settings = {**dict(config.admission_settings), **dict(spec.settings)}
-    if spec.warm:
-        if not config.warm_state or config.clock != "virtual":
-            raise ValueError(f"arm {spec.name} starts from learned state: it needs the virtual "
-                             "clock and MeshConfig.warm_state (bench arms trains it)")
-        settings["state_path"] = config.warm_state
-    return dataclasses.replace(config, admission=spec.admission,
-                               admission_settings=tuple(settings.items()))
-
-
-def _admission_settings(config: MeshConfig, engines: list[str]) -> AdmissionSettings:
-    """The arm's admission service; its durations (H, the record age limit) are simulated
-    seconds scaled into the run's clock, unless the config sets them itself."""
-    given = dict(config.admission_settings)
-    scale = _scale(config)
-    defaults = AdmissionSettings.model_fields
-    given.setdefault("window_s", defaults["window_s"].default * scale)
-    # the load streams keep their wall interval; a report is never too old before three of them
-    interval = given.setdefault("load_interval_s", defaults["load_interval_s"].default)
-    given.setdefault("max_age_s", max(defaults["max_age_s"].default * scale, 3 * interval))
-    return AdmissionSettings(policy=config.admission, engines=engines, metrics_port=-1,
-                             grace_s=0.2, log_level="WARNING", **given)
-
-
-def _gateway_settings(config: MeshConfig, arm: ArmSpec, engines: list[str], csl: str,
-                      corpus_source: str, folder: Path, admission: str = "") -> GatewaySettings:
-    c1, c2 = arm.c1, arm.c2
-    scale = _scale(config)
-    corpus = {"corpus_path": str(folder / "corpus"), "corpus_source": corpus_source,
-              "data_dir": config.data_dir or ""} if corpus_source else {}
-    draft = {"predictor": "draft", "draft_model": config.draft_model} \
-        if config.draft_model else {}
-    return GatewaySettings(engines=engines, csl=csl, c1=c1, c2=c2, top_k=config.top_k,
-                           fill_wait_s=min(60.0, config.fill_wait_sim_s * scale),
-                           branch_ttl_s=max(0.5, config.branch_ttl_sim_s * scale),
-                           shadow_ttl_s=max(0.5, 60.0 * scale),
-                           fill_timeout_s=max(1.0, 120.0 * scale),
-                           metrics_port=-1, grace_s=0.2, auth=False, log_level="WARNING",
-                           admission=admission, overlap_weight=config.overlap_weight,
-                           **corpus, **draft)
-
-
-@contextlib.asynccontextmanager
-async def in_process_mesh(config: MeshConfig, arm: str | ArmSpec, corpus_source: str = "",
-                          span_exporter: Any = None) -> AsyncIterator[InProcessMesh]:
-    """A fresh csl, ``config.engines`` engine agents and a gateway configured for ``arm``.
-
-    A name from ``ARMS`` keeps ``config.admission``; an ``ArmSpec`` with an admission policy
-    replaces it (the admission baselines are the full arm with another policy)."""
-    arm = _spec(arm)
-    config = with_admission(dataclasses.replace(config, clock="live"), arm)  # wall time
-    with tempfile.TemporaryDirectory(prefix=f"dynbranch-arm-{arm.name}-") as tmp:
-        folder = Path(tmp)
-        async with contextlib.AsyncExitStack() as stack:
-            csl = await build_csl(CslSettings(data_dir=str(folder / "csl"), metrics_port=-1,
-                                              grace_s=0.2, sync=False, log_level="WARNING"))
-            await _started(stack, csl)
-            backends = [await _backend(config, i, folder, stack) for i in range(config.engines)]
-            engines = await asyncio.gather(*(build_engine(_engine_settings(config, i), backend=b)
-                                             for i, b in enumerate(backends)))
-            for engine in engines:
-                await _started(stack, engine)
-            targets = [e.address for e in engines]
-            if config.draft_model:
-                drafter = await build_engine(EngineAgentSettings(
-                    engine_id="draft-0", model=config.draft_model, preset=config.draft_preset,
-                    time_scale=config.time_scale, metrics_port=-1, grace_s=0.2,
-                    log_level="WARNING"))
-                await _started(stack, drafter)
-                targets.append(drafter.address)
-            admission = None
-            if config.admission:
-                admission = await build_admission(_admission_settings(
-                    config, [e.address for e in engines]))
-                await _started(stack, admission)
-            gateway = await build_gateway(_gateway_settings(
-                config, arm, targets, csl.address, corpus_source, folder,
-                admission.address if admission is not None else ""),
-                span_exporter=span_exporter)
-            await _started(stack, gateway)
-            freeze_startup_heap()  # as each service process does once it serves
-            stack.callback(gc.unfreeze)
-            yield InProcessMesh(gateway, gateway.address, admission, backends)
-
-
-async def _backend(config: MeshConfig, i: int, folder: Path,
-                   stack: contextlib.AsyncExitStack) -> Any:
-    """The engine agent's backend (unstarted): the settings' sim, or a real engine."""
-    if config.real is None:
-        return make_backend(_engine_settings(config, i))
-    return await real_backend(config.real, config.model, i, folder, stack)
-
-
-def _spec(arm: str | ArmSpec) -> ArmSpec:
-    if isinstance(arm, ArmSpec):
-        return arm
-    if arm in ARMS:
-        return ArmSpec(arm, *ARMS[arm])
-    if arm in ARM_SPECS:
-        return ARM_SPECS[arm]
-    raise KeyError(f"unknown arm {arm!r}; known: {', '.join(ARM_SPECS)}")
-
-
-async def _started(stack: contextlib.AsyncExitStack, runtime: Any) -> None:
-    """Start ``runtime`` and shut it down when ``stack`` unwinds (last started, first stopped)."""
-    await runtime.start()
-    stack.push_async_callback(runtime.shutdown)
-
-
 # -- running a schedule -----------------------------------------------------------------------
 
-async def _run_workflow(client: Any, workload: Workload, arrival: Arrival, clock: SimClock,
-                        started: float, fail_stalls: bool
+async def _run_workflow(client: Any, workload: Workload, arrival: ScheduledWorkflow,
+                        clock: SimClock, started: float, fail_stalls: bool
                         ) -> tuple[WorkflowResult, tuple[CallRecord, ...]]:
     trace = RecordingTrace(client, workload.template, arrival.workflow_id, clock,
                            max_tokens=workload.stage_max_tokens)
@@ -375,17 +162,19 @@ async def run_arm(arm: str | ArmSpec, workload: Workload, schedule: Schedule,
     """Run ``schedule`` under ``arm`` on a fresh mesh of ``config.clock``, after ``warmup`` (run
     on the same mesh, serially, not measured)."""
     if config.clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {CLOCKS}, got {config.clock!r}")
-    if config.clock != "live" and (config.real is not None or config.draft_model):
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}, got {config.clock!r}")
+    clock = CLOCKS[config.clock]
+    if not clock.real_engines and (config.real is not None or config.draft_model):
         raise ValueError(f"the {config.clock} mesh runs simulated engines only: use "
-                         "clock='live' for a real engine or a draft model")
-    spec = _spec(arm)
+                         f"clock={default_clock(real=True)!r} for a real engine or a draft "
+                         "model")
+    spec = spec_of(arm)
     config = with_admission(config, spec)
-    if config.clock == "virtual":
+    if clock.virtual:
         # its own stdlib loop under a virtual clock, on a worker thread (this loop runs on)
         return await asyncio.to_thread(run_virtual, lambda: _virtual_arm(
             spec, workload, schedule, config, warmup))
-    if config.clock == "processes":
+    if clock.processes:
         return await _process_arm(spec, workload, schedule, config, warmup)
     return await _live_arm(spec, workload, schedule, config, warmup)
 
@@ -445,12 +234,12 @@ _PROCESS_GATEWAY_KEYS = ("c1", "c2", "top_k", "fill_wait_s", "branch_ttl_s", "sh
 async def _process_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                        config: MeshConfig, warmup: Schedule | None) -> ArmResult:
     with tempfile.TemporaryDirectory(prefix=f"dynbranch-parm-{spec.name}-") as tmp:
-        settings = _gateway_settings(config, spec, ["process"], "process",
-                                     workload.corpus_source, Path(tmp))
+        settings = gateway_settings(config, spec, ["process"], "process",
+                                    workload.corpus_source, Path(tmp))
         gateway = {k: v for k in _PROCESS_GATEWAY_KEYS if (v := getattr(settings, k)) != ""}
         admission = None
         if config.admission:
-            a = _admission_settings(config, [])
+            a = admission_settings(config, [])
             admission = {**dict(config.admission_settings), "policy": a.policy,
                          "window_s": a.window_s, "max_age_s": a.max_age_s,
                          "load_interval_s": a.load_interval_s}
@@ -473,16 +262,16 @@ async def _virtual_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                        config: MeshConfig, warmup: Schedule | None) -> ArmResult:
     with tempfile.TemporaryDirectory(prefix=f"dynbranch-varm-{spec.name}-") as tmp:
         folder = Path(tmp)
-        settings = _gateway_settings(config, spec, ["in-process"], "in-process",
-                                     workload.corpus_source, folder)
-        admission = _admission_settings(config, []) if config.admission else None
+        settings = gateway_settings(config, spec, ["in-process"], "in-process",
+                                    workload.corpus_source, folder)
+        admission = admission_settings(config, []) if config.admission else None
         async with virtual_mesh(settings, folder, engines=config.engines, model=config.model,
                                 preset=config.preset, admission=admission,
                                 hop_s=config.hop_s,
                                 state_out=Path(config.state_out) if config.state_out
                                 else None) as mesh:
             async def counters() -> dict[str, int]:
-                return _counters(mesh.core)
+                return core_counters(mesh.core)
 
             clock = SimClock(1.0, now=asyncio.get_running_loop().time)
             policy = mesh.policy
@@ -544,8 +333,5 @@ def mismatches(arm: ArmResult, floor: ArmResult) -> list[str]:
     return [m.workflow_id for m in compare_outputs(arm.results, floor.results)]
 
 
-__all__ = [
-    "ARMS", "CLOCKS", "COUNTERS", "LIVE_MIN_TIME_SCALE", "ArmResult", "InProcessMesh",
-    "TRAIN_SEED", "MeshConfig", "in_process_mesh", "mismatches", "quantile", "run_arm",
-    "run_arms", "run_schedule", "train_warm", "with_admission",
-]
+__all__ = ["ArmResult", "TRAIN_SEED", "mismatches", "quantile", "run_arm", "run_arms",
+           "run_schedule", "train_warm"]

@@ -1,6 +1,6 @@
 """The lower envelope of the fixed fan-outs in a cell, and each arm's regret against it.
 
-A fixed-K arm admits the top K candidates at every branch (``arm_set.FIXED_K``): K = 0 is C1
+A fixed-K arm admits the top K candidates at every branch (``specs.FIXED_K``): K = 0 is C1
 alone (``c1``), then ``fixed1``, ``fixed`` (top 2), ``fixed3`` and ``always`` (every candidate).
 In a cell (one workload, load and set of schedules) the envelope is the lowest full/floor among
 those that ran: the fixed K an operator would have chosen in hindsight, which no online policy
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from loadgen.arm_set import FIXED_K
-from loadgen.numbers import signed
-from loadgen.stats import paired_difference_ci
+from loadgen.arms.specs import FIXED_K
+from loadgen.arms.stats import paired_difference_ci
+from loadgen.report.numbers import signed
 
 #: Keys of a regret: the point difference of full/floor ratios and its 95% CI.
 REGRET_KEYS = ("diff", "low", "high")

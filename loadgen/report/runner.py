@@ -4,24 +4,24 @@ arms, write the report (JSON, PNG plots, a Markdown summary) and print where it 
 Every cell is one ``dynbranch bench arms`` run on the virtual mesh (simulated engine time plus a
 modelled cost per hop; the mesh's own CPU is in no latency, so the same command gives the same
 ratios): all of its arms on the same schedules, its seeds merged into one paired sample. Loads are
-the levels the engines feel (``loadgen.load_levels``): ``idle`` (the workload's low-load rate),
+the levels the engines feel (``loadgen.arms.load_levels``): ``idle`` (the workload's low-load rate),
 ``busy`` and ``saturated`` (the rates at which the floor's mean latency is 1.7x and 2.3x its idle
 value, calibrated once per workload and cached), plus the serial closed loop. The quick matrix
 (the default) is the four workloads at idle on both recurrence profiles (``data``: as the data
 sets give it; ``paper``: the paper's, where it differs: Routing and ReAct), with the workflows
-and seeds per cell of ``report_matrix.MATRICES`` (``--help`` formats them). ``--full`` is more
+and seeds per cell of ``matrix.MATRICES`` (``--help`` formats them). ``--full`` is more
 workflows and seeds per cell (more at high rates), every arm, at idle, busy and saturated plus
 one serial closed loop per workload, on both profiles; the C3 study
-(``loadgen.c3``: Routing and ReAct across λ 0.8–16/s under C1 alone, top 1, top 2, every
+(``loadgen.report.c3``: Routing and ReAct across λ 0.8–16/s under C1 alone, top 1, top 2, every
 candidate, the static rule and priced admission, with CIs, the envelope, fills and the decision
-record; the phased trace, ``loadgen.phased``; and issue 37's acceptance checks); the
+record; the phased trace, ``loadgen.report.phased``; and issue 37's acceptance checks); the
 replay-rate sweep; and ``dynbranch bench lads`` in full (every delivery policy, the TTL baselines
 and sweep, KV offloading and the no-eviction bound: ``fig_lads.png`` and a table). ``--only c3``
 runs the C3 study alone: its sweeps, Routing and ReAct at every load level, Sub-Agent and HCI at
 idle, and the phased trace. A failed cell is listed in the report and left out of the plots.
 The data set files the cells read are checked first (``loadgen.data_needs``; ``--data-dir`` or
 ``DYNBRANCH_DATA_DIR`` names their folder): one absent ends the run before any cell, with one line
-naming it and no report. The progress bar moves per arm and seed (``loadgen.report_progress``);
+naming it and no report. The progress bar moves per arm and seed (``loadgen.report.progress``);
 ``summary.md`` and ``report.json`` record the commit, the date and every cell's clock, profile,
 seeds and workflows.
 """
@@ -40,15 +40,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen import c3
+from loadgen.arms.envelope import regret_text, worst_regret
 from loadgen.bench.arms import planned_units
 from loadgen.data_needs import prepare, report_files
-from loadgen.envelope import regret_text, worst_regret
-from loadgen.numbers import fixed, percent
-from loadgen.phased import table as phased_table
-from loadgen.provenance import commit, utc_now
-from loadgen.report_help import DESCRIPTION, add_arguments
-from loadgen.report_matrix import (
+from loadgen.report import c3
+from loadgen.report.arguments import DESCRIPTION, add_arguments
+from loadgen.report.matrix import (
     C3_IDLE_ONLY,
     C3_LEVELS,
     FULL_CELL,
@@ -59,7 +56,9 @@ from loadgen.report_matrix import (
     SWEEP_WORKLOAD,
     cell_options,
 )
-from loadgen.report_plots import (
+from loadgen.report.numbers import fixed, percent
+from loadgen.report.phased import table as phased_table
+from loadgen.report.plots import (
     LADS_ARMS,
     arm_order,
     engine_label,
@@ -70,8 +69,9 @@ from loadgen.report_plots import (
     figure_lads,
     figure_sweep,
 )
-from loadgen.report_progress import ReportProgress, progress_bar
-from loadgen.report_summary import (
+from loadgen.report.progress import ReportProgress, progress_bar
+from loadgen.report.provenance import commit, utc_now
+from loadgen.report.summary import (
     PAPER,
     cell_record,
     clock_name,
@@ -82,7 +82,7 @@ from loadgen.report_summary import (
     summary_markdown,
 )
 from loadgen.workloads import WORKLOADS as WORKLOAD_CLASSES
-from loadgen.workloads.profiles import PROFILES, RECURRENCE_PROFILES
+from loadgen.workloads.profiles import DEFAULT_PROFILE, PROFILES, RECURRENCE_PROFILES
 from services.corpus.loaders import DATA_DIR_ENV, DataUnavailable
 
 WORKLOADS = tuple(WORKLOAD_CLASSES)
@@ -91,7 +91,8 @@ WORKLOADS = tuple(WORKLOAD_CLASSES)
 def profiles_of(workload: str) -> tuple[str, ...]:
     """The recurrence profiles a workload runs under: ``data``, and ``paper`` where it sets a
     knob (the ``window`` profile runs through ``bench arms --profile window``)."""
-    return tuple(p for p in RECURRENCE_PROFILES if p == "data" or workload in PROFILES[p])
+    return tuple(p for p in RECURRENCE_PROFILES
+                 if p == DEFAULT_PROFILE or workload in PROFILES[p].options)
 
 
 def cells(matrix: str) -> list[tuple[str, str, str]]:
@@ -185,13 +186,13 @@ def run_c3_only(out: Path) -> dict[str, Any]:
 
 def _timeline(out: Path, failures: list[dict[str, Any]]) -> list[Path]:
     """The Gantt of one Routing workflow under floor and full (a failure is reported)."""
-    from loadgen.timeline import routing_timeline
+    from loadgen.report.timeline import routing_timeline
 
     logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
     try:
         return [asyncio.run(routing_timeline(out / "timeline_routing.png"))]
     except Exception as exc:
-        failures.append({"workload": "routing", "load": "timeline", "profile": "data",
+        failures.append({"workload": "routing", "load": "timeline", "profile": DEFAULT_PROFILE,
                          "error": f"{type(exc).__name__}: {exc}"})
         return []
 
@@ -203,7 +204,8 @@ SWEEP_TITLES = {f"{SWEEP_WORKLOAD}_by_replay_rate": "ReAct across the exact-repl
 
 
 def _attempt(failures: list[dict[str, Any]], workload: str, load: str,
-             fn: Callable[[], dict[str, Any]], profile: str = "data") -> dict[str, Any] | None:
+             fn: Callable[[], dict[str, Any]], profile: str = DEFAULT_PROFILE
+             ) -> dict[str, Any] | None:
     """``fn()`` (one cell), or None with the failure listed; a cell with failed or stalled
     workflows is returned and listed too (they are left out of every mean)."""
     try:
@@ -241,9 +243,9 @@ def c3_units(todo: list[C3Cell]) -> int:
 
 def run_c3(track: ReportProgress, failures: list[dict[str, Any]], todo: list[C3Cell]
            ) -> dict[str, Any]:
-    """The C3 study (``loadgen.c3``) on ``todo`` (``c3_cells``), then the phased trace
-    (``loadgen.phased``)."""
-    from loadgen import phased
+    """The C3 study (``loadgen.report.c3``) on ``todo`` (``c3_cells``), then the phased trace
+    (``loadgen.report.phased``)."""
+    from loadgen.report import phased
 
     found: dict[str, Any] = {"sweeps": {}, "levels": {}, "idle": {}}
     for workload, label, how in todo:
@@ -268,7 +270,8 @@ def c3_from_matrix(results: list[dict[str, Any]]) -> dict[str, Any]:
     levels: dict[str, dict[str, Any]] = {}
     idle: dict[str, Any] = {}
     for r in results:
-        if "arms" not in r or r.get("profile", "data") != "data" or r.get("load") == "serial":
+        if ("arms" not in r or r.get("profile", DEFAULT_PROFILE) != DEFAULT_PROFILE
+                or r.get("load") == "serial"):
             continue
         if r["workload"] in c3.SWEEP_WORKLOADS:
             levels.setdefault(r["workload"], {})[r["load"]] = r
@@ -313,7 +316,8 @@ def run_replay_sweep(track: ReportProgress, failures: list[dict[str, Any]]
                                           progress=hook, **REPLAY_CELL)))
             except Exception as exc:
                 failures.append({"workload": SWEEP_WORKLOAD, "load": f"replay={replay}",
-                                 "profile": "data", "error": f"{type(exc).__name__}: {exc}"})
+                                 "profile": DEFAULT_PROFILE,
+                                 "error": f"{type(exc).__name__}: {exc}"})
     return sweep
 
 
@@ -325,7 +329,7 @@ def run_lads(failures: list[dict[str, Any]]) -> dict[str, Any] | None:
         with contextlib.redirect_stdout(io.StringIO()):
             return run(False)
     except Exception as exc:
-        failures.append({"workload": "lads", "load": "bursts", "profile": "data",
+        failures.append({"workload": "lads", "load": "bursts", "profile": DEFAULT_PROFILE,
                          "error": f"{type(exc).__name__}: {exc}"})
         return None
 
@@ -477,7 +481,7 @@ def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 def _plotted(result: dict[str, Any]) -> dict[str, Any]:
     """The result as the plots group it: ``react·paper`` beside ``react``."""
-    if result.get("profile", "data") == "data":
+    if result.get("profile", DEFAULT_PROFILE) == DEFAULT_PROFILE:
         return result
     return {**result, "workload": f"{result['workload']}·{result['profile']}"}
 

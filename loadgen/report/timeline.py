@@ -17,7 +17,9 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from loadgen.arms import MeshConfig, in_process_mesh, run_schedule
+from loadgen.arms.runner import run_schedule
+from loadgen.meshes.config import MeshConfig
+from loadgen.meshes.live import in_process_mesh
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import SimClock
 
@@ -90,7 +92,7 @@ def plot(by_arm: dict[str, list[Bar]], path: Path, title: str) -> Path:
     """One panel per arm: a row per stage call and per fill; a legend says what each bar is."""
     from matplotlib.patches import Patch
 
-    from loadgen.report_plots import _save, plt
+    from loadgen.report.plots import _save, plt
 
     fig, axes = plt.subplots(len(by_arm), 1, figsize=(9.0, 1.2 + 0.9 * len(by_arm) * 2),
                              sharex=True, squeeze=False)

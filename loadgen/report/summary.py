@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadgen.envelope import regret_text
-from loadgen.numbers import fixed, percent, signed
-from loadgen.report_plots import engine_label
+from loadgen.arms.envelope import regret_text
+from loadgen.meshes.clocks import virtual
+from loadgen.report.numbers import fixed, percent, signed
+from loadgen.report.plots import engine_label
+from loadgen.workloads.profiles import DEFAULT_PROFILE
+from loadgen.workloads.schedule import closed_loop, open_loop
 
 #: The paper's figures (dynbranch §5.2, Tables 1–2, §2.2; ../shared/notes/paper-figures.md).
 PAPER = {
@@ -25,7 +28,7 @@ PAPER = {
 
 
 def _load(r: dict[str, Any]) -> str:
-    return f"Poisson {r.get('rate_per_s')}/s" if r.get("arrival") == "poisson" else "serial"
+    return f"Poisson {r.get('rate_per_s')}/s" if open_loop(r.get("arrival")) else "serial"
 
 
 def seed_ids(r: dict[str, Any]) -> list[int]:
@@ -115,9 +118,9 @@ def _cells(results: Sequence[dict[str, Any]], workload: str, serial: bool, low: 
     the data sets' own recurrence."""
     out = []
     for r in results:
-        if r["workload"] != workload or (r.get("arrival") == "serial") != serial:
+        if r["workload"] != workload or closed_loop(r.get("arrival")) != serial:
             continue
-        if r.get("profile", "data") != "data":
+        if r.get("profile", DEFAULT_PROFILE) != DEFAULT_PROFILE:
             continue
         if not serial and low and r.get("load", "idle") not in ("low", "idle"):
             continue
@@ -256,7 +259,7 @@ def summary_markdown(results: Sequence[dict[str, Any]], *, matrix: str,
 def clock_text(result: dict[str, Any]) -> str:
     """Which clock the latencies were measured in (what the result records, nothing more)."""
     clock, scale = result.get("clock"), result.get("time_scale")
-    if clock == "virtual":
+    if virtual(clock):
         hop = result.get("hop_s") or 0.0
         return ("Latency in simulated seconds on the virtual clock: simulated engine time, "
                 f"waits and {hop * 1000:g} ms per cross-service call (a loopback grpc.aio round "
@@ -275,7 +278,7 @@ def clock_name(result: dict[str, Any]) -> str:
     """'virtual clock, 0.5 ms per hop', 'live clock, time scale 0.5', or 'clock not
     recorded'."""
     clock, scale = result.get("clock"), result.get("time_scale")
-    if clock == "virtual":
+    if virtual(clock):
         return f"virtual clock, {(result.get('hop_s') or 0.0) * 1000:g} ms per hop"
     if clock is None:
         return "clock not recorded"
@@ -288,7 +291,7 @@ def cell_record(label: str, result: dict[str, Any]) -> dict[str, Any]:
     seeds = seed_ids(result)
     per_seed = result.get("workflows")
     return {"cell": label, "workload": result.get("workload"),
-            "profile": result.get("profile", "data"), "load": _load(result),
+            "profile": result.get("profile", DEFAULT_PROFILE), "load": _load(result),
             "engine": engine_label(result), "clock": clock_name(result),
             "seeds": {"count": len(seeds), "ids": seeds}, "workflows_per_seed": per_seed,
             "workflows": None if per_seed is None else per_seed * len(seeds)}

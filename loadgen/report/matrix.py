@@ -2,7 +2,7 @@
 matrix and the C3 study's levels.
 
 Plain constants and one function, no heavy imports: the report runs them, its progress counts
-them, and its help texts (``loadgen.report_help``) and summary format them, so a number said
+them, and its help texts (``loadgen.report.arguments``) and summary format them, so a number said
 about a run is the number that runs.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.arm_set import ALL_ARMS
+from loadgen.arms.specs import ALL_ARMS
 
 #: Loads: levels the engines feel (``load_levels.LEVELS``: open-loop Poisson at the calibrated
 #: rate; idle is the workload's low-load rate, dynbranch Fig. 8); ``serial`` is the closed loop

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loadgen.workloads.profiles import DEFAULT_PROFILE
+
 #: Level → the floor's mean latency as a multiple of its idle value.
 LEVELS: dict[str, float] = {"idle": 1.0, "moderate": 1.2, "busy": 1.7, "saturated": 2.3}
 #: Highest rate the search tries (workflows per simulated second).
@@ -81,7 +83,7 @@ class Calibration:
     workload: str
     preset: str
     engines: int
-    profile: str = "data"
+    profile: str = DEFAULT_PROFILE
     hop_ms: float = 0.5
     workflows: int = 48
 
@@ -122,8 +124,9 @@ def search(measure: Callable[[float], float], low: float, target: float,
 
 def _floor_mean(cal: Calibration, rate: float) -> float:
     """The floor arm's mean latency at ``rate`` on the calibration seed (virtual mesh)."""
-    from loadgen.arm_set import ARM_SPECS
-    from loadgen.arms import MeshConfig, run_arm
+    from loadgen.arms.runner import run_arm
+    from loadgen.arms.specs import ARM_SPECS
+    from loadgen.meshes.config import MeshConfig
     from loadgen.workloads import build_schedule, get_workload
     from loadgen.workloads.profiles import profile_options
 

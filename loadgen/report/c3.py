@@ -7,7 +7,7 @@ workflows per seed and more at high rates (``load_levels.workflows_at``), under 
 alone (K = 0), top 1, top 2, every candidate, the paper's static rule and priced admission. Each
 cell gives full/floor with its CI, the envelope (the best fixed K there) and each arm's regret
 against it, fills issued and discarded per workflow, and the decision record
-(``loadgen.decision_record``). ``acceptance`` checks issue 37's criteria on those cells.
+(``loadgen.report.decision_record``). ``acceptance`` checks issue 37's criteria on those cells.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from loadgen.arm_set import ARM_SPECS, PRICED_ARMS
-from loadgen.envelope import regret_text, worst_regret
-from loadgen.numbers import percent, signed
+from loadgen.arms.envelope import regret_text, worst_regret
+from loadgen.arms.specs import ARM_SPECS, PRICED_ARMS
+from loadgen.report.numbers import percent, signed
 
 SWEEP_WORKLOADS = ("routing", "react")
 SWEEP_RATES = (0.8, 2.0, 4.0, 8.0, 16.0)

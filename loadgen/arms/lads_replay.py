@@ -253,7 +253,7 @@ def _stat(stats: dict[str, Any], name: str) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineSetup:
+class EngineVariant:
     """How the sim engine of one arm differs from the preset: its pool, a CPU tier, its queue
     order, and the lease settings the arm overrides."""
 
@@ -277,7 +277,7 @@ async def run_on(backend: Any, workload: LadsWorkload, policy: str, *, headroom_
 
 
 async def _virtual(workload: LadsWorkload, policy: str, preset: str,
-                   setup: EngineSetup) -> RunResult:
+                   setup: EngineVariant) -> RunResult:
     with VirtualClock().patch_loop():
         clock = asyncio.get_running_loop().time
         spec = get_preset(preset)
@@ -309,14 +309,14 @@ async def _virtual(workload: LadsWorkload, policy: str, preset: str,
 
 
 def run_policy(workload: LadsWorkload, policy: str, preset: str,
-               setup: EngineSetup | None = None) -> RunResult:
+               setup: EngineVariant | None = None) -> RunResult:
     """One run of the sim with ``preset`` on a fresh stdlib event loop with a virtual clock."""
     loop = asyncio.SelectorEventLoop()  # the virtual clock patches a stdlib loop, not uvloop
     try:
         return loop.run_until_complete(_virtual(workload, policy, preset,
-                                                setup or EngineSetup()))
+                                                setup or EngineVariant()))
     finally:
         loop.close()
 
 
-__all__ = ["CohortService", "EngineSetup", "RunResult", "Stages", "run_on", "run_policy"]
+__all__ = ["CohortService", "EngineVariant", "RunResult", "Stages", "run_on", "run_policy"]

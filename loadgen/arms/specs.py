@@ -5,7 +5,7 @@ the controller learned on the train split (as a restart with its saved state wou
 admission baselines are the full arm with the admission service's policy swapped
 (``services/admission/config.py``): ``fixed`` (top 2), ``fixed1`` / ``fixed3`` (top 1 / 3),
 ``always``, ``threshold`` and ``load_threshold`` (the paper's static control); ``whole_request``
-is the floor behind an exact whole-request cache (``loadgen.recording``).
+is the floor behind an exact whole-request cache (``loadgen.arms.recording``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class ArmSpec:
     #: trains it on other workflows first; a restart with ``state_path`` in production).
     warm: bool = False
     #: One of the paper's four mechanism arms (floor, C1, C2, both): run by name, it keeps the
-    #: run's own admission setting rather than this spec's (``arms.ARMS``).
+    #: run's own admission setting rather than this spec's (``ARMS``).
     mechanism: bool = False
 
 
@@ -56,7 +56,7 @@ ADMISSION_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission)
 #: The arms that run the priced controller (cold and warm).
 PRICED_ARMS = tuple(n for n, s in ARM_SPECS.items() if s.admission == "priced")
 #: The fixed fan-outs by K (None: every candidate), C1 alone admitting none: the lowest of them
-#: in a cell is its envelope, the fixed K chosen in hindsight (``loadgen.envelope``).
+#: in a cell is its envelope, the fixed K chosen in hindsight (``loadgen.arms.envelope``).
 FIXED_K: dict[str, int | None] = {"c1": 0, "fixed1": 1, "fixed": 2, "fixed3": 3, "always": None}
 
 
@@ -69,6 +69,21 @@ def resolve(names: Sequence[str]) -> tuple[ArmSpec, ...]:
     return tuple(ARM_SPECS[n] for n in ordered)
 
 
+#: Mechanism arm name → (c1, c2) (``ArmSpec.mechanism``).
+ARMS: dict[str, tuple[bool, bool]] = {n: (s.c1, s.c2) for n, s in ARM_SPECS.items() if s.mechanism}
+
+
+def spec_of(arm: str | ArmSpec) -> ArmSpec:
+    """The spec of ``arm``: a mechanism arm by name keeps the run's admission (``ARMS``)."""
+    if isinstance(arm, ArmSpec):
+        return arm
+    if arm in ARMS:
+        return ArmSpec(arm, *ARMS[arm])
+    if arm in ARM_SPECS:
+        return ARM_SPECS[arm]
+    raise KeyError(f"unknown arm {arm!r}; known: {', '.join(ARM_SPECS)}")
+
+
 def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
     """``arms`` rotated by ``seed``, so no arm always runs first (or last) across seeds."""
     if not arms:
@@ -77,5 +92,5 @@ def rotated(arms: Sequence[ArmSpec], seed: int) -> tuple[ArmSpec, ...]:
     return tuple(arms[k:]) + tuple(arms[:k])
 
 
-__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARM_SPECS", "FIXED_K", "PRICED_ARMS",
-           "QUICK_ARMS", "ArmSpec", "resolve", "rotated"]
+__all__ = ["ADMISSION_ARMS", "ALL_ARMS", "ARMS", "ARM_SPECS", "FIXED_K", "PRICED_ARMS",
+           "QUICK_ARMS", "ArmSpec", "resolve", "rotated", "spec_of"]
