@@ -102,8 +102,8 @@ class DecodePace:
         """Learn how many tokens a prompt byte is on ``model``'s tokenizer."""
         if prompt_bytes > 0 and prompt_tokens > 0:
             value, old = prompt_tokens / prompt_bytes, self._tokens_per_byte.get(model)
-            self._tokens_per_byte[model] = value if old is None else \
-                old + self.alpha * (value - old)
+            self._tokens_per_byte[model] = (value if old is None
+                                            else old + self.alpha * (value - old))
 
     def prompt_tokens(self, model: str, text: str) -> int:
         """Projected prompt tokens of ``text`` on ``model`` (4 bytes a token until learned)."""

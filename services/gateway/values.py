@@ -205,8 +205,8 @@ class StoredResult:
         try:
             text, reason, prompt, cached, completion, *rest = json.loads(data)
             reads = tuple((str(r), int(v)) for r, v in rest[0]) if rest else ()
-            calls = tuple(ToolCall(str(i), str(n), str(a)) for i, n, a in rest[1]) \
-                if len(rest) > 1 else ()
+            calls = (tuple(ToolCall(str(i), str(n), str(a)) for i, n, a in rest[1])
+                     if len(rest) > 1 else ())
             stop = rest[2] if len(rest) > 2 else ""
             if len(rest) > 3 or not isinstance(stop, str):
                 raise ValueError("trailing fields")

@@ -353,8 +353,8 @@ class BranchManager:
                 stage = branch.template.stage(step.stage)
                 if stage.kind is StageKind.LLM and stage.sampling is not None and total is not None:
                     per_token = pace.engine_s_per_token(stage.model or branch.model)
-                    total = None if per_token is None else \
-                        total + stage.sampling.max_tokens * per_token
+                    total = (None if per_token is None
+                             else total + stage.sampling.max_tokens * per_token)
             prompt = peak = 0
             first = self.fills.named(branch, c.candidate, chain[0].stage,
                                      dict(branch.outputs)) if chain else None
