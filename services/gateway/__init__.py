@@ -10,9 +10,12 @@ below it, never one above (``tests/test_layering.py`` checks it):
 - ``stages``: the canonical demand path (speculation once, library probe, execution, store).
 - ``speculation/``: early fill (C2), behind ``ports.SpeculationPort``: branches, fills, their
   state and the candidate predictors.
-- ``execution``: naming and running one stage on an engine or a builtin tool.
+- ``reuse/``: the gateway's half of exact reuse (C1): naming, freshness, single-flight and the
+  library path (probe, a hit's freshness, stores).
+- ``execution``: running one stage on an engine or a builtin tool.
 - ``adapters/``: the ports over the other services (engine agents with routing, the csl).
-- ``ports``, ``values``, ``templates/``, ``tools/``: the vocabulary everything above builds on.
+- ``ports``, ``values``, ``pace``, ``templates/``, ``tools/``: the vocabulary everything above
+  builds on (``pace``: the decode pace the executor learns and speculation reads).
 
 The face below is the in-process API (``services.common.values.face``).
 """
@@ -24,7 +27,7 @@ __all__, __getattr__ = lazy_face(__name__, {
     "BranchSettings": "speculation.state", "CompositePredictor": "speculation.predictors",
     "CoreStats": "core", "CorpusTitles": "speculation.titles", "Demand": "values",
     "DynbranchClient": "sdk", "EngineState": "adapters.router", "Execution": "ports",
-    "Executor": "execution", "Features": "execution", "GatewayClient": "client",
+    "Executor": "execution", "Features": "values", "GatewayClient": "client",
     "GatewayCore": "core", "GatewaySettings": "config", "InprocEngines": "adapters.inproc",
     "InprocLibrary": "adapters.inproc", "LOCAL_TENANT": "auth", "Limits": "core",
     "PROMOTION_COUNTERS": "speculation.promotion", "PredictionContext": "speculation.predictors",

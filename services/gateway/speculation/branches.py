@@ -37,7 +37,11 @@ from services.common.values.reads import HoldEvent, HoldNotice, Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span, run_in
 from services.gateway.execution import Executor
+from services.gateway.pace import DecodePace
 from services.gateway.ports import AdmissionPort, LibraryPort
+from services.gateway.reuse.freshness import Freshness
+from services.gateway.reuse.naming import Naming
+from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.adoption import Adopter
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
@@ -49,8 +53,15 @@ from services.gateway.speculation.state import (
     FillStep,
     scope_of,
 )
-from services.gateway.templates import DecisionPoint, Stage, StageKind, Template, Window
-from services.gateway.values import Demand, TextStream
+from services.gateway.templates import (
+    DecisionPoint,
+    Stage,
+    StageKind,
+    Template,
+    TemplateRegistry,
+    Window,
+)
+from services.gateway.values import Demand, Features, TextStream
 
 log = logging.getLogger(__name__)
 #: Longest ``close`` waits for its tasks: each outcome report has its own deadline (1 s), an
@@ -87,11 +98,19 @@ _OWN_COUNTERS = (*(k for k in BRANCH_COUNTERS if k not in PROMOTION_COUNTERS
 
 
 class BranchManager:
-    """Opens, fills, resolves and retires branches; every task it starts is owned and awaited."""
+    """Opens, fills, resolves and retires branches; every task it starts is owned and awaited.
+
+    Its fills run stages through ``executor`` and name them as the canonical path would
+    (``naming``; with C1 on they take a current library entry, ``freshness``, or an identical
+    canonical execution running now, ``single_flight``); ``pace`` is the decode pace the
+    executor learns, read for admission's estimates and the outcome reports."""
 
     def __init__(self, executor: Executor, library: LibraryPort, admission: AdmissionPort,
-                 predictor: Predictor, settings: BranchSettings, tracer: Tracer) -> None:
-        self.executor = executor
+                 predictor: Predictor, settings: BranchSettings, tracer: Tracer, *,
+                 registry: TemplateRegistry, naming: Naming, freshness: Freshness,
+                 single_flight: SingleFlight, pace: DecodePace, features: Features) -> None:
+        self.registry = registry
+        self.pace = pace
         self.library = library
         self.admission = admission
         self.predictor = predictor
@@ -105,8 +124,10 @@ class BranchManager:
         self._counts = dict.fromkeys(_OWN_COUNTERS, 0)
         self.promotions = Promotions(library, settings, tracer,
                                      adopter=Adopter(executor.engines, settings),
-                                     join_confirmed=executor.features.c1)
-        self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold)
+                                     join_confirmed=features.c1)
+        self.fills = FillRunner(executor, library, settings, tracer, naming=naming,
+                                freshness=freshness, single_flight=single_flight,
+                                c1=features.c1, hold=self.hold)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -150,7 +171,7 @@ class BranchManager:
                     stream))
             for branch in branches:
                 self._maybe_final(branch)
-        template = self.executor.registry.get(d.template_id)
+        template = self.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
         if point is not None and d.workflow_id:
             self._open(d, template, point)
@@ -208,7 +229,7 @@ class BranchManager:
         point (a branch here is this workflow's: its fills were matched locally)."""
         if name is None or not d.workflow_id:
             return False
-        points = [p for p in self.executor.registry.get(d.template_id).decisions
+        points = [p for p in self.registry.get(d.template_id).decisions
                   if _fills(p, stage.id)]
         if not points:
             return False
@@ -225,7 +246,7 @@ class BranchManager:
                                            min(self.settings.fill_wait_s, timeout_s))
         if claimed is not None:
             self._counts["claimed_elsewhere"] += 1
-        template = self.executor.registry.get(d.template_id)
+        template = self.registry.get(d.template_id)
         if any(_starts(p, stage.id) for p in template.decisions):
             keep = (claimed.branch_id, claimed.candidate) if claimed is not None else ("", "")
             self._spawn(self._settle_scope(d, stage, *keep), f"settle:{d.workflow_id}")
@@ -354,7 +375,7 @@ class BranchManager:
         with maybe_span(self.tracer, "branch.fill_gate") as span:
             window = 0.0  # a user's think time is not known in advance
             if branch.point.window is not Window.USER and d.sampling is not None:
-                window = self.executor.pace.window_s(d.model, d.sampling.max_tokens,
+                window = self.pace.window_s(d.model, d.sampling.max_tokens,
                                                      clock.now() - branch.opened_at)
             admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
                                                   window, self._estimates(branch, ranked))
@@ -371,7 +392,7 @@ class BranchManager:
         is kept (``Branch.predicted``): a demand that selects a candidate no fill ran for still
         tells admission which rank was selected."""
         out: dict[str, FillEstimate] = {}
-        pace = self.executor.pace
+        pace = self.pace
         for c in ranked:
             chain = branch.point.chain_for(c.candidate)
             total: float | None = 0.0
@@ -483,7 +504,7 @@ class BranchManager:
             return
         cost = sum(f.cost_s for f in branch.fills.values())
         consumed = [p for f in branch.fills.values() for p in f.promoted]
-        per_wall = self.executor.pace.engine_per_wall(branch.model)  # setup, waits: engine s
+        per_wall = self.pace.engine_per_wall(branch.model)  # setup, waits: engine s
         # G_s of Eq. 4: what the consumed fills saved, less what their demands still waited
         saved = max(branch.saved_s - branch.adopted_wait_s * per_wall, 0.0)
         self._spawn(self.admission.report(branch.id, branch.point.coordinate,

@@ -22,6 +22,9 @@ from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
 from services.gateway.execution import Executor
 from services.gateway.ports import LibraryPort
+from services.gateway.reuse.freshness import Freshness
+from services.gateway.reuse.naming import Naming
+from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.state import (
     Branch,
     BranchSettings,
@@ -41,10 +44,17 @@ class FillRunner:
     """Executes fills for the branch manager."""
 
     def __init__(self, executor: Executor, library: LibraryPort, settings: BranchSettings,
-                 tracer: Tracer,
+                 tracer: Tracer, *, naming: Naming, freshness: Freshness,
+                 single_flight: SingleFlight, c1: bool = True,
                  hold: Callable[[Branch, Fill, FillStep], None] | None = None) -> None:
         self.executor = executor
         self.library = library
+        self.naming = naming
+        self.freshness = freshness
+        self.single_flight = single_flight
+        #: Exact reuse (C1) is on: a step takes a current library entry or a running
+        #: canonical execution of its name instead of running again.
+        self.c1 = c1
         self.settings = settings
         self.tracer = tracer
         #: Starts holding a step's placeholder in the library while it runs (gateway replicas).
@@ -88,11 +98,10 @@ class FillRunner:
             return None
         if not rendered.speculable:
             return None
-        fp = self.executor.fingerprint(rendered.template_id, rendered.stage_id,
+        fp = self.naming.fingerprint(rendered.template_id, rendered.stage_id,
                                      rendered.stage_version, rendered.model, rendered.sampling,
                                      stage)
-        name = self.executor.name_for(branch.tenant, fp, rendered.input, stage,
-                                      rendered.sampling)
+        name = self.naming.name_for(branch.tenant, fp, rendered.input, stage, rendered.sampling)
         return (rendered, name) if name is not None else None
 
     async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
@@ -102,16 +111,17 @@ class FillRunner:
         if found is None:
             return None
         rendered, step.name = found
-        if self.executor.features.c1:
+        if self.c1:
             hit = await self.library.lookup(step.name)
             stored = StoredResult.decode(hit.result) if hit is not None else None
-            if stored is not None and await self.executor.reads_current(stored.reads):
+            if stored is not None and await self.freshness.reads_current(stored.reads):
                 step.answered()
                 return stored.text
-            running = self.executor.executing.get((branch.tenant, step.name))
+            running = self.single_flight.running(branch.tenant, step.name)
             if running is not None:  # computed canonically right now: wait, never run it twice
                 step.joining(True)  # its demand joins that execution, not this step
-                run = await self.executor.identical_run(running, self.settings.fill_timeout_s)
+                run = await self.single_flight.identical_run(running,
+                                                             self.settings.fill_timeout_s)
                 if run is not None:
                     self.joined += 1
                     step.joined()
