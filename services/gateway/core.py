@@ -115,7 +115,7 @@ class GatewayCore:
 
     def reuse_name(self, d: Demand) -> str:
         """The reuse name the demand path derives for ``d`` ("" when it has none)."""
-        return str(self.naming.demand_name(self.naming.resolved(d)) or "")
+        return str(self.naming.named(d)[1] or "")
 
     async def locate_history(self, affinity_key: str, model: str, history: str,
                              timeout_s: float) -> str:

@@ -72,10 +72,10 @@ class StageService:
         in the returned ``Answer`` only.
         """
         start = clock.now()
-        d = self.naming.resolved(d)  # a no-op for a demand resolved where it came in
+        d, name = self.naming.named(d)  # resolving is a no-op where the edge resolved it
         waited, token = start_wait_account()
         try:
-            answer, spec = await self._run(d, timeout_s, stream, start)
+            answer, spec = await self._run(d, name, timeout_s, stream, start)
         finally:
             end_wait_account(token)
         if waited[0]:
@@ -84,9 +84,8 @@ class StageService:
             spec.answered(answer.text)
         return answer
 
-    async def _run(self, d: Demand, timeout_s: float, stream: TextStream | None,
-                   start: float) -> tuple[Answer, Speculation | None]:
-        name = self.naming.demand_name(d)
+    async def _run(self, d: Demand, name: ReuseName | None, timeout_s: float,
+                   stream: TextStream | None, start: float) -> tuple[Answer, Speculation | None]:
         spec = await self._speculate(d, name, timeout_s, stream)
         hit = await self._probe_or_claim(name, spec, timeout_s)
         if hit is not None:

@@ -36,6 +36,12 @@ class Naming:
             return d
         return dataclasses.replace(d, stage=self.registry.get(d.template_id).stage(d.stage_id))
 
+    def named(self, d: Demand) -> tuple[Demand, ReuseName | None]:
+        """``d`` resolved (``resolved``) and its reuse name (``demand_name``): a canonical
+        demand's first step."""
+        d = self.resolved(d)
+        return d, self.demand_name(d)
+
     def fingerprint(self, template_id: str, stage_id: str, stage_version: int, model: str,
                     sampling: Sampling | None, stage: Stage | None) -> StageFingerprint:
         """The fingerprint of a stage; tool stages name their tool's incarnation as model."""

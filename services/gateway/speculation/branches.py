@@ -32,7 +32,7 @@ from opentelemetry.trace import Tracer
 
 from services.common.values import clock
 from services.common.values.candidates import FillEstimate, RankedCandidate
-from services.common.values.errors import InvalidArgument
+from services.common.values.errors import DeadlineExceeded, InvalidArgument
 from services.common.values.reads import HoldEvent, HoldNotice, Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span, run_in
@@ -45,7 +45,12 @@ from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.adoption import Adopter
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
-from services.gateway.speculation.promotion import PROMOTION_COUNTERS, Promotion, Promotions
+from services.gateway.speculation.promotion import (
+    DEADLINE,
+    PROMOTION_COUNTERS,
+    Promotion,
+    Promotions,
+)
 from services.gateway.speculation.state import (
     Branch,
     BranchSettings,
@@ -90,11 +95,11 @@ BRANCH_COUNTERS: dict[str, str] = {
                          "running on this gateway instead of computing it again",
     **PROMOTION_COUNTERS,
 }
-#: The counters the manager keeps itself: its own, and the promotion outcomes it sees when it
-#: settles and retires branches (the rest are its promotions' and its fill runner's).
+#: The counters the manager keeps itself: its own, and the winners' (it keeps each branch's
+#: outcome); the rest are its promotions' and its fill runner's.
 _OWN_COUNTERS = (*(k for k in BRANCH_COUNTERS if k not in PROMOTION_COUNTERS
                    and k not in ("ambiguous", "fill_steps_joined")),
-                 "winners_admitted", "winners_lost_unseen")
+                 *(k for k in PROMOTION_COUNTERS if k.startswith("winners_")))
 
 
 class BranchManager:
@@ -178,13 +183,26 @@ class BranchManager:
         return served
 
     def _settle_promotion(self, promotion: Promotion) -> Served | None:
-        """Act on what a demand's match came to: credit the step that served it, or abort the
-        fill it gave up on to run anew; the served result."""
+        """Act on what a demand's match came to: keep each matched step's outcome, credit the
+        step that served it, or abort the fill it gave up on to run anew; the served result
+        (``DeadlineExceeded`` when the deadline passed while it waited)."""
+        for branch, fill, step, what in promotion.outcomes:
+            self._outcome(branch, fill, step, what)
         if promotion.promoted is not None and promotion.served is not None:
             self.credit(*promotion.promoted, promotion.served.cost_s, promotion.waited_s)
         if promotion.abandoned is not None:
             self._abort(promotion.abandoned, f"its demand runs anew ({promotion.why})")
+        if promotion.why == DEADLINE:
+            raise DeadlineExceeded("the deadline passed while the demand waited for the fill it "
+                                   "adopted")
         return promotion.served
+
+    def _outcome(self, branch: Branch, fill: Fill, step: FillStep, what: str) -> None:
+        """Keep what became of an admitted winner's first step ("promoted" or a refusal), once
+        per branch: the bench reports admitted winners that were not promoted, and why."""
+        if branch.record_outcome(fill, step, what):
+            key = "winners_promoted" if what == "promoted" else f"winners_lost_{what}"
+            self._counts[key] = self._counts.get(key, 0) + 1
 
     def credit(self, branch: Branch, fill: Fill, step: FillStep, saved_s: float,
                waited_s: float = 0.0, elsewhere: bool = False) -> None:
@@ -298,7 +316,7 @@ class BranchManager:
         self.credit(branch, fill, step, step.cost_s, elsewhere=True)
         if not branch.resolved and fill.steps and fill.steps[0] is step:
             self._resolve(branch, fill.candidate)
-        self.promotions.outcome(branch, fill, step, "promoted")
+        self._outcome(branch, fill, step, "promoted")
 
     # -- opening ------------------------------------------------------------------------------
 

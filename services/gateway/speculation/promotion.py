@@ -19,13 +19,13 @@ matched step still ran when its demand arrived is kept (``remaining_s``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
 from services.common.values import clock
-from services.common.values.errors import DeadlineExceeded
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
@@ -42,9 +42,9 @@ from services.gateway.speculation.state import (
 from services.gateway.values import TextStream, charge_wait
 
 #: The counters of promotions and their winners, and what each counts (the HELP of its
-#: ``dynbranch_gateway_branch_<key>`` metric); the refusals' reasons are ``REFUSALS``'s. The
-#: branch manager counts ``winners_admitted`` and ``winners_lost_unseen`` (it settles and retires
-#: branches); ``Promotions`` counts the rest (``Promotions.counters``).
+#: ``dynbranch_gateway_branch_<key>`` metric); the refusals' reasons are ``REFUSALS``'s.
+#: ``Promotions`` counts adoptions and refusals (``Promotions.counters``); the branch manager,
+#: which keeps each branch's outcome, counts the winners.
 PROMOTION_COUNTERS: dict[str, str] = {
     "winners_admitted": "Settled branches whose selected candidate had an admitted fill",
     "winners_promoted": "Admitted winners whose first fill step was promoted to answer its "
@@ -82,14 +82,17 @@ class Promotion:
     waited_s: float = 0.0
     #: A fill whose demand gave up on it and runs anew in its place: the manager aborts it.
     abandoned: Fill | None = None
-    #: "promoted", or why not (a ``REFUSALS`` key; "" when nothing matched).
+    #: "promoted", or why not (a ``REFUSALS`` key; "" when nothing matched): ``DEADLINE`` fails
+    #: the demand.
     why: str = ""
+    #: What became of each matched step ("promoted" or a refusal): the manager keeps it as its
+    #: branch's outcome when the step is an admitted winner's first (``Branch.record_outcome``).
+    outcomes: tuple[tuple[Branch, Fill, FillStep, str], ...] = ()
 
 
 #: Counters ``Promotions`` keeps itself (the others of ``PROMOTION_COUNTERS`` are the manager's).
 _OWN_COUNTERS = ("ambiguous", "adoptions", "adoptions_served",
-                 *(f"promotion_refused_{why}" for why in REFUSALS), "winners_promoted",
-                 *(f"winners_lost_{why}" for why in REFUSALS))
+                 *(f"promotion_refused_{why}" for why in REFUSALS))
 
 
 class Promotions:
@@ -116,7 +119,7 @@ class Promotions:
     async def serve(self, branches: list[Branch], name: ReuseName, timeout_s: float,
                     stream: TextStream | None = None) -> Promotion:
         """Promote the one promotable fill step under ``name`` among this workflow's branches,
-        adopting it while it runs (``DeadlineExceeded`` when the deadline passes meanwhile).
+        adopting it while it runs (why ``DEADLINE`` when the deadline passes meanwhile).
 
         Only steps that could still answer count (``Branch.promotable``): a settled exclusive
         branch's losers never do, from the pick on. A demand matching promotable steps of more
@@ -126,40 +129,24 @@ class Promotions:
             branch, fill, step = found[0]
             promotion = await self._claim(branch, fill, step, name, clock.now() + timeout_s,
                                           stream)
-            self.outcome(branch, fill, step, promotion.why)
-            if promotion.why == DEADLINE:
-                raise DeadlineExceeded("the deadline passed while the demand waited for the "
-                                       "fill it adopted")
-            return promotion
+            return dataclasses.replace(promotion,
+                                       outcomes=((branch, fill, step, promotion.why),))
         if found:
             self.counters["ambiguous"] += 1
-            for branch, fill, step in found:
-                self.outcome(branch, fill, step, "ambiguous")
             self._refused("ambiguous")
-            return Promotion(why="ambiguous")
-        reasons = set()  # no promotable step: say why a matching one was not (once)
-        for branch in branches:
-            for fill, step in branch.matches(name):
-                if not step.claimed:
-                    why = "confirmed" if step.confirmed else "fill_failed"
-                    self.outcome(branch, fill, step, why)
-                    reasons.add(why)
-        if not reasons:
+            return Promotion(why="ambiguous",
+                             outcomes=tuple((b, f, s, "ambiguous") for b, f, s in found))
+        outcomes = tuple((b, f, s, "confirmed" if s.confirmed else "fill_failed")
+                         for b in branches for f, s in b.matches(name) if not s.claimed)
+        if not outcomes:  # no promotable step: say why a matching one was not (once)
             return Promotion()
-        why = "fill_failed" if "fill_failed" in reasons else "confirmed"
+        why = "fill_failed" if any(o[3] == "fill_failed" for o in outcomes) else "confirmed"
         self._refused(why)
-        return Promotion(why=why)
+        return Promotion(why=why, outcomes=outcomes)
 
     def _refused(self, why: str) -> None:
         key = f"promotion_refused_{why}"
         self.counters[key] = self.counters.get(key, 0) + 1
-
-    def outcome(self, branch: Branch, fill: Fill, step: FillStep, what: str) -> None:
-        """Record what became of an admitted winner's first step ("promoted" or a refusal),
-        once per branch: the bench reports admitted winners that were not promoted, and why."""
-        if branch.record_outcome(fill, step, what):
-            key = "winners_promoted" if what == "promoted" else f"winners_lost_{what}"
-            self.counters[key] = self.counters.get(key, 0) + 1
 
     async def _claim(self, branch: Branch, fill: Fill, step: FillStep, name: ReuseName,
                      deadline: float, stream: TextStream | None) -> Promotion:
@@ -257,4 +244,4 @@ class Promotions:
 
 
 
-__all__ = ["PROMOTION_COUNTERS", "Promotion", "Promotions"]
+__all__ = ["DEADLINE", "PROMOTION_COUNTERS", "Promotion", "Promotions"]
