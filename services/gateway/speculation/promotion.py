@@ -10,10 +10,12 @@ one such step is promoted; while it still runs, the demand adopts it (``adoption
 canonical priority, waited for under the adoption rule, its text streamed to a streamed
 demand). A demand matching more than one (of one fill or several branches) promotes none:
 ambiguity is a miss, never a guess. Each refusal is counted under its reason
-(``promotion_refused_*``), and what became of each admitted winner's first step under
-``winners_promoted`` / ``winners_lost_*``. An adopted fill's wait is the part of its execution it
-did not hide: the branch's return counts it (``Branch.adopted_wait_s``), and how long each
-matched step still ran when its demand arrived is kept (``remaining_s``).
+(``promotion_refused_*``). What a match came to is returned as a ``Promotion``, and the branch
+manager acts on it: it credits the promoted step (an adopted fill's wait is the part of its
+execution it did not hide: ``Branch.adopted_wait_s``), aborts a fill its demand gave up on, and
+keeps what became of each admitted winner's first step (``winners_promoted`` /
+``winners_lost_*``). How long each matched step still ran when its demand arrived is kept here
+(``remaining_s``).
 """
 
 from __future__ import annotations
