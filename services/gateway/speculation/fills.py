@@ -110,14 +110,15 @@ class FillRunner:
         found = self.named(branch, fill.candidate, step.stage_id, outputs)
         if found is None:
             return None
-        rendered, step.name = found
+        rendered, name = found
+        step.named_as(name)
         if self.c1:
-            hit = await self.library.lookup(step.name)
+            hit = await self.library.lookup(name)
             stored = StoredResult.decode(hit.result) if hit is not None else None
             if stored is not None and await self.freshness.reads_current(stored.reads):
                 step.answered()
                 return stored.text
-            running = self.single_flight.running(branch.tenant, step.name)
+            running = self.single_flight.running(branch.tenant, name)
             if running is not None:  # computed canonically right now: wait, never run it twice
                 step.joining(True)  # its demand joins that execution, not this step
                 run = await self.single_flight.identical_run(running,

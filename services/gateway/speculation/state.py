@@ -78,6 +78,10 @@ class FillStep:
             self.done_at = clock.now()
         self.done.set()
 
+    def named_as(self, name: ReuseName) -> None:
+        """The step was rendered and named as its canonical demand would be."""
+        self.name = name
+
     def answered(self) -> None:
         """The library or a canonical execution answered the step's name: it ends with that
         result and no shadow (demands for it go to the canonical path)."""
