@@ -171,9 +171,10 @@ class BranchManager:
             for branch in branches:
                 await self._settle_on(branch, d, name, timeout_s)
             if name is not None:
-                served = self._settle_promotion(await self.promotions.serve(
+                promotion = await self.promotions.serve(
                     [b for b in branches if b.template.id == d.template_id], name, timeout_s,
-                    stream))
+                    stream)
+                served = self._settle_promotion(promotion)
             for branch in branches:
                 self._maybe_final(branch)
         template = self.registry.get(d.template_id)
