@@ -23,8 +23,8 @@ from services.engine_agent.config import EngineAgentSettings
 from services.engine_agent.leases.state import LeaseSettings
 from services.gateway.config import GatewaySettings
 from services.gateway.core import Limits
+from services.gateway.reuse.library_path import MAX_PENDING_STORES
 from services.gateway.speculation.state import BranchSettings
-from services.gateway.stages import MAX_PENDING_STORES
 
 
 def _default(cls: type, parameter: str) -> object:

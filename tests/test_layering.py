@@ -99,9 +99,11 @@ GATEWAY_LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("stages",),
     ("speculation",),
+    ("reuse",),
     ("execution",),
     ("adapters",),
-    ("ports", "values", "templates", "tools", "auth", "config", "client", "sdk", "tagging"),
+    ("ports", "values", "pace", "templates", "tools", "auth", "config", "client", "sdk",
+     "tagging"),
 )
 
 
@@ -623,9 +625,11 @@ def test_the_gateway_demand_path_only_imports_downward() -> None:
 
 
 def speculation_entries(g: Graph) -> list[str]:
-    """The demand path (``stages``, ``execution``) importing speculation: it reaches early fill
-    only through ``ports.SpeculationPort``, called once per demand."""
-    return [f"{src} -> {dst}" for src in ("services.gateway.stages", "services.gateway.execution")
+    """The demand path (``stages``, ``reuse``, ``execution``) importing speculation: it reaches
+    early fill only through ``ports.SpeculationPort``, called once per demand."""
+    path = [m for m in g if m in ("services.gateway.stages", "services.gateway.execution")
+            or m.startswith("services.gateway.reuse")]
+    return [f"{src} -> {dst}" for src in sorted(path)
             for dst in sorted(g.get(src, ())) if dst.startswith("services.gateway.speculation")]
 
 

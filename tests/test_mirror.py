@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Folders whose modules are cores (the edges, adapters and faces of each service excluded).
 CORES = ("services/admission", "services/corpus", "services/csl", "services/delivery",
          "services/engine_agent/sim",
-         "services/engine_agent/leases", "services/gateway/speculation")
+         "services/engine_agent/leases", "services/gateway/speculation",
+         "services/gateway/reuse")
 #: The gateway's demand path outside ``speculation/``.
 DEMAND_PATH = ("services/gateway/core.py", "services/gateway/stages.py",
                "services/gateway/execution.py", "services/engine_agent/core.py")

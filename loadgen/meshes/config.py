@@ -81,7 +81,7 @@ def core_counters(core: Any) -> dict[str, int]:
     spent = core.stages.executor.engine_s  # engine seconds per priority
     found["canonical_engine_ms"] = round(1000 * spent.get(Priority.CANONICAL, 0.0))
     found["fill_engine_ms"] = round(1000 * spent.get(Priority.FILL, 0.0))
-    found["joined"] = core.stages.joined
+    found["joined"] = core.stages.single_flight.joined
     return {name: int(found.get(name, 0)) for name in COUNTERS}
 
 

@@ -10,9 +10,12 @@ below it, never one above (``tests/test_layering.py`` checks it):
 - ``stages``: the canonical demand path (speculation once, library probe, execution, store).
 - ``speculation/``: early fill (C2), behind ``ports.SpeculationPort``: branches, fills, their
   state and the candidate predictors.
-- ``execution``: naming and running one stage on an engine or a builtin tool.
+- ``reuse/``: the gateway's half of exact reuse (C1): naming, freshness, single-flight and the
+  library path (probe, a hit's freshness, stores).
+- ``execution``: running one stage on an engine or a builtin tool.
 - ``adapters/``: the ports over the other services (engine agents with routing, the csl).
-- ``ports``, ``values``, ``templates/``, ``tools/``: the vocabulary everything above builds on.
+- ``ports``, ``values``, ``pace``, ``templates/``, ``tools/``: the vocabulary everything above
+  builds on (``pace``: the decode pace the executor learns and speculation reads).
 
 The face below is the in-process API (``services.common.values.face``).
 """
@@ -35,7 +38,6 @@ if TYPE_CHECKING:  # the table's names, typed, for mypy and IDEs (tests/test_typ
     from services.gateway.core import GatewayCore as GatewayCore
     from services.gateway.core import Limits as Limits
     from services.gateway.execution import Executor as Executor
-    from services.gateway.execution import Features as Features
     from services.gateway.ports import Execution as Execution
     from services.gateway.sdk import DynbranchClient as DynbranchClient
     from services.gateway.server import build_core as build_core
@@ -67,13 +69,14 @@ if TYPE_CHECKING:  # the table's names, typed, for mypy and IDEs (tests/test_typ
     from services.gateway.values import Answer as Answer
     from services.gateway.values import AnswerSource as AnswerSource
     from services.gateway.values import Demand as Demand
+    from services.gateway.values import Features as Features
 else:  # at run time: each name imported from its module when first used
     __all__, __getattr__ = lazy_face(__name__, {
         "Answer": "values", "AnswerSource": "values", "BranchManager": "speculation.branches",
         "BranchSettings": "speculation.state", "CompositePredictor": "speculation.predictors",
         "CoreStats": "core", "CorpusTitles": "speculation.titles", "Demand": "values",
         "DynbranchClient": "sdk", "EngineState": "adapters.router", "Execution": "ports",
-        "Executor": "execution", "Features": "execution", "GatewayClient": "client",
+        "Executor": "execution", "Features": "values", "GatewayClient": "client",
         "GatewayCore": "core", "GatewaySettings": "config", "InprocEngines": "adapters.inproc",
         "InprocLibrary": "adapters.inproc", "LOCAL_TENANT": "auth", "Limits": "core",
         "PROMOTION_COUNTERS": "speculation.promotion",

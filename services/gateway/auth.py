@@ -69,8 +69,8 @@ def read_key_file(path: str | Path) -> dict[str, str]:
         raise KeyFileError(f"api_keys_file: {path} must be a non-empty mapping of key: tenant")
     keys = {}
     for key, tenant in data.items():
-        if not isinstance(key, str) or not key.strip() or not isinstance(tenant, str) \
-                or not tenant.strip():
+        if (not isinstance(key, str) or not key.strip() or not isinstance(tenant, str)
+                or not tenant.strip()):
             raise KeyFileError(f"api_keys_file: {path}: every entry must map a non-empty "
                                f"string key to a non-empty tenant name")
         keys[key.strip()] = tenant.strip()

@@ -21,6 +21,7 @@ from services.common.values.tracing import untraced
 from services.corpus import Document
 from services.gateway.config import GatewaySettings
 from services.gateway.ports import AppliedWrite, EnginePort, LibraryPort
+from services.gateway.reuse.naming import Naming
 from services.gateway.speculation.branches import BranchManager
 from services.gateway.stages import StageService
 from services.gateway.templates import (
@@ -74,10 +75,11 @@ class CoreStats:
 class GatewayCore:
     """Everything the gateway does, behind the wire formats."""
 
-    def __init__(self, *, registry: TemplateRegistry, stages: StageService,
+    def __init__(self, *, registry: TemplateRegistry, naming: Naming, stages: StageService,
                  branches: BranchManager | None, library: LibraryPort | None,
                  engines: EnginePort, corpus: CorpusPort | None, limits: Limits) -> None:
         self.registry = registry
+        self.naming = naming
         self.stages = stages
         self.branches = branches
         self.library = library
@@ -113,9 +115,7 @@ class GatewayCore:
 
     def reuse_name(self, d: Demand) -> str:
         """The reuse name the demand path derives for ``d`` ("" when it has none)."""
-        executor = self.stages.executor
-        d = executor.resolved(d)
-        return str(executor.demand_name(d, d.stage) or "")
+        return str(self.naming.named(d)[1] or "")
 
     async def locate_history(self, affinity_key: str, model: str, history: str,
                              timeout_s: float) -> str:
@@ -177,7 +177,7 @@ class GatewayCore:
 
         At ``limits.max_in_flight`` demands in flight, one more is refused at once with
         ``ResourceExhausted`` (gRPC RESOURCE_EXHAUSTED, HTTP 429): overload never queues."""
-        d = self.stages.executor.resolved(d)  # in-process callers; an edge resolved it already
+        d = self.naming.resolved(d)  # in-process callers; an edge resolved it already
         self.check(d)
         if self.in_flight >= self.limits.max_in_flight:
             self.refused_overload += 1
@@ -194,7 +194,7 @@ class GatewayCore:
         """Reconcile when the library came back from a restart or a served result was refused
         as stale since the last look (the events the parts below report by counting)."""
         resyncs = self.library.resyncs if self.library is not None else 0
-        stale = self.stages.refused_stale
+        stale = self.stages.library.refused_stale
         if resyncs != self._resyncs_seen or stale != self._stale_seen:
             self._resyncs_seen, self._stale_seen = resyncs, stale
             self.schedule_reconcile()

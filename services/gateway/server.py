@@ -24,10 +24,15 @@ from services.gateway.adapters.sharded_library import ShardedLibrary
 from services.gateway.auth import Authenticator, KeyFileError, KeyFileWatcher, read_key_file
 from services.gateway.config import GatewaySettings
 from services.gateway.core import GatewayCore, Limits
-from services.gateway.execution import Executor, Features
+from services.gateway.execution import Executor
 from services.gateway.http.connections import ConnectionLimits
 from services.gateway.http.front import HttpFront
+from services.gateway.pace import DecodePace
 from services.gateway.ports import AdmissionPort, EnginePort, LibraryPort
+from services.gateway.reuse.freshness import Freshness
+from services.gateway.reuse.library_path import LibraryPath
+from services.gateway.reuse.naming import Naming
+from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.servicer import CoreCollector, GatewayMetrics, GatewayServicer
 from services.gateway.speculation.branches import BranchManager, BranchSettings
 from services.gateway.speculation.draft import DraftPredictor
@@ -38,6 +43,7 @@ from services.gateway.stages import StageService
 from services.gateway.templates import TemplateRegistry, builtin_names, load_builtin, load_template
 from services.gateway.tools.corpus_port import CorpusPort
 from services.gateway.tools.retrieve import RetrieveTool
+from services.gateway.values import Features
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -204,7 +210,11 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
     features = Features(c1=settings.c1 and library is not None,
                         c2=settings.c2 and library is not None)
     registry = build_registry(settings)
-    executor = Executor(registry=registry, engines=engines, tools=tools, features=features)
+    naming = Naming(registry=registry, tools=tools, features=features)
+    freshness = Freshness(tools)
+    single_flight = SingleFlight(freshness)
+    pace = DecodePace()
+    executor = Executor(engines=engines, tools=tools, pace=pace)
     branches = None
     if features.c2:
         if admission is None:
@@ -233,11 +243,15 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
                                                 shadow_ttl_s=settings.shadow_ttl_s,
                                                 branch_ttl_s=settings.branch_ttl_s,
                                                 max_branches=settings.max_branches),
-                                 runtime.tracer)
-    stages = StageService(executor=executor, library=library, speculation=branches,
-                          tracer=runtime.tracer, max_pending_stores=settings.max_pending_stores)
-    core = GatewayCore(registry=registry, stages=stages, branches=branches, library=library,
-                       engines=engines, corpus=corpus,
+                                 runtime.tracer, registry=registry, naming=naming,
+                                 freshness=freshness, single_flight=single_flight, pace=pace,
+                                 features=features)
+    stages = StageService(naming=naming, executor=executor,
+                          library=LibraryPath(library, freshness, runtime.tracer,
+                                              settings.max_pending_stores),
+                          single_flight=single_flight, speculation=branches)
+    core = GatewayCore(registry=registry, naming=naming, stages=stages, branches=branches,
+                       library=library, engines=engines, corpus=corpus,
                        limits=Limits(settings.max_prompt_bytes, settings.max_request_id,
                                      max_in_flight=settings.max_in_flight))
     runtime.on_close(core.close)

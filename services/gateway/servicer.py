@@ -106,8 +106,8 @@ def trace_parent(metadata: Sequence[tuple[str, str | bytes]] | None, tenant: str
 
 def demand_from_proto(core: GatewayCore, tenant: str, msg: common_pb2.StageDemand) -> Demand:
     """A validated core demand from the wire (sampling checked for llm stages only)."""
-    stage = core.stage(msg.template_id, msg.stage_id) if msg.template_id and msg.stage_id \
-        else None
+    stage = (core.stage(msg.template_id, msg.stage_id) if msg.template_id and msg.stage_id
+             else None)
     is_tool = stage is not None and stage.kind is StageKind.TOOL
     if not is_tool:
         core.check_model(msg.model)

@@ -1,6 +1,7 @@
-"""The gateway's plain values: stage demands and answers as its core sees them, and how a stage
-result is stored in the library (enough to answer a later demand exactly). No protos, no gRPC;
-every gateway module may import this one, and it imports only ``services.common``."""
+"""The gateway's plain values: which mechanisms are on, stage demands and answers as its core
+sees them, and how a stage result is stored in the library (enough to answer a later demand
+exactly). No protos, no gRPC; every gateway module may import this one, and it imports only
+``services.common``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ if TYPE_CHECKING:
 from services.common.values.generation import FinishReason, Sampling, Timings, Usage
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """Which mechanisms are on; the experiment arms are combinations of these."""
+
+    c1: bool = True
+    c2: bool = True
 
 
 class AnswerSource(enum.IntEnum):
@@ -205,8 +214,8 @@ class StoredResult:
         try:
             text, reason, prompt, cached, completion, *rest = json.loads(data)
             reads = tuple((str(r), int(v)) for r, v in rest[0]) if rest else ()
-            calls = tuple(ToolCall(str(i), str(n), str(a)) for i, n, a in rest[1]) \
-                if len(rest) > 1 else ()
+            calls = (tuple(ToolCall(str(i), str(n), str(a)) for i, n, a in rest[1])
+                     if len(rest) > 1 else ())
             stop = rest[2] if len(rest) > 2 else ""
             if len(rest) > 3 or not isinstance(stop, str):
                 raise ValueError("trailing fields")
@@ -222,6 +231,6 @@ def unknown_model(model: str, served: Iterable[str]) -> InvalidArgument:
     return InvalidArgument("demand.model", f"unknown model {quoted(model)} (served: {known})")
 
 
-__all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "AnswerSource", "StoredResult",
-           "TextStream", "charge_wait", "end_wait_account", "new_request_id", "start_wait_account",
-           "unknown_model"]
+__all__ = ["ZERO_TIMINGS", "ZERO_USAGE", "Answer", "Demand", "AnswerSource", "Features",
+           "StoredResult", "TextStream", "charge_wait", "end_wait_account", "new_request_id",
+           "start_wait_account", "unknown_model"]

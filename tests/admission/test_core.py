@@ -268,7 +268,7 @@ def test_admission_only_while_the_resolution_window_remains() -> None:
 
 
 def test_the_decode_pace_projects_the_remaining_window_in_engine_seconds() -> None:
-    from services.gateway.execution import DecodePace
+    from services.gateway.pace import DecodePace
 
     pace = DecodePace()
     assert pace.window_s("m", 100, 0.0) == 0.0  # nothing known yet
@@ -305,7 +305,7 @@ def test_the_gateway_client_sends_projected_exec_gain_and_tokens() -> None:
 
 
 def test_the_decode_pace_gives_engine_seconds_per_token() -> None:
-    from services.gateway.execution import DecodePace
+    from services.gateway.pace import DecodePace
 
     pace = DecodePace()
     assert pace.engine_s_per_token("m") is None

@@ -21,7 +21,13 @@ from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.core import LibraryOptions, SubgraphLibrary
 from services.engine_agent.backends.sim import SimBackend
 from services.gateway.adapters.inproc import InprocEngines, InprocLibrary
-from services.gateway.execution import Executor, Features
+from services.gateway.execution import Executor
+from services.gateway.pace import DecodePace
+from services.gateway.ports import AdmissionPort, EnginePort, LibraryPort
+from services.gateway.reuse.freshness import Freshness
+from services.gateway.reuse.library_path import LibraryPath
+from services.gateway.reuse.naming import Naming
+from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.branches import BranchManager, BranchSettings
 from services.gateway.speculation.predictors import default_predictor
 from services.gateway.stages import StageService
@@ -31,7 +37,7 @@ from services.gateway.templates.render import (
     render_stage,
     resolve_stage_bindings,
 )
-from services.gateway.values import Demand
+from services.gateway.values import Demand, Features
 
 MODEL = "qwen3-32b"
 ROUTING_FUNCTIONS = ("get_weather", "book_flight", "convert_currency")
@@ -66,6 +72,22 @@ def LocalLibrary(library: AsyncSubgraphLibrary) -> InprocLibrary:  # noqa: N802
     return InprocLibrary(library, hop_s=0.0)
 
 
+def bare_manager(engines: EnginePort | None, library: LibraryPort,
+                 registry: TemplateRegistry, settings: BranchSettings,
+                 admission: AdmissionPort | None = None) -> BranchManager:
+    """A branch manager over ``library`` with no tools, C1 and C2 on, whose executor is never
+    asked to run a stage (a test opens its branches and fills by hand)."""
+    features = Features()
+    freshness = Freshness({})
+    executor = Executor(engines=engines, tools={}, pace=DecodePace())  # type: ignore[arg-type]
+    return BranchManager(executor, library, admission or StaticAdmission(),
+                         default_predictor(3), settings, TracerProvider().get_tracer("t"),
+                         registry=registry,
+                         naming=Naming(registry=registry, tools={}, features=features),
+                         freshness=freshness, single_flight=SingleFlight(freshness),
+                         pace=executor.pace, features=features)
+
+
 @dataclass
 class Core:
     """A gateway core wired in-process."""
@@ -74,6 +96,8 @@ class Core:
     branches: BranchManager | None
     engines: InprocEngines
     admission: StaticAdmission
+    #: The library port under the stages' library path (what fills store shadows in).
+    library: InprocLibrary
 
 
 @asynccontextmanager
@@ -95,15 +119,23 @@ async def local_core(c1: bool = True, c2: bool = True, engines: int = 2,
             registry.register(load_builtin(name))
         tracer = TracerProvider().get_tracer("test")
         local_engines = LocalEngines(backends)
-        executor = Executor(registry=registry, engines=local_engines, tools={},
-                            features=Features(c1=c1, c2=c2))
+        features = Features(c1=c1, c2=c2)
+        naming = Naming(registry=registry, tools={}, features=features)
+        freshness = Freshness({})
+        single_flight = SingleFlight(freshness)
+        pace = DecodePace()
+        executor = Executor(engines=local_engines, tools={}, pace=pace)
         admission = StaticAdmission(top_k=top_k)
         branches = None
         if c2:
             branches = BranchManager(executor, LocalLibrary(lib), admission, default_predictor(3),
-                                     BranchSettings(fill_wait_s=fill_wait_s), tracer)
+                                     BranchSettings(fill_wait_s=fill_wait_s), tracer,
+                                     registry=registry, naming=naming, freshness=freshness,
+                                     single_flight=single_flight, pace=pace, features=features)
             stack.push_async_callback(branches.close)
-        stages = StageService(executor=executor, library=LocalLibrary(lib), speculation=branches,
-                              tracer=tracer)
+        library = LocalLibrary(lib)
+        stages = StageService(naming=naming, executor=executor,
+                              library=LibraryPath(library, freshness, tracer),
+                              single_flight=single_flight, speculation=branches)
         stack.push_async_callback(stages.close)
-        yield Core(stages, branches, local_engines, admission)
+        yield Core(stages, branches, local_engines, admission, library)

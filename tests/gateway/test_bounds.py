@@ -81,16 +81,16 @@ def _untagged(i: int) -> Demand:
 
 async def test_stores_past_max_pending_stores_are_dropped_and_answers_still_come() -> None:
     async with local_core(c2=False) as core:
-        stalled = _StalledLibrary(core.stages.library)
-        core.stages.library = stalled
-        core.stages.max_pending_stores = 3
+        stalled = _StalledLibrary(core.stages.library.port)
+        core.stages.library.port = stalled
+        core.stages.library.max_pending_stores = 3
         answers = [await core.stages.run(_untagged(i), 30) for i in range(5)]
         assert all(a.text for a in answers)
         await asyncio.sleep(0)
-        assert stalled.puts == 3 and core.stages.stores_dropped == 2
+        assert stalled.puts == 3 and core.stages.library.stores_dropped == 2
         stalled.release.set()
         await core.stages.close()
-        assert core.stages.stores_dropped == 2
+        assert core.stages.library.stores_dropped == 2
 
 
 def _versions(n: int) -> Iterator[Template]:
@@ -114,7 +114,7 @@ async def test_gateway_settings_reach_the_bounded_tables() -> None:
     async with engine_agent() as eng, gateway([eng.address], max_branches=7,
                                               max_pending_stores=5, max_templates=64) as gw:
         assert gw.core.limits.max_in_flight == 4096
-        assert gw.core.stages.max_pending_stores == 5
+        assert gw.core.stages.library.max_pending_stores == 5
         assert gw.core.registry.max_templates == 64
         assert gw.core.branches is None  # no csl: no branches; their bound is checked below
     with tempfile.TemporaryDirectory() as tmp:

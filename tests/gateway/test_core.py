@@ -26,8 +26,8 @@ INPUTS = {"functions": json.dumps([{"name": "get_weather"}]), "query": "Weather 
 
 
 def gateway(core: Core, **limits: int) -> GatewayCore:
-    return GatewayCore(registry=core.stages.executor.registry, stages=core.stages,
-                       branches=core.branches, library=core.stages.library,
+    return GatewayCore(registry=core.stages.naming.registry, naming=core.stages.naming,
+                       stages=core.stages, branches=core.branches, library=core.library,
                        engines=core.engines, corpus=None, limits=Limits(**limits))
 
 
@@ -45,7 +45,7 @@ async def test_malformed_demands_are_refused_naming_the_field() -> None:
                               (plain(model="gpt-17"), "demand.model"),
                               (plain(sampling=None), "demand.sampling")):
             with pytest.raises(InvalidArgument) as info:
-                g.check(g.stages.executor.resolved(demand))
+                g.check(g.naming.resolved(demand))
             assert info.value.field == field
         with pytest.raises(NotFound):
             await g.call(plain(template_id="routing", stage_id="nope"), 5.0)
@@ -65,7 +65,7 @@ async def test_a_demands_stage_is_resolved_once_on_the_way_in() -> None:
         await g.call(routing_demand("acme", "wf", "router", INPUTS), 30.0)
         assert seen[0].stage is g.stage("routing", "router")
         resolved = seen[0]
-        assert g.stages.executor.resolved(resolved) is resolved  # a no-op once resolved
+        assert g.naming.resolved(resolved) is resolved  # a no-op once resolved
         assert g.reuse_name(resolved) and g.models() == {MODEL}
         assert [p.stage for p in g.decisions("routing")] == ["router"]
 
@@ -88,7 +88,7 @@ async def test_the_core_reconciles_when_the_library_restarted_or_a_result_was_st
         g.library.resyncs += 1  # type: ignore[union-attr]
         await g.call(plain(), 5.0)
         assert scheduled == [1]
-        core.stages.refused_stale += 1
+        core.stages.library.refused_stale += 1
         await g.call(plain(), 5.0)
         await g.call(plain(), 5.0)
         assert scheduled == [1, 1]  # once per change, not per demand
@@ -128,7 +128,8 @@ async def test_writes_overlap_and_each_returns_once_its_own_write_settled(
     library = SettlingLibrary()
     with Corpus(tmp_path / "corpus", "corpus", sync=False) as corpus:
         async with local_core(c2=False, engines=1) as core:
-            g = GatewayCore(registry=core.stages.executor.registry, stages=core.stages,
+            g = GatewayCore(registry=core.stages.naming.registry, naming=core.stages.naming,
+                            stages=core.stages,
                             branches=None, library=library,  # type: ignore[arg-type]
                             engines=core.engines, corpus=CorpusService(corpus),
                             limits=Limits())

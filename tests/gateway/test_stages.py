@@ -65,7 +65,7 @@ async def test_two_identical_concurrent_demands_cost_one_engine_execution() -> N
         assert engines.calls == 1
         assert {first.source, second.source} == {AnswerSource.ENGINE, AnswerSource.JOINED}
         assert first.text == second.text and first.reuse_name == second.reuse_name
-        assert core.stages.joined == 1
+        assert core.stages.single_flight.joined == 1
         third = await core.stages.run(_demand(), 30)  # after: the stored result
         assert third.source is AnswerSource.LIBRARY and engines.calls == 1
 
@@ -78,7 +78,7 @@ async def test_other_tenants_and_sampled_demands_never_join() -> None:
             core.stages.run(_demand("acme", sampled), 30),
             core.stages.run(_demand("acme", sampled), 30))
         assert [a.source for a in answers[1:]] == [AnswerSource.ENGINE] * 3
-        assert engines.calls == 4 and core.stages.joined == 0
+        assert engines.calls == 4 and core.stages.single_flight.joined == 0
 
 
 async def test_without_c1_identical_demands_each_run() -> None:

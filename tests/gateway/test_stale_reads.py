@@ -225,7 +225,7 @@ async def test_a_csl_restarted_on_an_older_store_under_a_running_gateway_serves_
             await asyncio.sleep(0.2)
         else:
             raise AssertionError("the library never served the current text again")
-        assert gw.core.stages.refused_stale + gw.core.reconciled_records > 0
+        assert gw.core.stages.library.refused_stale + gw.core.reconciled_records > 0
 
 
 def test_stored_results_carry_their_corpus_reads_and_old_encodings_still_decode() -> None:

@@ -141,8 +141,8 @@ class EnginePool:
                 return -1
             return int(reply.resident_tokens)
 
-        found = await asyncio.gather(*(resident(s) for s in healthy)) if history else \
-            [0] * len(healthy)
+        found = (await asyncio.gather(*(resident(s) for s in healthy)) if history
+                 else [0] * len(healthy))
         best = max(zip(found, healthy, strict=True),
                    key=lambda fs: (fs[0], -fs[1].canonical_score()))[1]
         return best.engine_id

@@ -295,8 +295,8 @@ def _input(arguments: str) -> Any:
 
 def content_blocks(answer: Answer) -> list[dict[str, Any]]:
     """Its text (unless it only calls tools), then a ``tool_use`` block per call."""
-    blocks = [{"type": "text", "text": answer.text}] if answer.text or not answer.tool_calls \
-        else []
+    blocks = ([{"type": "text", "text": answer.text}] if answer.text or not answer.tool_calls
+              else [])
     return blocks + [{"type": "tool_use", "id": c.id, "name": c.name,
                       "input": _input(c.arguments)} for c in answer.tool_calls]
 

@@ -337,8 +337,8 @@ async def response_events(req: Arrival, rid: str, created: int, first: Item,
             yield event("response.output_item.done", output_index=k,
                         item=_call_item(call.id, call.name, call.arguments))
         final = _response(req, rid, created, answer)
-        kind = "response.incomplete" if final["status"] == "incomplete" else \
-            "response.completed"
+        kind = ("response.incomplete" if final["status"] == "incomplete"
+                else "response.completed")
         yield event(kind, response=final)
     except DynbranchError as exc:  # after the first byte the status is sent: report inline
         status, error = error_status(exc, RESPONSES)

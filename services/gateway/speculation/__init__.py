@@ -2,7 +2,8 @@
 gateway replicas (``replicas``), running one fill (``fills``), branch and fill state (``state``)
 and the candidate predictors (``predictors``, ``titles``).
 
-May import: ``services.common``, the gateway's ``execution`` (the narrow interface fills run
-through), ``ports``, ``values``, ``templates`` and ``tools``. Never ``stages``, ``core`` or an edge:
-the canonical path calls down into speculation, not the other way round.
+May import: ``services.common``, the gateway's ``reuse`` (naming a fill step exactly as its
+demand, freshness, single-flight), ``execution`` (what fills run through), ``pace``, ``ports``,
+``values``, ``templates`` and ``tools``. Never ``stages``, ``core`` or an edge: the canonical
+path calls down into speculation, not the other way round.
 """

@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 
 #: Why an adopting demand stopped waiting (``state.REFUSALS`` keys).
 STALLED, SOONER, DEADLINE, CONFIRMED = "stalled", "sooner", "deadline", "confirmed"
+#: The reasons after which the demand runs the stage anew in the fill's place (its fill is
+#: aborted); after the others the fill is given back.
+RUNS_ANEW = (STALLED, SOONER)
 #: A deadline this close counts as passed: asyncio fires a timer due within the loop's clock
 #: resolution at once, without time passing (``aiotools.VirtualClock`` sets that resolution to
 #: 1 ms), so a shorter wait would return at once again and again: the adopter would spin.
@@ -171,4 +174,4 @@ class Adopter:
                 return
 
 
-__all__ = ["CONFIRMED", "DEADLINE", "SOONER", "STALLED", "Adopter"]
+__all__ = ["CONFIRMED", "DEADLINE", "RUNS_ANEW", "SOONER", "STALLED", "Adopter"]

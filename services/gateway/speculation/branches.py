@@ -32,16 +32,25 @@ from opentelemetry.trace import Tracer
 
 from services.common.values import clock
 from services.common.values.candidates import FillEstimate, RankedCandidate
-from services.common.values.errors import InvalidArgument
+from services.common.values.errors import DeadlineExceeded, InvalidArgument
 from services.common.values.reads import HoldEvent, HoldNotice, Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span, run_in
 from services.gateway.execution import Executor
+from services.gateway.pace import DecodePace
 from services.gateway.ports import AdmissionPort, LibraryPort
+from services.gateway.reuse.freshness import Freshness
+from services.gateway.reuse.naming import Naming
+from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.adoption import Adopter
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.predictors import Predictor, context_for
-from services.gateway.speculation.promotion import PROMOTION_COUNTERS, Promotions
+from services.gateway.speculation.promotion import (
+    DEADLINE,
+    PROMOTION_COUNTERS,
+    Promotion,
+    Promotions,
+)
 from services.gateway.speculation.state import (
     Branch,
     BranchSettings,
@@ -49,8 +58,15 @@ from services.gateway.speculation.state import (
     FillStep,
     scope_of,
 )
-from services.gateway.templates import DecisionPoint, Stage, StageKind, Template, Window
-from services.gateway.values import Demand, TextStream
+from services.gateway.templates import (
+    DecisionPoint,
+    Stage,
+    StageKind,
+    Template,
+    TemplateRegistry,
+    Window,
+)
+from services.gateway.values import Demand, Features, TextStream
 
 log = logging.getLogger(__name__)
 #: Longest ``close`` waits for its tasks: each outcome report has its own deadline (1 s), an
@@ -79,14 +95,27 @@ BRANCH_COUNTERS: dict[str, str] = {
                          "running on this gateway instead of computing it again",
     **PROMOTION_COUNTERS,
 }
+#: The counters the manager keeps itself: its own, and the winners' (it keeps each branch's
+#: outcome); the rest are its promotions' and its fill runner's.
+_OWN_COUNTERS = (*(k for k in BRANCH_COUNTERS if k not in PROMOTION_COUNTERS
+                   and k not in ("ambiguous", "fill_steps_joined")),
+                 *(k for k in PROMOTION_COUNTERS if k.startswith("winners_")))
 
 
 class BranchManager:
-    """Opens, fills, resolves and retires branches; every task it starts is owned and awaited."""
+    """Opens, fills, resolves and retires branches; every task it starts is owned and awaited.
+
+    Its fills run stages through ``executor`` and name them as the canonical path would
+    (``naming``; with C1 on they take a current library entry, ``freshness``, or an identical
+    canonical execution running now, ``single_flight``); ``pace`` is the decode pace the
+    executor learns, read for admission's estimates and the outcome reports."""
 
     def __init__(self, executor: Executor, library: LibraryPort, admission: AdmissionPort,
-                 predictor: Predictor, settings: BranchSettings, tracer: Tracer) -> None:
-        self.executor = executor
+                 predictor: Predictor, settings: BranchSettings, tracer: Tracer, *,
+                 registry: TemplateRegistry, naming: Naming, freshness: Freshness,
+                 single_flight: SingleFlight, pace: DecodePace, features: Features) -> None:
+        self.registry = registry
+        self.pace = pace
         self.library = library
         self.admission = admission
         self.predictor = predictor
@@ -96,12 +125,22 @@ class BranchManager:
         self._by_workflow: dict[tuple[str, str], list[Branch]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._by_request: dict[str, Branch] = {}
-        self.counters = dict.fromkeys(BRANCH_COUNTERS, 0)
-        self.promotions = Promotions(library, settings, tracer, self.counters, abort=self._abort,
+        #: The manager's own counters (``counters`` adds those of its promotions and fills).
+        self._counts = dict.fromkeys(_OWN_COUNTERS, 0)
+        self.promotions = Promotions(library, settings, tracer,
                                      adopter=Adopter(executor.engines, settings),
-                                     join_confirmed=executor.features.c1)
-        self.fills = FillRunner(executor, library, settings, tracer, hold=self.hold,
-                                counters=self.counters)
+                                     join_confirmed=features.c1)
+        self.fills = FillRunner(executor, library, settings, tracer, naming=naming,
+                                freshness=freshness, single_flight=single_flight,
+                                c1=features.c1, hold=self.hold)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Every counter of ``BRANCH_COUNTERS`` now, in its order: the manager's own, its
+        promotions' and its fill runner's (a snapshot)."""
+        found = {**self._counts, **self.promotions.counters,
+                 "fill_steps_joined": self.fills.joined}
+        return {key: found.get(key, 0) for key in BRANCH_COUNTERS}
 
     # -- entry from the canonical path -------------------------------------------------------
 
@@ -132,16 +171,50 @@ class BranchManager:
             for branch in branches:
                 await self._settle_on(branch, d, name, timeout_s)
             if name is not None:
-                served = await self.promotions.serve(
+                promotion = await self.promotions.serve(
                     [b for b in branches if b.template.id == d.template_id], name, timeout_s,
                     stream)
+                served = self._settle_promotion(promotion)
             for branch in branches:
                 self._maybe_final(branch)
-        template = self.executor.registry.get(d.template_id)
+        template = self.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
         if point is not None and d.workflow_id:
             self._open(d, template, point)
         return served
+
+    def _settle_promotion(self, promotion: Promotion) -> Served | None:
+        """Act on what a demand's match came to: keep each matched step's outcome, credit the
+        step that served it, or abort the fill it gave up on to run anew; the served result
+        (``DeadlineExceeded`` when the deadline passed while it waited)."""
+        for branch, fill, step, what in promotion.outcomes:
+            self._outcome(branch, fill, step, what)
+        if promotion.promoted is not None and promotion.served is not None:
+            self.credit(*promotion.promoted, promotion.served.cost_s, promotion.waited_s)
+        if promotion.abandoned is not None:
+            self._abort(promotion.abandoned, f"its demand runs anew ({promotion.why})")
+        if promotion.why == DEADLINE:
+            raise DeadlineExceeded("the deadline passed while the demand waited for the fill it "
+                                   "adopted")
+        return promotion.served
+
+    def _outcome(self, branch: Branch, fill: Fill, step: FillStep, what: str) -> None:
+        """Keep what became of an admitted winner's first step ("promoted" or a refusal), once
+        per branch: the bench reports admitted winners that were not promoted, and why."""
+        if branch.record_outcome(fill, step, what):
+            key = "winners_promoted" if what == "promoted" else f"winners_lost_{what}"
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def credit(self, branch: Branch, fill: Fill, step: FillStep, saved_s: float,
+               waited_s: float = 0.0, elsewhere: bool = False) -> None:
+        """Credit one promotion of ``step`` (by a demand here, or on another replica:
+        ``elsewhere``), which saved ``saved_s`` engine seconds after its demand waited
+        ``waited_s``, to its fill and branch, and count it."""
+        if branch.credit(fill, step, saved_s, waited_s):
+            self._counts["fills_consumed"] += 1
+        self._counts["stages_promoted"] += 1
+        if elsewhere:
+            self._counts["promoted_elsewhere"] += 1
 
     async def _settle_on(self, branch: Branch, d: Demand, name: ReuseName | None,
                          timeout_s: float) -> None:
@@ -152,7 +225,7 @@ class BranchManager:
             await self._wait_ready(branch, timeout_s)
             match = branch.match(name) if name is not None else None
             if match is None and name is not None:  # a predicted candidate, not filled
-                branch.selected = next((c for c, n in branch.predicted.items() if n == name), "")
+                branch.select_predicted(name)
             self._resolve(branch, match[0].candidate if match else "")
 
     async def _wait_ready(self, branch: Branch, timeout_s: float) -> None:
@@ -175,7 +248,7 @@ class BranchManager:
         point (a branch here is this workflow's: its fills were matched locally)."""
         if name is None or not d.workflow_id:
             return False
-        points = [p for p in self.executor.registry.get(d.template_id).decisions
+        points = [p for p in self.registry.get(d.template_id).decisions
                   if _fills(p, stage.id)]
         if not points:
             return False
@@ -191,8 +264,8 @@ class BranchManager:
         claimed = await self.library.claim(name, scope_of(d.tenant, d.workflow_id),
                                            min(self.settings.fill_wait_s, timeout_s))
         if claimed is not None:
-            self.counters["claimed_elsewhere"] += 1
-        template = self.executor.registry.get(d.template_id)
+            self._counts["claimed_elsewhere"] += 1
+        template = self.registry.get(d.template_id)
         if any(_starts(p, stage.id) for p in template.decisions):
             keep = (claimed.branch_id, claimed.candidate) if claimed is not None else ("", "")
             self._spawn(self._settle_scope(d, stage, *keep), f"settle:{d.workflow_id}")
@@ -207,7 +280,7 @@ class BranchManager:
         """Hold a fill step's placeholder while its branch lives (the fill runner's ``hold``)."""
         if branch.retired:
             return
-        step.hold = self._spawn(self._follow_hold(branch, fill, step), f"hold:{branch.id}")
+        step.held_by(self._spawn(self._follow_hold(branch, fill, step), f"hold:{branch.id}"))
 
     async def _follow_hold(self, branch: Branch, fill: Fill, step: FillStep) -> None:
         """Hold the step's placeholder; learn what other replicas did with its shadow."""
@@ -241,17 +314,10 @@ class BranchManager:
         """Another replica's demand promoted the step: credit the fill, resolve the branch."""
         if step.claimed or step.claiming:
             return  # promoted by a demand on this gateway: counted there
-        step.claimed = True
-        fill.promoted.append(step.producer)
-        branch.saved_s += step.cost_s
-        self.counters["stages_promoted"] += 1
-        self.counters["promoted_elsewhere"] += 1
-        if not fill.consumed:
-            fill.consumed = True
-            self.counters["fills_consumed"] += 1
+        self.credit(branch, fill, step, step.cost_s, elsewhere=True)
         if not branch.resolved and fill.steps and fill.steps[0] is step:
             self._resolve(branch, fill.candidate)
-        self.promotions.outcome(branch, fill, step, "promoted")
+        self._outcome(branch, fill, step, "promoted")
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -268,15 +334,14 @@ class BranchManager:
         self.branches[branch.id] = branch
         self._by_workflow.setdefault((d.tenant, d.workflow_id), []).append(branch)
         self._by_request[d.request_id] = branch
-        self.counters["opened"] += 1
+        self._counts["opened"] += 1
         self._spawn(self._launch(branch, d), f"open:{branch.id}")
 
     def on_output(self, d: Demand, text: str) -> None:
         """The deciding stage of a branch answered: fills that read its output may start."""
         branch = self._by_request.pop(d.request_id, None)
         if branch is not None:
-            branch.outputs[branch.point.stage] = text
-            branch.decided.set()
+            branch.decide(text)
 
     async def _launch(self, branch: Branch, d: Demand) -> None:
         if branch.point.window is Window.USER:
@@ -286,7 +351,7 @@ class BranchManager:
                 branch.ready.set()
                 return
         if not self.library.available():  # nothing it ran could be promoted: run none
-            self.counters["skipped_library_down"] += 1
+            self._counts["skipped_library_down"] += 1
             branch.ready.set()
             return
         start = clock.now()
@@ -294,14 +359,15 @@ class BranchManager:
         try:
             with maybe_span(self.tracer, "branch.open", attributes=attrs):
                 admitted = await self._gates(branch, d)
-            branch.setup_s = clock.now() - start
+            branch.set_up(clock.now() - start)
             if not branch.resolved and not branch.retired:
                 for rank, candidate in admitted:
                     fill = Fill(candidate, rank)
-                    branch.fills[candidate] = fill
-                    fill.task = self._spawn(self.fills.run(branch, fill), f"fill:{branch.id}")
+                    branch.add_fill(fill)
+                    fill.run_as(self._spawn(self.fills.run(branch, fill), f"fill:{branch.id}"))
+                    assert fill.task is not None
                     fill.task.add_done_callback(functools.partial(self._final_after, branch))
-                    self.counters["fills_issued"] += 1
+                    self._counts["fills_issued"] += 1
         finally:
             branch.ready.set()
 
@@ -328,7 +394,7 @@ class BranchManager:
         with maybe_span(self.tracer, "branch.fill_gate") as span:
             window = 0.0  # a user's think time is not known in advance
             if branch.point.window is not Window.USER and d.sampling is not None:
-                window = self.executor.pace.window_s(d.model, d.sampling.max_tokens,
+                window = self.pace.window_s(d.model, d.sampling.max_tokens,
                                                      clock.now() - branch.opened_at)
             admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
                                                   window, self._estimates(branch, ranked))
@@ -345,7 +411,7 @@ class BranchManager:
         is kept (``Branch.predicted``): a demand that selects a candidate no fill ran for still
         tells admission which rank was selected."""
         out: dict[str, FillEstimate] = {}
-        pace = self.executor.pace
+        pace = self.pace
         for c in ranked:
             chain = branch.point.chain_for(c.candidate)
             total: float | None = 0.0
@@ -353,14 +419,14 @@ class BranchManager:
                 stage = branch.template.stage(step.stage)
                 if stage.kind is StageKind.LLM and stage.sampling is not None and total is not None:
                     per_token = pace.engine_s_per_token(stage.model or branch.model)
-                    total = None if per_token is None else \
-                        total + stage.sampling.max_tokens * per_token
+                    total = (None if per_token is None
+                             else total + stage.sampling.max_tokens * per_token)
             prompt = peak = 0
             first = self.fills.named(branch, c.candidate, chain[0].stage,
                                      dict(branch.outputs)) if chain else None
             if first is not None:
                 rendered, name = first
-                branch.predicted[c.candidate] = name
+                branch.predict(c.candidate, name)
                 if rendered.sampling is not None:
                     prompt = pace.prompt_tokens(rendered.model, rendered.text)
                     peak = prompt + rendered.sampling.max_tokens
@@ -370,10 +436,9 @@ class BranchManager:
     # -- settlement ---------------------------------------------------------------------------
 
     def _resolve(self, branch: Branch, winner: str) -> None:
-        branch.resolved, branch.winner = True, winner
-        branch.selected = winner or branch.selected
+        branch.resolve(winner)
         if winner in branch.fills:
-            self.counters["winners_admitted"] += 1
+            self._counts["winners_admitted"] += 1
         with maybe_span(self.tracer, "branch.settle", attributes={
                 "dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
                 "dynbranch.candidate": winner, "dynbranch.exclusive": branch.exclusive}):
@@ -385,12 +450,12 @@ class BranchManager:
                 for candidate, fill in branch.fills.items():
                     if candidate != winner:
                         self._abort(fill, "lost the branch")
-                        self.counters["fills_discarded"] += 1
+                        self._counts["fills_discarded"] += 1
                 self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}",
                             branch.trace)
             else:  # independent (Figure 1a): stop unfinished unselected fills, keep finished
                 for candidate, fill in branch.fills.items():
-                    if candidate != winner and fill.task is not None and not fill.task.done():
+                    if candidate != winner and fill.running():
                         self._abort(fill, "not picked")
             self._maybe_final(branch)
             if not branch.reported:  # the selection is known: feedback starts now
@@ -409,10 +474,8 @@ class BranchManager:
         await self.library.discard(branch_id, keep)
 
     def _abort(self, fill: Fill, why: str) -> None:
-        fill.aborted = True
-        if fill.task is not None and not fill.task.done():
-            fill.task.cancel()
-            self.counters["fills_aborted"] += 1
+        if fill.abort():
+            self._counts["fills_aborted"] += 1
             log.debug("fill %s aborted: %s", fill.candidate, why)
 
     # -- retirement ---------------------------------------------------------------------------
@@ -427,10 +490,8 @@ class BranchManager:
             self._retire(branch)
 
     def _retire(self, branch: Branch) -> None:
-        branch.retired = True
-        if branch.resolved and branch.winner in branch.fills and not branch.outcome:
-            branch.outcome = "unseen"  # its first stage was served where this gateway can't see
-            self.counters["winners_lost_unseen"] += 1
+        if branch.retire():
+            self._counts["winners_lost_unseen"] += 1
         self.branches.pop(branch.id, None)
         self._by_request.pop(branch.request_id, None)
         siblings = self._by_workflow.get((branch.tenant, branch.workflow_id), [])
@@ -441,8 +502,7 @@ class BranchManager:
         for fill in branch.fills.values():
             self._abort(fill, "branch retired")
             for step in fill.steps:
-                if step.hold is not None:
-                    step.hold.cancel()
+                step.drop_hold()
         self._report(branch)
 
     def _maybe_final(self, branch: Branch) -> None:
@@ -451,7 +511,7 @@ class BranchManager:
         inside the run, not at expiry)."""
         if branch.reported or not branch.resolved:
             return
-        if any(f.task is not None and not f.task.done() for f in branch.fills.values()):
+        if any(f.running() for f in branch.fills.values()):
             return
         winner = branch.fills.get(branch.winner)
         if winner is not None and any(step.open(winner) for step in winner.steps):
@@ -459,12 +519,11 @@ class BranchManager:
         self._report(branch)
 
     def _report(self, branch: Branch, final: bool = True) -> None:
-        if branch.reported:
+        if not branch.mark_reported(final):
             return
-        branch.reported = final
         cost = sum(f.cost_s for f in branch.fills.values())
         consumed = [p for f in branch.fills.values() for p in f.promoted]
-        per_wall = self.executor.pace.engine_per_wall(branch.model)  # setup, waits: engine s
+        per_wall = self.pace.engine_per_wall(branch.model)  # setup, waits: engine s
         # G_s of Eq. 4: what the consumed fills saved, less what their demands still waited
         saved = max(branch.saved_s - branch.adopted_wait_s * per_wall, 0.0)
         self._spawn(self.admission.report(branch.id, branch.point.coordinate,

@@ -22,6 +22,9 @@ from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
 from services.gateway.execution import Executor
 from services.gateway.ports import LibraryPort
+from services.gateway.reuse.freshness import Freshness
+from services.gateway.reuse.naming import Naming
+from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.state import (
     Branch,
     BranchSettings,
@@ -41,21 +44,26 @@ class FillRunner:
     """Executes fills for the branch manager."""
 
     def __init__(self, executor: Executor, library: LibraryPort, settings: BranchSettings,
-                 tracer: Tracer,
-                 hold: Callable[[Branch, Fill, FillStep], None] | None = None,
-                 counters: dict[str, int] | None = None) -> None:
+                 tracer: Tracer, *, naming: Naming, freshness: Freshness,
+                 single_flight: SingleFlight, c1: bool = True,
+                 hold: Callable[[Branch, Fill, FillStep], None] | None = None) -> None:
         self.executor = executor
         self.library = library
+        self.naming = naming
+        self.freshness = freshness
+        self.single_flight = single_flight
+        #: Exact reuse (C1) is on: a step takes a current library entry or a running
+        #: canonical execution of its name instead of running again.
+        self.c1 = c1
         self.settings = settings
         self.tracer = tracer
         #: Starts holding a step's placeholder in the library while it runs (gateway replicas).
         self.hold = hold
         self._seq = itertools.count()
-        #: The branch manager's counters: ``fill_steps_joined`` counts fill steps answered by a
-        #: canonical execution of their name that was running when they would have started
-        #: (single-flight: ``stages``), instead of running it again.
-        self.counters = counters if counters is not None else {}
-        self.counters.setdefault("fill_steps_joined", 0)
+        #: Fill steps answered by a canonical execution of their name that was running when
+        #: they would have started (single-flight: ``stages``), instead of running it again
+        #: (the manager's ``fill_steps_joined``).
+        self.joined = 0
 
     async def run(self, branch: Branch, fill: Fill) -> None:
         """Run ``fill``'s chain until a step cannot be filled; every step's event ends set."""
@@ -64,7 +72,7 @@ class FillRunner:
         try:
             for i, step_def in enumerate(branch.point.chain_for(fill.candidate)):
                 step = FillStep(step_def.stage)
-                fill.steps.append(step)
+                fill.planned(step)
                 output = await self._run_step(branch, fill, step, i, outputs, previous)
                 if output is None:
                     return
@@ -74,8 +82,8 @@ class FillRunner:
         finally:
             for step in fill.steps:
                 step.finish()
-                if not step.ok and step.hold is not None:
-                    step.hold.cancel()  # no shadow will come: drop the placeholder
+                if not step.ok:
+                    step.drop_hold()  # no shadow will come: drop the placeholder
 
     def named(self, branch: Branch, candidate: str, stage_id: str,
               outputs: dict[str, str]) -> tuple[RenderedStage, ReuseName] | None:
@@ -90,11 +98,10 @@ class FillRunner:
             return None
         if not rendered.speculable:
             return None
-        fp = self.executor.fingerprint(rendered.template_id, rendered.stage_id,
+        fp = self.naming.fingerprint(rendered.template_id, rendered.stage_id,
                                      rendered.stage_version, rendered.model, rendered.sampling,
                                      stage)
-        name = self.executor.name_for(branch.tenant, fp, rendered.input, stage,
-                                      rendered.sampling)
+        name = self.naming.name_for(branch.tenant, fp, rendered.input, stage, rendered.sampling)
         return (rendered, name) if name is not None else None
 
     async def _run_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
@@ -103,24 +110,24 @@ class FillRunner:
         found = self.named(branch, fill.candidate, step.stage_id, outputs)
         if found is None:
             return None
-        rendered, step.name = found
-        if self.executor.features.c1:
-            hit = await self.library.lookup(step.name)
+        rendered, name = found
+        step.named_as(name)
+        if self.c1:
+            hit = await self.library.lookup(name)
             stored = StoredResult.decode(hit.result) if hit is not None else None
-            if stored is not None and await self.executor.reads_current(stored.reads):
-                step.ok = step.confirmed = True
-                step.finish()
+            if stored is not None and await self.freshness.reads_current(stored.reads):
+                step.answered()
                 return stored.text
-            running = self.executor.executing.get((branch.tenant, step.name))
+            running = self.single_flight.running(branch.tenant, name)
             if running is not None:  # computed canonically right now: wait, never run it twice
-                step.confirmed = True  # its demand joins that execution, not this step
-                run = await self.executor.identical_run(running, self.settings.fill_timeout_s)
+                step.joining(True)  # its demand joins that execution, not this step
+                run = await self.single_flight.identical_run(running,
+                                                             self.settings.fill_timeout_s)
                 if run is not None:
-                    self.counters["fill_steps_joined"] += 1
-                    step.ok = True
-                    step.finish()
+                    self.joined += 1
+                    step.joined()
                     return run.stored.text
-                step.confirmed = False  # that execution failed or read a record since: run it
+                step.joining(False)  # that execution failed or read a record since: run it
         return await self._execute_step(branch, fill, step, index, rendered, stage, previous)
 
     async def _execute_step(self, branch: Branch, fill: Fill, step: FillStep, index: int,
@@ -129,7 +136,7 @@ class FillRunner:
         assert step.name is not None
         request_id = f"fill-{branch.id}-{next(self._seq)}"
         if stage.kind is StageKind.LLM:  # an engine generation: a demand may adopt it
-            step.request_id = request_id
+            step.started(request_id)
         demand = Demand(tenant=branch.tenant, request_id=request_id, model=rendered.model,
                         prompt=rendered.text, sampling=rendered.sampling,
                         workflow_id=branch.workflow_id, template_id=rendered.template_id,
@@ -140,19 +147,18 @@ class FillRunner:
                 branch, fill, step.name)):
             run = await self.executor.execute(demand, stage, Priority.FILL, request_id,
                                             self.settings.fill_timeout_s)
-        fill.cost_s += run.cost_s
-        step.cost_s = run.cost_s
+        fill.spent(run.cost_s)
         if not run.storable:
+            step.ran(run.cost_s, "")
             return None
         read_set = ReadSet(run.read_set.reads, run.read_set.complete,
                            (previous,) if previous is not None else ())
-        step.producer = producer_id(branch.id, fill.candidate, index)
+        step.ran(run.cost_s, producer_id(branch.id, fill.candidate, index))
         shadow = Shadow(step.name, branch.id, fill.candidate, fill.rank, step.producer,
                         run.stored.encode(), read_set, run.cost_s)
         with maybe_span(self.tracer, "shadow.store", attributes=span_attrs(
                 branch, fill, step.name)):
-            step.ok = await self.library.put_shadow(shadow, self.settings.shadow_ttl_s)
-        step.finish()
+            step.stored(await self.library.put_shadow(shadow, self.settings.shadow_ttl_s))
         return run.stored.text if step.ok else None
 
 

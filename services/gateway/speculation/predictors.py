@@ -150,7 +150,7 @@ class LexicalOverlap:
     a router reads), by the share of the name's words found there. A cheap stand-in for the
     retriever-style API selection the paper cites (dynbranch §2.2: 59–84% with a deployed one).
     Its coverage is measured on a held-out test split of the BFCL requests by
-    ``loadgen.leak_guard`` (its weight is chosen on the train split), not quoted here.
+    ``loadgen.arms.leak_guard`` (its weight is chosen on the train split), not quoted here.
     """
 
     def rank(self, coordinate: str, context: PredictionContext) -> list[RankedCandidate]:
@@ -220,8 +220,8 @@ def default_predictor(k: int = 3, extra: Sequence[tuple[Predictor, float]] = (),
     entities (+ prior) for open ones.
 
     ``extra`` members join the merge after these, e.g. corpus titles (``titles``).
-    ``overlap_weight`` is the word-overlap member's weight; ``loadgen.leak_guard.fit`` chooses it
-    on a train split of the BFCL requests, never on the requests it is measured on.
+    ``overlap_weight`` is the word-overlap member's weight; ``loadgen.arms.leak_guard.fit``
+    chooses it on a train split of the BFCL requests, never on the requests it is measured on.
     """
     prior = FrequencyPrior()
     return CompositePredictor(

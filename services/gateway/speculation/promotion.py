@@ -10,27 +10,29 @@ one such step is promoted; while it still runs, the demand adopts it (``adoption
 canonical priority, waited for under the adoption rule, its text streamed to a streamed
 demand). A demand matching more than one (of one fill or several branches) promotes none:
 ambiguity is a miss, never a guess. Each refusal is counted under its reason
-(``promotion_refused_*``), and what became of each admitted winner's first step under
-``winners_promoted`` / ``winners_lost_*``. An adopted fill's wait is the part of its execution it
-did not hide: the branch's return counts it (``Branch.adopted_wait_s``), and how long each
-matched step still ran when its demand arrived is kept (``remaining_s``).
+(``promotion_refused_*``). What a match came to is returned as a ``Promotion``, and the branch
+manager acts on it: it credits the promoted step (an adopted fill's wait is the part of its
+execution it did not hide: ``Branch.adopted_wait_s``), aborts a fill its demand gave up on, and
+keeps what became of each admitted winner's first step (``winners_promoted`` /
+``winners_lost_*``). How long each matched step still ran when its demand arrived is kept here
+(``remaining_s``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
 from services.common.values import clock
-from services.common.values.errors import DeadlineExceeded
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span
 from services.gateway.ports import LibraryPort
-from services.gateway.speculation.adoption import CONFIRMED, DEADLINE, Adopter
+from services.gateway.speculation.adoption import CONFIRMED, DEADLINE, RUNS_ANEW, Adopter
 from services.gateway.speculation.state import (
     REFUSALS,
     Branch,
@@ -41,9 +43,10 @@ from services.gateway.speculation.state import (
 )
 from services.gateway.values import TextStream, charge_wait
 
-#: The counters this module keeps in the branch manager's table (each starts at 0), and what
-#: each counts (the HELP of its ``dynbranch_gateway_branch_<key>`` metric); the refusals'
-#: reasons are ``REFUSALS``'s.
+#: The counters of promotions and their winners, and what each counts (the HELP of its
+#: ``dynbranch_gateway_branch_<key>`` metric); the refusals' reasons are ``REFUSALS``'s.
+#: ``Promotions`` counts adoptions and refusals (``Promotions.counters``); the branch manager,
+#: which keeps each branch's outcome, counts the winners.
 PROMOTION_COUNTERS: dict[str, str] = {
     "winners_admitted": "Settled branches whose selected candidate had an admitted fill",
     "winners_promoted": "Admitted winners whose first fill step was promoted to answer its "
@@ -68,19 +71,43 @@ MAX_REMAINING = 100_000
 MAX_CONFIRMED = 4096
 
 
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """What one demand's match came to (``Promotions.serve``): the result that serves it, and
+    what the branch manager does about the step it matched."""
+
+    served: Served | None = None
+    #: The step whose shadow served the demand, with its fill and branch: the manager credits
+    #: it (``BranchManager.credit``).
+    promoted: tuple[Branch, Fill, FillStep] | None = None
+    #: How long the demand waited for the adopted step that served it (run's clock).
+    waited_s: float = 0.0
+    #: A fill whose demand gave up on it and runs anew in its place: the manager aborts it.
+    abandoned: Fill | None = None
+    #: "promoted", or why not (a ``REFUSALS`` key; "" when nothing matched): ``DEADLINE`` fails
+    #: the demand.
+    why: str = ""
+    #: What became of each matched step ("promoted" or a refusal): the manager keeps it as its
+    #: branch's outcome when the step is an admitted winner's first (``Branch.record_outcome``).
+    outcomes: tuple[tuple[Branch, Fill, FillStep, str], ...] = ()
+
+
+#: Counters ``Promotions`` keeps itself (the others of ``PROMOTION_COUNTERS`` are the manager's).
+_OWN_COUNTERS = ("ambiguous", "adoptions", "adoptions_served",
+                 *(f"promotion_refused_{why}" for why in REFUSALS))
+
+
 class Promotions:
     """Matches demands to promotable fill steps and promotes them for the branch manager
-    (``counters`` is the manager's table; ``abort`` its way of stopping a fill; ``adopter``
-    waits for a step still running)."""
+    (``adopter`` waits for a step still running); what a match came to is returned
+    (``Promotion``), and only this object's own counters are written here."""
 
-    def __init__(self, library: LibraryPort, settings: BranchSettings, tracer: Tracer,
-                 counters: dict[str, int], *, abort: Callable[[Fill, str], None],
+    def __init__(self, library: LibraryPort, settings: BranchSettings, tracer: Tracer, *,
                  adopter: Adopter, join_confirmed: bool = True) -> None:
         self.library = library
         self.settings = settings
         self.tracer = tracer
-        self.counters = counters
-        self._abort = abort
+        self.counters = dict.fromkeys(_OWN_COUNTERS, 0)
         self.adopter = adopter
         #: With C1 on, an adopting demand stops waiting once another demand confirms its name
         #: (``confirmed``): the library answers it.
@@ -92,9 +119,9 @@ class Promotions:
         self.remaining_s: deque[float] = deque(maxlen=MAX_REMAINING)
 
     async def serve(self, branches: list[Branch], name: ReuseName, timeout_s: float,
-                    stream: TextStream | None = None) -> Served | None:
+                    stream: TextStream | None = None) -> Promotion:
         """Promote the one promotable fill step under ``name`` among this workflow's branches,
-        adopting it while it runs (``DeadlineExceeded`` when the deadline passes meanwhile).
+        adopting it while it runs (why ``DEADLINE`` when the deadline passes meanwhile).
 
         Only steps that could still answer count (``Branch.promotable``): a settled exclusive
         branch's losers never do, from the pick on. A demand matching promotable steps of more
@@ -102,93 +129,69 @@ class Promotions:
         found = [(b, f, s) for b in branches for f, s in b.promotable(name)]
         if len(found) == 1:
             branch, fill, step = found[0]
-            served, why = await self._claim(branch, fill, step, name,
-                                            clock.now() + timeout_s, stream)
-            self.outcome(branch, fill, step, why)
-            if why == DEADLINE:
-                raise DeadlineExceeded("the deadline passed while the demand waited for the "
-                                       "fill it adopted")
-            return served
+            promotion = await self._claim(branch, fill, step, name, clock.now() + timeout_s,
+                                          stream)
+            return dataclasses.replace(promotion,
+                                       outcomes=((branch, fill, step, promotion.why),))
         if found:
             self.counters["ambiguous"] += 1
-            for branch, fill, step in found:
-                self.outcome(branch, fill, step, "ambiguous")
             self._refused("ambiguous")
-            return None
-        reasons = set()  # no promotable step: say why a matching one was not (once)
-        for branch in branches:
-            for fill, step in branch.matches(name):
-                if not step.claimed:
-                    why = "confirmed" if step.confirmed else "fill_failed"
-                    self.outcome(branch, fill, step, why)
-                    reasons.add(why)
-        if reasons:
-            self._refused("fill_failed" if "fill_failed" in reasons else "confirmed")
-        return None
+            return Promotion(why="ambiguous",
+                             outcomes=tuple((b, f, s, "ambiguous") for b, f, s in found))
+        outcomes = tuple((b, f, s, "confirmed" if s.confirmed else "fill_failed")
+                         for b in branches for f, s in b.matches(name) if not s.claimed)
+        if not outcomes:  # no promotable step: say why a matching one was not (once)
+            return Promotion()
+        why = "fill_failed" if any(o[3] == "fill_failed" for o in outcomes) else "confirmed"
+        self._refused(why)
+        return Promotion(why=why, outcomes=outcomes)
 
     def _refused(self, why: str) -> None:
         key = f"promotion_refused_{why}"
         self.counters[key] = self.counters.get(key, 0) + 1
 
-    def outcome(self, branch: Branch, fill: Fill, step: FillStep, what: str) -> None:
-        """Record what became of an admitted winner's first step ("promoted" or a refusal),
-        once per branch: the bench reports admitted winners that were not promoted, and why."""
-        if (branch.outcome or not branch.resolved or branch.winner != fill.candidate
-                or not fill.steps or fill.steps[0] is not step):
-            return
-        branch.outcome = what
-        key = "winners_promoted" if what == "promoted" else f"winners_lost_{what}"
-        self.counters[key] = self.counters.get(key, 0) + 1
-
     async def _claim(self, branch: Branch, fill: Fill, step: FillStep, name: ReuseName,
-                     deadline: float, stream: TextStream | None) -> tuple[Served | None, str]:
-        """Promote ``step``'s shadow, adopting it while it runs; the served result and
-        "promoted", or None and why not (a ``REFUSALS`` key, counted in
-        ``promotion_refused_*``)."""
+                     deadline: float, stream: TextStream | None) -> Promotion:
+        """Promote ``step``'s shadow, adopting it while it runs: the served result and
+        "promoted", or why not (a ``REFUSALS`` key, counted in ``promotion_refused_*``)."""
         arrival = waited = 0.0
         # a running step the canonical path answers: it waits on an identical canonical
         # execution (the demand joins that itself: single-flight), or identical work ended
         # while it ran (the library answers)
         if not step.done.is_set() and (step.confirmed or self._confirmed_since(step)):
             self._refused(CONFIRMED)
-            return None, CONFIRMED
+            return Promotion(why=CONFIRMED)
         if not step.done.is_set():
             arrival = clock.now()
-            why = await self._adopt(branch, fill, step, deadline, stream)
+            why = await self._adopt(branch, step, deadline, stream)
             waited = clock.now() - arrival
             if why is not None:
-                return None, why
+                return Promotion(why=why, abandoned=fill if why in RUNS_ANEW else None)
         if not step.ok or step.confirmed:  # a confirmed entry: the canonical path probes it
             why = "confirmed" if step.confirmed else "fill_failed"
-            branch.wait_s += waited  # a wait that did not pay (W_b)
+            branch.waited(waited)  # a wait that did not pay (W_b)
             if stream is not None:
                 stream.restart()
             self._refused(why)
-            return None, why
+            return Promotion(why=why)
         if step.done_at is not None:
             self.remaining_s.append(max(step.done_at - arrival, 0.0) if arrival else 0.0)
-        step.claiming = True
+        step.promoting(True)
         try:
             with maybe_span(self.tracer, "branch.promote", attributes=span_attrs(
                     branch, fill, name)) as span:
                 served = await self.library.promote(name, branch.id)
                 span.set_attribute("dynbranch.promoted", served is not None)
         finally:
-            step.claiming = False
+            step.promoting(False)
         if served is None:
             self._refused("library_refused")
-            return None, "library_refused"
-        step.claimed = True
+            return Promotion(why="library_refused")
         self.confirmed(name)
-        fill.promoted.append(step.producer)
-        branch.saved_s += served.cost_s
-        branch.adopted_wait_s += waited  # the part of the fill it did not hide
         self.counters["adoptions_served"] += 1 if arrival else 0
-        self.counters["stages_promoted"] += 1
-        if not fill.consumed:
-            fill.consumed = True
-            self.counters["fills_consumed"] += 1
-        return served, "promoted"
+        # the manager credits it (the claim, the fill's consumption, the branch's saving) before
+        # anything else runs: nothing between here and its ``credit`` awaits
+        return Promotion(served, (branch, fill, step), waited, why="promoted")
 
     def confirmed(self, name: ReuseName) -> None:
         """Another demand confirmed ``name`` in the library (promoted or stored it): demands
@@ -208,11 +211,12 @@ class Promotions:
         confirmed_at = self._confirmed_at.get(step.name)
         return confirmed_at is not None and confirmed_at >= step.created_at
 
-    async def _adopt(self, branch: Branch, fill: Fill, step: FillStep, deadline: float,
+    async def _adopt(self, branch: Branch, step: FillStep, deadline: float,
                      stream: TextStream | None) -> str | None:
         """Wait for the running ``step`` under the adoption rule; None once it ended, else why
-        the demand stopped waiting (counted; the fill is aborted when the demand runs anew in
-        its place, given back when the deadline passed or the library answers it)."""
+        the demand stopped waiting (counted; when the demand runs anew in its place,
+        ``RUNS_ANEW``, the manager aborts the fill; it is given back when the deadline passed or
+        the library answers it)."""
         self.counters["adoptions"] += 1
         waiting = clock.now()
         why, elsewhere = None, asyncio.Event()
@@ -225,15 +229,12 @@ class Promotions:
             charge_wait(waited)
             self._forget(step.name, elsewhere)
             if why is not None or not step.done.is_set():  # gave up, or was cancelled
-                branch.wait_s += waited  # a wait that did not pay (W_b)
+                branch.waited(waited)  # a wait that did not pay (W_b)
         if why is None:
             return None
         self._refused(why)
-        if why in (DEADLINE, CONFIRMED):
-            return why  # a library answer continues what was streamed; no rerun
-        if stream is not None:
+        if why in RUNS_ANEW and stream is not None:  # else a library answer continues it
             stream.restart()
-        self._abort(fill, f"its demand runs anew ({why})")
         return why
 
     def _forget(self, name: ReuseName | None, event: asyncio.Event) -> None:
@@ -245,4 +246,4 @@ class Promotions:
 
 
 
-__all__ = ["PROMOTION_COUNTERS", "Promotions"]
+__all__ = ["DEADLINE", "PROMOTION_COUNTERS", "Promotion", "Promotions"]

@@ -1,5 +1,6 @@
-"""State of open branches and their fills (dynbranch §3.3): plain values the branch manager
-and the fill runner share."""
+"""State of open branches and their fills (dynbranch §3.3): the records the branch manager and
+the fill runner share. Each changes only through methods of its own type: a collaborator asks
+(``Branch.credit``, ``Fill.abort``, ``FillStep.stored``) instead of writing its fields."""
 
 from __future__ import annotations
 
@@ -77,6 +78,52 @@ class FillStep:
             self.done_at = clock.now()
         self.done.set()
 
+    def named_as(self, name: ReuseName) -> None:
+        """The step was rendered and named as its canonical demand would be."""
+        self.name = name
+
+    def answered(self) -> None:
+        """The library or a canonical execution answered the step's name: it ends with that
+        result and no shadow (demands for it go to the canonical path)."""
+        self.ok = self.confirmed = True
+        self.finish()
+
+    def joining(self, waiting: bool) -> None:
+        """The step waits on a canonical execution of its name (closed to promotion meanwhile),
+        or no longer does (that execution failed or read a record since: it runs itself)."""
+        self.confirmed = waiting
+
+    def joined(self) -> None:
+        """The canonical execution it waited on answered the step: it ends without a shadow."""
+        self.ok = True
+        self.finish()
+
+    def started(self, request_id: str) -> None:
+        """The step's engine generation was issued under ``request_id`` (a demand may adopt it)."""
+        self.request_id = request_id
+
+    def ran(self, cost_s: float, producer: str) -> None:
+        """The step ran for ``cost_s`` engine seconds; its shadow will carry ``producer``."""
+        self.cost_s, self.producer = cost_s, producer
+
+    def stored(self, ok: bool) -> None:
+        """Its shadow was stored (``ok``) or refused: the step ends either way."""
+        self.ok = ok
+        self.finish()
+
+    def held_by(self, task: asyncio.Task[None]) -> None:
+        """The task holding the step's placeholder in the library."""
+        self.hold = task
+
+    def drop_hold(self) -> None:
+        """Stop holding the step's placeholder (a no-op when none is held)."""
+        if self.hold is not None:
+            self.hold.cancel()
+
+    def promoting(self, on: bool) -> None:
+        """A demand on this gateway is promoting the step (its library event is not news)."""
+        self.claiming = on
+
     def open(self, fill: Fill) -> bool:
         """Whether a demand could still be served from this step of ``fill``: not promoted,
         not ended without a shadow, and not in a fill aborted before it stored one. A step
@@ -103,6 +150,40 @@ class Fill:
     promoted: list[str] = field(default_factory=list)
     #: Aborted (a loser, not picked, or retired): a step it had not finished never will.
     aborted: bool = False
+
+    def planned(self, step: FillStep) -> None:
+        """The next step of the chain starts."""
+        self.steps.append(step)
+
+    def spent(self, cost_s: float) -> None:
+        """A step of the fill ran for ``cost_s`` engine seconds."""
+        self.cost_s += cost_s
+
+    def run_as(self, task: asyncio.Task[None]) -> None:
+        """The task that runs the fill's chain."""
+        self.task = task
+
+    def running(self) -> bool:
+        """Whether the fill's task is still running."""
+        return self.task is not None and not self.task.done()
+
+    def abort(self) -> bool:
+        """Stop the fill: no unfinished step ever stores a shadow; True when its task was still
+        running (and is cancelled now)."""
+        self.aborted = True
+        if not self.running():
+            return False
+        assert self.task is not None
+        self.task.cancel()
+        return True
+
+    def consume(self, step: FillStep) -> bool:
+        """``step`` was promoted: it is claimed and its producer credited; True when it is the
+        fill's first promoted step (the fill is consumed from now on)."""
+        step.claimed = True
+        self.promoted.append(step.producer)
+        first, self.consumed = not self.consumed, True
+        return first
 
 
 @dataclass(slots=True)
@@ -152,6 +233,70 @@ class Branch:
     def exclusive(self) -> bool:
         """Whether one winner excludes the other candidates."""
         return self.point.semantics is Semantics.EXCLUSIVE
+
+    def set_up(self, setup_s: float) -> None:
+        """Its gates answered ``setup_s`` after it opened."""
+        self.setup_s = setup_s
+
+    def add_fill(self, fill: Fill) -> None:
+        """An admitted candidate's fill runs."""
+        self.fills[fill.candidate] = fill
+
+    def decide(self, output: str) -> None:
+        """The deciding stage answered ``output``: fills that read it may start."""
+        self.outputs[self.point.stage] = output
+        self.decided.set()
+
+    def predict(self, candidate: str, name: ReuseName) -> None:
+        """The reuse name of ``candidate``'s first stage (what identifies a selection)."""
+        self.predicted[candidate] = name
+
+    def select_predicted(self, name: ReuseName) -> None:
+        """A resolving demand under ``name`` selected the predicted candidate no fill ran for
+        ("" when it is none of them)."""
+        self.selected = next((c for c, n in self.predicted.items() if n == name), "")
+
+    def resolve(self, winner: str) -> None:
+        """The branch is settled for ``winner`` ("": none of its candidates)."""
+        self.resolved, self.winner = True, winner
+        self.selected = winner or self.selected
+
+    def credit(self, fill: Fill, step: FillStep, saved_s: float, waited_s: float = 0.0) -> bool:
+        """A demand was served by ``step``'s shadow, which saved ``saved_s`` engine seconds
+        after the demand waited ``waited_s`` for it (the part of the fill it did not hide);
+        True when ``fill`` is consumed by it first."""
+        self.saved_s += saved_s
+        self.adopted_wait_s += waited_s
+        return fill.consume(step)
+
+    def waited(self, seconds: float) -> None:
+        """A demand waited ``seconds`` on this branch's fills without being served (W_b)."""
+        self.wait_s += seconds
+
+    def record_outcome(self, fill: Fill, step: FillStep, what: str) -> bool:
+        """What became of an admitted winner's first step ("promoted" or a refusal), kept once;
+        True when this call kept it (``step`` is the winner's first and none was kept yet)."""
+        if (self.outcome or not self.resolved or self.winner != fill.candidate
+                or not fill.steps or fill.steps[0] is not step):
+            return False
+        self.outcome = what
+        return True
+
+    def retire(self) -> bool:
+        """No fill starts and no placeholder is held any more; True when an admitted winner's
+        first stage was never seen asked for here (its outcome is "unseen")."""
+        self.retired = True
+        if self.resolved and self.winner in self.fills and not self.outcome:
+            self.outcome = "unseen"  # its first stage was served where this gateway can't see
+            return True
+        return False
+
+    def mark_reported(self, final: bool) -> bool:
+        """Whether a report is due (none final yet); a final one is the last."""
+        if self.reported:
+            return False
+        self.reported = final
+        return True
 
     def first_stages(self) -> set[str]:
         """Stage ids that start a candidate's chain: a demand for one resolves the branch."""

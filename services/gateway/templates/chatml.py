@@ -45,8 +45,8 @@ def _turn(m: dict[str, Any], before: dict[str, Any] | None,
     text = m["content"]
     for call in m.get("tool_calls", ()):
         fn = call["function"]
-        text += ("\n" if text else "") + '<tool_call>\n{"name": ' + json.dumps(fn["name"]) + \
-            ', "arguments": ' + fn["arguments"] + "}\n</tool_call>"
+        text += (("\n" if text else "") + '<tool_call>\n{"name": ' + json.dumps(fn["name"])
+                 + ', "arguments": ' + fn["arguments"] + "}\n</tool_call>")
     return f"<|im_start|>{m['role']}\n{text}<|im_end|>\n"
 
 

@@ -58,8 +58,8 @@ class _At:
         raise TemplateError(self.tid, self.path or "<root>", message)
 
     def at(self, key: Any) -> _At:
-        path = f"{self.path}[{key}]" if isinstance(key, int) else \
-            (f"{self.path}.{key}" if self.path else str(key))
+        path = (f"{self.path}[{key}]" if isinstance(key, int)
+                else (f"{self.path}.{key}" if self.path else str(key)))
         value = self.value.get(key) if isinstance(self.value, Mapping) else self.value[key]
         return _At(self.tid, path, value)
 
@@ -241,8 +241,8 @@ def _mapping(node: _At) -> Mapping[str, Any]:
 
 def _parse_args(node: _At) -> tuple[tuple[str, Scalar], ...]:
     for key, value in _mapping(node).items():
-        if not isinstance(value, str | int | float | bool | None) or \
-                (isinstance(value, float) and not math.isfinite(value)):
+        if (not isinstance(value, str | int | float | bool | None)
+                or (isinstance(value, float) and not math.isfinite(value))):
             node.at(key).fail("must be a string, a finite number, a boolean or null")
     return tuple(sorted(node.value.items()))
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,14 +36,31 @@ class ToolResult:
 
 @runtime_checkable
 class Tool(Protocol):
-    """A builtin tool: runs on a stage's rendered arguments."""
+    """A builtin tool: runs on a stage's rendered arguments, and declares what exact reuse (C1)
+    asks of it: its identity, the confirmation of a result before it is stored, and the check
+    that a stored result's reads are still current."""
 
     name: str
     read_only: bool
 
+    @property
+    def identity(self) -> str:
+        """What to fold into the fingerprint ``model`` of stages run here (its incarnation)."""
+        ...
+
     async def run(self, args: bytes | str | Mapping[str, Any]) -> ToolResult:
         """Execute on rendered arguments (canonical JSON bytes, or their parsed mapping); no
         blocking work on the loop (a tool over LMDB runs it on a thread)."""
+        ...
+
+    async def confirm(self, result: ToolResult) -> bool:
+        """Whether ``result``'s output is exactly what its read-set names (False: a record was
+        rewritten meanwhile; raises on a broken store): only a confirmed result is stored."""
+        ...
+
+    async def reads_current(self, reads: Sequence[tuple[str, int]]) -> bool:
+        """Whether every read of this tool's records is at its current version (reads of other
+        records pass); raises when the tool cannot say."""
         ...
 
 

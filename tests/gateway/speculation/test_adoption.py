@@ -14,23 +14,19 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
 
-from services.admission.client import StaticAdmission
 from services.common.values import clock
 from services.common.values.errors import DeadlineExceeded, NotFound
 from services.common.values.generation import Progress
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.gateway.execution import DecodePace, Features
 from services.gateway.ports import Room
 from services.gateway.speculation.adoption import Adopter
 from services.gateway.speculation.branches import BranchManager
-from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
 from services.gateway.templates import TemplateRegistry, load_builtin
 from services.gateway.values import AnswerSource, Demand, TextStream
-from tests.gateway.local_ports import local_core, routing_demand
+from tests.gateway.local_ports import bare_manager, local_core, routing_demand
 
 ROUTING = load_builtin("routing")
 INPUTS = {"functions": json.dumps([{"name": f} for f in ("get_weather", "book_flight")]),
@@ -94,10 +90,7 @@ def _manager(engines: _Engines, settings: BranchSettings = FAST
     library = _Library()
     registry = TemplateRegistry()
     registry.register(ROUTING)
-    executor = SimpleNamespace(registry=registry, pace=DecodePace(), engines=engines,
-                               features=Features())
-    manager = BranchManager(executor, library, StaticAdmission(),  # type: ignore[arg-type]
-                            default_predictor(3), settings, TracerProvider().get_tracer("t"))
+    manager = bare_manager(engines, library, registry, settings)  # type: ignore[arg-type]
     branch = Branch(id="b0", tenant="acme", workflow_id="wf", template=ROUTING,
                     point=ROUTING.decisions[0], inputs={}, outputs={}, model="m")
     fill = Fill("get_weather", 0)

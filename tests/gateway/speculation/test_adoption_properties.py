@@ -14,26 +14,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import TracerProvider
 
 from loadgen.meshes.virtual import run_virtual
-from services.admission.client import StaticAdmission
 from services.common.values import clock
 from services.common.values.errors import DeadlineExceeded, NotFound
 from services.common.values.generation import Progress
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.gateway.execution import DecodePace, Features
 from services.gateway.ports import Room
 from services.gateway.speculation.branches import BranchManager
-from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
 from services.gateway.templates import TemplateRegistry, load_builtin
 from services.gateway.values import Demand
+from tests.gateway.local_ports import bare_manager
 
 ROUTING = load_builtin("routing")
 TENANTS = ("acme", "other")
@@ -159,12 +155,8 @@ async def _scenario(ops: list[tuple], room: Room) -> None:  # type: ignore[type-
     world = _World(room)
     registry = TemplateRegistry()
     registry.register(ROUTING)
-    executor = SimpleNamespace(registry=registry, pace=DecodePace(), engines=world,
-                               features=Features())
-    manager = BranchManager(executor, world, StaticAdmission(),  # type: ignore[arg-type]
-                            default_predictor(3),
-                            BranchSettings(adopt_stall_s=1.0, adopt_check_s=0.05),
-                            TracerProvider().get_tracer("t"))
+    manager = bare_manager(world, world, registry,  # type: ignore[arg-type]
+                           BranchSettings(adopt_stall_s=1.0, adopt_check_s=0.05))
     for tenant in TENANTS:
         _open_branch(manager, world, tenant)
     calls: list[_Call] = []

@@ -13,24 +13,19 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from types import SimpleNamespace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import TracerProvider
 
-from services.admission.client import StaticAdmission
 from services.common.pb import gateway_pb2
 from services.common.values.errors import DeadlineExceeded
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
-from services.gateway.execution import DecodePace, Features
 from services.gateway.speculation.branches import BranchManager
-from services.gateway.speculation.predictors import default_predictor
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
 from services.gateway.templates import Semantics, TemplateRegistry, load_builtin
 from services.gateway.values import AnswerSource, Demand
-from tests.gateway.local_ports import local_core, routing_demand
+from tests.gateway.local_ports import bare_manager, local_core, routing_demand
 from tests.gateway.mesh import mesh
 
 ROUTING = load_builtin("routing")
@@ -140,11 +135,8 @@ def _manager() -> tuple[BranchManager, _Library]:
     library = _Library()
     registry = TemplateRegistry()
     registry.register(ROUTING)
-    executor = SimpleNamespace(registry=registry, pace=DecodePace(),  # all the manager reads
-                               engines=None, features=Features())
-    manager = BranchManager(executor, library, StaticAdmission(),  # type: ignore[arg-type]
-                            default_predictor(3), BranchSettings(fill_wait_s=0.001),
-                            TracerProvider().get_tracer("t"))
+    manager = bare_manager(None, library, registry,  # type: ignore[arg-type]
+                           BranchSettings(fill_wait_s=0.001))
     return manager, library
 
 
