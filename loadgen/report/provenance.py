@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 #: The checkout this package runs from (its parent folder), if it is one.
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UNKNOWN = "unknown"
 
 

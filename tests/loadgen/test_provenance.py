@@ -6,6 +6,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
+from loadgen.report import provenance
 from loadgen.report.provenance import commit, utc_now
 
 
@@ -37,3 +38,9 @@ def test_outside_a_checkout_the_commit_is_unknown(tmp_path: Path) -> None:
 def test_the_date_is_utc_iso() -> None:
     date = datetime.fromisoformat(utc_now())
     assert date.utcoffset() is not None and date.utcoffset().total_seconds() == 0
+
+
+def test_the_checkout_is_the_repository_the_package_runs_from() -> None:
+    # a report run from this checkout names its commit (a ROOT one folder off says "unknown")
+    assert (provenance.ROOT / "pyproject.toml").is_file()
+    assert (provenance.ROOT / "loadgen" / "report" / "provenance.py").is_file()
