@@ -26,7 +26,12 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from services.common.values.errors import InvalidArgument, PayloadTooLarge, Unimplemented
+from services.common.values.errors import (
+    InvalidArgument,
+    PayloadTooLarge,
+    Unavailable,
+    Unimplemented,
+)
 from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
 from services.engine_agent.backends.openai import RemoteSettings
@@ -188,6 +193,38 @@ async def test_load_and_facts_from_sglang_metrics_and_server_info() -> None:
     with pytest.raises(Unimplemented):
         await backend.lease_prefix("x", "L", 1.0)
     await backend.close()
+
+
+class DroppingSglang(FakeSglang):
+    """Drops the first ``drops`` scrapes of /metrics as a server closing a reused keep-alive
+    connection does (the request went out; no response came)."""
+
+    def __init__(self, drops: int) -> None:
+        super().__init__(["x"])
+        self.drops = drops
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics" and self.drops > 0:
+            self.drops -= 1
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.",
+                                            request=request)
+        return await super().handle(request)
+
+
+async def test_a_scrape_over_a_connection_the_server_dropped_is_sent_once_more() -> None:
+    dropping = DroppingSglang(drops=1)
+    backend = backend_for(dropping)
+    await backend.start()  # its first scrape met the dropped connection
+    assert dropping.drops == 0 and backend.load().running == 3
+    server = DroppingSglang(drops=2)  # dropped twice running: the engine is unreachable
+    again = backend_for(server)
+    server.drops = 0
+    await again.start()
+    server.drops = 2
+    with pytest.raises(Unavailable, match="unreachable"):
+        await again.refresh_load()
+    await backend.close()
+    await again.close()
 
 
 PRIORITY_PAGE = """\

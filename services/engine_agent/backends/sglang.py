@@ -110,7 +110,7 @@ class SglangBackend(RemoteBackend):
             kv_blocks_total=settings.kv_blocks, fill_priority=settings.fill_priority))
 
     async def _discover(self) -> None:
-        resp = await self._client.get("/get_server_info", timeout=self.settings.connect_timeout_s)
+        resp = await self.get("/get_server_info")
         if resp.status_code != 200:
             return  # optional: facts then come from the settings and /metrics
         info = resp.json()
@@ -132,7 +132,7 @@ class SglangBackend(RemoteBackend):
         would count each request twice, so the per-priority series are dropped first.
         """
         try:
-            resp = await self._client.get("/metrics", timeout=self.settings.connect_timeout_s)
+            resp = await self.get("/metrics")
         except httpx.HTTPError as exc:
             raise Unavailable(f"metrics of {self.settings.base_url} unreachable: {exc}") from exc
         if resp.status_code == 200:

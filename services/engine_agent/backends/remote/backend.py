@@ -65,6 +65,9 @@ logger = logging.getLogger(__name__)
 
 LEASES_UNAVAILABLE = ("prefix leases are not available on a remote engine; "
                       "delivery falls back to Cache-first")
+#: Seconds an idle pooled connection is kept: under the 5 s after which the servers' uvicorn
+#: closes an idle keep-alive connection, so the client seldom reuses one the server is closing.
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 
@@ -132,7 +135,8 @@ class RemoteBackend:
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self._client = client or httpx.AsyncClient(
             base_url=settings.base_url, headers=headers,
-            timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s))
+            timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self._own_client = client is None
         self._snapshot = EngineSnapshot(0, 0, 0.0)
         self._active: dict[str, RemoteStream] = {}
@@ -189,7 +193,7 @@ class RemoteBackend:
         deadline = time.monotonic() + self.settings.ready_timeout_s
         while True:
             try:
-                resp = await self._client.get("/health", timeout=self.settings.connect_timeout_s)
+                resp = await self.get("/health")
                 if resp.status_code == 200:
                     return
             except httpx.HTTPError as exc:
@@ -227,10 +231,19 @@ class RemoteBackend:
             with contextlib.suppress(Exception):
                 await self.refresh_load()
 
+    async def get(self, path: str) -> httpx.Response:
+        """GET ``path`` (idempotent), within the connect timeout; once more when the server
+        dropped the pooled connection as it was reused (it closed a keep-alive connection at
+        the moment a request went out on it: ``RemoteProtocolError``, nothing was served)."""
+        try:
+            return await self._client.get(path, timeout=self.settings.connect_timeout_s)
+        except httpx.RemoteProtocolError:
+            return await self._client.get(path, timeout=self.settings.connect_timeout_s)
+
     async def refresh_load(self) -> LoadReport:
         """Scrape ``/metrics`` now."""
         try:
-            resp = await self._client.get("/metrics", timeout=self.settings.connect_timeout_s)
+            resp = await self.get("/metrics")
         except httpx.HTTPError as exc:
             raise Unavailable(f"metrics of {self.settings.base_url} unreachable: {exc}") from exc
         if resp.status_code == 200:
