@@ -52,15 +52,22 @@ def test_a_bounded_cold_branch_admits_at_most_the_cold_fan_out() -> None:
     assert c.account()["gate"] == {"cold": 1, "cold_bounded": 1}
 
 
-def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from services.admission import state_store
-
+def taught(branches: int = 6) -> PricedController:
+    """A controller that opened, admitted and settled ``branches`` branches of one class, each
+    consuming its top candidate's fill."""
     c = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
-    for i in range(6):
+    for i in range(branches):
         c.open_branch(f"b{i}", "r/router", "t/r/router", MODEL, 100.0)
         c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
         c.report(BranchOutcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
-                         consumed=(f"fill/b{i}/h1/0",)))
+                               consumed=(f"fill/b{i}/h1/0",)))
+    return c
+
+
+def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from services.admission import state_store
+
+    c = taught()
     path = tmp_path / "state.json"
     state_store.save(path, c.state())
     again = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
@@ -81,12 +88,7 @@ def test_an_older_state_is_taken_without_what_it_learned_differently(version: in
     """Version 2's gate models read fills running and consumption: dropped (cold again);
     versions 2 and 3 learned selection by probability bin alone: dropped; usability, gains,
     costs and calibration kept."""
-    c = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
-    for i in range(6):
-        c.open_branch(f"b{i}", "r/router", "t/r/router", MODEL, 100.0)
-        c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
-        c.report(BranchOutcome(f"b{i}", "h1", saved_s=3.0, fill_cost_s=2.0, setup_s=0.01,
-                               consumed=(f"fill/b{i}/h1/0",)))
+    c = taught()
     gate = ({"t/r/router": {"a": [[1.0] * 6] * 6, "q": [0.0] * 6, "n": 9, "sum_sq": 1.0}}
             if version == 2 else c.state()["gate"])
     old = {**c.state(), "version": version, "gate": gate}
