@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,8 @@ class GatewayRuntime(ServiceRuntime):
     """The gateway's runtime: the gRPC server, plus the OpenAI-compatible HTTP front when
     ``http_port >= 0`` (started with the gRPC server, announced on the same line)."""
 
+    settings: GatewaySettings  # build_runtime starts it with the gateway's own
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.http: HttpFront | None = None
@@ -216,7 +219,7 @@ async def build_core(settings: GatewaySettings, runtime: ServiceRuntime,
     pace = DecodePace()
     executor = Executor(engines=engines, tools=tools, pace=pace)
     branches = None
-    if features.c2:
+    if features.c2 and library is not None:  # c2 is on only with a library
         if admission is None:
             admission = (RemoteAdmission(settings.admission) if settings.admission
                          else StaticAdmission(top_k=settings.top_k))
@@ -269,7 +272,8 @@ def open_library(settings: GatewaySettings) -> RemoteLibrary | ShardedLibrary | 
     return RemoteLibrary(targets[0]) if targets else None
 
 
-def _title_resolver(titles: CorpusTitles):  # noqa: ANN202 - a draft line to corpus titles
+def _title_resolver(titles: CorpusTitles) -> Callable[[str], list[str]]:
+    """A draft line to the corpus titles it scores highest for."""
     def resolve(line: str) -> list[str]:
         return [title for title, _ in titles.scores(line)]
     return resolve

@@ -34,8 +34,9 @@ MAX_PENDING_STORES: int = GatewaySettings.model_fields["max_pending_stores"].def
 class LibraryPath:
     """Probes the library for a name, checks a hit's reads, and stores executions."""
 
-    def __init__(self, port: LibraryPort, freshness: Freshness, tracer: Tracer,
+    def __init__(self, port: LibraryPort | None, freshness: Freshness, tracer: Tracer,
                  max_pending_stores: int = MAX_PENDING_STORES) -> None:
+        #: The library; None when no csl is configured (every probe misses, nothing is stored).
         self.port = port
         self.freshness = freshness
         self.tracer = tracer
@@ -48,6 +49,8 @@ class LibraryPath:
 
     async def probe(self, name: ReuseName) -> Served | None:
         """The library's entry under ``name`` (after a store of it still in flight)."""
+        if self.port is None:
+            return None
         pending = self._stores.get(name)
         if pending is not None:
             await asyncio.shield(pending)
@@ -75,23 +78,23 @@ class LibraryPath:
               stored: Callable[[ReuseName], None] | None = None) -> None:
         """Store ``run`` under ``name`` in the background (once per name in flight);
         ``stored`` is told the name once the library holds it."""
-        if name in self._stores:
+        if self.port is None or name in self._stores:
             return
         if len(self._stores) >= self.max_pending_stores:
             self.stores_dropped += 1
             log.warning("library store dropped: %d stores in flight (max_pending_stores)",
                         len(self._stores), extra={"reuse_name": str(name)})
             return
-        task = asyncio.create_task(self._put(name, run, stored),
+        task = asyncio.create_task(self._put(self.port, name, run, stored),
                                    name=f"csl-put:{name.digest[:12]}")
         self._stores[name] = task
         task.add_done_callback(lambda _t: self._stores.pop(name, None))
 
-    async def _put(self, name: ReuseName, run: StageRun,
+    async def _put(self, port: LibraryPort, name: ReuseName, run: StageRun,
                    stored: Callable[[ReuseName], None] | None) -> bool:
         with maybe_span(self.tracer, "csl.put", attributes={
                 "dynbranch.reuse_name": str(name)}):
-            ok = await self.port.put(name, run.stored.encode(), run.read_set, run.cost_s)
+            ok = await port.put(name, run.stored.encode(), run.read_set, run.cost_s)
         if ok and stored is not None:
             stored(name)
         return ok

@@ -56,13 +56,19 @@ TITLE_WEIGHT = 2.0
 class Titled(Protocol):
     """A document as far as titles go."""
 
-    title: str
+    @property
+    def title(self) -> str:
+        """Its title."""
+        ...
 
 
 class TitleSource(Protocol):
     """What ``CorpusTitles`` reads of a corpus (``services.gateway.tools.corpus.Corpus``)."""
 
-    identity: str
+    @property
+    def identity(self) -> str:
+        """Which corpus it is (a restart on another store is another identity)."""
+        ...
 
     @property
     def write_seq(self) -> int:

@@ -87,3 +87,12 @@ async def test_stores_past_the_bound_are_dropped_and_counted() -> None:
     library.release.set()
     await path.close()
     assert len(library.entries) == 2
+
+
+async def test_without_a_library_every_probe_misses_and_nothing_is_stored() -> None:
+    path = LibraryPath(None, Freshness({}), NoOpTracer())  # no csl configured
+    told: list[ReuseName] = []
+    path.store(_name(), _run(), told.append)
+    assert await path.probe(_name()) is None
+    await path.close()
+    assert not told and path.stores_dropped == 0
