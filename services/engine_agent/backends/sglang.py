@@ -31,13 +31,10 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-
-from services.common.values.errors import InvalidArgument, Unavailable
+from services.common.values.errors import InvalidArgument
 from services.common.values.generation import (
     FinishReason,
     GenerationRequest,
-    LoadReport,
     Priority,
     Sampling,
     Usage,
@@ -55,7 +52,6 @@ from services.engine_agent.backends.remote.backend import (
     RemoteSettings,
     RemoteStream,
 )
-from services.engine_agent.backends.remote.engine_metrics import parse_metrics
 
 
 def sampling_params(s: Sampling) -> dict[str, Any]:
@@ -124,24 +120,14 @@ class SglangBackend(RemoteBackend):
             self._facts["num_blocks"] = self._facts.pop("kv_tokens") // max(
                 self._facts.get("block_size", 1), 1)
 
-    async def refresh_load(self) -> LoadReport:
-        """Scrape ``/metrics`` now, reading SGLang's totals only.
+    def _metrics_page(self, text: str) -> str:
+        """SGLang's totals only.
 
         With ``--enable-priority-scheduling`` SGLang 0.5.23 exports each gauge once per priority
         (``priority="0"``, ``"-1"``) beside the total (``priority=""``); summing every series
         would count each request twice, so the per-priority series are dropped first.
         """
-        try:
-            resp = await self.get("/metrics")
-        except httpx.HTTPError as exc:
-            raise Unavailable(f"metrics of {self.settings.base_url} unreachable: {exc}") from exc
-        if resp.status_code == 200:
-            self._snapshot = parse_metrics(totals_only(resp.text), self._names)
-            for key, value in (("block_size", self._snapshot.block_size),
-                               ("num_blocks", self._snapshot.num_blocks)):
-                if value:
-                    self._facts[key] = value
-        return self.load()
+        return totals_only(text)
 
     async def _abort_remote(self, request_id: str) -> None:
         with contextlib.suppress(Exception):

@@ -247,12 +247,16 @@ class RemoteBackend:
         except httpx.HTTPError as exc:
             raise Unavailable(f"metrics of {self.settings.base_url} unreachable: {exc}") from exc
         if resp.status_code == 200:
-            self._snapshot = parse_metrics(resp.text, self._names)
+            self._snapshot = parse_metrics(self._metrics_page(resp.text), self._names)
             for key, value in (("block_size", self._snapshot.block_size),
                                ("num_blocks", self._snapshot.num_blocks)):
                 if value:
                     self._facts[key] = value
         return self.load()
+
+    def _metrics_page(self, text: str) -> str:
+        """The part of a ``/metrics`` page the load is read from (subclasses: all of it)."""
+        return text
 
     @property
     def snapshot(self) -> EngineSnapshot:
