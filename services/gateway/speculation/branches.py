@@ -176,6 +176,8 @@ class BranchManager:
                     stream)
                 served = self._settle_promotion(promotion)
             for branch in branches:
+                if branch.template.id == d.template_id:
+                    branch.passed_by(d.stage_id)
                 self._maybe_final(branch)
         template = self.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
@@ -511,10 +513,12 @@ class BranchManager:
         inside the run, not at expiry)."""
         if branch.reported or not branch.resolved:
             return
+        winner = branch.fills.get(branch.winner)
+        if winner is not None and winner.running() and branch.outrun(winner):
+            self._abort(winner, "its workflow passed every stage of its chain")
         if any(f.running() for f in branch.fills.values()):
             return
-        winner = branch.fills.get(branch.winner)
-        if winner is not None and any(step.open(winner) for step in winner.steps):
+        if winner is not None and any(branch.step_open(winner, s) for s in winner.steps):
             return
         self._report(branch)
 

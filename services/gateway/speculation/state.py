@@ -5,6 +5,7 @@ the fill runner share. Each changes only through methods of its own type: a coll
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
 
 from opentelemetry.context import Context
@@ -221,6 +222,10 @@ class Branch:
     reported: bool = False
     #: Retired: no fill starts and no placeholder is held for it any more.
     retired: bool = False
+    #: Demands of its workflow answered per stage since an exclusive branch resolved
+    #: (``passed_by``): the k-th step of the winner's chain at a stage can serve none once more
+    #: than k of them came.
+    demanded: Counter[str] = field(default_factory=Counter)
 
     #: What became of the winner's first step when the branch resolved with an admitted
     #: winner: "promoted", or why it was not (a ``REFUSALS`` key); "" until known.
@@ -326,9 +331,41 @@ class Branch:
 
     def promotable(self, name: ReuseName) -> list[tuple[Fill, FillStep]]:
         """The live fill steps under ``name`` that a demand could still be served from: not
-        promoted already, not failed (ended without a shadow), and not cut short by an abort.
-        These, and only these, take part in the ambiguity rule."""
-        return [(fill, step) for fill, step in self.matches(name) if step.open(fill)]
+        promoted already, not failed (ended without a shadow), not cut short by an abort, and
+        not passed by the workflow (``step_open``). These, and only these, take part in the
+        ambiguity rule."""
+        return [(fill, step) for fill, step in self.matches(name) if self.step_open(fill, step)]
+
+    def passed_by(self, stage_id: str) -> None:
+        """A demand of the branch's workflow for ``stage_id`` was answered (served by a fill
+        step or not). Counted once an exclusive branch is resolved: its winner's chain runs
+        the one path the workflow now takes, so each of its steps answers the workflow's next
+        demand at its stage or none. (An independent branch's fills run side by side with
+        demands at the same stages, so no demand passes one of them.)"""
+        if self.resolved and self.exclusive:
+            self.demanded[stage_id] += 1
+
+    def step_open(self, fill: Fill, step: FillStep) -> bool:
+        """``FillStep.open``, and not passed: the workflow's demand for this step's occurrence
+        of its stage has not been answered without it (a stored shadow nobody will ask for
+        again is not open: the branch's final report need not wait for its retirement)."""
+        if not step.open(fill):
+            return False
+        seen = self.demanded.get(step.stage_id, 0)
+        if not seen:
+            return True
+        earlier = 0
+        for s in fill.steps:
+            if s is step:
+                break
+            earlier += s.stage_id == step.stage_id
+        return seen <= earlier
+
+    def outrun(self, fill: Fill) -> bool:
+        """Whether the workflow's demands passed every step of ``fill``'s chain (planned or not):
+        nothing it still runs can serve this workflow."""
+        need = Counter(s.stage for s in self.point.chain_for(fill.candidate))
+        return bool(need) and all(self.demanded.get(st, 0) >= n for st, n in need.items())
 
 
 #: Why an admitted winner's first step was not promoted (the ``promotion_refused_*`` counters).

@@ -91,6 +91,24 @@ async def test_unpredicted_choice_runs_normally_and_aborts_every_fill() -> None:
     assert handler.text == (await _floor_texts("convert_currency"))[0]
 
 
+async def test_a_branch_whose_workflow_passed_its_winners_chain_reports_at_once() -> None:
+    """The executor demand reads another handler output than the fill's: the winner's executor
+    step can serve nobody now, so the fill is stopped (or its shadow left) and the branch's
+    final report goes out now, not when the branch retires."""
+    async with mesh(time_scale=0.05) as m:
+        await _router(m)
+        (branch,) = m.branches.branches.values()
+        handler = await _stage(m, "handler", "book_flight")
+        assert handler.source == PROMOTED and not branch.reported
+        executor = await _stage(m, "executor", "book_flight", {"handler": handler.text + "!"})
+        assert executor.source == ENGINE
+        for _ in range(100):
+            if branch.reported:
+                break
+            await asyncio.sleep(0.01)
+        assert branch.reported and branch.id in m.branches.branches  # not retired
+
+
 async def test_fill_whose_engine_dies_leaves_the_demand_to_run_normally() -> None:
     async with mesh(engines=2, time_scale=0.05, fill_wait_s=0.5) as m:
         await _router(m)

@@ -54,3 +54,30 @@ async def test_only_open_steps_can_still_serve_a_demand() -> None:
 def test_scopes_and_producers_name_their_workflow_and_step() -> None:
     assert scope_of("acme", "wf") != scope_of("other", "wf") != scope_of("acme", "wf2")
     assert producer_id("b1", "h1", 0) == "fill/b1/h1/0"
+
+
+def test_a_step_its_workflow_passed_is_not_open_and_a_fill_passed_everywhere_is_outrun() -> None:
+    """Once an exclusive branch resolved, the workflow's demand at a stage passes the winner's
+    step there (served by it or not): a stored shadow nobody will ask for is not open, so the
+    final report need not wait for retirement. Demands before the resolution pass nothing; an
+    independent branch's fills run beside demands at their stages, so none passes them."""
+    b = branch()  # routing: handler, executor
+    f = Fill("x", 0, steps=[FillStep("handler", name(1))])
+    f.steps[0].ok = True  # a stored shadow
+    b.fills = {"x": f}
+    b.passed_by("handler")  # before the branch resolved: counts for nothing
+    assert b.step_open(f, f.steps[0]) and not b.outrun(f)
+    b.resolved, b.winner = True, "x"
+    b.passed_by("handler")
+    assert not b.step_open(f, f.steps[0]) and b.promotable(name(1)) == []
+    assert not b.outrun(f)  # its executor step may still serve the next demand
+    b.passed_by("executor")
+    assert b.outrun(f)
+    offer = load_builtin("hci")
+    side = Branch(id="b2", tenant="acme", workflow_id="wf", template=offer,
+                  point=offer.decisions[0], inputs={}, outputs={}, model="m")
+    g = Fill("y", 0, steps=[FillStep("fulfil", name(2))])
+    g.steps[0].ok = True
+    side.fills, side.resolved, side.winner = {"y": g}, True, "y"
+    side.passed_by("fulfil")
+    assert side.step_open(g, g.steps[0]) and not side.outrun(g)
