@@ -21,7 +21,7 @@ def merge_accounts(accounts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Seeds' priced-controller accounts (``Ledger.summary``) as one: counts summed, medians
     averaged over seeds, p̃ and its realised rates by rank weighted by their counts, and the
     1.25x check redone on the merged table."""
-    from services.admission.ledger import STRICT_RANKS, within
+    from services.admission.ledger import STRICT_RANKS, consistent, within
 
     accounts = [a for a in accounts if a]
     if len(accounts) == 1:
@@ -39,8 +39,9 @@ def merge_accounts(accounts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out[key] = round(statistics.fmean(found), 4) if found else None
     for key in ("p_tilde_by_rank_warm_strict", "p_tilde_by_rank"):
         out[key] = _merge_ranks([a.get(key, {}) for a in accounts])
-    out["p_tilde_within_1_25x_warm_strict"] = within(out["p_tilde_by_rank_warm_strict"], 1.25,
-                                                     STRICT_RANKS)
+    strict = out["p_tilde_by_rank_warm_strict"]
+    out["p_tilde_within_1_25x_warm_strict"] = within(strict, 1.25, STRICT_RANKS)
+    out["p_tilde_consistent_1_25x_warm_strict"] = consistent(strict, 1.25, STRICT_RANKS)
     out["warm_strict"] = accounts[0].get("warm_strict")
     out["seeds"] = len(accounts)
     return out

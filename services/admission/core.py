@@ -21,9 +21,10 @@ baseline policies it is compared with.
 
 The branch class (the gateway sends tenant and coordinate) keys everything learned, so tenants
 learn apart while the price curves, which describe the engines, are shared. Selection
-posteriors update for every predicted candidate of a settled branch; usability only for admitted
-fills of the selected candidate, and only when some fill of the branch did engine work (one the
-library or a canonical execution answered says nothing about timely use). Every per-branch
+posteriors update for every predicted candidate of a settled branch; usability for admitted
+fills of the selected candidate: a success when its demand consumed it, a failure otherwise, also
+when it did no engine work (still queued when its demand came, or answered by the library, which
+served the demand without it): the event p̃ estimates is a consumed fill. Every per-branch
 record is bounded (oldest forgotten); ``ledger`` keeps the per-branch account a run is judged
 by, and ``state``/``restore`` carry what was learned across restarts (``state_store``). The
 baselines (``baselines``) answer the same three calls (``AdmissionPolicy``), so a run selects
@@ -469,10 +470,10 @@ class PricedController:
     def _learn(self, st: _ClassStats, b: _Branch, outcome: BranchOutcome, consumed: bool) -> None:
         """Usability, gain and cost from a final report."""
         proposal = next((p for p in b.proposals if p.candidate == outcome.selected), None)
-        if outcome.selected in b.admitted:
+        if outcome.selected in b.admitted:  # timely use of the selected candidate's fill
             if consumed:
                 st.usability.success += 1
-            elif outcome.fills_worked:  # else no evidence on timely use
+            else:  # late (still queued when its demand came), or not needed (the library had it)
                 st.usability.failure += 1
         if consumed and proposal is not None:
             key = proposal.pricing_class

@@ -15,15 +15,18 @@ sets each estimate beside its own realised rate, on the candidates where that ev
   that were selected (finally reported).
 
 It does so over every settled branch, once a class has ``warm`` settled branches (the factor-2
-check), and once it has ``WARM_STRICT`` (the factor-1.25 check of ranks 0–2). Candidates Action 1
-did not admit are counted by why (``not_admitted``: priced out, infeasible, or beyond a cold
-branch's bounded fan-out), and ``timeline`` gives each branch's time, verdict and break-even
-p* = C / (G + C) averaged over its candidates (the paper's Fig. 15a). Bounded (the oldest
-branches are forgotten).
+check), and once it has ``WARM_STRICT`` (the factor-1.25 check of ranks 0–2: of the point
+estimate, ``within``, and against the realised rate's 95% interval, ``consistent``, since a
+rank selected a few times in a run gives a rate that varies by more than 1.25x by chance).
+Candidates Action 1 did not admit are counted by why (``not_admitted``: priced out, infeasible,
+or beyond a cold branch's bounded fan-out), and ``timeline`` gives each branch's time, verdict
+and break-even p* = C / (G + C) averaged over its candidates (the paper's Fig. 15a). Bounded
+(the oldest branches are forgotten).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -153,7 +156,8 @@ class Ledger:
                 "p_tilde_by_rank": by_rank(settled), "p_tilde_by_rank_warm": warm,
                 "p_tilde_within_2x_warm": within(warm, 2.0),
                 "p_tilde_by_rank_warm_strict": strict,
-                "p_tilde_within_1_25x_warm_strict": within(strict, 1.25, STRICT_RANKS)}
+                "p_tilde_within_1_25x_warm_strict": within(strict, 1.25, STRICT_RANKS),
+                "p_tilde_consistent_1_25x_warm_strict": consistent(strict, 1.25, STRICT_RANKS)}
 
 
 def within(table: dict[str, dict[str, float | None]], factor: float,
@@ -172,6 +176,37 @@ def within(table: dict[str, dict[str, float | None]], factor: float,
             return useful / factor <= p <= factor * useful
         return p <= factor / n
     return all(ok(r) for r in rows)
+
+
+def consistent(table: dict[str, dict[str, float | None]], factor: float,
+               ranks: Iterable[int] | None = None) -> bool | None:
+    """Whether, for every rank (of ``ranks``) with an admitted candidate, p̃ within ``factor``
+    is consistent with the realised useful rate: [p̃ / factor, factor x p̃] meets the rate's
+    95% Wilson interval (``useful_ci95``). ``within`` asks it of the point estimate, which a
+    rare event cannot answer: a rank-2 candidate useful 1 time in 14, admitted 50 times, is
+    useful 3 or 5 times as often as 4 by chance alone, and either is outside 1.25x of 4/50.
+    None when no rank has one."""
+    keep = None if ranks is None else {str(r) for r in ranks}
+    rows = [r for k, r in table.items() if r["admitted"] and (keep is None or k in keep)]
+    if not rows:
+        return None
+
+    def ok(r: dict[str, float | None]) -> bool:
+        n = int(r["admitted"] or 0)
+        lo, hi = wilson(round((r["useful"] or 0.0) * n), n)
+        p = r["p_tilde"] or 0.0
+        return max(lo, p / factor) <= min(hi, p * factor)
+    return all(ok(r) for r in rows)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a rate of ``k`` in ``n`` (95% at the default ``z``)."""
+    if n <= 0:
+        return 0.0, 1.0
+    rate, z2 = k / n, z * z
+    centre = (rate + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(rate * (1 - rate) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def by_rank(entries: list[Entry]) -> dict[str, dict[str, float | None]]:
@@ -204,4 +239,5 @@ def _rate(rows: list[tuple[Entry, str, Priced]], event: Callable[[Entry, str], b
     return round(sum(event(e, n) for e, n, _ in rows) / len(rows), 4) if rows else None
 
 
-__all__ = ["STRICT_RANKS", "WARM_STRICT", "Entry", "Ledger", "Priced", "by_rank", "within"]
+__all__ = ["STRICT_RANKS", "WARM_STRICT", "Entry", "Ledger", "Priced", "by_rank", "consistent",
+           "within", "wilson"]

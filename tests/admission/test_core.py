@@ -212,10 +212,10 @@ def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_s
     assert c.admit("z", "r/router", proposals(), MODEL, 100.0).admitted[0] == "h2"
 
 
-def test_a_selected_fill_that_did_no_engine_work_is_no_evidence_on_use() -> None:
-    """A branch whose fills the library or a canonical execution answered (final report, no
-    fill cost, nothing consumed) neither fails usability nor charges Action 0 its price; one
-    whose selected fill ran and went unused does both."""
+def test_a_selected_fill_not_consumed_fails_use_and_charges_only_the_work_it_did() -> None:
+    """A selected fill that was not consumed was not useful, whether it ran and went unused or
+    did no engine work (still queued when its demand came, or answered by the library): each
+    fails usability, the event p̃ estimates. Only one that ran charges Action 0 its price."""
     c = PricedController(tracker_at(running=8),
                          settings=ControllerSettings(audit_rate=0.0, n0=4))
     for i, cost in enumerate((0.0, 0.0, 2.0)):
@@ -223,7 +223,7 @@ def test_a_selected_fill_that_did_no_engine_work_is_no_evidence_on_use() -> None
         assert c.admit(f"b{i}", "r/router", proposals()[:1], MODEL, 100.0).admitted == ("h1",)
         c.report(BranchOutcome(f"b{i}", "h1", saved_s=0.0, fill_cost_s=cost, setup_s=0.0))
     st = c.stats["r/router"]
-    assert (st.usability.success, st.usability.failure) == (0, 1)
+    assert (st.usability.success, st.usability.failure) == (0, 3)
     trials = c.gate.classes["r/router"].trials
     assert trials["b0"].target == 0.0 and trials["b2"].target < 0.0
 

@@ -101,3 +101,18 @@ def test_the_timeline_gives_each_branch_its_time_verdict_and_mean_break_even() -
     # p* = C / (G + C): 0.25 and 0.5, averaged over the branch's candidates
     assert ledger.timeline() == [(3.0, True, 0.375), (4.0, False, None)]
     assert ledger.summary()["not_admitted"] == {"priced_out": 1}
+
+
+def test_the_strict_check_asks_the_point_estimate_and_the_realised_rates_interval() -> None:
+    """p̃ 0.12 for a rank useful 4 times in 50 (0.08) is outside 1.25x of the point, but 0.08
+    is what a true 0.12 gives often enough (its 95% interval reaches 0.19): consistent. p̃ 0.5
+    against 8 in 40 (0.2, interval up to 0.35) is neither."""
+    from services.admission.ledger import consistent, within, wilson
+
+    rare = {"2": {"admitted": 50, "p_tilde": 0.12, "useful": 0.08}}
+    assert within(rare, 1.25) is False and consistent(rare, 1.25) is True
+    off = {"0": {"admitted": 40, "p_tilde": 0.5, "useful": 0.2}}
+    assert within(off, 1.25) is False and consistent(off, 1.25) is False
+    lo, hi = wilson(4, 50)
+    assert 0.03 < lo < 0.04 and 0.18 < hi < 0.2
+    assert consistent({"1": {"admitted": 0, "p_tilde": None, "useful": None}}, 1.25) is None
