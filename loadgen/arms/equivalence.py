@@ -44,8 +44,8 @@ def compare_outputs(arm: Iterable[WorkflowResult], floor: Iterable[WorkflowResul
     out = []
     for result in arm:
         other = base.get(result.workflow_id)
-        found = Mismatch(result.workflow_id, "missing") if other is None \
-            else _why(result, other)
+        found = (Mismatch(result.workflow_id, "missing") if other is None
+                 else _why(result, other))
         if found is not None:
             out.append(found)
     return out

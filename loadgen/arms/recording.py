@@ -58,8 +58,8 @@ def _rendered(client: Any, template: str, stage: str, *, inputs: Mapping[str, st
     """(digest, prompt) of the rendered request (``max_tokens``: the call's cap, if any)."""
     rendered = client.render(template, stage, inputs=inputs, outputs=outputs,
                              candidate=candidate, max_tokens=max_tokens)
-    key = f"{template}|{stage}|{rendered.stage_version}|{rendered.model}|" \
-          f"{rendered.sampling!r}|{rendered.text}"
+    key = (f"{template}|{stage}|{rendered.stage_version}|{rendered.model}|"
+           f"{rendered.sampling!r}|{rendered.text}")
     return hashlib.sha256(key.encode()).hexdigest()[:24], rendered.text
 
 

@@ -292,8 +292,8 @@ async def _quiesce(mesh: SoakMesh, timeout_s: float) -> None:
     deadline = time.perf_counter() + timeout_s
     while time.perf_counter() < deadline:
         refs = [sum((await b.lease_refs()).values()) for b in mesh.backends]
-        if not any(refs) and mesh.delivery.core.pending == 0 \
-                and mesh.gateway.core.in_flight == 0:
+        if (not any(refs) and mesh.delivery.core.pending == 0
+                and mesh.gateway.core.in_flight == 0):
             break
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.5)
@@ -302,9 +302,9 @@ async def _quiesce(mesh: SoakMesh, timeout_s: float) -> None:
 async def soak(minutes: float, runners: int = 4, sample_s: float = 2.0) -> dict[str, Any]:
     """Run the soak for ``minutes`` and return its figures and checks (``ok``)."""
     with tempfile.TemporaryDirectory(prefix="dynbranch-soak-") as tmp:
-        async with soak_mesh(Path(tmp)) as mesh, \
-                DynbranchClient(mesh.gateway.address, timeout_s=60) as sdk, \
-                GatewayClient(mesh.gateway.address) as client:
+        async with (soak_mesh(Path(tmp)) as mesh,
+                    DynbranchClient(mesh.gateway.address, timeout_s=60) as sdk,
+                    GatewayClient(mesh.gateway.address) as client):
             for name in WORKLOADS:
                 sdk.use_builtin(name)
             load = Load(sdk, client)

@@ -134,8 +134,8 @@ def gateway_settings(config: MeshConfig, arm: ArmSpec, engines: list[str], csl: 
     scale = clock_scale(config)
     corpus = {"corpus_path": str(folder / "corpus"), "corpus_source": corpus_source,
               "data_dir": config.data_dir or ""} if corpus_source else {}
-    draft = {"predictor": "draft", "draft_model": config.draft_model} \
-        if config.draft_model else {}
+    draft = ({"predictor": "draft", "draft_model": config.draft_model}
+             if config.draft_model else {})
     return GatewaySettings(engines=engines, csl=csl, c1=c1, c2=c2, top_k=config.top_k,
                            fill_wait_s=min(60.0, config.fill_wait_sim_s * scale),
                            branch_ttl_s=max(0.5, config.branch_ttl_sim_s * scale),

@@ -44,12 +44,12 @@ def gateway_counters(metrics_port: int, names: tuple[str, ...]) -> dict[str, int
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name.startswith("dynbranch_gateway_branch_") and \
-                    sample.name.endswith("_total"):
+            if (sample.name.startswith("dynbranch_gateway_branch_")
+                    and sample.name.endswith("_total")):
                 key = sample.name.removeprefix("dynbranch_gateway_branch_")
                 found[key.removesuffix("_total")] = sample.value
-            elif sample.name == "dynbranch_gateway_calls_total" and \
-                    sample.labels.get("source") == "joined":
+            elif (sample.name == "dynbranch_gateway_calls_total"
+                  and sample.labels.get("source") == "joined"):
                 found["joined"] = sample.value
     return {name: int(found.get(name, 0)) for name in names}
 

@@ -328,16 +328,16 @@ class PricedController:
         if outcome.final or outcome.selected not in b.admitted:
             return 0.0
         proposal = next((p for p in b.proposals if p.candidate == outcome.selected), None)
-        gain = self._gain_ms(st, proposal) if proposal is not None \
-            else self.settings.default_gain_ms
+        gain = (self._gain_ms(st, proposal) if proposal is not None
+                else self.settings.default_gain_ms)
         return self.usability_mean(st) * gain
 
     def _footprint(self, st: _ClassStats, p: Proposal, view: LoadSnapshot) -> Footprint:
         learned = st.cost_s.get(p.pricing_class, _Mean()).mean
         slot_s = p.est_exec_s if p.est_exec_s > 0 else (
             learned if learned is not None else self.settings.default_exec_s)
-        blocks = math.ceil(p.peak_tokens / max(view.block_size, 1)) if p.peak_tokens > 0 \
-            else self.settings.fill_kv_blocks
+        blocks = (math.ceil(p.peak_tokens / max(view.block_size, 1)) if p.peak_tokens > 0
+                  else self.settings.fill_kv_blocks)
         return Footprint(slot_s, blocks, p.prompt_tokens)
 
     def view(self, model: str, now: float) -> LoadSnapshot:
@@ -450,8 +450,8 @@ class PricedController:
         st = self._stats(b.branch_class)
         # Credit requires a consumed entry that names the producer recorded at admission.
         prefix = b.producers.get(outcome.selected, "")
-        consumed = bool(prefix) and outcome.saved_s > 0 \
-            and any(p.startswith(prefix) for p in outcome.consumed)
+        consumed = (bool(prefix) and outcome.saved_s > 0
+                    and any(p.startswith(prefix) for p in outcome.consumed))
         self.ledger.settle(outcome.branch_id, outcome.selected, consumed, outcome.final)
         if outcome.final:
             del self.settled[outcome.branch_id]

@@ -41,8 +41,9 @@ def replay(snapshots: Sequence[Snapshot]) -> dict[str, float]:
         if result.utility_ms <= 1e-9:
             continue
         positive += 1
-        matched += frozenset(snap.admitted) == result.names \
-            or abs(snap.utility_ms - result.utility_ms) <= 1e-6 * max(1.0, result.utility_ms)
+        matched += (frozenset(snap.admitted) == result.names
+                    or abs(snap.utility_ms - result.utility_ms)
+                    <= 1e-6 * max(1.0, result.utility_ms))
         kept += snap.utility_ms
         best += result.utility_ms
     return {"snapshots": float(len(snapshots)), "positive": float(positive),

@@ -24,8 +24,8 @@ def load(path: str | Path) -> dict[str, Any] | None:
     try:
         state = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise InvalidArgument("state_path", f"{p} is not a readable admission state: {exc}") \
-            from None
+        raise InvalidArgument(
+            "state_path", f"{p} is not a readable admission state: {exc}") from None
     if not isinstance(state, dict):
         raise InvalidArgument("state_path", f"{p} is not an admission state (not an object)")
     return state

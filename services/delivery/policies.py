@@ -149,8 +149,8 @@ class LadsPolicy(_Base):
         evidence = [view.book.evidence(f, view.now) for f in view.frames]
         base = cache_first(view.frames, evidence)
         budget = view.book.budget(view.now)
-        if not self.turnover or self._departed or budget is None \
-                or not self._pressure(budget, view.frames):
+        if (not self.turnover or self._departed or budget is None
+                or not self._pressure(budget, view.frames)):
             return Choice(base)
         pick = self._turnover_pick(view, budget, evidence)
         if pick is None or pick.key == base.key:
@@ -187,8 +187,8 @@ def _turnover_score(view: DecisionView, frame: Frame, ev: LeaseEvidence | None,
     if ev is None or ev.state is not LeaseState.ACTIVE or ev.exclusive <= 0:
         return None
     # T̂_i: handoff delay if sent next = link backlog plus this frame, plus the engine queue.
-    handoff = (backlog + view.link.framing_bytes + frame.size) / view.link.bytes_per_s \
-        + engine_delay
+    handoff = ((backlog + view.link.framing_bytes + frame.size) / view.link.bytes_per_s
+               + engine_delay)
     if not (0 < handoff < math.inf) or view.now + handoff > ev.deadline:
         return None
     return ev.exclusive / handoff

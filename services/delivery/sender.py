@@ -91,8 +91,8 @@ class Sender:
                  window: int = DEFAULT_WINDOW, clock: Callable[[], float] = time.time,
                  inventory_listener: InventoryListener | None = None,
                  max_record_age_s: float = 1.0) -> None:
-        self._factory: PolicyFactory = (lambda: make_policy(policy)) if isinstance(policy, str) \
-            else policy
+        self._factory: PolicyFactory = ((lambda: make_policy(policy)) if isinstance(policy, str)
+                                        else policy)
         probe = self._factory()
         self.policy_name: str = probe.name
         self.leases: str = probe.leases  # the engine-side lease mode the policy needs

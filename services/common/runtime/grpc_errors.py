@@ -101,8 +101,8 @@ def _parser(deserializer: Parse | None, method: str) -> Parse:
         try:
             return deserializer(raw)
         except DecodeError:
-            raise InvalidArgument("request", f"not a valid request message for {method}") \
-                from None
+            raise InvalidArgument(
+                "request", f"not a valid request message for {method}") from None
     return parse
 
 
