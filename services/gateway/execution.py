@@ -26,7 +26,7 @@ from services.common.values.generation import (
     Timings,
     Usage,
 )
-from services.common.values.reads import ReadSet, RecordRead
+from services.common.values.reads import ReadSet
 from services.gateway.pace import DecodePace
 from services.gateway.ports import EnginePort, Execution
 from services.gateway.templates import Stage, StageKind
@@ -58,12 +58,6 @@ class StageRun:
     def storable(self) -> bool:
         """Whether the result may be stored: complete and confirmed against its read-set."""
         return self.confirmed and self.complete
-
-
-def tool_read_set(result: ToolResult) -> ReadSet:
-    """A tool result's reads as a library read-set."""
-    return ReadSet(tuple(RecordRead(r.record_id, r.version) for r in result.reads),
-                   result.complete)
 
 
 class Executor:
@@ -113,7 +107,7 @@ class Executor:
         stored = StoredResult(result.output, FinishReason.STOP, Usage(0, 0, 0),
                               tuple((r.record_id, r.version) for r in result.reads))
         timings = Timings(0.0, 0.0, 0.0, elapsed)
-        return StageRun(stored, tool_read_set(result), elapsed, timings, "", confirmed)
+        return StageRun(stored, result.read_set(), elapsed, timings, "", confirmed)
 
     @staticmethod
     async def _run_and_confirm(tool: Tool, args: str) -> tuple[ToolResult, float, bool]:
@@ -129,4 +123,4 @@ class Executor:
             return result, elapsed, False
 
 
-__all__ = ["Executor", "StageRun", "tool_read_set"]
+__all__ = ["Executor", "StageRun"]

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from services.common.values.reads import ReadSet, RecordRead
 from services.corpus import RecordVersion
 
 
@@ -32,6 +33,11 @@ class ToolResult:
     complete: bool = True
     #: What the tool read, for its own ``confirm`` before the result is stored (opaque here).
     evidence: Any = None
+
+    def read_set(self) -> ReadSet:
+        """Its reads as a library read-set."""
+        return ReadSet(tuple(RecordRead(r.record_id, r.version) for r in self.reads),
+                       self.complete)
 
 
 @runtime_checkable
