@@ -1,8 +1,9 @@
 """Early fill (C2): branch lifecycle from opening to settlement (dynbranch §3.3, DESIGN.md §4).
 
 A demand for a decision-point stage opens a branch: admission's generation gate (Action 0), the
-predictor's ranked candidates, the fill gate (Action 1), then one fill per admitted candidate
-that runs the candidate's downstream chain with fill priority, storing each step as a shadow.
+predictor's ranked candidates, the fill gate (Action 1) (``opening.py``), then one fill per
+admitted candidate that runs the candidate's downstream chain with fill priority, storing each
+step as a shadow.
 The branch resolves when a demand for a first downstream stage of the same workflow arrives: the
 candidate whose rendered name equals the demand's is the winner. An exclusive branch aborts every
 loser's fill at once and discards its shadows; an independent one keeps them until their TTL.
@@ -31,8 +32,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from services.common.values import clock
-from services.common.values.candidates import FillEstimate, RankedCandidate
-from services.common.values.errors import DeadlineExceeded, InvalidArgument
+from services.common.values.errors import DeadlineExceeded
 from services.common.values.reads import HoldEvent, HoldNotice, Served
 from services.common.values.reuse_name import ReuseName
 from services.common.values.tracing import maybe_span, run_in
@@ -44,7 +44,8 @@ from services.gateway.reuse.naming import Naming
 from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.adoption import Adopter
 from services.gateway.speculation.fills import FillRunner
-from services.gateway.speculation.predictors import Predictor, context_for
+from services.gateway.speculation.opening import Gates
+from services.gateway.speculation.predictors import Predictor
 from services.gateway.speculation.promotion import (
     DEADLINE,
     PROMOTION_COUNTERS,
@@ -61,7 +62,6 @@ from services.gateway.speculation.state import (
 from services.gateway.templates import (
     DecisionPoint,
     Stage,
-    StageKind,
     Template,
     TemplateRegistry,
     Window,
@@ -133,6 +133,7 @@ class BranchManager:
         self.fills = FillRunner(executor, library, settings, tracer, naming=naming,
                                 freshness=freshness, single_flight=single_flight,
                                 c1=features.c1, hold=self.hold)
+        self.gates = Gates(admission, predictor, pace, self.fills, tracer)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -186,33 +187,30 @@ class BranchManager:
         return served
 
     def _settle_promotion(self, promotion: Promotion) -> Served | None:
-        """Act on what a demand's match came to: keep each matched step's outcome, credit the
-        step that served it, or abort the fill it gave up on to run anew; the served result
-        (``DeadlineExceeded`` when the deadline passed while it waited)."""
-        for branch, fill, step, what in promotion.outcomes:
-            self._outcome(branch, fill, step, what)
+        """Count what a demand's match came to (its records took it already: the outcomes
+        kept, the promoted step credited, the fill it gave up on to run anew aborted); the
+        served result (``DeadlineExceeded`` when the deadline passed while it waited)."""
+        for what in promotion.kept:
+            self._count_winner(what)
         if promotion.promoted is not None and promotion.served is not None:
-            self.credit(*promotion.promoted, promotion.served.cost_s, promotion.waited_s)
-        if promotion.abandoned is not None:
-            self._abort(promotion.abandoned, f"its demand runs anew ({promotion.why})")
+            self._credited(promotion.consumed)
+        if promotion.aborted and promotion.abandoned is not None:
+            self._aborted(promotion.abandoned, f"its demand runs anew ({promotion.why})")
         if promotion.why == DEADLINE:
             raise DeadlineExceeded("the deadline passed while the demand waited for the fill it "
                                    "adopted")
         return promotion.served
 
-    def _outcome(self, branch: Branch, fill: Fill, step: FillStep, what: str) -> None:
-        """Keep what became of an admitted winner's first step ("promoted" or a refusal), once
-        per branch: the bench reports admitted winners that were not promoted, and why."""
-        if branch.record_outcome(fill, step, what):
-            key = "winners_promoted" if what == "promoted" else f"winners_lost_{what}"
-            self._counts[key] = self._counts.get(key, 0) + 1
+    def _count_winner(self, what: str) -> None:
+        """Count what became of an admitted winner's first step ("promoted" or a refusal),
+        kept once per branch: the bench reports admitted winners not promoted, and why."""
+        key = "winners_promoted" if what == "promoted" else f"winners_lost_{what}"
+        self._counts[key] = self._counts.get(key, 0) + 1
 
-    def credit(self, branch: Branch, fill: Fill, step: FillStep, saved_s: float,
-               waited_s: float = 0.0, elsewhere: bool = False) -> None:
-        """Credit one promotion of ``step`` (by a demand here, or on another replica:
-        ``elsewhere``), which saved ``saved_s`` engine seconds after its demand waited
-        ``waited_s``, to its fill and branch, and count it."""
-        if branch.credit(fill, step, saved_s, waited_s):
+    def _credited(self, consumed: bool, elsewhere: bool = False) -> None:
+        """Count one promotion credited to its fill and branch (``Branch.credit``; by a demand
+        here, or on another replica: ``elsewhere``); ``consumed``: the fill's first."""
+        if consumed:
             self._counts["fills_consumed"] += 1
         self._counts["stages_promoted"] += 1
         if elsewhere:
@@ -316,10 +314,11 @@ class BranchManager:
         """Another replica's demand promoted the step: credit the fill, resolve the branch."""
         if step.claimed or step.claiming:
             return  # promoted by a demand on this gateway: counted there
-        self.credit(branch, fill, step, step.cost_s, elsewhere=True)
+        self._credited(branch.credit(fill, step, step.cost_s), elsewhere=True)
         if not branch.resolved and fill.steps and fill.steps[0] is step:
             self._resolve(branch, fill.candidate)
-        self._outcome(branch, fill, step, "promoted")
+        if branch.record_outcome(fill, step, "promoted"):
+            self._count_winner("promoted")
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -338,6 +337,10 @@ class BranchManager:
         self._by_request[d.request_id] = branch
         self._counts["opened"] += 1
         self._spawn(self._launch(branch, d), f"open:{branch.id}")
+
+    def _siblings(self, branch: Branch) -> list[Branch]:
+        """The branches of ``branch``'s workflow open now (itself among them)."""
+        return self._by_workflow.get((branch.tenant, branch.workflow_id), [])
 
     def on_output(self, d: Demand, text: str) -> None:
         """The deciding stage of a branch answered: fills that read its output may start."""
@@ -360,7 +363,8 @@ class BranchManager:
         attrs = {"dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate}
         try:
             with maybe_span(self.tracer, "branch.open", attributes=attrs):
-                admitted = await self._gates(branch, d)
+                admitted = await self.gates.admitted(branch, d, functools.partial(
+                    self._siblings, branch))
             branch.set_up(clock.now() - start)
             if not branch.resolved and not branch.retired:
                 for rank, candidate in admitted:
@@ -373,92 +377,28 @@ class BranchManager:
         finally:
             branch.ready.set()
 
-    async def _gates(self, branch: Branch, d: Demand) -> list[tuple[int, str]]:
-        coordinate = branch.point.coordinate
-        with maybe_span(self.tracer, "branch.generation_gate") as span:
-            # the branch class: branches that share a coordinate pool their statistics (§3.4)
-            is_open = await self.admission.open_branch(branch.id, coordinate,
-                                                       f"{branch.tenant}/{coordinate}", d.model)
-            span.set_attribute("dynbranch.open", is_open)
-        if not is_open or branch.resolved:
-            return []
-        searched = [b.winner for b in self._by_workflow.get((branch.tenant, branch.workflow_id), ())
-                    if b.point.coordinate == coordinate and b.winner]
-        try:  # a candidate this workflow already selected at this point is not predicted again
-            context = context_for(branch.point, offered=d.offered, observation=d.observation,
-                                  exclude=searched)
-        except InvalidArgument as exc:
-            log.warning("branch %s not filled: %s", branch.id, exc)
-            return []
-        arank = getattr(self.predictor, "arank", None)  # a drafted predictor decodes: async
-        ranked = (await arank(coordinate, context) if arank is not None
-                  else self.predictor.rank(coordinate, context))
-        with maybe_span(self.tracer, "branch.fill_gate") as span:
-            window = 0.0  # a user's think time is not known in advance
-            if branch.point.window is not Window.USER and d.sampling is not None:
-                window = self.pace.window_s(d.model, d.sampling.max_tokens,
-                                                     clock.now() - branch.opened_at)
-            admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
-                                                  window, self._estimates(branch, ranked))
-            span.set_attribute("dynbranch.admitted", ",".join(admitted))
-        ranks = {c.candidate: c.rank for c in ranked}
-        return [(ranks.get(c, len(ranks)), c) for c in admitted if c in ranks]
-
-    def _estimates(self, branch: Branch, ranked: list[RankedCandidate]
-                   ) -> dict[str, FillEstimate]:
-        """What each candidate's fill would cost: its subgraph's llm stages' output tokens at
-        the decode pace learned for their models (0 until a pace is known), the prompt tokens
-        of its first stage rendered as the fill would render it and that prompt + max_tokens
-        (0 when it cannot be rendered yet), and its stage count. The first stage's reuse name
-        is kept (``Branch.predicted``): a demand that selects a candidate no fill ran for still
-        tells admission which rank was selected."""
-        out: dict[str, FillEstimate] = {}
-        pace = self.pace
-        for c in ranked:
-            chain = branch.point.chain_for(c.candidate)
-            total: float | None = 0.0
-            for step in chain:
-                stage = branch.template.stage(step.stage)
-                if stage.kind is StageKind.LLM and stage.sampling is not None and total is not None:
-                    per_token = pace.engine_s_per_token(stage.model or branch.model)
-                    total = (None if per_token is None
-                             else total + stage.sampling.max_tokens * per_token)
-            prompt = peak = 0
-            first = self.fills.named(branch, c.candidate, chain[0].stage,
-                                     dict(branch.outputs)) if chain else None
-            if first is not None:
-                rendered, name = first
-                branch.predict(c.candidate, name)
-                if rendered.sampling is not None:
-                    prompt = pace.prompt_tokens(rendered.model, rendered.text)
-                    peak = prompt + rendered.sampling.max_tokens
-            out[c.candidate] = FillEstimate(total or 0.0, prompt, peak, max(len(chain), 1))
-        return out
-
     # -- settlement ---------------------------------------------------------------------------
 
     def _resolve(self, branch: Branch, winner: str) -> None:
-        branch.resolve(winner)
+        """Settle ``branch`` for ``winner``: its losers' fills stop (``Branch.resolve``), an
+        exclusive branch's losing shadows are discarded, the predictor learns the winner and
+        admission hears the selection."""
+        stopped, discarded = branch.resolve(winner)
         if winner in branch.fills:
             self._counts["winners_admitted"] += 1
+        self._counts["fills_discarded"] += discarded
         with maybe_span(self.tracer, "branch.settle", attributes={
                 "dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
                 "dynbranch.candidate": winner, "dynbranch.exclusive": branch.exclusive}):
+            for fill in stopped:
+                self._aborted(fill, "lost the branch" if branch.exclusive else "not picked")
             if winner:
                 observe = getattr(self.predictor, "observe", None)
                 if observe is not None:
                     observe(branch.point.coordinate, winner)
             if branch.exclusive:
-                for candidate, fill in branch.fills.items():
-                    if candidate != winner:
-                        self._abort(fill, "lost the branch")
-                        self._counts["fills_discarded"] += 1
                 self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}",
                             branch.trace)
-            else:  # independent (Figure 1a): stop unfinished unselected fills, keep finished
-                for candidate, fill in branch.fills.items():
-                    if candidate != winner and fill.running():
-                        self._abort(fill, "not picked")
             self._maybe_final(branch)
             if not branch.reported:  # the selection is known: feedback starts now
                 self._report(branch, final=False)
@@ -477,8 +417,12 @@ class BranchManager:
 
     def _abort(self, fill: Fill, why: str) -> None:
         if fill.abort():
-            self._counts["fills_aborted"] += 1
-            log.debug("fill %s aborted: %s", fill.candidate, why)
+            self._aborted(fill, why)
+
+    def _aborted(self, fill: Fill, why: str) -> None:
+        """Count a fill stopped while it ran."""
+        self._counts["fills_aborted"] += 1
+        log.debug("fill %s aborted: %s", fill.candidate, why)
 
     # -- retirement ---------------------------------------------------------------------------
 

@@ -261,10 +261,17 @@ class Branch:
         ("" when it is none of them)."""
         self.selected = next((c for c, n in self.predicted.items() if n == name), "")
 
-    def resolve(self, winner: str) -> None:
-        """The branch is settled for ``winner`` ("": none of its candidates)."""
+    def resolve(self, winner: str) -> tuple[list[Fill], int]:
+        """The branch is settled for ``winner`` ("": none of its candidates), and its losers'
+        fills stop: an exclusive branch aborts every loser's fill (their shadows are discarded),
+        an independent one (Figure 1a) only the unselected fills still running (it keeps the
+        finished). The fills stopped while they ran, and how many an exclusive branch lost."""
         self.resolved, self.winner = True, winner
         self.selected = winner or self.selected
+        losers = [fill for candidate, fill in self.fills.items() if candidate != winner]
+        if not self.exclusive:
+            return [fill for fill in losers if fill.running() and fill.abort()], 0
+        return [fill for fill in losers if fill.abort()], len(losers)
 
     def credit(self, fill: Fill, step: FillStep, saved_s: float, waited_s: float = 0.0) -> bool:
         """A demand was served by ``step``'s shadow, which saved ``saved_s`` engine seconds
