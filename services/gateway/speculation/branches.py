@@ -43,6 +43,7 @@ from services.gateway.reuse.freshness import Freshness
 from services.gateway.reuse.naming import Naming
 from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.speculation.adoption import Adopter
+from services.gateway.speculation.claims import Claims
 from services.gateway.speculation.fills import FillRunner
 from services.gateway.speculation.opening import Gates
 from services.gateway.speculation.predictors import Predictor
@@ -96,9 +97,9 @@ BRANCH_COUNTERS: dict[str, str] = {
     **PROMOTION_COUNTERS,
 }
 #: The counters the manager keeps itself: its own, and the winners' (it keeps each branch's
-#: outcome); the rest are its promotions' and its fill runner's.
+#: outcome); the rest are its promotions', its fill runner's and its claims'.
 _OWN_COUNTERS = (*(k for k in BRANCH_COUNTERS if k not in PROMOTION_COUNTERS
-                   and k not in ("ambiguous", "fill_steps_joined")),
+                   and k not in ("ambiguous", "fill_steps_joined", "claimed_elsewhere")),
                  *(k for k in PROMOTION_COUNTERS if k.startswith("winners_")))
 
 
@@ -134,13 +135,14 @@ class BranchManager:
                                 freshness=freshness, single_flight=single_flight,
                                 c1=features.c1, hold=self.hold)
         self.gates = Gates(admission, predictor, pace, self.fills, tracer)
+        self.claims = Claims(library, registry, settings, self._spawn)
 
     @property
     def counters(self) -> dict[str, int]:
         """Every counter of ``BRANCH_COUNTERS`` now, in its order: the manager's own, its
-        promotions' and its fill runner's (a snapshot)."""
+        promotions', its fill runner's and its claims' (a snapshot)."""
         found = {**self._counts, **self.promotions.counters,
-                 "fill_steps_joined": self.fills.joined}
+                 "fill_steps_joined": self.fills.joined, "claimed_elsewhere": self.claims.claimed}
         return {key: found.get(key, 0) for key in BRANCH_COUNTERS}
 
     # -- entry from the canonical path -------------------------------------------------------
@@ -154,7 +156,8 @@ class BranchManager:
         if stage is None:
             return BranchVerdict(self, d, None, name)
         served = await self.handle(d, stage, name, timeout_s, stream)
-        claimable = served is None and self.claimable(d, stage, name)
+        claimable = served is None and self.claims.claimable(
+            d, stage, name, self._by_workflow.get((d.tenant, d.workflow_id), ()))
         return BranchVerdict(self, d, stage, name, served, claimable)
 
     def confirmed(self, name: ReuseName) -> None:
@@ -235,46 +238,10 @@ class BranchManager:
             pass
 
     # -- across gateway replicas (dynbranch §3.3, DESIGN.md §4) --------------------------------
-    # A workflow's demands may reach a replica other than the one that opened its branch. The
-    # library links them: each running fill step's placeholder is held in the workflow's scope,
-    # another replica's demand claims the step's shadow through that scope, and a demand for a
-    # first stage of the branch's subgraph settles the scope. This manager is both sides of that
-    # exchange: it claims other replicas' shadows for this gateway's demands, and follows this
-    # gateway's holds to learn what other replicas did with its shadows.
-
-    def claimable(self, d: Demand, stage: Stage, name: ReuseName | None) -> bool:
-        """Whether another replica may hold the branch this demand belongs to: a stage that a
-        decision point of its template fills, in a workflow with no branch here at such a
-        point (a branch here is this workflow's: its fills were matched locally)."""
-        if name is None or not d.workflow_id:
-            return False
-        points = [p for p in self.registry.get(d.template_id).decisions
-                  if _fills(p, stage.id)]
-        if not points:
-            return False
-        return not any(b.template.id == d.template_id and _fills(b.point, stage.id)
-                       for b in self._by_workflow.get((d.tenant, d.workflow_id), ()))
-
-    async def claim_elsewhere(self, d: Demand, stage: Stage, name: ReuseName,
-                              timeout_s: float) -> Served | None:
-        """Promote another replica's shadow under ``name`` for this demand's workflow, waiting
-        a bounded interval while its fill still runs (its placeholder is held in the library);
-        None on a miss. A first stage of a branch's subgraph also settles the workflow's held
-        fills, so the replica that opened the branch resolves it and aborts its losers."""
-        claimed = await self.library.claim(name, scope_of(d.tenant, d.workflow_id),
-                                           min(self.settings.fill_wait_s, timeout_s))
-        if claimed is not None:
-            self._counts["claimed_elsewhere"] += 1
-        template = self.registry.get(d.template_id)
-        if any(_starts(p, stage.id) for p in template.decisions):
-            keep = (claimed.branch_id, claimed.candidate) if claimed is not None else ("", "")
-            self._spawn(self._settle_scope(d, stage, *keep), f"settle:{d.workflow_id}")
-        return Served(claimed.result, claimed.cost_s) if claimed is not None else None
-
-    async def _settle_scope(self, d: Demand, stage: Stage, keep_branch: str,
-                            keep_candidate: str) -> None:
-        await self.library.settle_scope(scope_of(d.tenant, d.workflow_id), d.template_id,
-                                        stage.id, keep_branch, keep_candidate)
+    # A workflow's demands may reach a replica other than the one that opened its branch; the
+    # library links them through the workflow's scope. ``claims`` claims other replicas' shadows
+    # for this gateway's demands; the manager holds this gateway's running fill steps'
+    # placeholders and follows them to learn what other replicas did with its shadows.
 
     def hold(self, branch: Branch, fill: Fill, step: FillStep) -> None:
         """Hold a fill step's placeholder while its branch lives (the fill runner's ``hold``)."""
@@ -542,27 +509,14 @@ class BranchVerdict:
             return None
         with maybe_span(self.manager.tracer, "csl.claim", attributes={
                 "dynbranch.reuse_name": str(self.name)}) as span:
-            served = await self.manager.claim_elsewhere(self.demand, self.stage, self.name,
-                                                        timeout_s)
+            served = await self.manager.claims.claim_elsewhere(self.demand, self.stage,
+                                                               self.name, timeout_s)
             span.set_attribute("dynbranch.promoted", served is not None)
         return served
 
     def answered(self, text: str) -> None:
         """See ``ports.Speculation.answered``: the branch this demand opened may start."""
         self.manager.on_output(self.demand, text)
-
-
-def _fills(point: DecisionPoint, stage_id: str) -> bool:
-    """Whether a candidate chain of ``point`` runs ``stage_id``."""
-    chains = (point.subgraph, *(c for _, c in point.per_candidate))
-    return any(step.stage == stage_id for chain in chains for step in chain)
-
-
-def _starts(point: DecisionPoint, stage_id: str) -> bool:
-    """Whether ``stage_id`` starts a candidate chain of ``point`` (its demand resolves it)."""
-    chains = (point.subgraph, *(c for _, c in point.per_candidate))
-    return any(chain and chain[0].stage == stage_id for chain in chains)
-
 
 
 __all__ = ["BRANCH_COUNTERS", "Branch", "BranchManager", "BranchSettings", "BranchVerdict", "Fill",
