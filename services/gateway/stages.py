@@ -37,7 +37,6 @@ from services.gateway.reuse.library_path import LibraryPath
 from services.gateway.reuse.naming import Naming
 from services.gateway.reuse.single_flight import SingleFlight
 from services.gateway.values import (
-    ZERO_TIMINGS,
     Answer,
     AnswerSource,
     Demand,
@@ -48,6 +47,9 @@ from services.gateway.values import (
 )
 
 log = logging.getLogger(__name__)
+
+#: What answers a demand: the result, whose it is, and the demand's own run when it executed.
+Found = tuple[StoredResult, AnswerSource, StageRun | None]
 
 
 class StageService:
@@ -87,18 +89,16 @@ class StageService:
     async def _run(self, d: Demand, name: ReuseName | None, timeout_s: float,
                    stream: TextStream | None, start: float) -> tuple[Answer, Speculation | None]:
         spec = await self._speculate(d, name, timeout_s, stream)
-        hit = await self._probe_or_claim(name, spec, timeout_s)
-        if hit is not None:
-            return self._answer_served(d, *hit, name, start), spec
-        remaining = timeout_s - (clock.now() - start)  # the demand's own deadline, not anew
-        if remaining <= 0:
-            raise DeadlineExceeded("the deadline passed before the demand could run")
-        run, joined = await self._join_or_run(d, name, remaining, stream)
-        if joined:
-            return self._answer_served(d, run.stored, AnswerSource.JOINED, name, start), spec
-        if name is not None and self.features.c1 and run.storable:
-            self.library.store(name, run, self._confirmed)
-        return self._answer_run(d, run, name, start), spec
+        found = await self._probe_or_claim(name, spec, timeout_s)
+        if found is None:
+            remaining = timeout_s - (clock.now() - start)  # the demand's own deadline, not anew
+            if remaining <= 0:
+                raise DeadlineExceeded("the deadline passed before the demand could run")
+            found = await self._execute(d, name, remaining, stream)
+        stored, source, run = found
+        return Answer.of(d.request_id, stored, source, clock.now() - start, str(name or ""),
+                         run.timings if run is not None else None,
+                         run.engine_id if run is not None else ""), spec
 
     async def _speculate(self, d: Demand, name: ReuseName | None, timeout_s: float,
                          stream: TextStream | None) -> Speculation | None:
@@ -108,14 +108,14 @@ class StageService:
         return await self.speculation.speculate(d, name, timeout_s, stream)
 
     async def _probe_or_claim(self, name: ReuseName | None, spec: Speculation | None,
-                              timeout_s: float) -> tuple[StoredResult, AnswerSource] | None:
+                              timeout_s: float) -> Found | None:
         """The promoted fill, else the library's entry, else another replica's fill; served
         only while its reads are current."""
         found = await self._served(name, spec, timeout_s)
         if found is None:
             return None
         stored = await self.library.current(found[0], name)
-        return (stored, found[1]) if stored is not None else None
+        return (stored, found[1], None) if stored is not None else None
 
     async def _served(self, name: ReuseName | None, spec: Speculation | None,
                       timeout_s: float) -> tuple[Served, AnswerSource] | None:
@@ -129,10 +129,20 @@ class StageService:
         served = await spec.claim_elsewhere(timeout_s) if spec is not None else None
         return (served, AnswerSource.PROMOTED_FILL) if served is not None else None
 
+    async def _execute(self, d: Demand, name: ReuseName | None, timeout_s: float,
+                       stream: TextStream | None) -> Found:
+        """Execute ``d`` canonically, or join the identical execution running now (C1 on);
+        an own execution is stored in the background when it may be."""
+        run, joined = await self._join_or_run(d, name, timeout_s, stream)
+        if joined:
+            return run.stored, AnswerSource.JOINED, None
+        if name is not None and self.features.c1 and run.storable:
+            self.library.store(name, run, self._confirmed)
+        return run.stored, AnswerSource.ENGINE, run
+
     async def _join_or_run(self, d: Demand, name: ReuseName | None, timeout_s: float,
                            stream: TextStream | None) -> tuple[StageRun, bool]:
-        """Execute ``d`` canonically, or join the identical execution running now (C1 on);
-        the run and whether it was another demand's."""
+        """The run of ``d``, and whether it was another demand's."""
         def execute(remaining_s: float) -> Awaitable[StageRun]:
             return self.executor.execute(d, d.stage, Priority.CANONICAL, d.request_id,
                                          remaining_s, stream)
@@ -150,21 +160,6 @@ class StageService:
     async def close(self) -> None:
         """Wait for in-flight stores (bounded by their own deadlines)."""
         await self.library.close()
-
-    # -- answers --------------------------------------------------------------------------------
-
-    def _answer_served(self, d: Demand, stored: StoredResult, source: AnswerSource,
-                       name: ReuseName | None, start: float) -> Answer:
-        return Answer(d.request_id, stored.text, stored.finish_reason, stored.usage, ZERO_TIMINGS,
-                      source, "", clock.now() - start, str(name or ""),
-                      tool_calls=stored.tool_calls, stop_string=stored.stop_string)
-
-    def _answer_run(self, d: Demand, run: StageRun, name: ReuseName | None,
-                    start: float) -> Answer:
-        s = run.stored
-        return Answer(d.request_id, s.text, s.finish_reason, s.usage, run.timings,
-                      AnswerSource.ENGINE, run.engine_id, clock.now() - start, str(name or ""),
-                      tool_calls=s.tool_calls, stop_string=s.stop_string)
 
 
 __all__ = ["StageService"]

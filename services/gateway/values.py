@@ -99,6 +99,16 @@ class Answer:
     #: The stop string that ended the generation ("" when none did, or it is not known).
     stop_string: str = ""
 
+    @classmethod
+    def of(cls, request_id: str, stored: StoredResult, source: AnswerSource, gateway_s: float,
+           reuse_name: str, timings: Timings | None = None, engine_id: str = "") -> Answer:
+        """The answer that ``stored`` gives a demand (``timings`` and ``engine_id``: of the
+        demand's own execution; none for a result served or joined)."""
+        return cls(request_id, stored.text, stored.finish_reason, stored.usage,
+                   timings if timings is not None else ZERO_TIMINGS, source, engine_id,
+                   gateway_s, reuse_name, tool_calls=stored.tool_calls,
+                   stop_string=stored.stop_string)
+
 
 class TextStream:
     """Where a streamed demand's text goes as it is produced (the SSE fronts' sink).
