@@ -10,10 +10,10 @@ one such step is promoted; while it still runs, the demand adopts it (``adoption
 canonical priority, waited for under the adoption rule, its text streamed to a streamed
 demand). A demand matching more than one (of one fill or several branches) promotes none:
 ambiguity is a miss, never a guess. Each refusal is counted under its reason
-(``promotion_refused_*``). What a match came to is applied to its records through their own
-methods (``settle``): the promoted step is credited to its fill and branch (an adopted fill's
-wait is the part of its execution it did not hide: ``Branch.adopted_wait_s``), a fill its demand
-gave up on is aborted, and what became of each admitted winner's first step is kept; the
+(``promotion_refused_*``). What a match came to is applied at once to its records, through
+their own methods: the promoted step is credited to its fill and branch (an adopted fill's wait
+is the part of its execution it did not hide: ``Branch.adopted_wait_s``), a fill its demand gave
+up on is aborted, and what became of each admitted winner's first step is kept; the
 ``Promotion`` returned says what each did, and the branch manager counts it
 (``winners_promoted`` / ``winners_lost_*``). How long each matched step still ran when its
 demand arrived is kept here (``remaining_s``).
@@ -75,7 +75,7 @@ MAX_CONFIRMED = 4096
 @dataclass(frozen=True, slots=True)
 class Promotion:
     """What one demand's match came to (``Promotions.serve``): the result that serves it, what
-    became of the steps it matched, and what that did to their records (``settle``)."""
+    became of the steps it matched, and what that did to their records."""
 
     served: Served | None = None
     #: The step whose shadow served the demand, with its fill and branch: credited to them.
@@ -90,25 +90,12 @@ class Promotion:
     #: What became of each matched step ("promoted" or a refusal): kept as its branch's outcome
     #: when the step is an admitted winner's first (``Branch.record_outcome``).
     outcomes: tuple[tuple[Branch, Fill, FillStep, str], ...] = ()
-    #: The outcomes kept as admitted winners' (``settle``): the manager counts them.
+    #: The outcomes kept as admitted winners': the manager counts them.
     kept: tuple[str, ...] = ()
     #: The promoted step was its fill's first (the fill is consumed from now on).
     consumed: bool = False
     #: The abandoned fill was still running, and is cancelled now.
     aborted: bool = False
-
-    def settle(self) -> Promotion:
-        """Apply this match to its records, through their own methods: keep each matched
-        step's outcome, credit the promoted step, abort the abandoned fill; the promotion with
-        what each did. Nothing here awaits: a promoted step is credited before anything else
-        runs."""
-        kept = tuple(what for branch, fill, step, what in self.outcomes
-                     if branch.record_outcome(fill, step, what))
-        consumed = (self.promoted is not None and self.served is not None
-                    and self.promoted[0].credit(*self.promoted[1:], self.served.cost_s,
-                                                self.waited_s))
-        aborted = self.abandoned is not None and self.abandoned.abort()
-        return dataclasses.replace(self, kept=kept, consumed=consumed, aborted=aborted)
 
 
 #: Counters ``Promotions`` keeps itself (the others of ``PROMOTION_COUNTERS`` are the manager's).
@@ -140,13 +127,22 @@ class Promotions:
     async def serve(self, branches: list[Branch], name: ReuseName, timeout_s: float,
                     stream: TextStream | None = None) -> Promotion:
         """Promote the one promotable fill step under ``name`` among this workflow's branches,
-        adopting it while it runs (why ``DEADLINE`` when the deadline passes meanwhile), and
-        apply what that came to to their records (``Promotion.settle``).
+        adopting it while it runs (why ``DEADLINE`` when the deadline passes meanwhile); it
+        applies what that came to to their records at once.
 
         Only steps that could still answer count (``Branch.promotable``): a settled exclusive
         branch's losers never do, from the pick on. A demand matching promotable steps of more
         than one fill or branch promotes none (a miss, dynbranch §3.3)."""
-        return (await self._match(branches, name, timeout_s, stream)).settle()
+        p = await self._match(branches, name, timeout_s, stream)
+        # its records take it through their own methods, before anything else runs (nothing
+        # here awaits): each matched step's outcome is kept, the promoted step credited, the
+        # abandoned fill aborted
+        kept = tuple(what for branch, fill, step, what in p.outcomes
+                     if branch.record_outcome(fill, step, what))
+        consumed = (p.promoted is not None and p.served is not None
+                    and p.promoted[0].credit(*p.promoted[1:], p.served.cost_s, p.waited_s))
+        aborted = p.abandoned is not None and p.abandoned.abort()
+        return dataclasses.replace(p, kept=kept, consumed=consumed, aborted=aborted)
 
     async def _match(self, branches: list[Branch], name: ReuseName, timeout_s: float,
                      stream: TextStream | None) -> Promotion:
@@ -214,7 +210,7 @@ class Promotions:
         self.confirmed(name)
         self.counters["adoptions_served"] += 1 if arrival else 0
         # credited (the claim, the fill's consumption, the branch's saving) before anything else
-        # runs: nothing between here and ``Promotion.settle`` awaits
+        # runs: nothing between here and its record in ``serve`` awaits
         return Promotion(served, (branch, fill, step), waited, why="promoted")
 
     def confirmed(self, name: ReuseName) -> None:
