@@ -197,20 +197,24 @@ class EnginePool:
         if request.chat is not None:
             proto.chat.CopyFrom(chat_to_proto(request.chat))
         client = self.clients[state.target]
+        finished: engine_pb2.Finished | None = None
         try:
             if on_delta is None:  # the answer only: one message each way on a shared stream
                 finished = await client.answer(proto, timeout_s, dict(outgoing_metadata()))
-                return _execution(state.engine_id, finished)
-            async for event in client.generate(proto, timeout_s=timeout_s):  # traced: channel
-                if event.HasField("finished"):
-                    return _execution(state.engine_id, event.finished)
-                if event.HasField("delta"):
-                    on_delta(event.delta.text)
+            else:
+                async for event in client.generate(proto, timeout_s=timeout_s):  # traced: channel
+                    if event.HasField("finished"):
+                        finished = event.finished
+                        break
+                    if event.HasField("delta"):
+                        on_delta(event.delta.text)
         except grpc.aio.AioRpcError as err:
             # the engine validated a field the gateway passed through: keep its message
             raise error_from_rpc(err, f"engine {state.engine_id}", "Generate",
                                  field_prefix="demand.") from None
-        raise Unavailable(f"engine {state.engine_id} ended the stream without finishing")
+        if finished is None:
+            raise Unavailable(f"engine {state.engine_id} ended the stream without finishing")
+        return _execution(state.engine_id, finished)
 
     async def close(self) -> None:
         """Cancel the load streams and close every channel; idempotent."""
