@@ -424,14 +424,11 @@ class BranchManager:
         inside the run, not at expiry)."""
         if branch.reported or not branch.resolved:
             return
-        winner = branch.fills.get(branch.winner)
-        if winner is not None and winner.running() and branch.outrun(winner):
-            self._abort(winner, "its workflow passed every stage of its chain")
-        if any(f.running() for f in branch.fills.values()):
-            return
-        if winner is not None and any(branch.step_open(winner, s) for s in winner.steps):
-            return
-        self._report(branch)
+        due, stopped = branch.final_due()
+        if stopped is not None:
+            self._aborted(stopped, "its workflow passed every stage of its chain")
+        if due:
+            self._report(branch)
 
     def _report(self, branch: Branch, final: bool = True) -> None:
         if not branch.mark_reported(final):

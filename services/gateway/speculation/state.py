@@ -374,6 +374,21 @@ class Branch:
         need = Counter(s.stage for s in self.point.chain_for(fill.candidate))
         return bool(need) and all(self.demanded.get(st, 0) >= n for st, n in need.items())
 
+    def final_due(self) -> tuple[bool, Fill | None]:
+        """Whether nothing more can change this resolved branch's outcome: every fill ended, and
+        the winner's chain is promoted or can no longer be (``step_open``). A winner still
+        running whose every stage the workflow passed is stopped first (``outrun``): the fill
+        stopped so, else None."""
+        winner = self.fills.get(self.winner)
+        stopped = None
+        if winner is not None and winner.running() and self.outrun(winner) and winner.abort():
+            stopped = winner
+        if any(f.running() for f in self.fills.values()):
+            return False, stopped
+        if winner is not None and any(self.step_open(winner, s) for s in winner.steps):
+            return False, stopped
+        return True, stopped
+
 
 #: Why an admitted winner's first step was not promoted (the ``promotion_refused_*`` counters).
 #: ``stalled``, ``sooner`` and ``deadline`` are the adoption rule's (``adoption``): a demand
