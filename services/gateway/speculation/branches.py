@@ -351,6 +351,7 @@ class BranchManager:
         exclusive branch's losing shadows are discarded, the predictor learns the winner and
         admission hears the selection."""
         stopped, discarded = branch.resolve(winner)
+        final = branch.final_due() if not branch.reported else None
         if winner in branch.fills:
             self._counts["winners_admitted"] += 1
         self._counts["fills_discarded"] += discarded
@@ -366,7 +367,8 @@ class BranchManager:
             if branch.exclusive:
                 self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}",
                             branch.trace)
-            self._maybe_final(branch)
+            if final is not None:
+                self._final(branch, *final)
             if not branch.reported:  # the selection is known: feedback starts now
                 self._report(branch, final=False)
 
@@ -424,7 +426,10 @@ class BranchManager:
         inside the run, not at expiry)."""
         if branch.reported or not branch.resolved:
             return
-        due, stopped = branch.final_due()
+        self._final(branch, *branch.final_due())
+
+    def _final(self, branch: Branch, due: bool, stopped: Fill | None) -> None:
+        """Act on ``Branch.final_due``: count the outrun winner it stopped, report if due."""
         if stopped is not None:
             self._aborted(stopped, "its workflow passed every stage of its chain")
         if due:
