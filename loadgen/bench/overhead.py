@@ -7,8 +7,10 @@ same generation sent directly to the engine agent, a call the library answers (a
 prompt: one lookup hop, no engine work), and a bare gRPC echo round trip. The kinds of call are
 interleaved so that they share the machine's noise.
 
-CPU per call of every process is measured for a miss, a hit and an echo in alternating
-closed-loop rounds (concurrency 8), and set against the echo's client + server (``cpu_ratios``).
+CPU per call of every process is measured for a miss, a hit, a direct engine call and an echo in
+alternating closed-loop rounds (concurrency 8), and set against the echo's client + server
+(``cpu_ratios``); the direct call's engine-agent CPU is the simulated engine's own work, which a
+miss pays too.
 A sweep then runs echo, the direct engine call and the gateway path at concurrency 1, 8, 64 and
 512: calls/s of each, the gateway's added latency (its p50/p99 less the direct call's at the
 same concurrency) and calls/s per gateway core (1,000 / the gateway process's CPU ms per call).
@@ -127,12 +129,13 @@ def _ratios(cpu_ms: dict[str, dict[str, float]], server: str) -> dict[str, float
     echo = cpu_ms["echo"]["client"] + cpu_ms["echo"][server]
     mesh = ("client", "gateway", "engine-0", "csl")
     out: dict[str, float] = {}
-    for kind in ("gateway", "hit"):
+    for kind in ("gateway", "hit", "direct"):
         label = "miss" if kind == "gateway" else kind
         out[f"{label}_whole_path"] = round(sum(cpu_ms[kind][k] for k in mesh) / echo, 3)
         out |= {f"{label}_{k}": round(cpu_ms[kind][k] / echo, 3) for k in mesh}
-        out[f"{label}_gateway_to_echo_server"] = round(cpu_ms[kind]["gateway"]
-                                                       / cpu_ms["echo"][server], 3)
+        if kind != "direct":
+            out[f"{label}_gateway_to_echo_server"] = round(cpu_ms[kind]["gateway"]
+                                                           / cpu_ms["echo"][server], 3)
     return out
 
 
@@ -183,7 +186,8 @@ async def _run(quick: bool) -> dict[str, Any]:
         await _interleaved(calls, warmup, offset=1_000_000)
         samples = await _interleaved(calls, n)
         pids = {c.name: c.process.pid for c in mesh.children} | {"client": os.getpid()}
-        rates, cpu_ms = await _throughputs({k: calls[k] for k in ("gateway", "hit", "echo")},
+        rates, cpu_ms = await _throughputs({k: calls[k] for k in ("gateway", "hit", "direct",
+                                                                  "echo")},
                                            total=n, rounds=3, pids=pids)
         sweep = await _sweep(calls, quick, pids["gateway"])
         await asyncio.gather(engine.close(), gateway.close(), echo_channel.close())
@@ -243,7 +247,7 @@ def run(quick: bool) -> dict[str, Any]:
     print(f"  CPU x echo (client + server): miss {r['miss_whole_path']:.2f} (target <= 3), "
           f"hit {r['hit_whole_path']:.2f} (target <= 2); gateway / echo server: miss "
           f"{r['miss_gateway_to_echo_server']:.2f}, hit {r['hit_gateway_to_echo_server']:.2f} "
-          f"(target <= 1)")
+          f"(target <= 1); a direct engine call {r['direct_whole_path']:.2f}")
     per_core = result["calls_per_s_per_gateway_core"]
     print(f"  calls/s per gateway core (concurrency {CONCURRENCY}): miss {per_core['gateway']}, "
           f"hit {per_core['hit']}")
