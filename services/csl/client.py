@@ -421,7 +421,8 @@ class LookupPipe:
     status, as their own ``Lookup`` calls would have failed (a failed lookup is a miss to its
     caller), and the next probe opens a new stream. A stream older than ``max_age_s`` takes no
     new probes and half-closes once its last one is answered (renewed before its deadline). A
-    csl without the stream (UNIMPLEMENTED) is asked with ``Lookup`` calls from then on.
+    csl without the stream (UNIMPLEMENTED) is asked with ``Lookup`` calls from then on; a probe
+    whose write raced that refusal may fail CANCELLED first (a miss), and the next one asks.
     """
 
     def __init__(self, client: CslClient, *, max_age_s: float = 300.0,
