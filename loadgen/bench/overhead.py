@@ -6,6 +6,14 @@ the reuse name, skip the lookup through the name mirror, execute, store in the b
 same generation sent directly to the engine agent, a call the library answers (a repeated
 prompt: one lookup hop, no engine work), and a bare gRPC echo round trip. The kinds of call are
 interleaved so that they share the machine's noise.
+
+CPU per call of every process is measured for a miss, a hit, a direct engine call and an echo in
+alternating closed-loop rounds (concurrency 8), and set against the echo's client + server
+(``cpu_ratios``); the direct call's engine-agent CPU is the simulated engine's own work, which a
+miss pays too.
+A sweep then runs echo, the direct engine call and the gateway path at concurrency 1, 8, 64 and
+512: calls/s of each, the gateway's added latency (its p50/p99 less the direct call's at the
+same concurrency) and calls/s per gateway core (1,000 / the gateway process's CPU ms per call).
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ MAX_TOKENS = 16
 MODEL = "bench-model"
 #: Closed-loop workers of the throughput rounds (one client process).
 CONCURRENCY = 8
+#: Concurrencies of the sweep, and the calls made at each (quick, full): enough for a p99.
+SWEEP = (1, 8, 64, 512)
+SWEEP_CALLS = {True: {1: 150, 8: 300, 64: 512, 512: 1024},
+               False: {1: 1000, 8: 2000, 64: 4000, 512: 8192}}
 
 
 def _sampling() -> common_pb2.SamplingParams:
@@ -76,18 +88,22 @@ async def _interleaved(calls: dict[str, Callable[[int], Awaitable[Any]]], n: int
     return samples
 
 
-async def _throughput(call: Callable[[int], Awaitable[Any]], total: int, concurrency: int,
-                      offset: int = 0) -> float:
-    """Calls/s of ``total`` calls made by ``concurrency`` workers (a closed loop)."""
+async def _closed_loop(call: Callable[[int], Awaitable[Any]], total: int, concurrency: int,
+                      offset: int = 0) -> tuple[float, list[float]]:
+    """Calls/s of ``total`` calls made by ``concurrency`` workers (a closed loop), and each
+    call's latency in seconds."""
     counter = iter(range(offset, offset + total))
+    latencies: list[float] = []
 
     async def worker() -> None:
         for i in counter:
+            start = time.perf_counter()
             await call(i)
+            latencies.append(time.perf_counter() - start)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return total / (time.perf_counter() - start)
+    return total / (time.perf_counter() - start), latencies
 
 
 async def _throughputs(calls: dict[str, Callable[[int], Awaitable[Any]]], total: int,
@@ -100,11 +116,53 @@ async def _throughputs(calls: dict[str, Callable[[int], Awaitable[Any]]], total:
     for r in range(rounds):
         for name, call in calls.items():
             before = {k: cpu_seconds(p) for k, p in pids.items()}
-            rates[name].append(await _throughput(call, total, CONCURRENCY,
-                                                 offset=20_000_000 + r * total))
+            rate, _ = await _closed_loop(call, total, CONCURRENCY, offset=20_000_000 + r * total)
+            rates[name].append(rate)
             for k, p in pids.items():
                 cpu[name][k] += 1000 * (cpu_seconds(p) - before[k]) / (total * rounds)
     return rates, {n: {k: round(v, 3) for k, v in per.items()} for n, per in cpu.items()}
+
+
+def _ratios(cpu_ms: dict[str, dict[str, float]], server: str) -> dict[str, float]:
+    """CPU per miss and per hit against a bare echo's (client + server), whole path and per
+    process, and the gateway's share against one echo server's."""
+    echo = cpu_ms["echo"]["client"] + cpu_ms["echo"][server]
+    mesh = ("client", "gateway", "engine-0", "csl")
+    out: dict[str, float] = {}
+    for kind in ("gateway", "hit", "direct"):
+        label = "miss" if kind == "gateway" else kind
+        out[f"{label}_whole_path"] = round(sum(cpu_ms[kind][k] for k in mesh) / echo, 3)
+        out |= {f"{label}_{k}": round(cpu_ms[kind][k] / echo, 3) for k in mesh}
+        if kind != "direct":
+            out[f"{label}_gateway_to_echo_server"] = round(cpu_ms[kind]["gateway"]
+                                                           / cpu_ms["echo"][server], 3)
+    return out
+
+
+async def _sweep(calls: dict[str, Callable[[int], Awaitable[Any]]], quick: bool,
+                 gateway_pid: int) -> list[dict[str, Any]]:
+    """Calls/s of echo, direct and gateway at each concurrency; the gateway's added latency
+    and its calls/s per core of the gateway process."""
+    rows = []
+    for c in SWEEP:
+        total = SWEEP_CALLS[quick][c]
+        row: dict[str, Any] = {"concurrency": c, "calls": total}
+        lat: dict[str, list[float]] = {}
+        for name in ("echo", "direct", "gateway"):
+            before = cpu_seconds(gateway_pid)
+            rate, lat[name] = await _closed_loop(calls[name], total, c, 40_000_000 + c * 100_000)
+            row[f"{name}_calls_per_s"] = round(rate, 1)
+            if name == "gateway":
+                ms = 1000 * (cpu_seconds(gateway_pid) - before) / total
+                row["gateway_cpu_ms_per_call"] = round(ms, 3)
+                row["calls_per_s_per_gateway_core"] = round(1000 / ms, 1) if ms > 0 else None
+        for q, label in ((.5, "p50"), (.99, "p99")):
+            added = _quantile(lat["gateway"], q) - _quantile(lat["direct"], q)
+            row[f"added_{label}_ms"] = round(1000 * added, 3)
+            row[f"gateway_{label}_ms"] = round(1000 * _quantile(lat["gateway"], q), 3)
+            row[f"echo_{label}_ms"] = round(1000 * _quantile(lat["echo"], q), 3)
+        rows.append(row)
+    return rows
 
 
 async def _run(quick: bool) -> dict[str, Any]:
@@ -128,8 +186,10 @@ async def _run(quick: bool) -> dict[str, Any]:
         await _interleaved(calls, warmup, offset=1_000_000)
         samples = await _interleaved(calls, n)
         pids = {c.name: c.process.pid for c in mesh.children} | {"client": os.getpid()}
-        rates, cpu_ms = await _throughputs({"gateway": calls["gateway"], "echo": calls["echo"]},
+        rates, cpu_ms = await _throughputs({k: calls[k] for k in ("gateway", "hit", "direct",
+                                                                  "echo")},
                                            total=n, rounds=3, pids=pids)
+        sweep = await _sweep(calls, quick, pids["gateway"])
         await asyncio.gather(engine.close(), gateway.close(), echo_channel.close())
     finally:
         await mesh.stop()
@@ -153,6 +213,11 @@ async def _run(quick: bool) -> dict[str, Any]:
                                                     strict=True)), 3),
         "throughput_rounds": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
         "cpu_ms_per_call": cpu_ms,
+        "cpu_ratios": _ratios(cpu_ms, "echo"),
+        "calls_per_s_per_gateway_core": {
+            k: round(1000 / cpu_ms[k]["gateway"], 1) if cpu_ms[k]["gateway"] > 0 else None
+            for k in ("gateway", "hit")},
+        "sweep": sweep,
         "cores": os.cpu_count(),
     }
 
@@ -178,6 +243,20 @@ def run(quick: bool) -> dict[str, Any]:
         spent = ", ".join(f"{k} {v:.3f}" for k, v in per.items() if v >= 0.005)
         print(f"  CPU ms per {kind} call: {spent} (total {sum(per.values()):.3f}; "
               f"{result['cores']} cores)")
+    r = result["cpu_ratios"]
+    print(f"  CPU x echo (client + server): miss {r['miss_whole_path']:.2f} (target <= 3), "
+          f"hit {r['hit_whole_path']:.2f} (target <= 2); gateway / echo server: miss "
+          f"{r['miss_gateway_to_echo_server']:.2f}, hit {r['hit_gateway_to_echo_server']:.2f} "
+          f"(target <= 1); a direct engine call {r['direct_whole_path']:.2f}")
+    per_core = result["calls_per_s_per_gateway_core"]
+    print(f"  calls/s per gateway core (concurrency {CONCURRENCY}): miss {per_core['gateway']}, "
+          f"hit {per_core['hit']}")
+    print("  concurrency  echo/s  direct/s  gateway/s  per-gw-core/s  added p50 / p99 ms")
+    for row in result["sweep"]:
+        print(f"  {row['concurrency']:>11}  {row['echo_calls_per_s']:>6.0f}  "
+              f"{row['direct_calls_per_s']:>8.0f}  {row['gateway_calls_per_s']:>9.0f}  "
+              f"{row['calls_per_s_per_gateway_core'] or 0:>13.0f}  "
+              f"{row['added_p50_ms']:.3f} / {row['added_p99_ms']:.3f}")
     return result
 
 

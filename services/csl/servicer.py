@@ -118,6 +118,25 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
             return _MISS
         return csl_pb2.LookupResponse(hit=True, result=served.result, cost_s=served.cost_s)
 
+    async def LookupStream(self, request_iterator: AsyncIterator[csl_pb2.LookupBatch],
+                           context: grpc.aio.ServicerContext
+                           ) -> AsyncIterator[csl_pb2.LookupResults]:
+        # Lookups run inline (no thread hop), so each batch is answered as it arrives.
+        async for batch in request_iterator:
+            yield csl_pb2.LookupResults(results=[self._probe(p) for p in batch.lookups])
+
+    def _probe(self, probe: csl_pb2.StreamLookup) -> csl_pb2.StreamLookupResult:
+        """One streamed lookup; a malformed name is refused alone (the stream goes on)."""
+        try:
+            served = self.library.lookup(name_from_proto(probe.name))
+        except DynbranchError as exc:
+            return csl_pb2.StreamLookupResult(sequence=probe.sequence,
+                                              error=exc.client_message())
+        if served is None:
+            return csl_pb2.StreamLookupResult(sequence=probe.sequence)
+        return csl_pb2.StreamLookupResult(sequence=probe.sequence, hit=True,
+                                          result=served.result, cost_s=served.cost_s)
+
     def _put_item(self, request: csl_pb2.PutRequest
                   ) -> tuple[ReuseName, bytes, ReadSet, float]:
         """A store request, validated: name, result, read-set and cost."""

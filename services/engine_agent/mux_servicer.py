@@ -39,6 +39,8 @@ Answer = Callable[[GenerationRequest, otel_context.Context], Awaitable[engine_pb
 Outgoing = engine_pb2.GenerateMuxResult | Exception | None
 #: Neither an error nor the end (a batch of results only).
 _GOING = object()
+#: The trace context of a start that carries none (most: tracing is off): no extraction.
+_NO_TRACE = otel_context.Context()
 
 
 class MuxSession:
@@ -104,8 +106,9 @@ class MuxSession:
         except DynbranchError as exc:
             self._error(request_id, exc)
             return
-        task = asyncio.create_task(self._run(request, start.timeout_s,
-                                             incoming_context(start.trace_context.items())),
+        trace = (incoming_context(start.trace_context.items()) if start.trace_context
+                 else _NO_TRACE)
+        task = asyncio.create_task(self._run(request, start.timeout_s, trace),
                                    name=f"generate-mux:{request_id}")
         self._running[request_id] = task
         task.add_done_callback(lambda done: self._forget(request_id, done))

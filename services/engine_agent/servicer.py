@@ -17,7 +17,7 @@ from typing import cast
 
 import grpc
 from opentelemetry import context as otel_context
-from opentelemetry.trace import Span, Tracer
+from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.common.pb import common_pb2, engine_pb2, engine_pb2_grpc
@@ -44,7 +44,12 @@ from services.common.values.errors import (
     Unavailable,
     quoted,
 )
-from services.common.values.generation import GenerationRequest, LoadReport
+from services.common.values.generation import (
+    FinishReason,
+    GenerationRequest,
+    LoadReport,
+    Priority,
+)
 from services.common.values.leases import BudgetRecord, LeaseRecord
 from services.common.values.tracing import call_span, child_span
 from services.engine_agent.backend import (
@@ -84,10 +89,13 @@ class EngineMetrics:
                              "queue now", registry=registry)
         self.kv_used = Gauge("dynbranch_engine_kv_blocks_used", "KV-cache blocks in use now",
                              registry=registry)
+        # One child per label pair, made once: ``labels`` locks and hashes on every call.
+        self._requests = {(p, r): self.requests.labels(p.name.lower(), r.name.lower())
+                          for p in Priority for r in FinishReason}
 
-    def observe_finish(self, priority: str, event: Finished) -> None:
+    def observe_finish(self, priority: Priority, event: Finished) -> None:
         """Account one finished generation."""
-        self.requests.labels(priority, event.reason.name.lower()).inc()
+        self._requests[priority, event.reason].inc()
         self.tokens.inc(event.usage.completion_tokens)
         self.cached.inc(event.usage.cached_prompt_tokens)
         self.latency.observe(event.timings.total_s)
@@ -112,12 +120,17 @@ def event_to_proto(request_id: str, sequence: int, event: GenerationEvent
         msg.queued.prompt_tokens = event.prompt_tokens
         msg.queued.queue_position = event.queue_position
     else:
-        msg.finished.CopyFrom(engine_pb2.Finished(
-            reason=cast(common_pb2.FinishReason, int(event.reason)),
-            usage=usage_to_proto(event.usage),
-            timings=timings_to_proto(event.timings), text=event.text,
-            tool_calls=tool_calls_to_proto(event.tool_calls), stop_string=event.stop_string))
+        msg.finished.CopyFrom(finished_to_proto(event))
     return msg
+
+
+def finished_to_proto(event: Finished) -> engine_pb2.Finished:
+    """A generation's end as its Finished message."""
+    return engine_pb2.Finished(
+        reason=cast(common_pb2.FinishReason, int(event.reason)),
+        usage=usage_to_proto(event.usage),
+        timings=timings_to_proto(event.timings), text=event.text,
+        tool_calls=tool_calls_to_proto(event.tool_calls), stop_string=event.stop_string)
 
 
 def load_to_proto(engine_id: str, sequence: int, model: str, load: LoadReport,
@@ -144,6 +157,8 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         #: Generations one GenerateMux stream may run at once (one more is RESOURCE_EXHAUSTED).
         self.max_mux_running = max_mux_running
         self.tracer = tracer
+        #: Tracing off: a generation builds no span attributes (the hot path does no span work).
+        self._untraced = isinstance(tracer, NoOpTracer)
         self.backend = agent.backend
         self.metrics = metrics
         self.max_prompt_bytes = max_prompt_bytes
@@ -171,13 +186,16 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         # A span, not a current-span context: a generator may be closed from another task (an
         # aborted fill), and a context attached here could not be detached there. None when the
         # caller sent no trace context (a call outside any trace starts none).
+        if self._untraced:
+            return INVALID_SPAN
         return child_span(self.tracer, "engine.generate", trace, {
             "dynbranch.request_id": req.request_id, "dynbranch.engine_id": self.engine_id,
             "dynbranch.priority": req.priority.name.lower()})
 
     def _finished(self, req: GenerationRequest, event: Finished, span: Span) -> None:
-        self.metrics.observe_finish(req.priority.name.lower(), event)
-        span.set_attribute("dynbranch.finish_reason", event.reason.name.lower())
+        self.metrics.observe_finish(req.priority, event)
+        if span.is_recording():
+            span.set_attribute("dynbranch.finish_reason", event.reason.name.lower())
 
     async def Generate(self, request: engine_pb2.GenerateRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[engine_pb2.GenerateEvent]:
@@ -210,7 +228,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         if finished is None:
             raise Unavailable(f"engine {self.engine_id} ended {quoted(req.request_id)} without "
                               "finishing")
-        return event_to_proto(req.request_id, 0, finished).finished
+        return finished_to_proto(finished)
 
     async def GenerateMux(self, requests: AsyncIterator[engine_pb2.GenerateMuxRequest],
                           context: grpc.aio.ServicerContext
@@ -368,4 +386,5 @@ def _history(history: str) -> str:
     return history
 
 
-__all__ = ["EngineAgentServicer", "EngineMetrics", "event_to_proto", "load_to_proto"]
+__all__ = ["EngineAgentServicer", "EngineMetrics", "event_to_proto", "finished_to_proto",
+           "load_to_proto"]

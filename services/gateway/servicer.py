@@ -158,6 +158,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.auth = auth
         self.metrics = metrics
         self.tracer = tracer
+        self._untraced = isinstance(tracer, NoOpTracer)
         self.call_deadline_s = call_deadline_s
 
     async def Call(self, request: gateway_pb2.CallRequest,
@@ -197,6 +198,17 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     async def _call(self, tenant: str, demand: Demand, context: grpc.aio.ServicerContext,
                     stream: TextStream | None = None) -> Answer:
+        if self._untraced:  # no span, no attributes, no parent context: nothing per call
+            answer = await self.core.call(demand, deadline(context, self.call_deadline_s),
+                                          stream)
+        else:
+            answer = await self._traced_call(tenant, demand, context, stream)
+        self.metrics.observe(answer)
+        return answer
+
+    async def _traced_call(self, tenant: str, demand: Demand,
+                           context: grpc.aio.ServicerContext, stream: TextStream | None
+                           ) -> Answer:
         with maybe_span(self.tracer, "gateway.call",
                         context=self._parent(context, tenant, demand.workflow_id), attributes={
                 "dynbranch.request_id": demand.request_id,
@@ -206,7 +218,6 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                           stream)
             span.set_attribute("dynbranch.source", answer.source.name.lower())
             span.set_attribute("dynbranch.engine_id", answer.engine_id)
-        self.metrics.observe(answer)
         return answer
 
     async def RegisterTemplate(self, request: gateway_pb2.RegisterTemplateRequest,

@@ -223,6 +223,40 @@ class LookupResponse(_message.Message):
     cost_s: float
     def __init__(self, hit: _Optional[bool] = ..., result: _Optional[bytes] = ..., cost_s: _Optional[float] = ...) -> None: ...
 
+class LookupBatch(_message.Message):
+    __slots__ = ("lookups",)
+    LOOKUPS_FIELD_NUMBER: _ClassVar[int]
+    lookups: _containers.RepeatedCompositeFieldContainer[StreamLookup]
+    def __init__(self, lookups: _Optional[_Iterable[_Union[StreamLookup, _Mapping]]] = ...) -> None: ...
+
+class StreamLookup(_message.Message):
+    __slots__ = ("sequence", "name")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    name: _common_pb2.ReuseName
+    def __init__(self, sequence: _Optional[int] = ..., name: _Optional[_Union[_common_pb2.ReuseName, _Mapping]] = ...) -> None: ...
+
+class LookupResults(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[StreamLookupResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[StreamLookupResult, _Mapping]]] = ...) -> None: ...
+
+class StreamLookupResult(_message.Message):
+    __slots__ = ("sequence", "hit", "result", "cost_s", "error")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    HIT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    COST_S_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    hit: bool
+    result: bytes
+    cost_s: float
+    error: str
+    def __init__(self, sequence: _Optional[int] = ..., hit: _Optional[bool] = ..., result: _Optional[bytes] = ..., cost_s: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+
 class PutRequest(_message.Message):
     __slots__ = ("header", "name", "result", "read_set", "cost_s")
     HEADER_FIELD_NUMBER: _ClassVar[int]

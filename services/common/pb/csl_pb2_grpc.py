@@ -50,6 +50,11 @@ class SubgraphLibraryStub:
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutAck.FromString,
                 _registered_method=True)
+        self.LookupStream = channel.stream_stream(
+                '/dynbranch.v1.SubgraphLibrary/LookupStream',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.LookupBatch.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.LookupResults.FromString,
+                _registered_method=True)
         self.PutShadow = channel.unary_unary(
                 '/dynbranch.v1.SubgraphLibrary/PutShadow',
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.PutShadowRequest.SerializeToString,
@@ -144,6 +149,15 @@ class SubgraphLibraryServicer:
         """Store confirmed entries over one long-lived stream: what a gateway uses on its hot path (a
         message per store instead of a call). Each PutRequest is acknowledged, in order, by a PutAck
         carrying its header.sequence. Idempotent per name and content.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LookupStream(self, request_iterator, context):
+        """Probe for confirmed entries over one long-lived stream: what a gateway uses on its hot path
+        (a message each way instead of a call). Each LookupBatch is answered by one LookupResults,
+        whose results carry the sequences of its probes. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -288,6 +302,11 @@ def add_SubgraphLibraryServicer_to_server(servicer, server):
                     servicer.PutStream,
                     request_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_csl__pb2.PutAck.SerializeToString,
+            ),
+            'LookupStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.LookupStream,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.LookupBatch.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.LookupResults.SerializeToString,
             ),
             'PutShadow': grpc.unary_unary_rpc_method_handler(
                     servicer.PutShadow,
@@ -442,6 +461,33 @@ class SubgraphLibrary:
             '/dynbranch.v1.SubgraphLibrary/PutStream',
             dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
             dynbranch_dot_v1_dot_csl__pb2.PutAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LookupStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/LookupStream',
+            dynbranch_dot_v1_dot_csl__pb2.LookupBatch.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.LookupResults.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,7 +20,7 @@ from services.common.values.errors import Unavailable
 from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName
 from services.common.values.throttled_log import ThrottledLog
-from services.csl.client import CslClient, PutPipe
+from services.csl.client import CslClient, LookupPipe, PutPipe
 from services.gateway.adapters.name_mirror import NameMirror
 from services.gateway.ports import AppliedWrite
 
@@ -48,6 +48,8 @@ class RemoteLibrary:
                  deadline_s: float = 2.0) -> None:
         self.client = CslClient(target, producer="gateway")
         self.pipe = PutPipe(self.client)
+        #: Lookups ride one long-lived stream: a message each way per probe, not a call.
+        self.lookups = LookupPipe(self.client)
         self.lookup_deadline_s = lookup_deadline_s
         self.deadline_s = deadline_s
         self.errors = 0
@@ -115,7 +117,7 @@ class RemoteLibrary:
         if not self.mirror.may_hold(name) or not self.available():
             return None
         try:
-            served = await self.client.lookup(name, timeout_s=self.lookup_deadline_s)
+            served = await self.lookups.lookup(name, self.lookup_deadline_s)
         except grpc.aio.AioRpcError as err:
             self._failed("lookup", err)
             return None
@@ -242,6 +244,7 @@ class RemoteLibrary:
             await asyncio.gather(self._watch, return_exceptions=True)
             self._watch = None
         await self.pipe.close()
+        await self.lookups.close()
         await self.client.close()
 
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName
@@ -40,6 +40,8 @@ class LibraryPath:
         self.port = port
         self.freshness = freshness
         self.tracer = tracer
+        #: Tracing off: probes and stores build no span attributes (no ``str`` of the name).
+        self._untraced = isinstance(tracer, NoOpTracer)
         self._stores: dict[ReuseName, asyncio.Task[bool]] = {}
         #: Stores in flight at most (module docstring).
         self.max_pending_stores = max_pending_stores
@@ -54,6 +56,8 @@ class LibraryPath:
         pending = self._stores.get(name)
         if pending is not None:
             await asyncio.shield(pending)
+        if self._untraced:
+            return await self.port.lookup(name)
         with maybe_span(self.tracer, "csl.lookup", attributes={
                 "dynbranch.reuse_name": str(name)}) as span:
             served = await self.port.lookup(name)
@@ -92,9 +96,12 @@ class LibraryPath:
 
     async def _put(self, port: LibraryPort, name: ReuseName, run: StageRun,
                    stored: Callable[[ReuseName], None] | None) -> bool:
-        with maybe_span(self.tracer, "csl.put", attributes={
-                "dynbranch.reuse_name": str(name)}):
+        if self._untraced:
             ok = await port.put(name, run.stored.encode(), run.read_set, run.cost_s)
+        else:
+            with maybe_span(self.tracer, "csl.put", attributes={
+                    "dynbranch.reuse_name": str(name)}):
+                ok = await port.put(name, run.stored.encode(), run.read_set, run.cost_s)
         if ok and stored is not None:
             stored(name)
         return ok
