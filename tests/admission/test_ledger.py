@@ -107,7 +107,7 @@ def test_the_strict_check_asks_the_point_estimate_and_the_realised_rates_interva
     """p̃ 0.12 for a rank useful 4 times in 50 (0.08) is outside 1.25x of the point, but 0.08
     is what a true 0.12 gives often enough (its 95% interval reaches 0.19): consistent. p̃ 0.5
     against 8 in 40 (0.2, interval up to 0.35) is neither."""
-    from services.admission.ledger import consistent, within, wilson
+    from services.admission.ledger import consistent, wilson, within
 
     rare = {"2": {"admitted": 50, "p_tilde": 0.12, "useful": 0.08}}
     assert within(rare, 1.25) is False and consistent(rare, 1.25) is True
