@@ -21,15 +21,16 @@ oracle shares, promotions and why winners were not promoted, and whether outputs
 (exactly: greedy decoding on CPU kernels is not batch-invariant, ``loadgen.arms.divergence``).
 When the prediction is off by more than ``GOAL``, each term of the prediction the real run can
 measure is swapped in, one at a time, and the sim rerun: the sim's own output lengths instead of
-the cap (``output lengths``), the hop cost scaled so that the sim's time outside the engine per
-call equals the real mesh's (``mesh overhead``), and a per-sequence step cost chosen so that the
+the cap (``output lengths``); the hop cost scaled so that the sim's time outside the engine per
+call equals the real mesh's (``mesh overhead``); a per-sequence step cost chosen so that the
 canonical calls' per-token decode time beside fills grows as much as on the real engine, a
-single sequence's step unchanged (``fill interference``); the term whose swap moves the
-prediction most toward the measurement is named. The engine's own figures stand beside the
-sim's (``real_engine``): time outside the engine per call, per-token decode time of canonical
-calls with no fills (floor) and beside fills (full) from the engine's own request timings, the
-KV share fills held, prompt tokens per call (the tokenizers differ), and the fills still running
-when their demands arrived.
+single sequence's step unchanged (``fill interference``, only upward); and the token costs
+scaled as if the sim's prompts were as long as the real tokenizer makes them (``prompt
+lengths``). The term whose swap moves the prediction most toward the measurement is named. The
+engine's own figures stand beside the sim's (``real_engine``): time outside the engine per call,
+per-token decode time of canonical calls with no fills (floor) and beside fills (full) from the
+engine's own request timings, the KV share fills held, prompt tokens per call (the tokenizers
+differ), and the fills still running when their demands arrived.
 
 The latest run is written to the results file ``dynbranch report`` reads
 (``loadgen.report.real_engine``).
@@ -182,12 +183,38 @@ async def _terms(workload: str, plan: ComparisonPlan, ratio: float, measured: di
         out[term] = {"full_over_floor": swapped,
                      "moves_prediction_by": round(swapped - ratio, 3),
                      "options": {k: v for k, v in options.items() if v is not None}}
-    found = await _interference_term(workload, plan, measured["tpot_inflation"],
-                                     predicted["tpot_inflation"])
-    if found is not None:
-        found["moves_prediction_by"] = round(found["full_over_floor"] - ratio, 3)
-        out["fill interference"] = found
+    found = {"fill interference": await _interference_term(
+                 workload, plan, measured["tpot_inflation"], predicted["tpot_inflation"]),
+             "prompt lengths": await _prompt_term(workload, plan,
+                                                  measured["prompt_tokens_per_call"],
+                                                  predicted["prompt_tokens_per_call"])}
+    for term, swapped in found.items():
+        if swapped is not None:
+            out[term] = {**swapped, "moves_prediction_by": round(
+                swapped["full_over_floor"] - ratio, 3)}
     return out
+
+
+async def _prompt_term(workload: str, plan: ComparisonPlan, real: float | None,
+                       sim: float | None) -> dict[str, Any] | None:
+    """The sim with the real tokenizer's prompt lengths: the sim counts a word as a token, the
+    tiny model's BPE makes ``r`` = real / sim times as many prompt tokens of the same text, so
+    per-token costs scale by ``r``, attention pairs by ``r**2`` and KV reads by ``r`` (decode's
+    one token per sequence a step grows by ``r`` too: a small overstatement). None without both
+    counts or with a measured cost model absent."""
+    from services.engine_agent.sim.cost_model import get_preset, register_preset
+
+    base = get_preset(plan.preset)
+    if not real or not sim or base.measured is None:
+        return None
+    r, m = real / sim, base.measured
+    name = f"{plan.preset}-prompts"
+    register_preset(dataclasses.replace(base, name=name, measured=dataclasses.replace(
+        m, s_per_token=m.s_per_token * r, s_per_attention_pair=m.s_per_attention_pair * r * r,
+        s_per_kv_read_token=m.s_per_kv_read_token * r)), replace=True)
+    run = await _predict(workload, dataclasses.replace(plan, preset=name))
+    return {"full_over_floor": _figures(run)["full_over_floor"],
+            "options": {"prompt_token_ratio": round(r, 3)}}
 
 
 async def _with_seq_cost(workload: str, plan: ComparisonPlan, per_seq_s: float

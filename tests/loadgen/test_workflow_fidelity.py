@@ -58,6 +58,16 @@ def test_the_interference_term_gives_the_sim_the_real_engines_tpot_inflation(
     assert asyncio.run(wf._interference_term("routing", plan, base - 0.1, base)) is None
 
 
+def test_the_prompt_term_prices_prompts_as_long_as_the_real_tokenizer_makes_them(
+        predicted: dict[str, Any]) -> None:
+    plan = wf.ComparisonPlan(2, seeds=1, preset="test-tiny-fit")
+    sim = wf._engine_side(predicted)["prompt_tokens_per_call"]
+    found = asyncio.run(wf._prompt_term("routing", plan, 2 * sim, sim))
+    assert found is not None and found["options"]["prompt_token_ratio"] == 2.0
+    assert found["full_over_floor"] != predicted["arms"]["full"]["ratio_to_floor"]
+    assert asyncio.run(wf._prompt_term("routing", plan, None, sim)) is None
+
+
 def test_the_hop_cost_that_matches_the_real_overhead_scales_the_default() -> None:
     real = {"outside_ms_per_call": {"no_fills": 12.0}}
     sim = {"outside_ms_per_call": {"no_fills": 1.0}}
