@@ -51,11 +51,14 @@ def _ci(ci: Any) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-"
 
 
+def _or_dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
 def _fidelity_lines(r: Mapping[str, Any]) -> list[str]:
-    lines = [f"Workflow-level fidelity, {r.get('engine', '?')}: {r.get('date')} at commit "
-             f"`{r.get('commit')}`; {r.get('workflows_per_seed')} workflows x seeds "
-             f"{r.get('seeds')}, {r.get('arrival')}; the sim fitted in the same run "
-             f"(`{r.get('preset')}`), on the virtual clock.", "",
+    lines = [f"Workflow-level fidelity, {r['engine']}: {r['date']} at commit `{r['commit']}`; "
+             f"{r['workflows_per_seed']} workflows x seeds {r['seeds']}, {r['arrival']}; the "
+             f"sim fitted in the same run (`{r['preset']}`), on the virtual clock.", "",
              "| workload | measured full/floor [95% CI] | predicted | difference | oracle share "
              "measured / predicted | outputs = floor | largest term |",
              "|---|---|---|---|---|---|---|"]
@@ -63,15 +66,15 @@ def _fidelity_lines(r: Mapping[str, Any]) -> list[str]:
         m, p = w["measured"], w["predicted"]
         lines.append(f"| {name} | {m['full_over_floor']:.3f} {_ci(m['ci95'])} | "
                      f"{p['full_over_floor']:.3f} | {w['difference']:+.3f} | "
-                     f"{m['oracle_share']} / {p['oracle_share']} | "
+                     f"{_or_dash(m['oracle_share'])} / {_or_dash(p['oracle_share'])} | "
                      f"{'yes' if w['outputs_equal_floor'] else 'NO'} | "
                      f"{w.get('responsible') or '-'} |")
     return lines
 
 
 def _gpu_lines(r: Mapping[str, Any]) -> list[str]:
-    lines = [f"GPU check ({r.get('mode')}, {r.get('device')}): {r.get('date')} at commit "
-             f"`{r.get('commit')}`; {'all steps passed' if r.get('ok') else 'FAILED'}.", "",
+    lines = [f"GPU check ({r['mode']}, {r['device']}): {r['date']} at commit `{r['commit']}`; "
+             f"{'all steps passed' if r['ok'] else 'FAILED'}.", "",
              "| step | ok | seconds | result |", "|---|---|---|---|"]
     for step in r.get("steps", []):
         lines.append(f"| {step['name']} | {'yes' if step['ok'] else 'NO'} | "
