@@ -3,7 +3,8 @@ vLLM, one JSON and a markdown summary under OUTDIR.
 
     python -m loadgen.gpu_check OUTDIR --mode gpu|cpu-smoke
 
-Steps, in order (each timed; a failed step is recorded with its error and the rest still run):
+Steps, in order (each timed; a failed step is recorded with its error and the rest still run,
+except after a failed ``environment`` step: without the GPU it checks, nothing else runs):
 
 1. ``environment``: the device, torch and vLLM versions; in ``gpu`` mode CUDA must be there and
    ``VLLM_BATCH_INVARIANT=1`` set (the script sets it).
@@ -26,8 +27,8 @@ Steps, in order (each timed; a failed step is recorded with its error and the re
 
 ``cpu-smoke`` runs every step at toy sizes (two- and four-layer models of the two shapes' kind,
 decode batches 1 and 4, one workflow per workload) on the CPU vLLM already installed: what CI
-runs so that the GPU path cannot rot unseen. Only ``gpu`` mode writes the results file the
-report reads (``loadgen.report.real_engine``).
+runs so that the GPU path cannot rot unseen. Only a ``gpu`` run that found its GPU writes the
+results file the report reads (``loadgen.report.real_engine``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from services.engine_agent import Grid
 logger = logging.getLogger(__name__)
 
 MATRIX_WORKLOADS = ("routing", "subagent")
+#: The steps every run has besides one ``timing <shape>`` per shape.
+FIXED_STEPS = ("environment", "models", "matrix", "equivalence", "lads")
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +335,8 @@ async def run_check(mode: str, out: Path) -> dict[str, Any]:
     check = Check(MODES[mode], out)
     started = time.monotonic()
     await check.step("environment", lambda: environment(check))
+    if not check.steps[-1]["ok"]:  # no GPU (or no batch invariance): nothing else may run
+        return _record(check, started)
     await check.step("models", lambda: models(check))
     first, *rest = check.mode.shapes
     async with shared_engines():  # the first shape's engine: timed, then the matrix on it
@@ -342,8 +347,14 @@ async def run_check(mode: str, out: Path) -> dict[str, Any]:
         async with shared_engines():
             await check.step(f"timing {shape.name}", _timing_of(check, shape))
     await check.step("lads", lambda: lads(check))
-    return {"mode": mode, "device": check.device, "versions": versions(),
-            "ok": all(s["ok"] for s in check.steps), "steps": check.steps,
+    return _record(check, started)
+
+
+def _record(check: Check, started: float) -> dict[str, Any]:
+    """The whole record of a run; a run stopped early fails (its missing steps never ran)."""
+    complete = len(check.steps) == len(FIXED_STEPS) + len(check.mode.shapes)
+    return {"mode": check.mode.name, "device": check.device, "versions": versions(),
+            "ok": complete and all(s["ok"] for s in check.steps), "steps": check.steps,
             "wall_s": round(time.monotonic() - started, 1)}
 
 
@@ -382,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "gpu-check.json").write_text(json.dumps(record, indent=1, sort_keys=True,
                                                         default=str))
     (args.out / "summary.md").write_text(summary_markdown(record))
-    if args.mode == "gpu":
+    if args.mode == "gpu" and record["steps"][0]["ok"]:  # a GPU run, passed or failed
         from loadgen.report.real_engine import record as keep
 
         keep("gpu-check", record)
