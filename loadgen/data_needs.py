@@ -15,7 +15,8 @@ from services.corpus.loaders import require_data, use_data_dir
 
 #: The workloads a benchmark runs (``arms``: the one ``--workload`` names); absent: no data.
 BENCH_WORKLOADS: dict[str, tuple[str, ...]] = {
-    "admission": ("routing", "react"), "load": ("routing",), "soak": tuple(WORKLOADS)}
+    "admission": ("routing", "react"), "load": ("routing",), "soak": tuple(WORKLOADS),
+    "workflow-fidelity": ("routing", "subagent", "react")}
 #: ``bench arms``'s workload when ``--workload`` is not given.
 ARMS_DEFAULT = "routing"
 

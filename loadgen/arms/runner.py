@@ -79,8 +79,8 @@ class ArmResult:
     #: Request names the warm-up called on this mesh before the schedule (the oracle bound
     #: counts them as already reusable).
     warmup_names: frozenset[str] = frozenset()
-    #: What the engines felt over the schedule (``engine_load.EngineLoadSampler``; virtual mesh
-    #: only, {} elsewhere).
+    #: What the engines felt over the schedule (``engine_load.EngineLoadSampler``; the virtual
+    #: mesh and real engines on the live mesh, {} elsewhere).
     engine_load: dict[str, Any] = field(default_factory=dict)
     #: The admission policy's Action 0 answers over the schedule, as (seconds since the
     #: schedule started, opened, the branch's mean break-even p* or None): ``Policy.decisions``
@@ -269,7 +269,7 @@ async def _virtual_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
                                 preset=config.preset, admission=admission,
                                 hop_s=config.hop_s,
                                 state_out=Path(config.state_out) if config.state_out
-                                else None) as mesh:
+                                else None, output_len_range=config.output_len_range) as mesh:
             async def counters() -> dict[str, int]:
                 return core_counters(mesh.core)
 
@@ -292,7 +292,11 @@ async def _live_arm(spec: ArmSpec, workload: Workload, schedule: Schedule,
         clock = SimClock(config.time_scale)
         return await _measure(spec, workload, schedule, config, warmup, clock, mesh.address,
                               counters, policy.account if policy is not None else dict,
-                              _remaining(mesh.gateway.core, clock))
+                              _remaining(mesh.gateway.core, clock),
+                              # a real engine's load; a live sim's busy time is simulated
+                              # seconds against this loop's wall clock, so it is not sampled
+                              EngineLoadSampler(mesh.backends) if config.real is not None
+                              else None)
 
 
 #: Seed of the train-split schedule a warm arm's controller learns from (disjoint from every

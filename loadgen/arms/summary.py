@@ -48,6 +48,28 @@ def _sources(arm: ArmResult) -> dict[str, int]:
     return dict(sorted(sources.items()))
 
 
+def _engine_calls(arm: ArmResult) -> dict[str, Any]:
+    """The calls an engine answered itself (source ``engine``), as that engine reported them:
+    how many, their mean time outside the engine (the mesh's overhead per call: gateway, hops,
+    harness), prompt, cached and completion tokens, and decode seconds per token after the
+    first (TPOT: what co-resident fills inflate). Simulated seconds on ``sim``, wall on a real
+    engine. Empty where no engine reported usage (a process mesh's counters only)."""
+    calls = [s for r in arm.results if not r.error for s in r.stages
+             if s.source == "engine" and s.completion_tokens > 0]
+    if not calls:
+        return {}
+    decoding = [s for s in calls if s.completion_tokens > 1]
+    n = len(calls)
+    return {"calls": n,
+            "outside_ms": round(1000 * sum(s.outside_s for s in calls) / n, 3),
+            "prompt_tokens": round(sum(s.prompt_tokens for s in calls) / n, 1),
+            "cached_tokens": round(sum(s.cached_tokens for s in calls) / n, 1),
+            "completion_tokens": round(sum(s.completion_tokens for s in calls) / n, 1),
+            "tpot_ms": round(1000 * sum(s.decode_s for s in decoding)
+                             / sum(s.completion_tokens - 1 for s in decoding), 3)
+            if decoding else None}
+
+
 def _engine_seconds(arm: ArmResult, floor: ArmResult, n: int) -> dict[str, Any]:
     """Engine seconds (prefill + decode, simulated seconds on ``sim``) per workflow: canonical,
     speculative (fills), and the arm's total over the floor's (Figure 9's cost axis). A fill
@@ -147,6 +169,7 @@ def _arm(arm: ArmResult, floor: ArmResult, ids: list[str], seed: int,
         "adoption": _adoption(arm),
         "filled_slower_than_floor": _filled_slower(arm, floor, ids),
         **_engine_seconds(arm, floor, n),
+        "engine_calls": _engine_calls(arm),
         "sources": _sources(arm), "cache_hits": arm.cache_hits,
         "failed": sum(1 for r in arm.results if r.error),
         "stalls": sum(r.stalls() for r in arm.results),

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "overhead": "loadgen.bench.overhead",
     "csl": "loadgen.bench.csl",
     "fidelity": "loadgen.bench.fidelity",
+    "workflow-fidelity": "loadgen.bench.workflow_fidelity",
     "arms": "loadgen.bench.arms",
     "interference": "loadgen.bench.interference",
     "admission": "loadgen.bench.admission",

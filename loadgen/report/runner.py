@@ -23,7 +23,9 @@ The data set files the cells read are checked first (``loadgen.data_needs``; ``-
 ``DYNBRANCH_DATA_DIR`` names their folder): one absent ends the run before any cell, with one line
 naming it and no report. The progress bar moves per arm and seed (``loadgen.report.progress``);
 ``summary.md`` and ``report.json`` record the commit, the date and every cell's clock, profile,
-seeds and workflows.
+seeds and workflows. ``summary.md`` ends with "On a real engine": the latest workflow-level
+fidelity run and GPU check, read from their results files (``loadgen.report.real_engine``), never
+run by the report.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from loadgen.report.plots import (
 )
 from loadgen.report.progress import ReportProgress, progress_bar
 from loadgen.report.provenance import commit, utc_now
+from loadgen.report.real_engine import section as real_engine_section
 from loadgen.report.summary import (
     PAPER,
     cell_record,
@@ -399,6 +402,7 @@ def write_report(matrix: str, results: list[dict[str, Any]], failures: list[dict
                       for w, cells in c3_found.get("sweeps", {}).items() if cells})
     if sweeps and sweeps.get("lads"):
         summary += lads_section(sweeps["lads"])
+    summary += "\n" + "\n".join(real_engine_section())  # read from results files, never run
     if failures:
         summary += "\n## Failed cells (left out)\n\n" + "\n".join(
             f"- {f['workload']} {f['load']} ({f.get('profile', 'data')}): {f['error']}"

@@ -104,6 +104,13 @@ class StageRecord:
     #: Simulated seconds it waited on another request's engine work: a fill it adopted (served
     #: by it, or given up and run anew) or a joined execution.
     waited_s: float = 0.0
+    #: What the engine that answered reported (0 where nothing ran: a library hit): prompt
+    #: tokens, those served from its prefix cache, completion tokens and decode seconds (the
+    #: engine's own timing). Per-token decode time is what co-resident fills inflate.
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    decode_s: float = 0.0
 
     @property
     def stalled(self) -> bool:
@@ -139,6 +146,16 @@ class WorkflowResult:
         return counts
 
 
+def _engine_report(reply: Any) -> tuple[int, int, int, float]:
+    """(prompt tokens, cached prompt tokens, completion tokens, decode s) of a gateway reply;
+    zeros where it carries none."""
+    usage, timings = getattr(reply, "usage", None), getattr(reply, "timings", None)
+    if usage is None or timings is None:
+        return 0, 0, 0, 0.0
+    return (usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens,
+            timings.decode_s)
+
+
 @dataclass(slots=True)
 class Trace:
     """Runs one workflow's stage calls through the SDK and records them."""
@@ -168,7 +185,8 @@ class Trace:
         self.stages.append(StageRecord(stage, candidate or "", reply.text,
                                        SOURCE_NAMES.get(reply.source, str(reply.source)),
                                        latency, post_click,
-                                       max(0.0, latency - engine_s - waited), waited))
+                                       max(0.0, latency - engine_s - waited), waited,
+                                       *_engine_report(reply)))
         return reply.text
 
     async def user_wait(self, sim_s: float) -> None:

@@ -182,19 +182,27 @@ def write_preset(preset: CostPreset, samples: Sequence[StepSample], path: Path) 
 # ---- the tiny model on the embedded vLLM ----------------------------------------------------
 
 
+def qwen3_model_spec(name: str, config: dict[str, Any], max_model_len: int) -> ModelSpec:
+    """``ModelSpec`` of a Qwen3 model from its ``config.json`` fields, counted exactly
+    (attention projections, q/k norms, the gated MLP, layer norms; embeddings once when tied)."""
+    h, d = config["hidden_size"], config["head_dim"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    q, kv, vocab = heads * d, kv_heads * d, config["vocab_size"]
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * config["intermediate_size"] + 2 * h + 2 * d
+    non_embedding = config["num_hidden_layers"] * per_layer + h
+    embeddings = vocab * h * (1 if config.get("tie_word_embeddings", False) else 2)
+    return ModelSpec(
+        name=name, num_layers=config["num_hidden_layers"], hidden_size=h, num_q_heads=heads,
+        num_kv_heads=kv_heads, head_dim=d, num_params=non_embedding + embeddings,
+        non_embedding_params=non_embedding, vocab_size=vocab, max_model_len=max_model_len)
+
+
 def tiny_model_spec(max_model_len: int) -> ModelSpec:
     """``ModelSpec`` of the tiny Qwen3 (``tiny_model.TinyModelConfig``), counted exactly."""
     from services.engine_agent.backends.tiny_model import TinyModelConfig
 
-    c = TinyModelConfig()
-    h, q, kv = c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * c.intermediate_size + 2 * h + 2 * c.head_dim
-    non_embedding = c.num_hidden_layers * per_layer + h
-    return ModelSpec(
-        name="tiny-qwen3 (random weights)", num_layers=c.num_hidden_layers, hidden_size=h,
-        num_q_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
-        head_dim=c.head_dim, num_params=non_embedding + c.vocab_size * h,
-        non_embedding_params=non_embedding, vocab_size=c.vocab_size, max_model_len=max_model_len)
+    config = {**dataclasses.asdict(TinyModelConfig()), "tie_word_embeddings": True}
+    return qwen3_model_spec("tiny-qwen3 (random weights)", config, max_model_len)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = ["Fit", "Grid", "StepSample", "TokenText", "calibrate_backend", "device_name",
            "engine_limits", "fit", "fit_tiny", "main", "measure_tiny", "predicted",
-           "preset_from_fit", "steady_decode_step_s", "tiny_engine_settings", "tiny_model_spec",
+           "preset_from_fit", "qwen3_model_spec", "steady_decode_step_s", "tiny_engine_settings",
+           "tiny_model_spec",
            "write_preset"]
 
 

@@ -278,3 +278,12 @@ def test_c2_alone_says_where_it_was_measured(tmp_path: Path) -> None:
     assert "C2-only Δ (where measured)" in summary and "(serial)" not in summary
     assert "| -30.0% [-40, -20] (low-load Poisson) | -21.9% |" in summary
     assert "no serial run" not in summary
+
+
+def test_the_summary_ends_with_the_real_engine_section_from_the_results_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DYNBRANCH_RESULTS_DIR", str(tmp_path / "results"))
+    write_report("quick", [result("routing", 0, 0.6)], [], tmp_path, 1.0)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## On a real engine" in summary
+    assert "No workflow-level fidelity results yet" in summary  # nothing ran a real engine

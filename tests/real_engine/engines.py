@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loadgen.arms.lads_cohort import long_prompt as long_prompt  # the suite's prompts
 from services.engine_agent.backends.servers import free_port
 from services.engine_agent.backends.tiny_model import default_cache_root
 from services.engine_agent.backends.vllm.settings import (
@@ -142,11 +143,3 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
 
 
-def long_prompt(seed: int, approx_tokens: int) -> str:
-    """Distinct, deterministic text of roughly ``approx_tokens`` tokens for the tiny tokenizer."""
-    words = []
-    i = 0
-    while len(words) < approx_tokens:
-        words.append(f"item_{seed}_{i} = compute({i} * {seed} + {i % 7})")
-        i += 1
-    return "\n".join(words)[: approx_tokens * 2]  # about 2 characters a token here

@@ -16,11 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from loadgen.arms.lads_replay import run_on
-from services.engine_agent.backends.vllm.backend import VllmBackend
-from services.engine_agent.backends.vllm.settings import VllmSettings
-from tests.real_engine.engines import MODEL_NAME, require_plugin
-from tests.real_engine.lads_cohort import (
+from loadgen.arms.lads_cohort import (
     BLOCK,
     HEADROOM_BLOCKS,
     NUM_BLOCKS,
@@ -33,6 +29,10 @@ from tests.real_engine.lads_cohort import (
     cohort_workload,
     handed_off_lines,
 )
+from loadgen.arms.lads_replay import run_on
+from services.engine_agent.backends.vllm.backend import VllmBackend
+from services.engine_agent.backends.vllm.settings import VllmSettings
+from tests.real_engine.engines import MODEL_NAME, require_plugin
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,
               pytest.mark.asyncio(loop_scope="module")]

@@ -21,6 +21,18 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from loadgen.arms.lads_cohort import (
+    HEADROOM_BLOCKS,
+    NUM_BLOCKS,
+    RecordingPort,
+    Runs,
+    check_handoffs,
+    check_lads_run,
+    check_leased_prefixes_hit,
+    check_outputs_equal_fifo,
+    cohort_workload,
+    handed_off_lines,
+)
 from loadgen.arms.lads_replay import run_on
 from services.common.values.generation import FinishReason, GenerationRequest, Sampling
 from services.engine_agent.backend import Allocated, Finished, Queued, TokenDelta
@@ -36,18 +48,6 @@ from tests.real_engine.engines import (
     long_prompt,
     require_plugin,
     vllm_server,
-)
-from tests.real_engine.lads_cohort import (
-    HEADROOM_BLOCKS,
-    NUM_BLOCKS,
-    RecordingPort,
-    Runs,
-    check_handoffs,
-    check_lads_run,
-    check_leased_prefixes_hit,
-    check_outputs_equal_fifo,
-    cohort_workload,
-    handed_off_lines,
 )
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow,

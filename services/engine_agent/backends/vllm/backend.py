@@ -207,6 +207,14 @@ class VllmBackend:
         self._leases.clear()
         llm.shutdown()
 
+    async def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix (between runs that share one started engine); False when
+        the engine refuses: requests still run or leases hold blocks."""
+        if self._llm is None:
+            raise FailedPrecondition("backend is not started")
+        done: bool = await self._llm.reset_prefix_cache()
+        return done
+
     @property
     def running(self) -> bool:
         """Whether the engine is started and not closed."""

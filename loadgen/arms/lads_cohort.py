@@ -1,6 +1,7 @@
-"""The small LADS cohort both real-engine cohort tests run (the embedded vLLM in
-test_lads_cohort.py, a ``vllm serve`` over the lease channel in test_openai_server.py), and the
-port wrapper that records what the lease provider did.
+"""The small LADS cohort run on real engines (the embedded vLLM in
+tests/real_engine/test_lads_cohort.py and ``scripts/gpu_check.sh``, a ``vllm serve`` over the
+lease channel in test_openai_server.py), the port wrapper that records what the lease provider
+did, and the checks every such run must pass.
 
 Four workflows of three calls in one tool cohort, histories of three to five 128-token blocks,
 observations of 200–600 bytes over a 4,000 B/s return link. On a pool of 24 blocks the four
@@ -20,7 +21,6 @@ from loadgen.arms.lads_replay import RunResult
 from loadgen.workloads.lads import LadsCall, LadsWorkflow, LadsWorkload
 from services.common.values.leases import ResultKey
 from services.engine_agent.leases.port import Handoff
-from tests.real_engine.engines import long_prompt
 
 NUM_BLOCKS = 24
 BLOCK = 128
@@ -29,6 +29,16 @@ HEADROOM_BLOCKS = 2
 HISTORY_SIZES = (540, 620, 700, 780)
 #: Observation bytes of turns 1 and 2, per workflow.
 OBSERVATION_BYTES = ((240, 520), (580, 300), (360, 460), (200, 600))
+
+
+def long_prompt(seed: int, approx_tokens: int) -> str:
+    """Distinct, deterministic text of roughly ``approx_tokens`` tokens for the tiny tokenizer."""
+    words = []
+    i = 0
+    while len(words) < approx_tokens:
+        words.append(f"item_{seed}_{i} = compute({i} * {seed} + {i % 7})")
+        i += 1
+    return "\n".join(words)[: approx_tokens * 2]  # about 2 characters a token here
 
 
 def observation(workflow: int, turn: int, size: int) -> str:
@@ -160,4 +170,4 @@ def check_outputs_equal_fifo(runs: Runs) -> None:
 
 __all__ = ["BLOCK", "HEADROOM_BLOCKS", "NUM_BLOCKS", "RecordingPort", "Runs", "check_handoffs",
            "check_lads_run", "check_leased_prefixes_hit", "check_outputs_equal_fifo",
-           "cohort_workload", "continuation_key", "handed_off_lines", "observation"]
+           "cohort_workload", "continuation_key", "handed_off_lines", "long_prompt", "observation"]
