@@ -11,17 +11,19 @@ The template's prompts are rendered for the model the template names; the engine
 model under that name, so the gateway routes to it unchanged. Latency on a real engine is wall
 time (the mesh's clock runs at time scale 1).
 
-A shared vLLM (``RealEngine.shared``) is started once and lent to every mesh built inside
+A shared engine (``RealEngine.shared``) is started once and lent to every mesh built inside
 ``shared_engines()``: each mesh's agent borrows it, and when the agent lets it go its prefix cache
-is reset (every request settled, no lease held), so the next mesh starts from an empty cache as
-on a fresh engine, without the engine's start (about 20 s on CPU, a minute or more for a large
-model on a GPU) per arm.
+is reset (every request settled, no lease held; vLLM's ``reset_prefix_cache``, SGLang's
+``/flush_cache``), so the next mesh starts from an empty cache as on a fresh engine, without the
+engine's start (about 20 s for the embedded vLLM on CPU and 40-60 s for an SGLang server, a
+minute or more for a large model on a GPU) per arm.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -46,7 +48,7 @@ class RealEngine:
     #: More vLLM engine arguments (``VllmSettings.extra_engine_args``): ``load_format`` "dummy"
     #: gives random weights to a model folder that holds only its config.
     engine_args: tuple[tuple[str, Any], ...] = ()
-    #: Meshes borrow one started engine inside ``shared_engines()`` (vLLM only).
+    #: Meshes borrow one started engine inside ``shared_engines()``.
     shared: bool = False
     max_model_len: int = 0
     max_running: int = 0
@@ -77,10 +79,18 @@ def engine_version(engine: str) -> str:
 
 async def real_backend(real: RealEngine, model: str, index: int, folder: Path,
                        stack: contextlib.AsyncExitStack) -> Any:
-    """An unstarted backend serving ``model``; an SGLang server is started now and stopped
-    when ``stack`` unwinds (after the agent over it)."""
+    """An unstarted backend serving ``model`` (or, for a shared engine, the lent one); an
+    SGLang server is started now and stopped when ``stack`` unwinds (after the agent over
+    it)."""
+    if real.shared:
+        return await _borrow(real, model)
+    return await _own_backend(real, model, index, folder, stack)
+
+
+async def _own_backend(real: RealEngine, model: str, index: int, folder: Path,
+                       stack: contextlib.AsyncExitStack) -> Any:
     if real.engine == "vllm":
-        return await _borrow(real, model) if real.shared else vllm_backend(real, model)
+        return vllm_backend(real, model)
     if real.engine == "sglang":
         from services.engine_agent import (
             RemoteSettings,
@@ -115,9 +125,11 @@ def vllm_backend(real: RealEngine, model: str) -> Any:
 
 @dataclass(slots=True)
 class _Shared:
-    """The started engines lent inside one ``shared_engines()`` block."""
+    """The started engines lent inside one ``shared_engines()`` block, and what outlives each
+    borrowing mesh: the SGLang servers under them and their folder (``stack``)."""
 
     engines: dict[tuple[RealEngine, str], Any] = field(default_factory=dict)
+    stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
 
 _LENDING: list[_Shared] = []
@@ -135,16 +147,22 @@ async def shared_engines() -> AsyncIterator[None]:
         yield
     finally:
         _LENDING.remove(lending)
-        for backend in lending.engines.values():
-            await backend.close()
+        try:
+            for backend in lending.engines.values():
+                await backend.close()
+        finally:
+            await lending.stack.aclose()  # the servers, after the backends over them
 
 
 async def _borrow(real: RealEngine, model: str) -> Any:
     if not _LENDING:
         raise RuntimeError("a shared real engine is lent only inside shared_engines()")
-    engines = _LENDING[-1].engines
+    lending = _LENDING[-1]
+    engines = lending.engines
     if (real, model) not in engines:
-        backend = vllm_backend(real, model)
+        folder = Path(lending.stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="dynbranch-shared-")))
+        backend = await _own_backend(real, model, len(engines), folder, lending.stack)
         await backend.start()
         engines[(real, model)] = backend
     return Borrowed(engines[(real, model)])

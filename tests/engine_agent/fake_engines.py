@@ -56,7 +56,7 @@ class FakeEngine:
             return httpx.Response(200, text=self.metrics)
         if path in self.facts:
             return httpx.Response(200, json=self.facts[path])
-        return self.post(path, json.loads(request.content), request)
+        return self.post(path, json.loads(request.content) if request.content else {}, request)
 
     def post(self, path: str, body: dict, request: httpx.Request) -> httpx.Response:
         """Answer a POST of the engine's protocol."""

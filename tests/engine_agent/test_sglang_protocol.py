@@ -80,11 +80,17 @@ class FakeSglang(FakeEngine):
         self.finish = finish or {"type": "length", "length": len(pieces)}
         self.generate_bodies: list[dict] = []
         self.aborts: list[dict] = []
+        self.flushes = 0
+        #: As SGLang answers a flush while requests run or wait.
+        self.busy = False
 
     def post(self, path: str, body: dict, request: httpx.Request) -> httpx.Response:
         if path == "/abort_request":
             self.aborts.append(body)
             return httpx.Response(200)
+        if path == "/flush_cache":
+            self.flushes += 1
+            return httpx.Response(400 if self.busy else 200, text="Cache flushed.\n")
         assert path == "/generate"
         self.generate_bodies.append(body)
         return event_stream(self.stream(body["rid"]))
@@ -165,6 +171,17 @@ async def test_abort_posts_abort_request_and_closes() -> None:
     events = await generate_and_abort(backend, request("s2", max_tokens=40), after=3)
     assert server.aborts == [{"rid": "s2", "abort_all": False}]
     assert isinstance(events[-1], Finished) and events[-1].reason == FinishReason.ABORT
+    await backend.close()
+
+
+async def test_a_prefix_cache_reset_flushes_the_radix_cache_or_reports_the_refusal() -> None:
+    server = FakeSglang([])
+    backend = backend_for(server)
+    await backend.start()
+    assert await backend.reset_prefix_cache() is True
+    server.busy = True  # SGLang refuses while requests run or wait
+    assert await backend.reset_prefix_cache() is False
+    assert server.flushes == 2
     await backend.close()
 
 

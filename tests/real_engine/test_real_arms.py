@@ -24,7 +24,7 @@ from loadgen.arms.divergence import EPSILON, LogitProbe, classify, summary
 from loadgen.arms.runner import ArmResult, run_schedule
 from loadgen.meshes.config import MeshConfig
 from loadgen.meshes.live import in_process_mesh
-from loadgen.meshes.real_engines import RealEngine
+from loadgen.meshes.real_engines import RealEngine, shared_engines
 from loadgen.workloads import build_schedule, get_workload
 from loadgen.workloads.base import SimClock
 from services.engine_agent import tiny_model_path
@@ -68,10 +68,13 @@ async def test_routing_on_a_real_engine_equals_the_floor_but_for_the_engines_own
     together = dataclasses.replace(schedule, arrival="poisson", arrivals=tuple(
         dataclasses.replace(a, at_s=0.0) for a in schedule.arrivals))  # all at once
     model = tiny_model_path(engine)
-    config = MeshConfig(engines=1, time_scale=1.0, real=RealEngine(engine, model))
-    floor, _, floor_states = await _arm("floor", config, workload, schedule)
-    rerun, _, _ = await _arm("floor", config, workload, together)
-    full, counters, states = await _arm("full", config, workload, schedule)
+    # one engine lent to the three meshes, its prefix cache reset between them (each arm starts
+    # cold, as on a fresh engine; an engine that does not settle or refuses the reset fails)
+    config = MeshConfig(engines=1, time_scale=1.0, real=RealEngine(engine, model, shared=True))
+    async with shared_engines():
+        floor, _, floor_states = await _arm("floor", config, workload, schedule)
+        rerun, _, _ = await _arm("floor", config, workload, together)
+        full, counters, states = await _arm("full", config, workload, schedule)
 
     assert not any(r.error for r in floor.results + rerun.results + full.results)
     probe = LogitProbe(model)

@@ -134,6 +134,12 @@ class SglangBackend(RemoteBackend):
             await self._client.post("/abort_request", json={"rid": request_id, "abort_all": False},
                                     timeout=self.settings.connect_timeout_s)
 
+    async def reset_prefix_cache(self) -> bool:
+        """Flush the server's radix cache (between runs that share one started server); False
+        when the server refuses (requests still run or wait)."""
+        resp = await self._client.post("/flush_cache", timeout=self.settings.connect_timeout_s)
+        return resp.status_code == 200
+
     def _chunk_error(self, error: Any) -> str:
         return str(error.get("message", error))  # ``{"error": {"message": ...}}``
 
