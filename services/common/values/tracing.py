@@ -34,7 +34,7 @@ import contextvars
 import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -136,10 +136,21 @@ def within(ctx: otel_context.Context | None) -> Iterator[None]:
         otel_context.detach(token)
 
 
-def run_in(ctx: otel_context.Context) -> contextvars.Context:
+@overload
+def run_in(ctx: otel_context.Context) -> contextvars.Context: ...
+
+
+@overload
+def run_in(ctx: None) -> None: ...
+
+
+def run_in(ctx: otel_context.Context | None) -> contextvars.Context | None:
     """A copy of the current context variables in which ``ctx`` is the trace context: a task
     created with it (``asyncio.create_task(..., context=run_in(ctx))``) works, and calls, in
-    that trace whichever call started it."""
+    that trace whichever call started it. None for None (no trace to carry: such a task runs
+    in a copy of its creator's context, ``create_task``'s default)."""
+    if ctx is None:
+        return None
     out = contextvars.copy_context()
     out.run(otel_context.attach, ctx)
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import itertools
 import logging
@@ -28,7 +29,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from services.common.values import clock
@@ -58,6 +58,7 @@ from services.gateway.speculation.state import (
     BranchSettings,
     Fill,
     FillStep,
+    Settlement,
     scope_of,
 )
 from services.gateway.templates import (
@@ -347,30 +348,39 @@ class BranchManager:
     # -- settlement ---------------------------------------------------------------------------
 
     def _resolve(self, branch: Branch, winner: str) -> None:
-        """Settle ``branch`` for ``winner``: its losers' fills stop (``Branch.resolve``), an
-        exclusive branch's losing shadows are discarded, the predictor learns the winner and
-        admission hears the selection."""
-        stopped, discarded = branch.resolve(winner)
-        final = branch.final_due() if not branch.reported else None
-        if winner in branch.fills:
-            self._counts["winners_admitted"] += 1
-        self._counts["fills_discarded"] += discarded
+        """Settle ``branch`` for ``winner`` (``Branch.resolve``: its losers' fills stop), then
+        act on what that came to under the settle span (``_act_on``)."""
+        settlement = branch.resolve(winner)
         with maybe_span(self.tracer, "branch.settle", attributes={
                 "dynbranch.branch_id": branch.id, "dynbranch.coordinate": branch.point.coordinate,
                 "dynbranch.candidate": winner, "dynbranch.exclusive": branch.exclusive}):
-            for fill in stopped:
-                self._aborted(fill, "lost the branch" if branch.exclusive else "not picked")
-            if winner:
-                observe = getattr(self.predictor, "observe", None)
-                if observe is not None:
-                    observe(branch.point.coordinate, winner)
-            if branch.exclusive:
-                self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}",
-                            branch.trace)
-            if final is not None:
-                self._final(branch, *final)
-            if not branch.reported:  # the selection is known: feedback starts now
-                self._report(branch, final=False)
+            context = run_in(branch.trace)  # its tasks run in its workflow's trace
+            per_wall = self.pace.engine_per_wall(branch.model)
+            self._act_on(branch, settlement, context, per_wall)
+
+    def _act_on(self, branch: Branch, settlement: Settlement, context: contextvars.Context | None,
+                per_wall: float) -> None:
+        """The manager's reactions to a settlement, in one place: count it and the fills it
+        stopped, teach the predictor the winner, discard an exclusive branch's losing shadows,
+        and report (the final report when due, else the selection: feedback starts now). Its
+        tasks run in ``context`` (the branch's trace); ``per_wall``: the decode pace's engine
+        seconds per wall second, read once for its reports."""
+        winner = settlement.winner
+        if settlement.admitted:
+            self._counts["winners_admitted"] += 1
+        self._counts["fills_discarded"] += settlement.discarded
+        for fill in settlement.stopped:
+            self._aborted(fill, "lost the branch" if branch.exclusive else "not picked")
+        if winner:
+            observe = getattr(self.predictor, "observe", None)
+            if observe is not None:
+                observe(branch.point.coordinate, winner)
+        if branch.exclusive:
+            self._spawn(self._discard(branch.id, winner), f"discard:{branch.id}", context)
+        if settlement.final is not None:
+            self._final(branch, *settlement.final, context, per_wall)
+        if not branch.reported:  # the selection is known: feedback starts now
+            self._report(branch, context, per_wall, final=False)
 
     def settle(self, tenant: str, workflow_id: str, coordinate: str, selected: str) -> int:
         """Resolve open branches of a workflow at ``coordinate`` explicitly (HCI picks)."""
@@ -418,7 +428,7 @@ class BranchManager:
             self._abort(fill, "branch retired")
             for step in fill.steps:
                 step.drop_hold()
-        self._report(branch)
+        self._report(branch, run_in(branch.trace), self.pace.engine_per_wall(branch.model))
 
     def _maybe_final(self, branch: Branch) -> None:
         """Send the final report as soon as nothing more can change it: the branch resolved,
@@ -426,28 +436,33 @@ class BranchManager:
         inside the run, not at expiry)."""
         if branch.reported or not branch.resolved:
             return
-        self._final(branch, *branch.final_due())
+        self._final(branch, *branch.final_due(), run_in(branch.trace),
+                    self.pace.engine_per_wall(branch.model))
 
-    def _final(self, branch: Branch, due: bool, stopped: Fill | None) -> None:
+    def _final(self, branch: Branch, due: bool, stopped: Fill | None,
+               context: contextvars.Context | None, per_wall: float) -> None:
         """Act on ``Branch.final_due``: count the outrun winner it stopped, report if due."""
         if stopped is not None:
             self._aborted(stopped, "its workflow passed every stage of its chain")
         if due:
-            self._report(branch)
+            self._report(branch, context, per_wall)
 
-    def _report(self, branch: Branch, final: bool = True) -> None:
+    def _report(self, branch: Branch, context: contextvars.Context | None, per_wall: float,
+                final: bool = True) -> None:
+        """Report the branch's outcome to admission (unless a final report went out), in
+        ``context`` (its trace: ``run_in``); ``per_wall`` turns its setup and waits into
+        engine seconds (``DecodePace.engine_per_wall``)."""
         if not branch.mark_reported(final):
             return
         cost = sum(f.cost_s for f in branch.fills.values())
         consumed = [p for f in branch.fills.values() for p in f.promoted]
-        per_wall = self.pace.engine_per_wall(branch.model)  # setup, waits: engine s
         # G_s of Eq. 4: what the consumed fills saved, less what their demands still waited
         saved = max(branch.saved_s - branch.adopted_wait_s * per_wall, 0.0)
         self._spawn(self.admission.report(branch.id, branch.point.coordinate,
                                           branch.selected or branch.winner, saved,
                                           cost, branch.setup_s * per_wall, final, consumed,
                                           branch.wait_s * per_wall),
-                    f"report:{branch.id}:{'final' if final else 'resolved'}", branch.trace)
+                    f"report:{branch.id}:{'final' if final else 'resolved'}", context)
 
     # -- tasks --------------------------------------------------------------------------------
 
@@ -455,10 +470,11 @@ class BranchManager:
         self._maybe_final(branch)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str,
-               trace: Context | None = None) -> asyncio.Task[None]:
-        """A tracked task, in ``trace`` when given (a branch's own, not the caller's)."""
-        task = (asyncio.create_task(coro, name=name) if trace is None
-                else asyncio.create_task(coro, name=name, context=run_in(trace)))
+               context: contextvars.Context | None = None) -> asyncio.Task[None]:
+        """A tracked task, in a copy of ``context`` when given (``run_in``: a branch's own trace,
+        not the caller's), else in a copy of the caller's (``create_task``'s default)."""
+        task = asyncio.create_task(coro, name=name,
+                                   context=None if context is None else context.copy())
         self._tasks.add(task)
         task.add_done_callback(self._reap)
         return task

@@ -187,6 +187,22 @@ class Fill:
         return first
 
 
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What settling a branch came to (``Branch.resolve``): the branch manager acts on it in
+    one place (counts, discards, reports)."""
+
+    winner: str
+    #: The winner had an admitted fill.
+    admitted: bool
+    #: The fills stopped while they ran (losers, or unpicked fills still running).
+    stopped: list[Fill]
+    #: How many losing fills an exclusive branch discards (with their shadows).
+    discarded: int
+    #: ``Branch.final_due`` right after the settlement; None when a final report went out.
+    final: tuple[bool, Fill | None] | None
+
+
 @dataclass(slots=True)
 class Branch:
     """One open branch of one workflow."""
@@ -261,17 +277,20 @@ class Branch:
         ("" when it is none of them)."""
         self.selected = next((c for c, n in self.predicted.items() if n == name), "")
 
-    def resolve(self, winner: str) -> tuple[list[Fill], int]:
+    def resolve(self, winner: str) -> Settlement:
         """The branch is settled for ``winner`` ("": none of its candidates), and its losers'
         fills stop: an exclusive branch aborts every loser's fill (their shadows are discarded),
         an independent one (Figure 1a) only the unselected fills still running (it keeps the
-        finished). The fills stopped while they ran, and how many an exclusive branch lost."""
+        finished). What that came to, for the branch manager to act on (``Settlement``)."""
         self.resolved, self.winner = True, winner
         self.selected = winner or self.selected
         losers = [fill for candidate, fill in self.fills.items() if candidate != winner]
         if not self.exclusive:
-            return [fill for fill in losers if fill.running() and fill.abort()], 0
-        return [fill for fill in losers if fill.abort()], len(losers)
+            stopped, discarded = [fill for fill in losers if fill.running() and fill.abort()], 0
+        else:
+            stopped, discarded = [fill for fill in losers if fill.abort()], len(losers)
+        return Settlement(winner, winner in self.fills, stopped, discarded,
+                          self.final_due() if not self.reported else None)
 
     def credit(self, fill: Fill, step: FillStep, saved_s: float, waited_s: float = 0.0) -> bool:
         """A demand was served by ``step``'s shadow, which saved ``saved_s`` engine seconds
@@ -423,5 +442,5 @@ def span_attrs(branch: Branch, fill: Fill, name: ReuseName) -> dict[str, str | i
             "dynbranch.reuse_name": str(name)}
 
 
-__all__ = ["REFUSALS", "Branch", "BranchSettings", "Fill", "FillStep", "producer_id",
-           "scope_of", "span_attrs"]
+__all__ = ["REFUSALS", "Branch", "BranchSettings", "Fill", "FillStep", "Settlement",
+           "producer_id", "scope_of", "span_attrs"]

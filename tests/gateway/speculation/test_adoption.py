@@ -395,7 +395,7 @@ async def test_the_branch_return_counts_an_adopted_fills_saving_less_its_wait() 
     assert await _serve(manager) is not None  # the shadow's cost is 2.0 engine s
     await done
     assert 0.3 <= branch.adopted_wait_s < 1.0 and branch.wait_s == 0.0
-    manager._report(branch)
+    manager._report(branch, None, manager.pace.engine_per_wall(branch.model))
     await manager.close()
     admission = manager.admission
     (_, _, saved), = [r for r in admission.reports if r[0] == branch.id]  # type: ignore[attr-defined]
