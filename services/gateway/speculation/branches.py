@@ -175,14 +175,19 @@ class BranchManager:
             branches = list(self._by_workflow.get((d.tenant, d.workflow_id), ()))
             for branch in branches:
                 await self._settle_on(branch, d, name, timeout_s)
+            # the records first (the match's steps, then the demand's passage), then the
+            # manager acts on what they came to: counts it, sends the final reports now due
+            promotion = Promotion()
             if name is not None:
                 promotion = await self.promotions.serve(
                     [b for b in branches if b.template.id == d.template_id], name, timeout_s,
                     stream)
-                served = self._settle_promotion(promotion)
+            if promotion.why != DEADLINE:  # a demand failed at its deadline passed no stage
+                for branch in branches:
+                    if branch.template.id == d.template_id:
+                        branch.passed_by(d.stage_id)
+            served = self._settle_promotion(promotion)
             for branch in branches:
-                if branch.template.id == d.template_id:
-                    branch.passed_by(d.stage_id)
                 self._maybe_final(branch)
         template = self.registry.get(d.template_id)
         point = next((p for p in template.decisions if p.stage == stage.id), None)
