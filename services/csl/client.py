@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
 import grpc
@@ -20,6 +19,7 @@ import grpc
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.records import make_header
+from services.common.runtime.streams import MuxStream, Renewal, rpc_error
 from services.common.values.reads import (
     Claimed,
     ReadSet,
@@ -288,126 +288,39 @@ class PutPipe:
         self._fail_all()
 
 
-#: Tells a stream's writer to half-close.
-_LOOKUPS_END = None
+class _LookupStream(MuxStream[int, csl_pb2.StreamLookupResult]):
+    """One open LookupStream call: probes keyed by their sequence number, sent in batches."""
 
-
-def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    """An error shaped like the one a failed call raises (callers map both the same way)."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-class _LookupStream:
-    """One open LookupStream call, its writer and reader tasks and the probes it carries."""
+    ended_details = "the library ended the stream"
+    closed_details = "the library client was closed"
 
     def __init__(self, client: CslClient, timeout_s: float) -> None:
-        self.opened = time.monotonic()
-        self.call = client.stub.LookupStream(timeout=timeout_s)
-        self.pending: dict[int, asyncio.Future[csl_pb2.StreamLookupResult]] = {}
-        self.error: grpc.aio.AioRpcError | None = None
-        self.retired = False
+        super().__init__(client.stub.LookupStream(timeout=timeout_s), "csl-lookup")
         self._sequence = 0
-        self._outbox: asyncio.Queue[csl_pb2.StreamLookup | None] = asyncio.Queue()
-        self._writer = asyncio.create_task(self._write(), name="csl-lookup-write")
-        self._reader = asyncio.create_task(self._read(), name="csl-lookup-read")
 
-    @property
-    def broken(self) -> bool:
-        """The stream failed or ended: it takes no more probes."""
-        return self.error is not None or self._reader.done()
+    def message(self, queued: list[Any]) -> csl_pb2.LookupBatch:
+        return csl_pb2.LookupBatch(lookups=queued)
 
-    @property
-    def ended(self) -> bool:
-        """Both tasks are done: nothing of this stream is left running."""
-        return self._reader.done() and self._writer.done()
+    def results(self, response: csl_pb2.LookupResults
+                ) -> Iterable[tuple[int, csl_pb2.StreamLookupResult]]:
+        return ((result.sequence, result) for result in response.results)
 
     async def lookup(self, name: ReuseName, timeout_s: float) -> Served | None:
         """One probe on this stream: the entry, None on a miss; raises the stream's error."""
-        if self.error is not None:
-            raise self.error
         self._sequence += 1
         sequence = self._sequence
-        future: asyncio.Future[csl_pb2.StreamLookupResult] = (
-            asyncio.get_running_loop().create_future())
-        self.pending[sequence] = future
-        self._outbox.put_nowait(csl_pb2.StreamLookup(sequence=sequence, name=name_to_proto(name)))
+        future = self.submit(sequence, csl_pb2.StreamLookup(sequence=sequence,
+                                                             name=name_to_proto(name)))
         try:
             async with asyncio.timeout(timeout_s):
                 result = await future
         except TimeoutError:
-            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         finally:
-            del self.pending[sequence]
-            if self.retired and not self.pending:
-                self._outbox.put_nowait(_LOOKUPS_END)
+            self.settle(sequence)
         if result.error:
-            raise _rpc_error(grpc.StatusCode.INVALID_ARGUMENT, result.error)
+            raise rpc_error(grpc.StatusCode.INVALID_ARGUMENT, result.error)
         return Served(result.result, result.cost_s) if result.hit else None
-
-    def retire(self) -> None:
-        """Take no new probes; half-close once the last one is answered."""
-        self.retired = True
-        if not self.pending:
-            self._outbox.put_nowait(_LOOKUPS_END)
-
-    async def _write(self) -> None:
-        # The only writer: one write at a time; what queued meanwhile goes out as one batch.
-        try:
-            while True:
-                queued = [await self._outbox.get()]
-                while not self._outbox.empty():
-                    queued.append(self._outbox.get_nowait())
-                probes = [q for q in queued if q is not None]
-                if probes:
-                    await self.call.write(csl_pb2.LookupBatch(lookups=probes))
-                if len(probes) < len(queued):
-                    break
-            await self.call.done_writing()
-        except grpc.aio.AioRpcError as err:
-            self._fail(err)
-        except asyncio.InvalidStateError:
-            pass  # the call already ended; the reader reports how
-        except asyncio.CancelledError:
-            if _cancelling():
-                raise
-
-    async def _read(self) -> None:
-        try:
-            async for response in self.call:
-                for result in response.results:
-                    future = self.pending.get(result.sequence)
-                    if future is not None and not future.done():
-                        future.set_result(result)
-            self._fail(_rpc_error(grpc.StatusCode.UNAVAILABLE, "the library ended the stream"))
-        except grpc.aio.AioRpcError as err:
-            self._fail(err)
-        except asyncio.CancelledError:
-            # The call was cancelled (gRPC raises this for a locally cancelled call), or this task.
-            self._fail(_rpc_error(grpc.StatusCode.CANCELLED, "the stream was cancelled"))
-            if _cancelling():
-                raise
-
-    def _fail(self, err: grpc.aio.AioRpcError) -> None:
-        if self.error is None:
-            self.error = err
-        for future in self.pending.values():
-            if not future.done():
-                future.set_exception(self.error)
-        if asyncio.current_task() is not self._writer:
-            self._writer.cancel()  # nothing more can be written on a failed call
-
-    async def close(self) -> None:
-        """Cancel the call and its tasks and wait for them; probes still waiting fail
-        CANCELLED. Idempotent."""
-        self.call.cancel()
-        self._fail(_rpc_error(grpc.StatusCode.CANCELLED, "the library client was closed"))
-        self._reader.cancel()
-        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
 
 
 class LookupPipe:
@@ -428,12 +341,10 @@ class LookupPipe:
     def __init__(self, client: CslClient, *, max_age_s: float = 300.0,
                  stream_timeout_s: float = 3600.0) -> None:
         self.client = client
-        self.max_age_s = max_age_s
         self.stream_timeout_s = stream_timeout_s
         #: False once the csl answered UNIMPLEMENTED (an older csl): ``Lookup`` calls instead.
         self.supported = True
-        self._current: _LookupStream | None = None
-        self._draining: list[_LookupStream] = []
+        self._streams = Renewal(lambda: _LookupStream(client, self.stream_timeout_s), max_age_s)
 
     async def lookup(self, name: ReuseName, timeout_s: float = LOOKUP_DEADLINE_S
                      ) -> Served | None:
@@ -441,7 +352,7 @@ class LookupPipe:
         status its own ``Lookup`` call would have ended with."""
         if not self.supported:
             return await self.client.lookup(name, timeout_s)
-        stream = self._stream()
+        stream = self._streams.stream()
         try:
             return await stream.lookup(name, timeout_s)
         except grpc.aio.AioRpcError as err:
@@ -450,23 +361,9 @@ class LookupPipe:
             self.supported = False  # the csl never saw this probe: ask it the old way
         return await self.client.lookup(name, timeout_s)
 
-    def _stream(self) -> _LookupStream:
-        stream = self._current
-        if stream is not None and (stream.broken or
-                                   time.monotonic() - stream.opened > self.max_age_s):
-            stream.retire()
-            self._draining.append(stream)
-            stream = None
-        self._draining = [s for s in self._draining if not s.ended]
-        if stream is None:
-            stream = self._current = _LookupStream(self.client, self.stream_timeout_s)
-        return stream
-
     async def close(self) -> None:
         """Cancel every stream (their probes fail CANCELLED) and wait; idempotent."""
-        streams = [*self._draining, *([self._current] if self._current else [])]
-        self._current, self._draining = None, []
-        await asyncio.gather(*(s.close() for s in streams))
+        await self._streams.close()
 
 
 __all__ = ["DEADLINE_S", "LOOKUP_DEADLINE_S", "CslClient", "LookupPipe", "PutPipe"]

@@ -36,14 +36,14 @@ async def test_concurrent_answers_share_one_stream_and_match_generate() -> None:
         answers = await asyncio.gather(*(
             client.answer(generate_request(f"m{i}", p, sampling=sampling(6, ignore_eos=True)))
             for i, p in enumerate(prompts)))
-        stream = client.mux._current
+        stream = client.mux._streams.current
         direct = [e async for e in client.generate(
             generate_request("d", prompts[5], sampling=sampling(6, ignore_eos=True)))][-1]
         assert [a.usage.completion_tokens for a in answers] == [6] * 24
         assert answers[5].text == direct.finished.text
         assert answers[5].reason == common_pb2.FINISH_REASON_LENGTH
         await client.answer(generate_request("again"))
-        assert client.mux._current is stream and not stream.broken
+        assert client.mux._streams.current is stream and not stream.broken
         await client.close()
 
 
@@ -54,9 +54,9 @@ async def test_a_refused_generation_gets_its_own_status_and_the_stream_goes_on()
             await client.answer(generate_request("bad", model="other-model"))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "model" in err.value.details()
-        stream = client.mux._current
+        stream = client.mux._streams.current
         assert (await client.answer(generate_request("good"))).usage.completion_tokens > 0
-        assert client.mux._current is stream
+        assert client.mux._streams.current is stream
         await client.close()
 
 
@@ -136,26 +136,26 @@ async def test_a_lost_stream_fails_what_it_carried_and_the_next_call_opens_anoth
         client = EngineAgentClient(rt.address)
         waiting = asyncio.create_task(client.answer(_long("carried")))
         await _wait_running(client, 1)
-        lost = client.mux._current
+        lost = client.mux._streams.current
         lost.call.cancel()  # as a connection reset would end it
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await asyncio.wait_for(waiting, 5)
         assert err.value.code() == grpc.StatusCode.CANCELLED
         await _wait_running(client, 0)  # the engine aborted it with the stream
         assert (await client.answer(generate_request("after"))).usage.completion_tokens > 0
-        assert client.mux._current is not lost and lost.broken
+        assert client.mux._streams.current is not lost and lost.broken
         await client.close()
 
 
 async def test_old_streams_are_renewed_and_drained() -> None:
     async with engine_agent() as rt:
         client = EngineAgentClient(rt.address)
-        client.mux.max_age_s = 0.0  # every generation retires the stream before it
+        client.mux._streams.max_age_s = 0.0  # every generation retires the stream before it
         for i in range(5):
             await client.answer(generate_request(f"r{i}"))
-        first = client.mux._current
+        first = client.mux._streams.current
         await client.answer(generate_request("last"))
-        assert client.mux._current is not first
+        assert client.mux._streams.current is not first
         for _ in range(100):
             if first.ended:
                 break
@@ -202,6 +202,6 @@ async def test_a_wait_longer_than_a_stream_lives_gets_its_own_call() -> None:
         assert isinstance(mux, GenerationMux) and mux.takes(60) and not mux.takes(3500)
         answer = await client.answer(generate_request("long-wait", final_only=True),
                                      timeout_s=3500)
-        assert answer.usage.completion_tokens == 8 and mux._current is None
+        assert answer.usage.completion_tokens == 8 and mux._streams.current is None
         await client.close()
 

@@ -137,13 +137,13 @@ async def _client_scenario(calls: list[tuple], kill_at_ms: int | None) -> None:
                 asyncio.get_running_loop().call_later(cancel_ms / 1000, task.cancel)
         if kill_at_ms is not None:
             await asyncio.sleep(kill_at_ms / 1000)
-            if client.mux._current is not None:
-                client.mux._current.call.cancel()  # the stream is lost under its generations
+            if (stream := client.mux._streams.current) is not None:
+                stream.call.cancel()  # the stream is lost under its generations
         outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
         for outcome in outcomes:
             assert outcome is True or isinstance(outcome, asyncio.CancelledError) or outcome in {
                 grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}, outcome
-        assert client.mux._current is None or client.mux._current.pending == {}
+        assert client.mux._streams.current is None or client.mux._streams.current.pending == {}
         async for view in client.watch_load(interval_s=0.01, timeout_s=5):
             if view.running == 0 and view.waiting == 0:
                 break  # every generation the callers left was aborted on the engine

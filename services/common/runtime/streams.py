@@ -1,0 +1,209 @@
+"""Many small exchanges on one long-lived bidirectional gRPC stream instead of a call each: the
+client side that the engine agent's GenerateMux (``services.engine_agent.mux_client``) and the
+library's LookupStream (``services.csl.client.LookupPipe``) share.
+
+A ``MuxStream`` is one open call with one writer task and one reader task. Callers ``submit`` an
+exchange under a key and wait for its future; the writer sends what queued while a write was
+under way as one message (``message``), and the reader resolves each result a response carries
+by its key (``results``). A stream that fails fails only the exchanges it carried, each with the
+stream's status, as their own calls would have failed. ``Renewal`` keeps the stream that takes
+new exchanges: a broken one, or one older than ``max_age_s``, takes no more, half-closes once its
+last exchange is answered, and the next exchange opens a new stream (renewed before the call's
+own deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Protocol, TypeVar
+
+import grpc
+
+Key = TypeVar("Key")
+Result = TypeVar("Result")
+#: Tells a stream's writer to half-close.
+HALF_CLOSE = None
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """An error shaped like the one a failed call raises (callers map both the same way)."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class MuxStream(Generic[Key, Result]):
+    """One open stream call, its writer and reader tasks and the exchanges it carries.
+
+    Subclasses say how the queued items go out as one message and which keyed results a
+    response carries; ``ended_details`` and ``closed_details`` name the peer in the errors."""
+
+    ended_details = "the peer ended the stream"
+    closed_details = "the client was closed"
+
+    def __init__(self, call: Any, name: str) -> None:
+        self.opened = time.monotonic()
+        self.call = call
+        self.pending: dict[Key, asyncio.Future[Result]] = {}
+        self.error: grpc.aio.AioRpcError | None = None
+        self.retired = False
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._writer = asyncio.create_task(self._write(), name=f"{name}-write")
+        self._reader = asyncio.create_task(self._read(), name=f"{name}-read")
+
+    def message(self, queued: list[Any]) -> Any | None:
+        """The one message that sends ``queued`` (never HALF_CLOSE), or None: nothing to send."""
+        raise NotImplementedError
+
+    def results(self, response: Any) -> Iterable[tuple[Key, Result]]:
+        """Each result ``response`` carries, with the key of the exchange it answers."""
+        raise NotImplementedError
+
+    @property
+    def broken(self) -> bool:
+        """The stream failed or ended: it takes no more exchanges."""
+        return self.error is not None or self._reader.done()
+
+    @property
+    def ended(self) -> bool:
+        """Both tasks are done: nothing of this stream is left running."""
+        return self._reader.done() and self._writer.done()
+
+    def submit(self, key: Key, item: Any) -> asyncio.Future[Result]:
+        """Send ``item`` and return the future its result resolves; the caller awaits it and
+        then calls ``settle(key)``. Raises the stream's error once it failed."""
+        if self.error is not None:
+            raise self.error
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self.pending[key] = future
+        self._outbox.put_nowait(item)
+        return future
+
+    def send(self, item: Any) -> None:
+        """Send ``item`` with no answer awaited (e.g. a cancel), unless the stream failed."""
+        if self.error is None:
+            self._outbox.put_nowait(item)
+
+    def settle(self, key: Key) -> None:
+        """The exchange under ``key`` is over; a retired stream half-closes after its last."""
+        del self.pending[key]
+        if self.retired and not self.pending:
+            self._outbox.put_nowait(HALF_CLOSE)
+
+    def retire(self) -> None:
+        """Take no new exchanges; half-close once the last one is answered."""
+        self.retired = True
+        if not self.pending:
+            self._outbox.put_nowait(HALF_CLOSE)
+
+    async def _write(self) -> None:
+        # The only writer: one write at a time, and a caller's cancellation never interrupts one.
+        # What queued during a write goes out as the next message.
+        try:
+            while True:
+                queued = [await self._outbox.get()]
+                while not self._outbox.empty():
+                    queued.append(self._outbox.get_nowait())
+                items = [q for q in queued if q is not HALF_CLOSE]
+                message = self.message(items) if items else None
+                if message is not None:
+                    await self.call.write(message)
+                if len(items) < len(queued):
+                    break
+            await self.call.done_writing()
+        except grpc.aio.AioRpcError as err:
+            self._fail(err)
+        except asyncio.InvalidStateError:
+            pass  # the call already ended; the reader reports how
+        except asyncio.CancelledError:
+            if _cancelling():
+                raise
+
+    async def _read(self) -> None:
+        try:
+            async for response in self.call:
+                for key, result in self.results(response):
+                    future = self.pending.get(key)
+                    if future is not None and not future.done():
+                        future.set_result(result)
+            self._fail(rpc_error(grpc.StatusCode.UNAVAILABLE, self.ended_details))
+        except grpc.aio.AioRpcError as err:
+            self._fail(err)
+        except asyncio.CancelledError:
+            # The call was cancelled (gRPC raises this for a locally cancelled call), or this task.
+            self._fail(rpc_error(grpc.StatusCode.CANCELLED, "the stream was cancelled"))
+            if _cancelling():
+                raise
+
+    def _fail(self, err: grpc.aio.AioRpcError) -> None:
+        if self.error is None:
+            self.error = err
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(self.error)
+        if asyncio.current_task() is not self._writer:
+            self._writer.cancel()  # nothing more can be written on a failed call
+
+    async def close(self) -> None:
+        """Cancel the call and its tasks and wait for them; exchanges still waiting fail
+        CANCELLED. Idempotent."""
+        self.call.cancel()
+        self._fail(rpc_error(grpc.StatusCode.CANCELLED, self.closed_details))
+        self._reader.cancel()
+        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
+
+
+class _Renewable(Protocol):
+    opened: float
+
+    @property
+    def broken(self) -> bool: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def retire(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Renewable)
+
+
+class Renewal(Generic[S]):
+    """The stream that takes new exchanges (opened by ``open`` when there is none, or when the
+    current one is broken or older than ``max_age_s``) and the retired ones still draining."""
+
+    def __init__(self, open_stream: Callable[[], S], max_age_s: float) -> None:
+        self._open = open_stream
+        self.max_age_s = max_age_s
+        #: The stream taking new exchanges, if one was opened.
+        self.current: S | None = None
+        self._draining: list[S] = []
+
+    def stream(self) -> S:
+        """The stream to put the next exchange on."""
+        stream = self.current
+        if stream is not None and (stream.broken or
+                                   time.monotonic() - stream.opened > self.max_age_s):
+            stream.retire()
+            self._draining.append(stream)
+            stream = None
+        self._draining = [s for s in self._draining if not s.ended]
+        if stream is None:
+            stream = self.current = self._open()
+        return stream
+
+    async def close(self) -> None:
+        """Cancel every stream (their exchanges fail CANCELLED) and wait; idempotent."""
+        streams = [*self._draining, *([self.current] if self.current else [])]
+        self.current, self._draining = None, []
+        await asyncio.gather(*(s.close() for s in streams))
+
+
+__all__ = ["HALF_CLOSE", "MuxStream", "Renewal", "rpc_error"]
