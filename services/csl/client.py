@@ -19,7 +19,7 @@ import grpc
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.records import make_header
-from services.common.runtime.streams import MuxStream, Renewal, rpc_error
+from services.common.runtime.streams import MuxStream, StreamRenewal, rpc_error
 from services.common.values.reads import (
     Claimed,
     ReadSet,
@@ -344,7 +344,8 @@ class LookupPipe:
         self.stream_timeout_s = stream_timeout_s
         #: False once the csl answered UNIMPLEMENTED (an older csl): ``Lookup`` calls instead.
         self.supported = True
-        self._streams = Renewal(lambda: _LookupStream(client, self.stream_timeout_s), max_age_s)
+        self._streams = StreamRenewal(lambda: _LookupStream(client, self.stream_timeout_s),
+                                      max_age_s)
 
     async def lookup(self, name: ReuseName, timeout_s: float = LOOKUP_DEADLINE_S
                      ) -> Served | None:

@@ -19,7 +19,7 @@ import grpc
 
 from services.common.pb import engine_pb2, engine_pb2_grpc
 from services.common.runtime.clients import StreamCall
-from services.common.runtime.streams import MuxStream, Renewal, rpc_error
+from services.common.runtime.streams import MuxStream, StreamRenewal, rpc_error
 from services.common.values.errors import quoted
 
 #: grpc.StatusCode by its numeric value (MuxError.code).
@@ -83,7 +83,7 @@ class GenerationMux:
         self.stream_timeout_s = stream_timeout_s
         #: False once the agent answered UNIMPLEMENTED (an older agent): callers use Generate.
         self.supported = True
-        self._streams = Renewal(lambda: _Stream(self._stub, self.stream_timeout_s), max_age_s)
+        self._streams = StreamRenewal(lambda: _Stream(self._stub, self.stream_timeout_s), max_age_s)
 
     def takes(self, timeout_s: float) -> bool:
         """Whether a generation waiting up to ``timeout_s`` can ride a stream: a stream lives

@@ -6,7 +6,7 @@ A ``MuxStream`` is one open call with one writer task and one reader task. Calle
 exchange under a key and wait for its future; the writer sends what queued while a write was
 under way as one message (``message``), and the reader resolves each result a response carries
 by its key (``results``). A stream that fails fails only the exchanges it carried, each with the
-stream's status, as their own calls would have failed. ``Renewal`` keeps the stream that takes
+stream's status, as their own calls would have failed. ``StreamRenewal`` keeps the stream that takes
 new exchanges: a broken one, or one older than ``max_age_s``, takes no more, half-closes once its
 last exchange is answered, and the next exchange opens a new stream (renewed before the call's
 own deadline).
@@ -175,7 +175,7 @@ class _Renewable(Protocol):
 S = TypeVar("S", bound=_Renewable)
 
 
-class Renewal(Generic[S]):
+class StreamRenewal(Generic[S]):
     """The stream that takes new exchanges (opened by ``open`` when there is none, or when the
     current one is broken or older than ``max_age_s``) and the retired ones still draining."""
 
@@ -206,4 +206,4 @@ class Renewal(Generic[S]):
         await asyncio.gather(*(s.close() for s in streams))
 
 
-__all__ = ["HALF_CLOSE", "MuxStream", "Renewal", "rpc_error"]
+__all__ = ["HALF_CLOSE", "MuxStream", "StreamRenewal", "rpc_error"]
