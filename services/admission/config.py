@@ -77,6 +77,11 @@ class AdmissionSettings(ServiceSettings):
     gain_prior_weight: float = Field(_C.gain_prior_weight, ge=0.0, description=(
         "pseudo-observations of a realised/projected gain ratio of 1 the learned ratio starts "
         "from (0: the first consumed fills alone set it)"))
+    restored_selection: float = Field(_C.restored_selection, ge=0.0, description=(
+        "observations a restored selection posterior keeps (scaled down, rate kept: a restored "
+        "state is a prior the new branches soon outweigh; 0: all)"))
+    restored_calibration: float = Field(_C.restored_calibration, ge=0.0, description=(
+        "predicted probability a restored rank calibration keeps (same; 0: all)"))
     fill_kv_blocks: int = Field(_C.fill_kv_blocks, ge=0, description=(
         "KV blocks a fill is priced and reserved at when the gateway sends no token estimate"))
     fill_share: float = Field(FILL_SHARE, gt=0.0, le=1.0,

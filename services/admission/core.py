@@ -141,6 +141,14 @@ class ControllerSettings:
     #: Pseudo-counts of the predictor's probability in the selection's Beta prior (no uniform
     #: floor: Beta(w p, w (1 - p))).
     prior_weight: float = 4.0
+    #: Evidence a restored selection posterior keeps: its counts scaled down to at most this
+    #: many observations, its rate unchanged (a power prior; 0: all). Selection is learned on
+    #: another period (or, in the study, another split) and drifts with the workload; kept
+    #: whole, tens of old observations per bin outweigh the new branches, and the bins they
+    #: overstate are the ones admitted (issue 37; docs/experiments.md, "The C3 study").
+    restored_selection: float = 8.0
+    #: The same for each rank's calibration, in predicted probability (0: all).
+    restored_calibration: float = 2.0
     #: Beta prior of timely use given selection (successes, failures).
     usability_prior: tuple[float, float] = (2.0, 0.5)
     default_gain_ms: float = 2000.0
@@ -531,7 +539,22 @@ class PricedController:
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise InvalidArgument(f"state.classes.{name}",
                                       f"not a class record: {exc}") from None
+            self._discount(self.stats[name])
         return len(state.get("classes", {}))
+
+    def _discount(self, st: _ClassStats) -> None:
+        """Scale restored selection evidence down to ``restored_selection`` observations per
+        posterior and ``restored_calibration`` predicted probability per rank, rates kept."""
+        most = self.settings.restored_selection
+        for beta in st.selection.values():
+            total = beta.success + beta.failure
+            if most > 0 and total > most:
+                scale = most / total
+                beta.success, beta.failure = beta.success * scale, beta.failure * scale
+        most = self.settings.restored_calibration
+        for cal in st.calibration.values():
+            if most > 0 and cal.predicted > most:
+                cal.selected, cal.predicted = cal.selected * most / cal.predicted, most
 
 
 #: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries;

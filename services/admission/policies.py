@@ -29,6 +29,8 @@ def _priced(s: Any, tracker: LoadTracker) -> AdmissionPolicy:
                            class_prior_ms=s.class_prior_ms, audit_rate=s.audit_rate, seed=s.seed,
                            default_gain_ms=s.default_gain_ms, fill_kv_blocks=s.fill_kv_blocks,
                            gain_prior_weight=s.gain_prior_weight,
+                           restored_selection=s.restored_selection,
+                           restored_calibration=s.restored_calibration,
                            max_snapshots=s.max_snapshots))
 
 
