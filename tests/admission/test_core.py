@@ -70,7 +70,8 @@ def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-
     c = taught()
     path = tmp_path / "state.json"
     state_store.save(path, c.state())
-    again = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
+    whole = ControllerSettings(audit_rate=0.0, restored_selection=0.0, restored_calibration=0.0)
+    again = PricedController(tracker_at(running=4), settings=whole)
     assert again.restore(state_store.load(path) or {}) == 1
     assert again.gate.classes["t/r/router"].n == 6  # warm at once: no cold trials
     assert again.open_branch("n", "r/router", "t/r/router", MODEL, 100.0).kind == "priced"
@@ -83,6 +84,35 @@ def test_learned_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-
         again.restore({"version": 0})
 
 
+def test_a_restored_selection_is_a_prior_the_new_branches_outweigh() -> None:
+    """Restored selection posteriors keep their rates but at most ``restored_selection``
+    observations, each rank's calibration at most ``restored_calibration`` of predicted
+    probability; what was learned after the restore is not discounted."""
+    c = taught(40)
+    again = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
+    assert again.restore(c.state()) == 1
+    before, kept = c.stats["t/r/router"], again.stats["t/r/router"]
+    assert max(b.success + b.failure for b in before.selection.values()) == 40
+    for key, beta in kept.selection.items():
+        old = before.selection[key]
+        assert beta.success + beta.failure == pytest.approx(min(8.0, old.success + old.failure))
+        assert beta.success / (beta.success + beta.failure) == pytest.approx(
+            old.success / (old.success + old.failure))
+    for rank, cal in kept.calibration.items():
+        old = before.calibration[rank]
+        assert cal.predicted == pytest.approx(min(2.0, old.predicted))
+        assert cal.selected / cal.predicted == pytest.approx(old.selected / old.predicted)
+    # the first branches after the restore move p̃ as far as 8 observations allow, not 40
+    p_before = again.selection_upper(kept, 0, 0.6)
+    for i in range(4):
+        again.open_branch(f"n{i}", "r/router", "t/r/router", MODEL, 100.0)
+        again.admit(f"n{i}", "r/router", proposals(), MODEL, 100.0)
+        again.report(BranchOutcome(f"n{i}", "zz", saved_s=0.0, fill_cost_s=0.0, setup_s=0.01))
+    assert again.selection_upper(kept, 0, 0.6) < p_before - 0.15
+    top = kept.selection[selection_key(0, 0.6)]
+    assert (top.success, top.failure) == pytest.approx((8.0, 4.0))
+
+
 @pytest.mark.parametrize("version", [2, 3])
 def test_an_older_state_is_taken_without_what_it_learned_differently(version: int) -> None:
     """Version 2's gate models read fills running and consumption: dropped (cold again);
@@ -92,7 +122,8 @@ def test_an_older_state_is_taken_without_what_it_learned_differently(version: in
     gate = ({"t/r/router": {"a": [[1.0] * 6] * 6, "q": [0.0] * 6, "n": 9, "sum_sq": 1.0}}
             if version == 2 else c.state()["gate"])
     old = {**c.state(), "version": version, "gate": gate}
-    again = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0))
+    again = PricedController(tracker_at(running=4), settings=ControllerSettings(
+        audit_rate=0.0, restored_selection=0.0, restored_calibration=0.0))
     assert again.restore(old) == 1
     kept, before = again.stats["t/r/router"], c.stats["t/r/router"]
     assert before.selection and not kept.selection
@@ -342,7 +373,8 @@ async def test_the_admission_service_keeps_what_it_learned_across_a_restart(
 
     path = tmp_path / "admission-state.json"
     settings = AdmissionSettings(metrics_port=-1, state_path=str(path), state_interval_s=60.0,
-                                 audit_rate=0.0, log_level="WARNING")
+                                 audit_rate=0.0, log_level="WARNING", restored_selection=0.0,
+                                 restored_calibration=0.0)  # kept whole: the same posteriors
     first = await build_runtime(settings)
     await first.start()
     learned = first.policy
