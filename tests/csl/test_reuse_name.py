@@ -13,12 +13,19 @@ from hypothesis import strategies as st
 
 from services.common.pb import common_pb2
 from services.common.values.errors import InvalidArgument
-from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
+from services.common.values.reuse_name import (
+    MAX_TENANT_BYTES,
+    ReuseName,
+    StageFingerprint,
+    reuse_name,
+)
 
 BASE = StageFingerprint("routing", "router", 3, "qwen3-32b", temperature=0.0, top_p=1.0,
                         top_k=0, seed=None, max_tokens=256, stop=("\n\n",), ignore_eos=False)
 
 texts = st.text(max_size=12)
+# A tenant keys a store, so it is at most MAX_TENANT_BYTES of UTF-8 (a longer one is refused).
+tenants = st.text(min_size=1).filter(lambda t: len(t.encode()) <= MAX_TENANT_BYTES)
 fingerprints = st.builds(
     StageFingerprint, template_id=texts, stage_id=texts,
     stage_version=st.integers(0, 2**32), model=texts,
@@ -58,10 +65,17 @@ def test_changing_the_rendered_input_changes_the_name(fp, a, b) -> None:  # type
 
 
 @settings(max_examples=40, deadline=None)
-@given(fp=fingerprints, prompt=st.binary(), t1=st.text(min_size=1), t2=st.text(min_size=1))
+@given(fp=fingerprints, prompt=st.binary(), t1=tenants, t2=tenants)
 def test_tenants_get_different_names_unless_shared(fp, prompt, t1, t2) -> None:  # type: ignore[no-untyped-def]
     assert (reuse_name(t1, fp, prompt) == reuse_name(t2, fp, prompt)) == (t1 == t2)
     assert reuse_name(t1, fp, prompt, shared=True) == reuse_name(t2, fp, prompt, shared=True)
+
+
+def test_a_tenant_longer_than_a_store_key_allows_is_refused_by_name() -> None:
+    longest = "\u00e9" * (MAX_TENANT_BYTES // 2)  # two bytes each: exactly the limit
+    assert reuse_name(longest, BASE, b"q").tenant == longest
+    with pytest.raises(InvalidArgument, match=f"name.tenant: longer than {MAX_TENANT_BYTES} bytes"):
+        reuse_name(longest + "a", BASE, b"q")
 
 
 def test_same_inputs_give_the_same_name() -> None:
