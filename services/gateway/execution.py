@@ -13,7 +13,6 @@ engine seconds to the counters by priority.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -111,11 +110,12 @@ class Executor:
 
     @staticmethod
     async def _run_and_confirm(tool: Tool, args: str) -> tuple[ToolResult, float, bool]:
-        """Run a tool, timed, then let it confirm its output against its read-set; a broken
-        store, or a confirmation that cannot be had, is logged and the result never stored."""
-        start = time.perf_counter()
+        """Run a tool, timed on the run's clock (simulated seconds on a virtual one), then let
+        it confirm its output against its read-set; a broken store, or a confirmation that
+        cannot be had, is logged and the result never stored."""
+        start = clock.now()
         result = await tool.run(args.encode())
-        elapsed = time.perf_counter() - start
+        elapsed = clock.now() - start
         try:
             return result, elapsed, bool(await tool.confirm(result))
         except DynbranchError as exc:
