@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 
 import grpc
 
 from services.common.pb import csl_pb2
 from services.common.runtime.grpc_errors import error_from_rpc
+from services.common.values import clock
 from services.common.values.errors import Unavailable
 from services.common.values.reads import Claimed, HoldEvent, HoldNotice, ReadSet, Served, Shadow
 from services.common.values.reuse_name import ReuseName
@@ -91,7 +91,7 @@ class RemoteLibrary:
 
     def available(self) -> bool:
         """See ``LibraryPort.available``."""
-        return time.monotonic() >= self._down_until
+        return clock.now() >= self._down_until
 
     def answered(self) -> None:
         """The library just answered its name feed, or an audit made around this port: it is
@@ -104,7 +104,7 @@ class RemoteLibrary:
         ``DOWN_AFTER_TIMEOUTS`` deadlines in a row when it answers nothing."""
         self._timeouts = self._timeouts + 1 if code is grpc.StatusCode.DEADLINE_EXCEEDED else 0
         if code is grpc.StatusCode.UNAVAILABLE or self._timeouts >= DOWN_AFTER_TIMEOUTS:
-            self._down_until = time.monotonic() + DOWN_BACKOFF_S
+            self._down_until = clock.now() + DOWN_BACKOFF_S
 
     def _failed(self, op: str, err: grpc.aio.AioRpcError) -> None:
         self.errors += 1
