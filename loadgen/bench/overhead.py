@@ -10,7 +10,10 @@ interleaved so that they share the machine's noise.
 CPU per call of every process is measured for a miss, a hit, a direct engine call and an echo in
 alternating closed-loop rounds (concurrency 8), and set against the echo's client + server
 (``cpu_ratios``); the direct call's engine-agent CPU is the simulated engine's own work, which a
-miss pays too.
+miss pays too. The client sends its demands on the gateway's CallMux stream (``GatewayClient``)
+and the gateway reaches the engine and the library on streams too, while the echo is a unary
+call each: at concurrency 8 a stream message can carry several callers' exchanges. The same is
+measured one call at a time (``cpu_ratios_concurrency_1``), where nothing batches.
 A sweep then runs echo, the direct engine call and the gateway path at concurrency 1, 8, 64 and
 512: calls/s of each, the gateway's added latency (its p50/p99 less the direct call's at the
 same concurrency) and calls/s per gateway core (1,000 / the gateway process's CPU ms per call).
@@ -107,16 +110,17 @@ async def _closed_loop(call: Callable[[int], Awaitable[Any]], total: int, concur
 
 
 async def _throughputs(calls: dict[str, Callable[[int], Awaitable[Any]]], total: int,
-                       rounds: int, pids: dict[str, int]
+                       rounds: int, pids: dict[str, int], concurrency: int = CONCURRENCY
                        ) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
     """Calls/s of each kind, in alternating rounds so that they share the machine's noise, and
     the CPU milliseconds each process spent per call of each kind (summed over the rounds)."""
     rates: dict[str, list[float]] = {name: [] for name in calls}
     cpu: dict[str, dict[str, float]] = {name: dict.fromkeys(pids, 0.0) for name in calls}
+    offset = 20_000_000 + 1_000_000 * concurrency
     for r in range(rounds):
         for name, call in calls.items():
             before = {k: cpu_seconds(p) for k, p in pids.items()}
-            rate, _ = await _closed_loop(call, total, CONCURRENCY, offset=20_000_000 + r * total)
+            rate, _ = await _closed_loop(call, total, concurrency, offset=offset + r * total)
             rates[name].append(rate)
             for k, p in pids.items():
                 cpu[name][k] += 1000 * (cpu_seconds(p) - before[k]) / (total * rounds)
@@ -186,9 +190,11 @@ async def _run(quick: bool) -> dict[str, Any]:
         await _interleaved(calls, warmup, offset=1_000_000)
         samples = await _interleaved(calls, n)
         pids = {c.name: c.process.pid for c in mesh.children} | {"client": os.getpid()}
-        rates, cpu_ms = await _throughputs({k: calls[k] for k in ("gateway", "hit", "direct",
-                                                                  "echo")},
-                                           total=n, rounds=3, pids=pids)
+        kinds = {k: calls[k] for k in ("gateway", "hit", "direct", "echo")}
+        rates, cpu_ms = await _throughputs(kinds, total=n, rounds=3, pids=pids)
+        # One caller at a time: nothing to batch on the streams (the floor of each message).
+        _, cpu_ms_c1 = await _throughputs(kinds, total=n // 2, rounds=3, pids=pids,
+                                          concurrency=1)
         sweep = await _sweep(calls, quick, pids["gateway"])
         await asyncio.gather(engine.close(), gateway.close(), echo_channel.close())
     finally:
@@ -214,6 +220,8 @@ async def _run(quick: bool) -> dict[str, Any]:
         "throughput_rounds": {k: [round(v, 1) for v in vs] for k, vs in rates.items()},
         "cpu_ms_per_call": cpu_ms,
         "cpu_ratios": _ratios(cpu_ms, "echo"),
+        "cpu_ms_per_call_concurrency_1": cpu_ms_c1,
+        "cpu_ratios_concurrency_1": _ratios(cpu_ms_c1, "echo"),
         "calls_per_s_per_gateway_core": {
             k: round(1000 / cpu_ms[k]["gateway"], 1) if cpu_ms[k]["gateway"] > 0 else None
             for k in ("gateway", "hit")},
@@ -248,6 +256,11 @@ def run(quick: bool) -> dict[str, Any]:
           f"hit {r['hit_whole_path']:.2f} (target <= 2); gateway / echo server: miss "
           f"{r['miss_gateway_to_echo_server']:.2f}, hit {r['hit_gateway_to_echo_server']:.2f} "
           f"(target <= 1); a direct engine call {r['direct_whole_path']:.2f}")
+    r1 = result["cpu_ratios_concurrency_1"]
+    print(f"  the same, one call at a time (no batching on the streams): miss "
+          f"{r1['miss_whole_path']:.2f}, hit {r1['hit_whole_path']:.2f}; gateway / echo server: "
+          f"miss {r1['miss_gateway_to_echo_server']:.2f}, hit "
+          f"{r1['hit_gateway_to_echo_server']:.2f}")
     per_core = result["calls_per_s_per_gateway_core"]
     print(f"  calls/s per gateway core (concurrency {CONCURRENCY}): miss {per_core['gateway']}, "
           f"hit {per_core['hit']}")

@@ -31,6 +31,7 @@ from services.common.values.reads import (
 )
 from services.common.values.reuse_name import ReuseName
 from services.csl.convert import (
+    PUT_BATCH_MAX,
     name_to_proto,
     read_set_to_proto,
     shadow_to_proto,
@@ -211,8 +212,10 @@ class CslClient:
 
 
 class PutPipe:
-    """Stores over one long-lived ``PutStream``: a stream message per store instead of a call,
-    which is what keeps a miss's background store cheap for the gateway (DESIGN.md §6).
+    """Stores over one long-lived ``PutBatches`` stream: the stores that queued while the last
+    batch was written go as one message (one transaction on the csl, one message of acks back)
+    instead of a call each, which is what keeps a miss's background store cheap for the gateway
+    (DESIGN.md §6). A csl without PutBatches gets a ``PutStream``, a message per store.
 
     Acks resolve their stores by sequence number. A broken stream fails every store in flight
     (a lost store is a missed reuse, never a wrong answer) and the next store opens a new one.
@@ -228,6 +231,9 @@ class PutPipe:
         self._queue: asyncio.Queue[csl_pb2.PutRequest] = asyncio.Queue(maxsize=max_queued)
         self._waiting: dict[int, asyncio.Future[bool]] = {}
         self._task: asyncio.Task[None] | None = None
+        #: False once the csl answered UNIMPLEMENTED to PutBatches: a store per message.
+        self.batched = True
+        self._retiring: set[asyncio.Task[None]] = set()
 
     async def put(self, request: csl_pb2.PutRequest, timeout_s: float = DEADLINE_S) -> bool:
         """Send one store and wait for its ack; False when refused, lost or late."""
@@ -248,29 +254,50 @@ class PutPipe:
             self._waiting.pop(request.header.sequence, None)
 
     async def _run(self) -> None:
-        call = self.client.stub.PutStream(timeout=self.stream_timeout_s)
-        reader = asyncio.create_task(self._read(call))
+        batched = self.batched
+        stub = self.client.stub
+        call = (stub.PutBatches if batched else stub.PutStream)(timeout=self.stream_timeout_s)
+        reader = asyncio.create_task(self._read(call, batched))
         try:
             while True:
-                await call.write(await self._queue.get())
+                first = await self._queue.get()
+                if not batched:
+                    await call.write(first)
+                    continue
+                puts = [first]  # and whatever queued while the last batch was written
+                while len(puts) < PUT_BATCH_MAX and not self._queue.empty():
+                    puts.append(self._queue.get_nowait())
+                await call.write(csl_pb2.PutBatch(puts=puts))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as err:
             log.info("csl put stream ended: %s", err)
         finally:
             reader.cancel()
             call.cancel()
-            self._fail_all()
+            if self._task is asyncio.current_task():  # not already replaced by a new stream
+                self._task = None
+                self._fail_all()
 
-    async def _read(self, call: Any) -> None:
+    async def _read(self, call: Any, batched: bool) -> None:
         try:
-            async for ack in call:
-                future = self._waiting.get(ack.sequence)
-                if future is not None and not future.done():
-                    future.set_result(ack.stored)
+            async for message in call:
+                for ack in message.acks if batched else (message,):
+                    future = self._waiting.get(ack.sequence)
+                    if future is not None and not future.done():
+                        future.set_result(ack.stored)
         except grpc.aio.AioRpcError as err:
+            if batched and err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                # A csl from before PutBatches: the stores in flight are missed reuses, and the
+                # next stream is a PutStream.
+                self.batched = False
             log.info("csl put stream lost: %s", err.code().name)
+        # The stream is over: its stores fail now, and the next store opens a new stream at
+        # once (this one's writer is still being cancelled).
         self._fail_all()
         if self._task is not None:
             self._task.cancel()
+            self._retiring.add(self._task)  # owned until it ends (``close`` awaits it)
+            self._task.add_done_callback(self._retiring.discard)
+            self._task = None
 
     def _fail_all(self) -> None:
         while not self._queue.empty():
@@ -281,10 +308,11 @@ class PutPipe:
 
     async def close(self) -> None:
         """Stop the stream; stores in flight resolve False."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        tasks = [*self._retiring, *([self._task] if self._task is not None else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
         self._fail_all()
 
 

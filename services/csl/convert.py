@@ -19,6 +19,9 @@ from services.common.values.reads import (
 from services.common.values.reuse_name import ReuseName, validate_tenant
 
 MAX_READS = 4096
+#: Stores of one PutStream committed together at most (and read ahead at most); of one
+#: PutBatches message at most.
+PUT_BATCH_MAX = 256
 MAX_PRODUCERS = 256
 MAX_WRITES = MAX_WRITE_RECORDS
 MAX_ID_CHARS = 256

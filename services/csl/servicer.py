@@ -21,13 +21,19 @@ from prometheus_client.registry import Collector
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.convert import require
 from services.common.runtime.records import make_header
-from services.common.values.errors import DynbranchError, InvalidArgument, ResourceExhausted
+from services.common.values.errors import (
+    DynbranchError,
+    InvalidArgument,
+    PayloadTooLarge,
+    ResourceExhausted,
+)
 from services.common.values.reads import HoldEvent, ReadSet, check_cost
 from services.common.values.reuse_name import ReuseName, name_key
 from services.common.values.tracing import call_span
 from services.csl.async_library import AsyncSubgraphLibrary
 from services.csl.convert import (
     MAX_ID_CHARS,
+    PUT_BATCH_MAX,
     floors_from_proto,
     name_from_proto,
     read_set_from_proto,
@@ -47,8 +53,6 @@ _MISS = csl_pb2.LookupResponse(hit=False)
 MAX_CLAIM_WAIT_S = 60.0
 #: Records per Versions page at most.
 MAX_VERSIONS_PAGE = 4096
-#: Stores of one PutStream committed together at most (and read ahead at most).
-PUT_BATCH_MAX = 256
 _HOLD_KINDS = {HoldEvent.PROMOTED: csl_pb2.HOLD_EVENT_KIND_PROMOTED,
                HoldEvent.SETTLED: csl_pb2.HOLD_EVENT_KIND_SETTLED}
 
@@ -174,6 +178,16 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    async def PutBatches(self, request_iterator: AsyncIterator[csl_pb2.PutBatch],
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[csl_pb2.PutAcks]:
+        # The caller batches: what queued while its last batch was written goes as one message,
+        # stored in one transaction (one fsync) and answered by one message.
+        async for batch in request_iterator:
+            if len(batch.puts) > PUT_BATCH_MAX:
+                raise PayloadTooLarge("puts", f"at most {PUT_BATCH_MAX} stores per batch, got "
+                                      f"{len(batch.puts)}")
+            yield csl_pb2.PutAcks(acks=await self._put_batch(list(batch.puts)))
 
     async def _put_batch(self, requests: list[csl_pb2.PutRequest]) -> list[csl_pb2.PutAck]:
         """Validate each store (a bad one is refused alone), then store the rest together."""

@@ -11,7 +11,6 @@ new generations and half-closes once its last one is answered.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,11 +18,8 @@ import grpc
 
 from services.common.pb import engine_pb2, engine_pb2_grpc
 from services.common.runtime.clients import StreamCall
-from services.common.runtime.streams import MuxStream, StreamRenewal, rpc_error
+from services.common.runtime.streams import MuxStream, StreamRenewal, mux_outcome, rpc_error
 from services.common.values.errors import quoted
-
-#: grpc.StatusCode by its numeric value (MuxError.code).
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class _Stream(MuxStream[str, engine_pb2.GenerateMuxResult]):
@@ -55,23 +51,10 @@ class _Stream(MuxStream[str, engine_pb2.GenerateMuxResult]):
         if request_id in self.pending:
             raise rpc_error(grpc.StatusCode.ALREADY_EXISTS,
                             f"request {quoted(request_id)} is already running")
-        future = self.submit(request_id, engine_pb2.MuxStart(
-            request=request, timeout_s=timeout_s, trace_context=trace))
-        try:
-            async with asyncio.timeout(timeout_s):
-                result = await future
-        except TimeoutError:
-            self.send(request_id)  # cancel it on the engine
-            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-        except asyncio.CancelledError:
-            self.send(request_id)
-            raise
-        finally:
-            self.settle(request_id)
-        if result.HasField("error"):
-            raise rpc_error(_CODES.get(result.error.code, grpc.StatusCode.UNKNOWN),
-                            result.error.message)
-        return result.finished
+        result = await self.exchange(request_id, engine_pb2.MuxStart(
+            request=request, timeout_s=timeout_s, trace_context=trace), request_id, timeout_s)
+        finished: engine_pb2.Finished = mux_outcome(result, "finished")
+        return finished
 
 
 class GenerationMux:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import cast
 
 import grpc
@@ -22,6 +22,7 @@ from services.common.runtime.convert import (
     usage_to_proto,
 )
 from services.common.runtime.lease_convert import key_from_proto
+from services.common.runtime.mux_session import MuxSession
 from services.common.values.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge
 from services.common.values.reads import MAX_WRITE_RECORDS, check_record_key
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
@@ -98,7 +99,12 @@ def _authorization(context: grpc.aio.ServicerContext) -> str | None:
 def trace_parent(metadata: Sequence[tuple[str, str | bytes]] | None, tenant: str,
                  workflow_id: str) -> otel_context.Context:
     """The caller's trace if it sent one, else the workflow's own trace (one per workflow)."""
-    ctx = incoming_context(metadata)
+    return workflow_parent(incoming_context(metadata), tenant, workflow_id)
+
+
+def workflow_parent(ctx: otel_context.Context, tenant: str, workflow_id: str
+                    ) -> otel_context.Context:
+    """``ctx`` if it carries the caller's span, else the workflow's own trace."""
     if has_span(ctx) or not workflow_id:
         return ctx
     return workflow_context(f"{tenant}/{workflow_id}")
@@ -147,19 +153,72 @@ def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
         reuse_name=a.reuse_name, waited_s=a.waited_s)
 
 
+#: Demands one CallMux stream may run at once (one more is RESOURCE_EXHAUSTED).
+MAX_MUX_CALLS = 16_384
+
+
+class _CallSession(MuxSession[int, tuple[Demand, float]]):
+    """One CallMux stream's demands, all of the stream's tenant, keyed by call id."""
+
+    method = "/dynbranch.v1.Gateway/CallMux"
+    noun = "call"
+
+    def __init__(self, servicer: GatewayServicer, tenant: str, max_running: int) -> None:
+        super().__init__(max_running)
+        self._servicer = servicer
+        self._tenant = tenant
+
+    def starts(self, message: gateway_pb2.CallMuxRequest) -> Iterable[gateway_pb2.CallMuxStart]:
+        starts: Iterable[gateway_pb2.CallMuxStart] = message.starts
+        return starts
+
+    def cancels(self, message: gateway_pb2.CallMuxRequest) -> Iterable[int]:
+        cancels: Iterable[int] = message.cancels
+        return cancels
+
+    def key(self, start: gateway_pb2.CallMuxStart) -> int:
+        return start.call_id
+
+    def admit(self, start: gateway_pb2.CallMuxStart) -> tuple[Demand, float]:
+        if not start.HasField("request"):
+            raise InvalidArgument("starts.request", "required")
+        return self._servicer.demand(self._tenant, start.request), start.timeout_s
+
+    async def run(self, work: tuple[Demand, float], trace: otel_context.Context
+                  ) -> gateway_pb2.CallResponse:
+        demand, timeout_s = work
+        parent = (None if self._servicer.untraced
+                  else workflow_parent(trace, self._tenant, demand.workflow_id))
+        return answer_to_proto(await self._servicer.answer(demand, timeout_s, None, parent))
+
+    def answered(self, key: int, answer: gateway_pb2.CallResponse) -> gateway_pb2.CallMuxResult:
+        return gateway_pb2.CallMuxResult(call_id=key, answer=answer)
+
+    def refused(self, key: int, code: grpc.StatusCode, message: str
+                ) -> gateway_pb2.CallMuxResult:
+        return gateway_pb2.CallMuxResult(
+            call_id=key, error=common_pb2.MuxError(code=code.value[0], message=message))
+
+    def response(self, results: list[gateway_pb2.CallMuxResult]) -> gateway_pb2.CallMuxResponse:
+        return gateway_pb2.CallMuxResponse(results=results)
+
+
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     """Maps the Gateway service onto the core."""
 
     def __init__(self, core: GatewayCore, auth: Authenticator, metrics: GatewayMetrics,
                  tracer: Tracer, call_deadline_s: float,
-                 delivery: DeliveryClient | None = None) -> None:
+                 delivery: DeliveryClient | None = None,
+                 max_mux_calls: int = MAX_MUX_CALLS) -> None:
         self.core = core
         self.delivery = delivery
         self.auth = auth
         self.metrics = metrics
         self.tracer = tracer
-        self._untraced = isinstance(tracer, NoOpTracer)
+        #: Tracing off: no span, no attributes, no parent context per call.
+        self.untraced = isinstance(tracer, NoOpTracer)
         self.call_deadline_s = call_deadline_s
+        self.max_mux_calls = max_mux_calls
 
     async def Call(self, request: gateway_pb2.CallRequest,
                    context: grpc.aio.ServicerContext) -> gateway_pb2.CallResponse:
@@ -188,34 +247,49 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         finally:
             call.cancel()  # the client went away: the demand stops (a no-op once answered)
 
+    async def CallMux(self, requests: AsyncIterator[gateway_pb2.CallMuxRequest],
+                      context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[gateway_pb2.CallMuxResponse]:
+        session = _CallSession(self, self.auth.tenant(_authorization(context)),
+                               self.max_mux_calls)
+        async for response in session.stream(requests):
+            yield response
+
     def _demand(self, request: gateway_pb2.CallRequest, context: grpc.aio.ServicerContext
                 ) -> tuple[str, Demand]:
         tenant = self.auth.tenant(_authorization(context))
+        return tenant, self.demand(tenant, request)
+
+    def demand(self, tenant: str, request: gateway_pb2.CallRequest) -> Demand:
+        """``request``'s demand of ``tenant``, validated."""
         if not request.HasField("demand"):
             raise InvalidArgument("demand", "required")
         require(request.demand.prompt, "demand.prompt")
-        return tenant, demand_from_proto(self.core, tenant, request.demand)
+        return demand_from_proto(self.core, tenant, request.demand)
 
     async def _call(self, tenant: str, demand: Demand, context: grpc.aio.ServicerContext,
                     stream: TextStream | None = None) -> Answer:
-        if self._untraced:  # no span, no attributes, no parent context: nothing per call
-            answer = await self.core.call(demand, deadline(context, self.call_deadline_s),
-                                          stream)
+        return await self.answer(demand, deadline(context, self.call_deadline_s), stream,
+                                 self._parent(context, tenant, demand.workflow_id))
+
+    async def answer(self, demand: Demand, deadline_s: float, stream: TextStream | None,
+                     parent: otel_context.Context | None) -> Answer:
+        """Answer ``demand`` within ``deadline_s`` seconds, under the span parent ``parent``
+        (None while tracing is off), and count it."""
+        if self.untraced:  # no span, no attributes, no parent context: nothing per call
+            answer = await self.core.call(demand, deadline_s, stream)
         else:
-            answer = await self._traced_call(tenant, demand, context, stream)
+            answer = await self._traced_call(demand, deadline_s, stream, parent)
         self.metrics.observe(answer)
         return answer
 
-    async def _traced_call(self, tenant: str, demand: Demand,
-                           context: grpc.aio.ServicerContext, stream: TextStream | None
-                           ) -> Answer:
-        with maybe_span(self.tracer, "gateway.call",
-                        context=self._parent(context, tenant, demand.workflow_id), attributes={
+    async def _traced_call(self, demand: Demand, deadline_s: float, stream: TextStream | None,
+                           parent: otel_context.Context | None) -> Answer:
+        with maybe_span(self.tracer, "gateway.call", context=parent, attributes={
                 "dynbranch.request_id": demand.request_id,
                 "dynbranch.workflow_id": demand.workflow_id,
                 "dynbranch.stage_id": demand.stage_id}) as span:
-            answer = await self.core.call(demand, deadline(context, self.call_deadline_s),
-                                          stream)
+            answer = await self.core.call(demand, deadline_s, stream)
             span.set_attribute("dynbranch.source", answer.source.name.lower())
             span.set_attribute("dynbranch.engine_id", answer.engine_id)
         return answer
@@ -284,10 +358,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def _parent(self, context: grpc.aio.ServicerContext, tenant: str, workflow_id: str
                 ) -> otel_context.Context | None:
         """The span parent of a call about a workflow (``trace_parent``); None when off."""
-        if isinstance(self.tracer, NoOpTracer):
+        if self.untraced:
             return None
         return trace_parent(context.invocation_metadata(), tenant, workflow_id)
 
 
 __all__ = ["CoreCollector", "GatewayMetrics", "GatewayServicer", "answer_to_proto",
-           "demand_from_proto", "record_ids_from_proto", "trace_parent"]
+           "demand_from_proto", "record_ids_from_proto", "trace_parent", "workflow_parent"]

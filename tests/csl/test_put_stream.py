@@ -57,3 +57,53 @@ async def test_lost_stream_fails_its_stores_and_the_next_store_reconnects(tmp_pa
         assert stored
         await pipe.close()
     await runtime.shutdown()
+
+
+async def test_a_batch_over_the_limit_is_refused_naming_the_field(tmp_path: Path) -> None:
+    import grpc
+    import pytest
+
+    from services.common.pb import csl_pb2
+    from services.csl.convert import PUT_BATCH_MAX
+
+    runtime = await _csl(tmp_path / "csl")
+    async with CslClient(runtime.address) as client:
+        puts = [client.put_request(name(i), b"r", ReadSet.pure())
+                for i in range(PUT_BATCH_MAX + 1)]
+
+        async def batches():  # noqa: ANN202
+            yield csl_pb2.PutBatch(puts=puts[:2])
+            yield csl_pb2.PutBatch(puts=puts)
+
+        call = client.stub.PutBatches(batches(), timeout=10)
+        first = await call.read()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call.read()
+    await runtime.shutdown()
+    assert [a.stored for a in first.acks] == [True, True]
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "puts" in (info.value.details() or "")
+
+
+async def test_a_csl_without_put_batches_gets_a_store_per_message(tmp_path: Path,
+                                                                  monkeypatch) -> None:  # noqa: ANN001
+    import grpc
+
+    from services.csl.servicer import SubgraphLibraryServicer
+
+    async def unimplemented(self, requests, context):  # noqa: ANN001, ANN202
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        yield  # an async generator, as the handler it stands in for
+
+    monkeypatch.setattr(SubgraphLibraryServicer, "PutBatches", unimplemented)
+    runtime = await _csl(tmp_path / "csl")
+    async with CslClient(runtime.address) as client:
+        pipe = PutPipe(client)
+        # The first store rides the refused stream: a missed reuse, never a wrong answer.
+        assert await pipe.put(client.put_request(name(1), b"a", ReadSet.pure()),
+                              timeout_s=5) is False
+        assert not pipe.batched
+        assert await pipe.put(client.put_request(name(2), b"b", ReadSet.pure()), timeout_s=5)
+        assert (await client.lookup(name(2))).result == b"b"
+        await pipe.close()
+    await runtime.shutdown()

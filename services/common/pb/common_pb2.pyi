@@ -336,3 +336,11 @@ class InventoryView(_message.Message):
     link_bytes_per_s: float
     framing_bytes: int
     def __init__(self, header: _Optional[_Union[RecordHeader, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[InventoryEntry, _Mapping]]] = ..., backlog_bytes: _Optional[int] = ..., link_bytes_per_s: _Optional[float] = ..., framing_bytes: _Optional[int] = ...) -> None: ...
+
+class MuxError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

@@ -277,6 +277,18 @@ class PutResponse(_message.Message):
     stored: bool
     def __init__(self, stored: _Optional[bool] = ...) -> None: ...
 
+class PutBatch(_message.Message):
+    __slots__ = ("puts",)
+    PUTS_FIELD_NUMBER: _ClassVar[int]
+    puts: _containers.RepeatedCompositeFieldContainer[PutRequest]
+    def __init__(self, puts: _Optional[_Iterable[_Union[PutRequest, _Mapping]]] = ...) -> None: ...
+
+class PutAcks(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[PutAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[PutAck, _Mapping]]] = ...) -> None: ...
+
 class PutAck(_message.Message):
     __slots__ = ("sequence", "stored", "error")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]

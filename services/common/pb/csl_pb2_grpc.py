@@ -50,6 +50,11 @@ class SubgraphLibraryStub:
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutAck.FromString,
                 _registered_method=True)
+        self.PutBatches = channel.stream_stream(
+                '/dynbranch.v1.SubgraphLibrary/PutBatches',
+                request_serializer=dynbranch_dot_v1_dot_csl__pb2.PutBatch.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutAcks.FromString,
+                _registered_method=True)
         self.LookupStream = channel.stream_stream(
                 '/dynbranch.v1.SubgraphLibrary/LookupStream',
                 request_serializer=dynbranch_dot_v1_dot_csl__pb2.LookupBatch.SerializeToString,
@@ -149,6 +154,16 @@ class SubgraphLibraryServicer:
         """Store confirmed entries over one long-lived stream: what a gateway uses on its hot path (a
         message per store instead of a call). Each PutRequest is acknowledged, in order, by a PutAck
         carrying its header.sequence. Idempotent per name and content.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutBatches(self, request_iterator, context):
+        """Store confirmed entries in batches over one long-lived stream: what a gateway uses on its hot
+        path (a message for the stores that queued together, not one per store). Each PutBatch is
+        stored in one transaction and answered by one PutAcks carrying its stores' header.sequence,
+        in order; a malformed store is refused alone. Idempotent per name and content.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -302,6 +317,11 @@ def add_SubgraphLibraryServicer_to_server(servicer, server):
                     servicer.PutStream,
                     request_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_csl__pb2.PutAck.SerializeToString,
+            ),
+            'PutBatches': grpc.stream_stream_rpc_method_handler(
+                    servicer.PutBatches,
+                    request_deserializer=dynbranch_dot_v1_dot_csl__pb2.PutBatch.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_csl__pb2.PutAcks.SerializeToString,
             ),
             'LookupStream': grpc.stream_stream_rpc_method_handler(
                     servicer.LookupStream,
@@ -461,6 +481,33 @@ class SubgraphLibrary:
             '/dynbranch.v1.SubgraphLibrary/PutStream',
             dynbranch_dot_v1_dot_csl__pb2.PutRequest.SerializeToString,
             dynbranch_dot_v1_dot_csl__pb2.PutAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dynbranch.v1.SubgraphLibrary/PutBatches',
+            dynbranch_dot_v1_dot_csl__pb2.PutBatch.SerializeToString,
+            dynbranch_dot_v1_dot_csl__pb2.PutAcks.FromString,
             options,
             channel_credentials,
             insecure,

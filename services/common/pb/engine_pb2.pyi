@@ -211,16 +211,8 @@ class GenerateMuxResult(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     finished: Finished
-    error: MuxError
-    def __init__(self, request_id: _Optional[str] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., error: _Optional[_Union[MuxError, _Mapping]] = ...) -> None: ...
-
-class MuxError(_message.Message):
-    __slots__ = ("code", "message")
-    CODE_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    code: int
-    message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    error: _common_pb2.MuxError
+    def __init__(self, request_id: _Optional[str] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.MuxError, _Mapping]] = ...) -> None: ...
 
 class AbortRequest(_message.Message):
     __slots__ = ("request_id",)

@@ -26,15 +26,17 @@ from services.common.pb import common_pb2 as dynbranch_dot_v1_dot_common__pb2
 from services.common.pb import delivery_pb2 as dynbranch_dot_v1_dot_delivery__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64ynbranch/v1/gateway.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\x1a\x1b\x64ynbranch/v1/delivery.proto\"\'\n\x17RegisterTemplateRequest\x12\x0c\n\x04yaml\x18\x01 \x01(\t\"U\n\x18RegisterTemplateResponse\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\r\x12\x13\n\x0b\x63oordinates\x18\x03 \x03(\t\"7\n\x08\x44ocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"d\n\x13GatewayWriteRequest\x12\'\n\x07upserts\x18\x01 \x03(\x0b\x32\x16.dynbranch.v1.Document\x12\x10\n\x08removals\x18\x02 \x03(\t\x12\x12\n\nrecord_ids\x18\x03 \x03(\t\"E\n\x14GatewayWriteResponse\x12-\n\x08versions\x18\x01 \x03(\x0b\x32\x1b.dynbranch.v1.RecordVersion\"P\n\x13SettleBranchRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12\x10\n\x08selected\x18\x03 \x01(\t\"\'\n\x14SettleBranchResponse\x12\x0f\n\x07settled\x18\x01 \x01(\r\"8\n\x0b\x43\x61llRequest\x12)\n\x06\x64\x65mand\x18\x01 \x01(\x0b\x32\x19.dynbranch.v1.StageDemand\"l\n\tCallEvent\x12(\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.CallDeltaH\x00\x12,\n\x06\x61nswer\x18\x02 \x01(\x0b\x32\x1a.dynbranch.v1.CallResponseH\x00\x42\x07\n\x05\x65vent\"E\n\tCallDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12*\n\x06source\x18\x02 \x01(\x0e\x32\x1a.dynbranch.v1.ResultSource\"\xa7\x02\n\x0c\x43\x61llResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x31\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1a.dynbranch.v1.FinishReason\x12\"\n\x05usage\x18\x04 \x01(\x0b\x32\x13.dynbranch.v1.Usage\x12&\n\x07timings\x18\x05 \x01(\x0b\x32\x15.dynbranch.v1.Timings\x12\x11\n\tengine_id\x18\x06 \x01(\t\x12*\n\x06source\x18\x07 \x01(\x0e\x32\x1a.dynbranch.v1.ResultSource\x12\x11\n\tgateway_s\x18\x08 \x01(\x01\x12\x12\n\nreuse_name\x18\t \x01(\t\x12\x10\n\x08waited_s\x18\n \x01(\x01*\x9d\x01\n\x0cResultSource\x12\x1d\n\x19RESULT_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n\x14RESULT_SOURCE_ENGINE\x10\x01\x12\x19\n\x15RESULT_SOURCE_LIBRARY\x10\x02\x12\x1f\n\x1bRESULT_SOURCE_PROMOTED_FILL\x10\x03\x12\x18\n\x14RESULT_SOURCE_JOINED\x10\x04\x32\xeb\x03\n\x07Gateway\x12=\n\x04\x43\x61ll\x12\x19.dynbranch.v1.CallRequest\x1a\x1a.dynbranch.v1.CallResponse\x12\x42\n\nCallStream\x12\x19.dynbranch.v1.CallRequest\x1a\x17.dynbranch.v1.CallEvent0\x01\x12\x61\n\x10RegisterTemplate\x12%.dynbranch.v1.RegisterTemplateRequest\x1a&.dynbranch.v1.RegisterTemplateResponse\x12U\n\x0cWriteRecords\x12!.dynbranch.v1.GatewayWriteRequest\x1a\".dynbranch.v1.GatewayWriteResponse\x12U\n\x0cSettleBranch\x12!.dynbranch.v1.SettleBranchRequest\x1a\".dynbranch.v1.SettleBranchResponse\x12L\n\rDeliverResult\x12\x1c.dynbranch.v1.DeliverRequest\x1a\x1d.dynbranch.v1.DeliverResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64ynbranch/v1/gateway.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\x1a\x1b\x64ynbranch/v1/delivery.proto\"\'\n\x17RegisterTemplateRequest\x12\x0c\n\x04yaml\x18\x01 \x01(\t\"U\n\x18RegisterTemplateResponse\x12\x13\n\x0btemplate_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\r\x12\x13\n\x0b\x63oordinates\x18\x03 \x03(\t\"7\n\x08\x44ocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"d\n\x13GatewayWriteRequest\x12\'\n\x07upserts\x18\x01 \x03(\x0b\x32\x16.dynbranch.v1.Document\x12\x10\n\x08removals\x18\x02 \x03(\t\x12\x12\n\nrecord_ids\x18\x03 \x03(\t\"E\n\x14GatewayWriteResponse\x12-\n\x08versions\x18\x01 \x03(\x0b\x32\x1b.dynbranch.v1.RecordVersion\"P\n\x13SettleBranchRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12\x10\n\x08selected\x18\x03 \x01(\t\"\'\n\x14SettleBranchResponse\x12\x0f\n\x07settled\x18\x01 \x01(\r\"8\n\x0b\x43\x61llRequest\x12)\n\x06\x64\x65mand\x18\x01 \x01(\x0b\x32\x19.dynbranch.v1.StageDemand\"M\n\x0e\x43\x61llMuxRequest\x12*\n\x06starts\x18\x01 \x03(\x0b\x32\x1a.dynbranch.v1.CallMuxStart\x12\x0f\n\x07\x63\x61ncels\x18\x02 \x03(\x04\"\xd8\x01\n\x0c\x43\x61llMuxStart\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12*\n\x07request\x18\x02 \x01(\x0b\x32\x19.dynbranch.v1.CallRequest\x12\x11\n\ttimeout_s\x18\x03 \x01(\x01\x12\x43\n\rtrace_context\x18\x04 \x03(\x0b\x32,.dynbranch.v1.CallMuxStart.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\x0f\x43\x61llMuxResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.dynbranch.v1.CallMuxResult\"\x82\x01\n\rCallMuxResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12,\n\x06\x61nswer\x18\x02 \x01(\x0b\x32\x1a.dynbranch.v1.CallResponseH\x00\x12\'\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x16.dynbranch.v1.MuxErrorH\x00\x42\t\n\x07outcome\"l\n\tCallEvent\x12(\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x17.dynbranch.v1.CallDeltaH\x00\x12,\n\x06\x61nswer\x18\x02 \x01(\x0b\x32\x1a.dynbranch.v1.CallResponseH\x00\x42\x07\n\x05\x65vent\"E\n\tCallDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12*\n\x06source\x18\x02 \x01(\x0e\x32\x1a.dynbranch.v1.ResultSource\"\xa7\x02\n\x0c\x43\x61llResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x31\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1a.dynbranch.v1.FinishReason\x12\"\n\x05usage\x18\x04 \x01(\x0b\x32\x13.dynbranch.v1.Usage\x12&\n\x07timings\x18\x05 \x01(\x0b\x32\x15.dynbranch.v1.Timings\x12\x11\n\tengine_id\x18\x06 \x01(\t\x12*\n\x06source\x18\x07 \x01(\x0e\x32\x1a.dynbranch.v1.ResultSource\x12\x11\n\tgateway_s\x18\x08 \x01(\x01\x12\x12\n\nreuse_name\x18\t \x01(\t\x12\x10\n\x08waited_s\x18\n \x01(\x01*\x9d\x01\n\x0cResultSource\x12\x1d\n\x19RESULT_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n\x14RESULT_SOURCE_ENGINE\x10\x01\x12\x19\n\x15RESULT_SOURCE_LIBRARY\x10\x02\x12\x1f\n\x1bRESULT_SOURCE_PROMOTED_FILL\x10\x03\x12\x18\n\x14RESULT_SOURCE_JOINED\x10\x04\x32\xb7\x04\n\x07Gateway\x12=\n\x04\x43\x61ll\x12\x19.dynbranch.v1.CallRequest\x1a\x1a.dynbranch.v1.CallResponse\x12\x42\n\nCallStream\x12\x19.dynbranch.v1.CallRequest\x1a\x17.dynbranch.v1.CallEvent0\x01\x12J\n\x07\x43\x61llMux\x12\x1c.dynbranch.v1.CallMuxRequest\x1a\x1d.dynbranch.v1.CallMuxResponse(\x01\x30\x01\x12\x61\n\x10RegisterTemplate\x12%.dynbranch.v1.RegisterTemplateRequest\x1a&.dynbranch.v1.RegisterTemplateResponse\x12U\n\x0cWriteRecords\x12!.dynbranch.v1.GatewayWriteRequest\x1a\".dynbranch.v1.GatewayWriteResponse\x12U\n\x0cSettleBranch\x12!.dynbranch.v1.SettleBranchRequest\x1a\".dynbranch.v1.SettleBranchResponse\x12L\n\rDeliverResult\x12\x1c.dynbranch.v1.DeliverRequest\x1a\x1d.dynbranch.v1.DeliverResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dynbranch.v1.gateway_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RESULTSOURCE']._serialized_start=1119
-  _globals['_RESULTSOURCE']._serialized_end=1276
+  _globals['_CALLMUXSTART_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_CALLMUXSTART_TRACECONTEXTENTRY']._serialized_options = b'8\001'
+  _globals['_RESULTSOURCE']._serialized_start=1615
+  _globals['_RESULTSOURCE']._serialized_end=1772
   _globals['_REGISTERTEMPLATEREQUEST']._serialized_start=100
   _globals['_REGISTERTEMPLATEREQUEST']._serialized_end=139
   _globals['_REGISTERTEMPLATERESPONSE']._serialized_start=141
@@ -51,12 +53,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SETTLEBRANCHRESPONSE']._serialized_end=579
   _globals['_CALLREQUEST']._serialized_start=581
   _globals['_CALLREQUEST']._serialized_end=637
-  _globals['_CALLEVENT']._serialized_start=639
-  _globals['_CALLEVENT']._serialized_end=747
-  _globals['_CALLDELTA']._serialized_start=749
-  _globals['_CALLDELTA']._serialized_end=818
-  _globals['_CALLRESPONSE']._serialized_start=821
-  _globals['_CALLRESPONSE']._serialized_end=1116
-  _globals['_GATEWAY']._serialized_start=1279
-  _globals['_GATEWAY']._serialized_end=1770
+  _globals['_CALLMUXREQUEST']._serialized_start=639
+  _globals['_CALLMUXREQUEST']._serialized_end=716
+  _globals['_CALLMUXSTART']._serialized_start=719
+  _globals['_CALLMUXSTART']._serialized_end=935
+  _globals['_CALLMUXSTART_TRACECONTEXTENTRY']._serialized_start=884
+  _globals['_CALLMUXSTART_TRACECONTEXTENTRY']._serialized_end=935
+  _globals['_CALLMUXRESPONSE']._serialized_start=937
+  _globals['_CALLMUXRESPONSE']._serialized_end=1000
+  _globals['_CALLMUXRESULT']._serialized_start=1003
+  _globals['_CALLMUXRESULT']._serialized_end=1133
+  _globals['_CALLEVENT']._serialized_start=1135
+  _globals['_CALLEVENT']._serialized_end=1243
+  _globals['_CALLDELTA']._serialized_start=1245
+  _globals['_CALLDELTA']._serialized_end=1314
+  _globals['_CALLRESPONSE']._serialized_start=1317
+  _globals['_CALLRESPONSE']._serialized_end=1612
+  _globals['_GATEWAY']._serialized_start=1775
+  _globals['_GATEWAY']._serialized_end=2342
 # @@protoc_insertion_point(module_scope)

@@ -86,6 +86,49 @@ class CallRequest(_message.Message):
     demand: _common_pb2.StageDemand
     def __init__(self, demand: _Optional[_Union[_common_pb2.StageDemand, _Mapping]] = ...) -> None: ...
 
+class CallMuxRequest(_message.Message):
+    __slots__ = ("starts", "cancels")
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    CANCELS_FIELD_NUMBER: _ClassVar[int]
+    starts: _containers.RepeatedCompositeFieldContainer[CallMuxStart]
+    cancels: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, starts: _Optional[_Iterable[_Union[CallMuxStart, _Mapping]]] = ..., cancels: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CallMuxStart(_message.Message):
+    __slots__ = ("call_id", "request", "timeout_s", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    request: CallRequest
+    timeout_s: float
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[CallRequest, _Mapping]] = ..., timeout_s: _Optional[float] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CallMuxResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CallMuxResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CallMuxResult, _Mapping]]] = ...) -> None: ...
+
+class CallMuxResult(_message.Message):
+    __slots__ = ("call_id", "answer", "error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    answer: CallResponse
+    error: _common_pb2.MuxError
+    def __init__(self, call_id: _Optional[int] = ..., answer: _Optional[_Union[CallResponse, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.MuxError, _Mapping]] = ...) -> None: ...
+
 class CallEvent(_message.Message):
     __slots__ = ("delta", "answer")
     DELTA_FIELD_NUMBER: _ClassVar[int]

@@ -47,6 +47,11 @@ class GatewayStub:
                 request_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
                 response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallEvent.FromString,
                 _registered_method=True)
+        self.CallMux = channel.stream_stream(
+                '/dynbranch.v1.Gateway/CallMux',
+                request_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallMuxRequest.SerializeToString,
+                response_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallMuxResponse.FromString,
+                _registered_method=True)
         self.RegisterTemplate = channel.unary_unary(
                 '/dynbranch.v1.Gateway/RegisterTemplate',
                 request_serializer=dynbranch_dot_v1_dot_gateway__pb2.RegisterTemplateRequest.SerializeToString,
@@ -87,6 +92,19 @@ class GatewayServicer:
         answer. An answer served whole (a library hit, a fill that had finished, a joined
         execution) sends the answer only. Cancelling the call cancels the demand (an adopted fill
         runs on as a fill). Not idempotent (never retried).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CallMux(self, request_iterator, context):
+        """Run many stage demands on one long-lived stream: a message each way per demand instead of a
+        call each (what GatewayClient.call uses; a call's setup costs both sides more CPU than a
+        message on an open stream). Each demand keeps its own deadline (its start's timeout_s) and
+        is cancelled by a cancel message; each gets exactly one result, as its own Call would have
+        ended: the answer, or the status. A refused or failed demand never ends the stream. The
+        stream's "authorization" metadata names the tenant of every demand on it. Not idempotent
+        (never retried).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -138,6 +156,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.CallStream,
                     request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallRequest.FromString,
                     response_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallEvent.SerializeToString,
+            ),
+            'CallMux': grpc.stream_stream_rpc_method_handler(
+                    servicer.CallMux,
+                    request_deserializer=dynbranch_dot_v1_dot_gateway__pb2.CallMuxRequest.FromString,
+                    response_serializer=dynbranch_dot_v1_dot_gateway__pb2.CallMuxResponse.SerializeToString,
             ),
             'RegisterTemplate': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterTemplate,
@@ -216,6 +239,33 @@ class Gateway:
             '/dynbranch.v1.Gateway/CallStream',
             dynbranch_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
             dynbranch_dot_v1_dot_gateway__pb2.CallEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallMux(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dynbranch.v1.Gateway/CallMux',
+            dynbranch_dot_v1_dot_gateway__pb2.CallMuxRequest.SerializeToString,
+            dynbranch_dot_v1_dot_gateway__pb2.CallMuxResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -32,6 +32,19 @@ def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
 
 
+#: grpc.StatusCode by its numeric value (a MuxError's code).
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def mux_outcome(result: Any, field: str) -> Any:
+    """The ``field`` of a multiplexed exchange's result (its answer), or raise the error it
+    carries instead (a ``MuxError``), shaped like the error the exchange's own call raises."""
+    if result.HasField("error"):
+        raise rpc_error(_CODES.get(result.error.code, grpc.StatusCode.UNKNOWN),
+                        result.error.message)
+    return getattr(result, field)
+
+
 def _cancelling() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
@@ -83,6 +96,23 @@ class MuxStream(Generic[Key, Result]):
         self.pending[key] = future
         self._outbox.put_nowait(item)
         return future
+
+    async def exchange(self, key: Key, item: Any, cancel: Any, timeout_s: float) -> Result:
+        """Send ``item`` and wait up to ``timeout_s`` for its result. A caller that stops
+        waiting (its deadline passed, or its task was cancelled) sends ``cancel``, so the peer
+        stops the exchange; past the deadline this raises DEADLINE_EXCEEDED, as a call would."""
+        future = self.submit(key, item)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await future
+        except TimeoutError:
+            self.send(cancel)
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        except asyncio.CancelledError:
+            self.send(cancel)
+            raise
+        finally:
+            self.settle(key)
 
     def send(self, item: Any) -> None:
         """Send ``item`` with no answer awaited (e.g. a cancel), unless the stream failed."""
@@ -206,4 +236,4 @@ class StreamRenewal(Generic[S]):
         await asyncio.gather(*(s.close() for s in streams))
 
 
-__all__ = ["HALF_CLOSE", "MuxStream", "StreamRenewal", "rpc_error"]
+__all__ = ["HALF_CLOSE", "MuxStream", "StreamRenewal", "mux_outcome", "rpc_error"]

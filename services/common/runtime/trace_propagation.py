@@ -32,11 +32,12 @@ from services.common.values.tracing import TRACEPARENT, incoming_context, outgoi
 #: Methods whose calls never carry a caller's context, per fully-qualified service: streams
 #: shared by many callers' messages, and the background feeds and loops (``values.tracing``).
 UNTRACED: dict[str, tuple[str, ...]] = {
-    "dynbranch.v1.SubgraphLibrary": ("PutStream", "LookupStream", "WatchNames", "Stats", "Versions",
-                                     "AdoptVersions", "Changes", "BeginRenewal",
-                                     "GrantServing"),
+    "dynbranch.v1.SubgraphLibrary": ("PutStream", "PutBatches", "LookupStream", "WatchNames",
+                                     "Stats", "Versions", "AdoptVersions", "Changes",
+                                     "BeginRenewal", "GrantServing"),
     "dynbranch.v1.EngineAgent": ("GenerateMux", "WatchLoad", "WatchLeases", "SyncInventory",
                                  "GetInfo"),
+    "dynbranch.v1.Gateway": ("CallMux",),
     "grpc.health.v1.Health": ("Check", "Watch"),
 }
 _UNTRACED_PATHS = frozenset(f"/{svc}/{m}" for svc, methods in UNTRACED.items() for m in methods)

@@ -18,13 +18,14 @@ Roots by design (the only spans a trace starts from):
   the csl's ``csl.write_records`` under it.
 
 Carrying no context, so never in a trace (``trace_propagation.UNTRACED``): the shared streams
-that carry many callers' messages (csl ``PutStream`` and ``LookupStream``, whose probes the
-gateway's ``csl.lookup`` span covers; engine ``GenerateMux``, whose generations carry their own
-context in their start message) and the background feeds and loops: the name
-feed (``WatchNames``), the shards' serving-lease renewals and the reconcile (``Stats``,
-``Versions``, ``AdoptVersions``, ``Changes``, ``BeginRenewal``, ``GrantServing``), the load and
-lease streams admission, the gateway and delivery follow (``WatchLoad``, ``WatchLeases``), the
-inventory push (``SyncInventory``), ``GetInfo`` and health checks.
+that carry many callers' messages (csl ``PutStream``, ``PutBatches`` and ``LookupStream``, whose
+probes the gateway's ``csl.lookup`` span covers; engine ``GenerateMux`` and gateway ``CallMux``,
+whose generations and demands carry their own context in their start message) and the background
+feeds and loops: the name feed (``WatchNames``), the shards' serving-lease renewals and the
+reconcile (``Stats``, ``Versions``, ``AdoptVersions``, ``Changes``, ``BeginRenewal``,
+``GrantServing``), the load and lease streams admission, the gateway and delivery follow
+(``WatchLoad``, ``WatchLeases``), the inventory push (``SyncInventory``), ``GetInfo`` and health
+checks.
 """
 
 from __future__ import annotations
