@@ -25,7 +25,7 @@ Validate = Callable[[engine_pb2.GenerateRequest], GenerationRequest]
 Answer = Callable[[GenerationRequest, otel_context.Context], Awaitable[engine_pb2.Finished]]
 
 
-class MuxSession(mux_session.MuxSession[str, GenerationRequest]):
+class GenerationSession(mux_session.MuxSession[str, GenerationRequest]):
     """One GenerateMux stream's generations, keyed by request id; ``close`` cancels every one
     still running."""
 
@@ -68,4 +68,4 @@ class MuxSession(mux_session.MuxSession[str, GenerationRequest]):
         return engine_pb2.GenerateMuxResponse(results=results)
 
 
-__all__ = ["MAX_TIMEOUT_S", "MuxSession"]
+__all__ = ["MAX_TIMEOUT_S", "GenerationSession"]

@@ -62,7 +62,7 @@ from services.engine_agent.backend import (
 from services.engine_agent.core import EngineAgent
 from services.engine_agent.leases.provider import LeaseProvider
 from services.engine_agent.leases.receipts import Receipts
-from services.engine_agent.mux_servicer import MuxSession
+from services.engine_agent.mux_servicer import GenerationSession
 
 MAX_REQUEST_ID = 128
 MAX_HISTORY_BYTES = 8 * 1024 * 1024
@@ -233,7 +233,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
     async def GenerateMux(self, requests: AsyncIterator[engine_pb2.GenerateMuxRequest],
                           context: grpc.aio.ServicerContext
                           ) -> AsyncIterator[engine_pb2.GenerateMuxResult]:
-        session = MuxSession(self._to_request, self.answer, self.max_mux_running)
+        session = GenerationSession(self._to_request, self.answer, self.max_mux_running)
         async for result in session.stream(requests):
             yield result
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from services.common.pb import engine_pb2
 from services.common.values.errors import InvalidArgument
-from services.engine_agent.mux_servicer import MuxSession
+from services.engine_agent.mux_servicer import GenerationSession
 
 CODE = {c.value[0]: c for c in grpc.StatusCode}
 IDS = st.sampled_from(["a", "b", "c", "d"])
@@ -64,7 +64,7 @@ async def _requests(plan: list[tuple], engine: _Engine
 async def _scenario(plan: list[tuple], abandon: bool) -> None:
     engine = _Engine()
     before = len(asyncio.all_tasks())
-    session = MuxSession(engine.validate, engine.answer, max_running=3)
+    session = GenerationSession(engine.validate, engine.answer, max_running=3)
     results: list[engine_pb2.GenerateMuxResult] = []
 
     async def consume() -> None:
