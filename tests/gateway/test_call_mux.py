@@ -138,3 +138,27 @@ async def test_a_gateway_without_call_mux_gets_calls() -> None:
     finally:
         await server.stop(None)
     assert (first.text, second.text, servicer.calls) == ("first", "second", 2)
+
+
+async def test_a_demand_on_the_stream_runs_in_its_callers_trace(monkeypatch) -> None:  # noqa: ANN001
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import get_current_span
+
+    from services.common.runtime import trace_propagation
+    from services.common.values.tracing import within, workflow_context
+    from services.gateway.auth import LOCAL_TENANT
+
+    monkeypatch.setattr(trace_propagation, "_enabled", True)  # a caller that traces
+    spans = InMemorySpanExporter()
+    caller = workflow_context("acme/caller-trace")
+    async with engine_agent() as eng, gateway([eng.address], span_exporter=spans) as gw, \
+            GatewayClient(gw.address) as client:
+        with within(caller):
+            await client.call(call_request("traced"), timeout_s=5)
+        await client.call(call_request("not traced", workflow_id="wf-7"), timeout_s=5)
+    traced, untraced = sorted((s for s in spans.get_finished_spans()
+                               if s.name == "gateway.call"), key=lambda s: s.start_time)
+    assert traced.context.trace_id == get_current_span(caller).get_span_context().trace_id
+    # A demand sent outside any span goes to its workflow's own trace, not the stream's first.
+    workflow = workflow_context(f"{LOCAL_TENANT}/wf-7")
+    assert untraced.context.trace_id == get_current_span(workflow).get_span_context().trace_id
