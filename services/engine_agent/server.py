@@ -31,6 +31,7 @@ async def build_runtime(settings: EngineAgentSettings, *, backend: EngineBackend
                                    load_interval_s=settings.load_interval_s,
                                    max_mux_running=settings.max_concurrent_rpcs)
     runtime.add_service(engine_pb2_grpc.add_EngineAgentServicer_to_server, servicer, SERVICE_NAME)
+    runtime.on_drain(servicer.sessions.drain)  # GenerateMux streams end with their last answer
     return runtime
 
 

@@ -37,6 +37,7 @@ from services.common.runtime.lease_convert import (
     key_to_proto,
     lease_to_proto,
 )
+from services.common.runtime.mux_session import MuxSessions
 from services.common.runtime.records import make_header
 from services.common.values.errors import (
     InvalidArgument,
@@ -156,6 +157,8 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
         self.engine_id = agent.engine_id
         #: Generations one GenerateMux stream may run at once (one more is RESOURCE_EXHAUSTED).
         self.max_mux_running = max_mux_running
+        #: Open GenerateMux sessions (``drain`` ends them at shutdown).
+        self.sessions = MuxSessions()
         self.tracer = tracer
         #: Tracing off: a generation builds no span attributes (the hot path does no span work).
         self._untraced = isinstance(tracer, NoOpTracer)
@@ -234,7 +237,7 @@ class EngineAgentServicer(engine_pb2_grpc.EngineAgentServicer):
                           context: grpc.aio.ServicerContext
                           ) -> AsyncIterator[engine_pb2.GenerateMuxResult]:
         session = GenerationSession(self._to_request, self.answer, self.max_mux_running)
-        async for result in session.stream(requests):
+        async for result in self.sessions.serve(session, requests):
             yield result
 
     async def Abort(self, request: engine_pb2.AbortRequest,

@@ -181,6 +181,7 @@ async def build_runtime(settings: GatewaySettings, *,
                                delivery)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
     runtime.core = core
+    runtime.on_drain(servicer.sessions.drain)  # CallMux streams end with their last demand
     if settings.http_port >= 0:
         limits = ConnectionLimits(header_timeout_s=settings.http_header_timeout_s,
                                   body_timeout_s=settings.http_body_timeout_s,

@@ -22,7 +22,7 @@ from services.common.runtime.convert import (
     usage_to_proto,
 )
 from services.common.runtime.lease_convert import key_from_proto
-from services.common.runtime.mux_session import MuxSession
+from services.common.runtime.mux_session import MuxSession, MuxSessions
 from services.common.values.errors import FailedPrecondition, InvalidArgument, PayloadTooLarge
 from services.common.values.reads import MAX_WRITE_RECORDS, check_record_key
 from services.common.values.tracing import has_span, incoming_context, maybe_span, workflow_context
@@ -219,6 +219,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.untraced = isinstance(tracer, NoOpTracer)
         self.call_deadline_s = call_deadline_s
         self.max_mux_calls = max_mux_calls
+        #: Open CallMux sessions (``drain`` ends them).
+        self.sessions = MuxSessions()
 
     async def Call(self, request: gateway_pb2.CallRequest,
                    context: grpc.aio.ServicerContext) -> gateway_pb2.CallResponse:
@@ -252,7 +254,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                       ) -> AsyncIterator[gateway_pb2.CallMuxResponse]:
         session = _CallSession(self, self.auth.tenant(_authorization(context)),
                                self.max_mux_calls)
-        async for response in session.stream(requests):
+        async for response in self.sessions.serve(session, requests):
             yield response
 
     def _demand(self, request: gateway_pb2.CallRequest, context: grpc.aio.ServicerContext

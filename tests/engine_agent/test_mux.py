@@ -205,3 +205,19 @@ async def test_a_wait_longer_than_a_stream_lives_gets_its_own_call() -> None:
         assert answer.usage.completion_tokens == 8 and mux._streams.current is None
         await client.close()
 
+
+
+async def test_a_stopping_agent_answers_its_running_generations_and_ends_its_streams() -> None:
+    async with engine_agent(grace_s=20, **LONG) as rt:
+        client = EngineAgentClient(rt.address)
+        running = asyncio.create_task(client.answer(
+            generate_request("short", sampling=sampling(24, ignore_eos=True)), timeout_s=10))
+        await asyncio.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await rt.shutdown()
+        stopped_s = loop.time() - started
+        finished = await running
+        await client.close()
+    assert finished.usage.completion_tokens == 24  # answered, not cancelled at grace's end
+    assert stopped_s < 10  # the stream ended with its last generation: no 20 s grace wait

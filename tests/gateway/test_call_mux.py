@@ -162,3 +162,21 @@ async def test_a_demand_on_the_stream_runs_in_its_callers_trace(monkeypatch) -> 
     # A demand sent outside any span goes to its workflow's own trace, not the stream's first.
     workflow = workflow_context(f"{LOCAL_TENANT}/wf-7")
     assert untraced.context.trace_id == get_current_span(workflow).get_span_context().trace_id
+
+
+async def test_a_stopping_gateway_answers_its_running_demands_and_ends_its_streams() -> None:
+    async with engine_agent(preset="qwen3-32b-h200", time_scale=1.0) as eng, \
+            gateway([eng.address], grace_s=20) as gw, GatewayClient(gw.address) as client:
+        running = asyncio.create_task(client.call(
+            call_request("a short story", sampling=sampling(24, ignore_eos=True)), timeout_s=10))
+        await asyncio.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await gw.shutdown()
+        stopped_s = loop.time() - started
+        answer = await running
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await client.call(call_request("too late"), timeout_s=2)
+    assert answer.source == ENGINE  # answered, not cancelled at the end of the grace period
+    assert stopped_s < 10  # the open stream ended with its last demand: no 20 s grace wait
+    assert late.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -9,7 +9,10 @@ as a start message. One session runs the exchanges its stream starts as owned ta
 its own deadline (the start's ``timeout_s``) and cancellable by a cancel message, and queues
 exactly one result per start: the answer, or the status the exchange's own call would have
 ended with. A refused or failed exchange never ends the stream. Results ready together go out as
-one message.
+one message. A session told to ``drain`` (its server is shutting down) refuses new starts
+UNAVAILABLE and ends its stream cleanly once the last running exchange is answered, so the
+caller's next exchange opens a stream elsewhere and the server's grace period is not spent
+waiting on a stream that would never end.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from services.common.values.errors import (
     DynbranchError,
     InvalidArgument,
     ResourceExhausted,
+    Unavailable,
     quoted,
 )
 from services.common.values.tracing import incoming_context
@@ -58,6 +62,7 @@ class MuxSession(Generic[Key, Work]):
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._cancelled: set[Key] = set()
         self._reader: asyncio.Task[None] | None = None
+        self._draining = False
         #: What goes out: a result, the error that ends the stream, or None for its clean end.
         self.results: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -119,6 +124,12 @@ class MuxSession(Generic[Key, Work]):
         finally:
             await self.close()
 
+    def drain(self) -> None:
+        """Take no new exchanges; end the stream once those running are answered."""
+        self._draining = True
+        if not self._running:
+            self.results.put_nowait(None)
+
     async def _read(self, requests: AsyncIterator[Any]) -> None:
         try:
             async for message in requests:
@@ -159,6 +170,8 @@ class MuxSession(Generic[Key, Work]):
         if not 0.0 < start.timeout_s <= MAX_TIMEOUT_S:
             raise InvalidArgument("starts.timeout_s", f"must be in (0, {MAX_TIMEOUT_S:.0f}] "
                                   f"seconds, got {start.timeout_s}")
+        if self._draining:
+            raise Unavailable("the server is shutting down: send it on a new stream")
         work = self.admit(start)
         if key in self._running:
             raise AlreadyExists(f"{self.noun} {quoted(key)} is already running")
@@ -176,6 +189,8 @@ class MuxSession(Generic[Key, Work]):
             self.results.put_nowait(self.refused(key, grpc.StatusCode.CANCELLED,
                                                  "cancelled by the caller"))
         self._cancelled.discard(key)
+        if self._draining and not self._running:
+            self.results.put_nowait(None)  # the last one is answered: end the stream
 
     async def _run(self, key: Key, work: Work, timeout_s: float,
                    trace: otel_context.Context) -> None:
@@ -202,4 +217,32 @@ class MuxSession(Generic[Key, Work]):
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-__all__ = ["MAX_TIMEOUT_S", "NO_TRACE", "MuxSession"]
+class MuxSessions:
+    """The open sessions of one servicer's multiplexed method; ``drain`` (at shutdown: see
+    ``ServiceRuntime.on_drain``) drains every one, and any opened after."""
+
+    def __init__(self) -> None:
+        self._open: set[MuxSession[Any, Any]] = set()
+        self.draining = False
+
+    async def serve(self, session: MuxSession[Any, Any], requests: AsyncIterator[Any]
+                    ) -> AsyncIterator[Any]:
+        """``session.stream(requests)``, with ``session`` drained when this servicer is."""
+        self._open.add(session)
+        if self.draining:
+            session.drain()
+        try:
+            async for response in session.stream(requests):
+                yield response
+        finally:
+            self._open.discard(session)
+
+    def drain(self) -> None:
+        """Every open session takes no new exchanges and ends once its running ones are
+        answered; sessions opened from now on too."""
+        self.draining = True
+        for session in self._open:
+            session.drain()
+
+
+__all__ = ["MAX_TIMEOUT_S", "NO_TRACE", "MuxSession", "MuxSessions"]

@@ -100,6 +100,7 @@ class ServiceRuntime:
         self.health_port: int | None = None
         self._service_names: list[str] = []
         self._close_hooks: list[CloseHook] = []
+        self._drain_hooks: list[Callable[[], None]] = []
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Task[None] | None = None
 
@@ -118,6 +119,12 @@ class ServiceRuntime:
         """Register a servicer (``add_XServicer_to_server``) under its full service name."""
         add_fn(servicer, self.server)
         self._service_names.append(full_name)
+
+    def on_drain(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when shutdown begins, before the drain delay: e.g. a servicer's
+        long-lived streams stop taking work and end once their running work is answered, so
+        that the grace period is not spent waiting on streams that would never end."""
+        self._drain_hooks.append(hook)
 
     def on_close(self, hook: CloseHook) -> None:
         """Run ``hook`` after the server stopped (close LMDB envs, channels, tasks)."""
@@ -159,13 +166,16 @@ class ServiceRuntime:
             await self.health.set(name, status)
 
     async def shutdown(self) -> None:
-        """NOT_SERVING → drain delay → stop(grace) → close hooks; safe to call twice."""
+        """NOT_SERVING and drain hooks → drain delay → stop(grace) → close hooks; safe to call
+        twice."""
         if self._shutdown_task is None:
             self._shutdown_task = asyncio.ensure_future(self._shutdown())
         await asyncio.shield(self._shutdown_task)
 
     async def _shutdown(self) -> None:
         await self.health.enter_graceful_shutdown()
+        for drain in self._drain_hooks:
+            drain()
         if self.settings.drain_delay_s:
             await asyncio.sleep(self.settings.drain_delay_s)
         await self.server.stop(self.settings.grace_s)
