@@ -19,7 +19,13 @@ import grpc
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.records import make_header
-from services.common.runtime.streams import MuxStream, StreamRenewal, rpc_error
+from services.common.runtime.streams import (
+    MAX_MESSAGE_BYTES,
+    MuxStream,
+    StreamRenewal,
+    byte_batches,
+    rpc_error,
+)
 from services.common.values.reads import (
     Claimed,
     ReadSet,
@@ -242,6 +248,10 @@ class PutPipe:
         if self._queue.full():
             log.info("csl put refused: %d stores queued (max_queued)", self.max_queued)
             return False
+        if request.ByteSize() > MAX_MESSAGE_BYTES - 1024:  # would fail the stream's other stores
+            log.info("csl put refused: larger than a message may be (%d bytes)",
+                     MAX_MESSAGE_BYTES)
+            return False
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting[request.header.sequence] = future
         self._queue.put_nowait(request)
@@ -267,7 +277,8 @@ class PutPipe:
                 puts = [first]  # and whatever queued while the last batch was written
                 while len(puts) < PUT_BATCH_MAX and not self._queue.empty():
                     puts.append(self._queue.get_nowait())
-                await call.write(csl_pb2.PutBatch(puts=puts))
+                for part in byte_batches(puts):
+                    await call.write(csl_pb2.PutBatch(puts=part))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as err:
             log.info("csl put stream ended: %s", err)
         finally:

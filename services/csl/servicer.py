@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.convert import require
 from services.common.runtime.records import make_header
+from services.common.runtime.streams import byte_batches
 from services.common.values.errors import (
     DynbranchError,
     InvalidArgument,
@@ -125,9 +126,11 @@ class SubgraphLibraryServicer(csl_pb2_grpc.SubgraphLibraryServicer):
     async def LookupStream(self, request_iterator: AsyncIterator[csl_pb2.LookupBatch],
                            context: grpc.aio.ServicerContext
                            ) -> AsyncIterator[csl_pb2.LookupResults]:
-        # Lookups run inline (no thread hop), so each batch is answered as it arrives.
+        # Lookups run inline (no thread hop), so each batch is answered as it arrives (in more
+        # than one message when its hits' results together are large).
         async for batch in request_iterator:
-            yield csl_pb2.LookupResults(results=[self._probe(p) for p in batch.lookups])
+            for part in byte_batches([self._probe(p) for p in batch.lookups]):
+                yield csl_pb2.LookupResults(results=part)
 
     def _probe(self, probe: csl_pb2.StreamLookup) -> csl_pb2.StreamLookupResult:
         """One streamed lookup; a malformed name is refused alone (the stream goes on)."""

@@ -18,7 +18,13 @@ import grpc
 
 from services.common.pb import engine_pb2, engine_pb2_grpc
 from services.common.runtime.clients import StreamCall
-from services.common.runtime.streams import MuxStream, StreamRenewal, mux_outcome, rpc_error
+from services.common.runtime.streams import (
+    MAX_MESSAGE_BYTES,
+    MuxStream,
+    StreamRenewal,
+    mux_outcome,
+    rpc_error,
+)
 from services.common.values.errors import quoted
 
 
@@ -81,7 +87,9 @@ class GenerationMux:
         A wait longer than a stream takes, or an agent without GenerateMux, gets a Generate
         call of its own."""
         trace = trace or {}
-        if not self.takes(timeout_s):
+        if not self.takes(timeout_s) or request.ByteSize() > MAX_MESSAGE_BYTES - 1024:
+            # A long wait, or too large for a message (as a Generate call it fails alone, not
+            # the stream's other generations).
             return await self._call(request, timeout_s, trace)
         stream = self._streams.stream()
         try:

@@ -18,7 +18,12 @@ import grpc
 from services.common.pb import delivery_pb2, gateway_pb2, gateway_pb2_grpc
 from services.common.runtime import trace_propagation
 from services.common.runtime.clients import DEFAULT_DEADLINE_S, open_channel
-from services.common.runtime.streams import MuxStream, StreamRenewal, mux_outcome
+from services.common.runtime.streams import (
+    MAX_MESSAGE_BYTES,
+    MuxStream,
+    StreamRenewal,
+    mux_outcome,
+)
 from services.common.values.tracing import outgoing_metadata
 
 #: Seconds one CallMux stream lives (its own deadline) and takes new demands for.
@@ -73,6 +78,9 @@ class GatewayClient:
         start = gateway_pb2.CallMuxStart(call_id=call_id, request=request, timeout_s=timeout_s)
         if trace_propagation.enabled():  # as a Call's channel would carry it in metadata
             start.trace_context.update(outgoing_metadata())
+        if start.ByteSize() > MAX_MESSAGE_BYTES - 1024:
+            # Too large for a message: as a Call it fails alone, not the stream's other demands.
+            return await self._call(request, timeout_s)
         try:
             result = await stream.exchange(call_id, start, call_id, timeout_s)
         except grpc.aio.AioRpcError as err:

@@ -107,3 +107,20 @@ async def test_a_csl_without_put_batches_gets_a_store_per_message(tmp_path: Path
         assert (await client.lookup(name(2))).result == b"b"
         await pipe.close()
     await runtime.shutdown()
+
+
+async def test_large_stores_and_hits_at_once_fit_their_messages(tmp_path: Path) -> None:
+    from services.csl.client import LookupPipe
+
+    runtime = await _csl(tmp_path / "csl")
+    results = [bytes([i]) * 900_000 for i in range(8)]  # 7.2 MB together: more than a message
+    async with CslClient(runtime.address) as client:
+        pipe, lookups = PutPipe(client), LookupPipe(client)
+        stored = await asyncio.gather(*(pipe.put(client.put_request(name(i), r, ReadSet.pure()))
+                                        for i, r in enumerate(results)))
+        served = await asyncio.gather(*(lookups.lookup(name(i), 5) for i in range(8)))
+        await pipe.close()
+        await lookups.close()
+    await runtime.shutdown()
+    assert stored == [True] * 8
+    assert [s.result if s else None for s in served] == results

@@ -180,3 +180,19 @@ async def test_a_stopping_gateway_answers_its_running_demands_and_ends_its_strea
     assert answer.source == ENGINE  # answered, not cancelled at the end of the grace period
     assert stopped_s < 10  # the open stream ended with its last demand: no 20 s grace wait
     assert late.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_large_demands_at_once_are_answered_and_an_oversize_one_fails_alone() -> None:
+    # 20 × 250 kB: more at once than one 4 MiB message holds, each within the model's length.
+    big = [call_request(f"{i} " + "x" * 250_000, sampling=sampling(4)) for i in range(20)]
+    oversize = call_request("y" * (5 << 20), sampling=sampling(4))
+    async with engine_agent() as eng, gateway([eng.address]) as gw, \
+            GatewayClient(gw.address) as client:
+        results = await asyncio.gather(*(client.call(r, timeout_s=30) for r in [*big, oversize]),
+                                       return_exceptions=True)
+        after = await client.call(call_request("small"), timeout_s=5)
+    *answers, refused = results
+    assert all(isinstance(a, gateway_pb2.CallResponse) and a.source == ENGINE for a in answers)
+    assert isinstance(refused, grpc.aio.AioRpcError)
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert after.source == ENGINE

@@ -171,8 +171,9 @@ class SubgraphLibraryServicer:
 
     def LookupStream(self, request_iterator, context):
         """Probe for confirmed entries over one long-lived stream: what a gateway uses on its hot path
-        (a message each way instead of a call). Each LookupBatch is answered by one LookupResults,
-        whose results carry the sequences of its probes. Idempotent.
+        (a message each way instead of a call). Each LookupBatch is answered in order by one
+        LookupResults, or by several when its hits' results together pass 1 MiB; results carry the
+        sequences of their probes. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -25,6 +25,7 @@ import grpc
 from opentelemetry import context as otel_context
 
 from services.common.runtime.grpc_errors import status_for
+from services.common.runtime.streams import MAX_MESSAGE_BYTES, byte_batches, byte_size
 from services.common.values.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -115,8 +116,8 @@ class MuxSession(Generic[Key, Work]):
                             or isinstance(r, Exception)), None)
                 results = batch if end is None else [r for r in batch if r is not None
                                                      and not isinstance(r, Exception)]
-                if results:
-                    yield self.response(results)
+                for part in byte_batches(results) if results else ():
+                    yield self.response(list(part))
                 if end is not None:
                     if isinstance(batch[end], Exception):
                         raise batch[end]
@@ -204,7 +205,13 @@ class MuxSession(Generic[Key, Work]):
         except Exception as exc:  # noqa: BLE001 - this exchange's status, not the stream's
             self._error(key, exc)
             return
-        self.results.put_nowait(self.answered(key, answer))
+        result = self.answered(key, answer)
+        if byte_size(result) > MAX_MESSAGE_BYTES - 1024:  # would end the stream for everyone
+            self.results.put_nowait(self.refused(
+                key, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the answer is larger than a message may be ({MAX_MESSAGE_BYTES} bytes)"))
+            return
+        self.results.put_nowait(result)
 
     def _error(self, key: Key, exc: Exception) -> None:
         self.results.put_nowait(self.refused(key, *status_for(exc, self.method)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
@@ -25,6 +25,37 @@ Key = TypeVar("Key")
 Result = TypeVar("Result")
 #: Tells a stream's writer to half-close.
 HALF_CLOSE = None
+#: Bytes of exchanges one batched message carries at most: well under the 4 MiB a message may
+#: have (``channel_options``, ``ServiceSettings.max_message_bytes``), so that exchanges that each
+#: fit a call of their own never fail together as one message too large. One larger exchange
+#: goes alone.
+BATCH_BYTES = 1 << 20
+#: The largest message a channel of this mesh sends or takes by default (a call's limit).
+MAX_MESSAGE_BYTES = 4 << 20
+Item = TypeVar("Item")
+
+
+def byte_size(item: Any) -> int:
+    """Serialized bytes of a protobuf message; a small constant for a key (a cancel)."""
+    return item.ByteSize() if hasattr(item, "ByteSize") else 16
+
+
+def byte_batches(items: Sequence[Item], limit: int = BATCH_BYTES) -> Iterator[Sequence[Item]]:
+    """``items`` in order, in runs of at most ``limit`` serialized bytes (one larger item
+    alone): each run goes as one message."""
+    if len(items) <= 1:
+        yield items
+        return
+    batch: list[Item] = []
+    total = 0
+    for item in items:
+        size = byte_size(item)
+        if batch and total + size > limit:
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += size
+    yield batch
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -140,9 +171,10 @@ class MuxStream(Generic[Key, Result]):
                 while not self._outbox.empty():
                     queued.append(self._outbox.get_nowait())
                 items = [q for q in queued if q is not HALF_CLOSE]
-                message = self.message(items) if items else None
-                if message is not None:
-                    await self.call.write(message)
+                for part in byte_batches(items) if items else ():
+                    message = self.message(list(part))
+                    if message is not None:
+                        await self.call.write(message)
                 if len(items) < len(queued):
                     break
             await self.call.done_writing()
@@ -236,4 +268,5 @@ class StreamRenewal(Generic[S]):
         await asyncio.gather(*(s.close() for s in streams))
 
 
-__all__ = ["HALF_CLOSE", "MuxStream", "StreamRenewal", "mux_outcome", "rpc_error"]
+__all__ = ["BATCH_BYTES", "HALF_CLOSE", "MAX_MESSAGE_BYTES", "MuxStream", "StreamRenewal",
+           "byte_batches", "byte_size", "mux_outcome", "rpc_error"]
