@@ -178,7 +178,7 @@ async def build_runtime(settings: GatewaySettings, *,
     if delivery is not None:
         runtime.on_close(delivery.close)
     servicer = GatewayServicer(core, auth, metrics, runtime.tracer, settings.call_deadline_s,
-                               delivery)
+                               delivery, max_mux_calls=settings.max_concurrent_rpcs)
     runtime.add_service(gateway_pb2_grpc.add_GatewayServicer_to_server, servicer, SERVICE_NAME)
     runtime.core = core
     runtime.on_drain(servicer.sessions.drain)  # CallMux streams end with their last demand

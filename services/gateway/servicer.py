@@ -153,7 +153,8 @@ def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
         reuse_name=a.reuse_name, waited_s=a.waited_s)
 
 
-#: Demands one CallMux stream may run at once (one more is RESOURCE_EXHAUSTED).
+#: Demands one CallMux stream may run at once by default (one more is RESOURCE_EXHAUSTED): as
+#: many as the server runs calls (``max_concurrent_rpcs``).
 MAX_MUX_CALLS = 16_384
 
 

@@ -102,9 +102,11 @@ class GatewayServicer:
         call each (what GatewayClient.call uses; a call's setup costs both sides more CPU than a
         message on an open stream). Each demand keeps its own deadline (its start's timeout_s) and
         is cancelled by a cancel message; each gets exactly one result, as its own Call would have
-        ended: the answer, or the status. A refused or failed demand never ends the stream. The
-        stream's "authorization" metadata names the tenant of every demand on it. Not idempotent
-        (never retried).
+        ended: the answer, or the status. A refused or failed demand never ends the stream; one
+        more than the gateway's max_concurrent_rpcs running on the stream is RESOURCE_EXHAUSTED.
+        The stream's "authorization" metadata names the tenant of every demand on it. A stopping
+        gateway refuses new demands UNAVAILABLE and ends the stream once its running ones are
+        answered. Not idempotent (never retried).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
