@@ -1,7 +1,8 @@
 """Typed async client of the gateway (what harnesses and ``dynbranch call`` use).
 
 ``call`` sends each demand as a message on a long-lived CallMux stream rather than as a Call of
-its own (a call's setup costs both sides more CPU than a message on an open stream). Each demand
+its own: demands that queue together go as one message, which under concurrency costs both
+sides a fraction of a call each (``dynbranch bench overhead``). Each demand
 keeps its own deadline and cancellation: a caller that stops waiting sends a cancel message and
 the gateway stops the demand. A demand gets the status its own Call would have ended with; a
 stream that fails fails only the demands it carried, and the next demand opens a new stream.
