@@ -20,11 +20,12 @@ from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.records import make_header
 from services.common.runtime.streams import (
+    MAX_EXCHANGE_BYTES,
     MAX_MESSAGE_BYTES,
     MuxStream,
     StreamRenewal,
-    byte_batches,
     rpc_error,
+    sized_batches,
 )
 from services.common.values.reads import (
     Claimed,
@@ -234,7 +235,9 @@ class PutPipe:
         #: Stores waiting for the stream at most; past it a store is refused at once (False:
         #: a missed reuse), so a stalled stream cannot grow the queue without bound.
         self.max_queued = max_queued
-        self._queue: asyncio.Queue[csl_pb2.PutRequest] = asyncio.Queue(maxsize=max_queued)
+        #: ``(store, serialized bytes)`` waiting for the stream.
+        self._queue: asyncio.Queue[tuple[csl_pb2.PutRequest, int]] = asyncio.Queue(
+            maxsize=max_queued)
         self._waiting: dict[int, asyncio.Future[bool]] = {}
         self._task: asyncio.Task[None] | None = None
         #: False once the csl answered UNIMPLEMENTED to PutBatches: a store per message.
@@ -248,13 +251,14 @@ class PutPipe:
         if self._queue.full():
             log.info("csl put refused: %d stores queued (max_queued)", self.max_queued)
             return False
-        if request.ByteSize() > MAX_MESSAGE_BYTES - 1024:  # would fail the stream's other stores
+        size = request.ByteSize()
+        if size > MAX_EXCHANGE_BYTES:  # as one message it would fail the stream's other stores
             log.info("csl put refused: larger than a message may be (%d bytes)",
                      MAX_MESSAGE_BYTES)
             return False
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting[request.header.sequence] = future
-        self._queue.put_nowait(request)
+        self._queue.put_nowait((request, size))
         try:  # the future is this store's alone: no shield, no wait_for's own future
             async with asyncio.timeout(timeout_s):
                 return await future
@@ -272,12 +276,12 @@ class PutPipe:
             while True:
                 first = await self._queue.get()
                 if not batched:
-                    await call.write(first)
+                    await call.write(first[0])
                     continue
                 puts = [first]  # and whatever queued while the last batch was written
                 while len(puts) < PUT_BATCH_MAX and not self._queue.empty():
                     puts.append(self._queue.get_nowait())
-                for part in byte_batches(puts):
+                for part in sized_batches(puts):
                     await call.write(csl_pb2.PutBatch(puts=part))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as err:
             log.info("csl put stream ended: %s", err)

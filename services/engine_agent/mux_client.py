@@ -18,14 +18,7 @@ import grpc
 
 from services.common.pb import engine_pb2, engine_pb2_grpc
 from services.common.runtime.clients import StreamCall
-from services.common.runtime.streams import (
-    MAX_MESSAGE_BYTES,
-    MuxStream,
-    StreamRenewal,
-    mux_outcome,
-    rpc_error,
-)
-from services.common.values.errors import quoted
+from services.common.runtime.streams import Multiplexed, MuxStream, mux_outcome, rpc_error
 
 
 class _Stream(MuxStream[str, engine_pb2.GenerateMuxResult]):
@@ -48,56 +41,33 @@ class _Stream(MuxStream[str, engine_pb2.GenerateMuxResult]):
                 ) -> Iterable[tuple[str, engine_pb2.GenerateMuxResult]]:
         return ((result.request_id, result) for result in response.results)
 
-    async def answer(self, request: engine_pb2.GenerateRequest, timeout_s: float,
-                     trace: dict[str, str]) -> engine_pb2.Finished:
-        """Run one generation on this stream and return its Finished message."""
-        if self.error is not None:
-            raise self.error
-        request_id = request.request_id
-        if request_id in self.pending:
-            raise rpc_error(grpc.StatusCode.ALREADY_EXISTS,
-                            f"request {quoted(request_id)} is already running")
-        result = await self.exchange(request_id, engine_pb2.MuxStart(
-            request=request, timeout_s=timeout_s, trace_context=trace), request_id, timeout_s)
-        finished: engine_pb2.Finished = mux_outcome(result, "finished")
-        return finished
 
 
-class GenerationMux:
+class GenerationMux(Multiplexed[str, engine_pb2.GenerateMuxResult]):
     """Answer-only generations of one engine agent on renewed GenerateMux streams; ``close``."""
 
     def __init__(self, stub: engine_pb2_grpc.EngineAgentStub, *, max_age_s: float = 300.0,
                  stream_timeout_s: float = 3600.0) -> None:
+        super().__init__(lambda: _Stream(stub, stream_timeout_s), max_age_s=max_age_s,
+                         stream_timeout_s=stream_timeout_s)
         self._stub = stub
-        self.stream_timeout_s = stream_timeout_s
-        #: False once the agent answered UNIMPLEMENTED (an older agent): callers use Generate.
-        self.supported = True
-        self._streams = StreamRenewal(lambda: _Stream(self._stub, self.stream_timeout_s), max_age_s)
-
-    def takes(self, timeout_s: float) -> bool:
-        """Whether a generation waiting up to ``timeout_s`` can ride a stream: a stream lives
-        ``stream_timeout_s`` and takes new generations for ``max_age_s`` of it."""
-        return self.supported and timeout_s <= self.stream_timeout_s - self._streams.max_age_s
 
     async def answer(self, request: engine_pb2.GenerateRequest, timeout_s: float,
                      trace: dict[str, str] | None = None) -> engine_pb2.Finished:
         """Run ``request`` (its final_only is implied) and return its Finished message; raises
         ``grpc.aio.AioRpcError`` with the status its own Generate call would have ended with.
 
-        A wait longer than a stream takes, or an agent without GenerateMux, gets a Generate
-        call of its own."""
+        A wait longer than a stream takes, a generation too large for a message, or an agent
+        without GenerateMux, gets a Generate call of its own."""
         trace = trace or {}
-        if not self.takes(timeout_s) or request.ByteSize() > MAX_MESSAGE_BYTES - 1024:
-            # A long wait, or too large for a message (as a Generate call it fails alone, not
-            # the stream's other generations).
-            return await self._call(request, timeout_s, trace)
-        stream = self._streams.stream()
-        try:
-            return await stream.answer(request, timeout_s, trace)
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.UNIMPLEMENTED or err is not stream.error:
-                raise
-            self.supported = False  # the agent never saw this generation: run it the old way
+        start = engine_pb2.MuxStart(request=request, timeout_s=timeout_s, trace_context=trace)
+        size = start.ByteSize()
+        if self.takes(timeout_s, size):
+            request_id = request.request_id
+            result = await self.exchange(request_id, start, request_id, timeout_s, size)
+            if result is not None:
+                finished: engine_pb2.Finished = mux_outcome(result, "finished")
+                return finished
         return await self._call(request, timeout_s, trace)
 
     async def _call(self, request: engine_pb2.GenerateRequest, timeout_s: float,
@@ -109,10 +79,6 @@ class GenerationMux:
                 return event.finished
         raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the engine ended the stream without "
                         "finishing")
-
-    async def close(self) -> None:
-        """Cancel every stream (their generations fail CANCELLED) and wait; idempotent."""
-        await self._streams.close()
 
 
 __all__ = ["GenerationMux", "rpc_error"]

@@ -19,12 +19,7 @@ import grpc
 from services.common.pb import delivery_pb2, gateway_pb2, gateway_pb2_grpc
 from services.common.runtime import trace_propagation
 from services.common.runtime.clients import DEFAULT_DEADLINE_S, open_channel
-from services.common.runtime.streams import (
-    MAX_MESSAGE_BYTES,
-    MuxStream,
-    StreamRenewal,
-    mux_outcome,
-)
+from services.common.runtime.streams import Multiplexed, MuxStream, mux_outcome
 from services.common.values.tracing import outgoing_metadata
 
 #: Seconds one CallMux stream lives (its own deadline) and takes new demands for.
@@ -62,35 +57,27 @@ class GatewayClient:
         self.channel: grpc.aio.Channel = open_channel(target)
         self.stub = gateway_pb2_grpc.GatewayStub(self.channel)
         self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
-        #: False once the gateway answered UNIMPLEMENTED to CallMux: demands go as Calls.
-        self.multiplexed = True
+        #: Demands on renewed CallMux streams (a Call where a stream cannot take one).
+        self.mux: Multiplexed[int, gateway_pb2.CallMuxResult] = Multiplexed(
+            lambda: _CallStream(self.stub, self.metadata), max_age_s=STREAM_MAX_AGE_S,
+            stream_timeout_s=STREAM_TIMEOUT_S)
         self._ids = itertools.count(1)
-        self._streams = StreamRenewal(lambda: _CallStream(self.stub, self.metadata),
-                                      STREAM_MAX_AGE_S)
 
     async def call(self, request: gateway_pb2.CallRequest,
                    timeout_s: float = DEFAULT_DEADLINE_S) -> gateway_pb2.CallResponse:
         """Run one stage (never retried: not idempotent); raises ``grpc.aio.AioRpcError`` with
         the status its Call would have ended with."""
-        if not self.multiplexed or not 0 < timeout_s <= STREAM_TIMEOUT_S - STREAM_MAX_AGE_S:
-            return await self._call(request, timeout_s)
-        stream = self._streams.stream()
         call_id = next(self._ids)
         start = gateway_pb2.CallMuxStart(call_id=call_id, request=request, timeout_s=timeout_s)
         if trace_propagation.enabled():  # as a Call's channel would carry it in metadata
             start.trace_context.update(outgoing_metadata())
-        if start.ByteSize() > MAX_MESSAGE_BYTES - 1024:
-            # Too large for a message: as a Call it fails alone, not the stream's other demands.
-            return await self._call(request, timeout_s)
-        try:
-            result = await stream.exchange(call_id, start, call_id, timeout_s)
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.UNIMPLEMENTED or err is not stream.error:
-                raise
-            self.multiplexed = False  # the gateway never saw this demand: send it as a Call
-            return await self._call(request, timeout_s)
-        answer: gateway_pb2.CallResponse = mux_outcome(result, "answer")
-        return answer
+        size = start.ByteSize()
+        if self.mux.takes(timeout_s, size):
+            result = await self.mux.exchange(call_id, start, call_id, timeout_s, size)
+            if result is not None:
+                answer: gateway_pb2.CallResponse = mux_outcome(result, "answer")
+                return answer
+        return await self._call(request, timeout_s)
 
     async def _call(self, request: gateway_pb2.CallRequest,
                     timeout_s: float) -> gateway_pb2.CallResponse:
@@ -108,7 +95,7 @@ class GatewayClient:
     async def close(self) -> None:
         """Cancel the CallMux streams (demands still waiting fail CANCELLED) and close the
         channel; idempotent."""
-        await self._streams.close()
+        await self.mux.close()
         await self.channel.close()
 
     async def __aenter__(self) -> GatewayClient:

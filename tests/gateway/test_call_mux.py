@@ -35,12 +35,12 @@ async def test_concurrent_calls_share_one_stream_and_each_gets_its_own_answer() 
         for i, request in enumerate(requests):
             request.demand.header.id = f"call-{i}"
         replies = await asyncio.gather(*(client.call(r, timeout_s=10) for r in requests))
-        stream = client._streams.current
+        stream = client.mux._streams.current
         # A refused demand gets its own status, naming the field; the stream goes on.
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await client.call(call_request(""), timeout_s=5)
         after = await client.call(call_request("one more"), timeout_s=5)
-        assert client._streams.current is stream
+        assert client.mux._streams.current is stream
     assert [r.request_id for r in replies] == [f"call-{i}" for i in range(24)]
     assert all(r.source == ENGINE and r.text for r in replies)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -134,7 +134,7 @@ async def test_a_gateway_without_call_mux_gets_calls() -> None:
         async with GatewayClient(f"127.0.0.1:{port}") as client:
             first = await client.call(call_request("first"), timeout_s=5)
             second = await client.call(call_request("second"), timeout_s=5)
-            assert not client.multiplexed
+            assert not client.mux.supported
     finally:
         await server.stop(None)
     assert (first.text, second.text, servicer.calls) == ("first", "second", 2)

@@ -27,7 +27,12 @@ import grpc
 from opentelemetry import context as otel_context
 
 from services.common.runtime.grpc_errors import status_for
-from services.common.runtime.streams import MAX_MESSAGE_BYTES, byte_batches, byte_size
+from services.common.runtime.streams import (
+    MAX_EXCHANGE_BYTES,
+    MAX_MESSAGE_BYTES,
+    byte_size,
+    sized_batches,
+)
 from services.common.values.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -66,8 +71,9 @@ class MuxSession(Generic[Key, Work]):
         self._cancelled: set[Key] = set()
         self._reader: asyncio.Task[None] | None = None
         self._draining = False
-        #: What goes out: a result, the error that ends the stream, or None for its clean end.
-        self.results: asyncio.Queue[Any] = asyncio.Queue()
+        #: What goes out: ``(result, serialized bytes)``, the error that ends the stream, or None
+        #: for its clean end.
+        self.results: asyncio.Queue[tuple[Any, int] | Exception | None] = asyncio.Queue()
 
     # -- what a subclass says -----------------------------------------------------------------
 
@@ -114,15 +120,13 @@ class MuxSession(Generic[Key, Work]):
                 batch = [await self.results.get()]
                 while not self.results.empty():
                     batch.append(self.results.get_nowait())
-                end = next((i for i, r in enumerate(batch) if r is None
-                            or isinstance(r, Exception)), None)
-                results = batch if end is None else [r for r in batch if r is not None
-                                                     and not isinstance(r, Exception)]
-                for part in byte_batches(results) if results else ():
-                    yield self.response(list(part))
-                if end is not None:
-                    if isinstance(batch[end], Exception):
-                        raise batch[end]
+                results = [r for r in batch if isinstance(r, tuple)]
+                for part in sized_batches(results):
+                    yield self.response(part)
+                if len(results) < len(batch):  # the stream's end: an error, or None
+                    end = next(r for r in batch if not isinstance(r, tuple))
+                    if end is not None:
+                        raise end
                     return
         finally:
             await self.close()
@@ -189,8 +193,7 @@ class MuxSession(Generic[Key, Work]):
         if self._running.get(key) is task:
             del self._running[key]
         if task.cancelled() and key in self._cancelled:
-            self.results.put_nowait(self.refused(key, grpc.StatusCode.CANCELLED,
-                                                 "cancelled by the caller"))
+            self._send(self.refused(key, grpc.StatusCode.CANCELLED, "cancelled by the caller"))
         self._cancelled.discard(key)
         if self._draining and not self._running:
             self.results.put_nowait(None)  # the last one is answered: end the stream
@@ -208,15 +211,19 @@ class MuxSession(Generic[Key, Work]):
             self._error(key, exc)
             return
         result = self.answered(key, answer)
-        if byte_size(result) > MAX_MESSAGE_BYTES - 1024:  # would end the stream for everyone
-            self.results.put_nowait(self.refused(
+        size = byte_size(result)
+        if size > MAX_EXCHANGE_BYTES:  # as one message it would end the stream for everyone
+            self._send(self.refused(
                 key, grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the answer is larger than a message may be ({MAX_MESSAGE_BYTES} bytes)"))
             return
-        self.results.put_nowait(result)
+        self.results.put_nowait((result, size))
 
     def _error(self, key: Key, exc: Exception) -> None:
-        self.results.put_nowait(self.refused(key, *status_for(exc, self.method)))
+        self._send(self.refused(key, *status_for(exc, self.method)))
+
+    def _send(self, result: Any) -> None:
+        self.results.put_nowait((result, byte_size(result)))
 
     async def close(self) -> None:
         """Cancel the reader and every running exchange, and wait for them; idempotent."""

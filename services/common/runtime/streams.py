@@ -21,6 +21,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
+from services.common.values.errors import quoted
+
 Key = TypeVar("Key")
 Result = TypeVar("Result")
 #: Tells a stream's writer to half-close.
@@ -32,30 +34,41 @@ HALF_CLOSE = None
 BATCH_BYTES = 1 << 20
 #: The largest message a channel of this mesh sends or takes by default (a call's limit).
 MAX_MESSAGE_BYTES = 4 << 20
+#: The most one exchange may weigh to go in a message (room for the message's own framing).
+MAX_EXCHANGE_BYTES = MAX_MESSAGE_BYTES - 1024
+#: What a key (a cancel) counts for in a message.
+KEY_BYTES = 16
 Item = TypeVar("Item")
 
 
 def byte_size(item: Any) -> int:
-    """Serialized bytes of a protobuf message; a small constant for a key (a cancel)."""
-    return item.ByteSize() if hasattr(item, "ByteSize") else 16
+    """Serialized bytes of a protobuf message (computing it costs a serialization: do it once
+    per item); ``KEY_BYTES`` for a key (a cancel)."""
+    return item.ByteSize() if hasattr(item, "ByteSize") else KEY_BYTES
 
 
-def byte_batches(items: Sequence[Item], limit: int = BATCH_BYTES) -> Iterator[Sequence[Item]]:
-    """``items`` in order, in runs of at most ``limit`` serialized bytes (one larger item
-    alone): each run goes as one message."""
-    if len(items) <= 1:
-        yield items
-        return
+def sized_batches(sized: Sequence[tuple[Item, int]], limit: int = BATCH_BYTES
+                  ) -> Iterator[list[Item]]:
+    """The items of ``(item, serialized bytes)`` pairs in order, in runs of at most ``limit``
+    bytes (one larger item alone): each run goes as one message."""
     batch: list[Item] = []
     total = 0
-    for item in items:
-        size = byte_size(item)
+    for item, size in sized:
         if batch and total + size > limit:
             yield batch
             batch, total = [], 0
         batch.append(item)
         total += size
-    yield batch
+    if batch:
+        yield batch
+
+
+def byte_batches(items: Sequence[Item], limit: int = BATCH_BYTES) -> Iterator[list[Item]]:
+    """``sized_batches`` of items whose sizes are not known yet (one item: never measured)."""
+    if len(items) <= 1:
+        yield list(items)
+        return
+    yield from sized_batches([(item, byte_size(item)) for item in items], limit)
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -96,7 +109,8 @@ class MuxStream(Generic[Key, Result]):
         self.pending: dict[Key, asyncio.Future[Result]] = {}
         self.error: grpc.aio.AioRpcError | None = None
         self.retired = False
-        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        #: ``(item, serialized bytes)`` to send, or ``(HALF_CLOSE, 0)``.
+        self._outbox: asyncio.Queue[tuple[Any, int]] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write(), name=f"{name}-write")
         self._reader = asyncio.create_task(self._read(), name=f"{name}-read")
 
@@ -118,21 +132,28 @@ class MuxStream(Generic[Key, Result]):
         """Both tasks are done: nothing of this stream is left running."""
         return self._reader.done() and self._writer.done()
 
-    def submit(self, key: Key, item: Any) -> asyncio.Future[Result]:
-        """Send ``item`` and return the future its result resolves; the caller awaits it and
-        then calls ``settle(key)``. Raises the stream's error once it failed."""
+    def submit(self, key: Key, item: Any, size: int | None = None) -> asyncio.Future[Result]:
+        """Send ``item`` (``size``: its serialized bytes, if the caller measured them) and
+        return the future its result resolves; the caller awaits it and then calls
+        ``settle(key)``. Raises the stream's error once it failed, ALREADY_EXISTS for a key
+        still pending."""
         if self.error is not None:
             raise self.error
+        if key in self.pending:
+            raise rpc_error(grpc.StatusCode.ALREADY_EXISTS,
+                            f"request {quoted(key)} is already running")
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self.pending[key] = future
-        self._outbox.put_nowait(item)
+        self._outbox.put_nowait((item, byte_size(item) if size is None else size))
         return future
 
-    async def exchange(self, key: Key, item: Any, cancel: Any, timeout_s: float) -> Result:
-        """Send ``item`` and wait up to ``timeout_s`` for its result. A caller that stops
-        waiting (its deadline passed, or its task was cancelled) sends ``cancel``, so the peer
-        stops the exchange; past the deadline this raises DEADLINE_EXCEEDED, as a call would."""
-        future = self.submit(key, item)
+    async def exchange(self, key: Key, item: Any, cancel: Any, timeout_s: float,
+                       size: int | None = None) -> Result:
+        """Send ``item`` (of ``size`` bytes, if measured) and wait up to ``timeout_s`` for its
+        result. A caller that stops waiting (its deadline passed, or its task was cancelled)
+        sends ``cancel``, so the peer stops the exchange; past the deadline this raises
+        DEADLINE_EXCEEDED, as a call would."""
+        future = self.submit(key, item, size)
         try:
             async with asyncio.timeout(timeout_s):
                 return await future
@@ -148,19 +169,19 @@ class MuxStream(Generic[Key, Result]):
     def send(self, item: Any) -> None:
         """Send ``item`` with no answer awaited (e.g. a cancel), unless the stream failed."""
         if self.error is None:
-            self._outbox.put_nowait(item)
+            self._outbox.put_nowait((item, KEY_BYTES))
 
     def settle(self, key: Key) -> None:
         """The exchange under ``key`` is over; a retired stream half-closes after its last."""
         del self.pending[key]
         if self.retired and not self.pending:
-            self._outbox.put_nowait(HALF_CLOSE)
+            self._outbox.put_nowait((HALF_CLOSE, 0))
 
     def retire(self) -> None:
         """Take no new exchanges; half-close once the last one is answered."""
         self.retired = True
         if not self.pending:
-            self._outbox.put_nowait(HALF_CLOSE)
+            self._outbox.put_nowait((HALF_CLOSE, 0))
 
     async def _write(self) -> None:
         # The only writer: one write at a time, and a caller's cancellation never interrupts one.
@@ -170,9 +191,9 @@ class MuxStream(Generic[Key, Result]):
                 queued = [await self._outbox.get()]
                 while not self._outbox.empty():
                     queued.append(self._outbox.get_nowait())
-                items = [q for q in queued if q is not HALF_CLOSE]
-                for part in byte_batches(items) if items else ():
-                    message = self.message(list(part))
+                items = [q for q in queued if q[0] is not HALF_CLOSE]
+                for part in sized_batches(items):
+                    message = self.message(part)
                     if message is not None:
                         await self.call.write(message)
                 if len(items) < len(queued):
@@ -268,5 +289,44 @@ class StreamRenewal(Generic[S]):
         await asyncio.gather(*(s.close() for s in streams))
 
 
-__all__ = ["BATCH_BYTES", "HALF_CLOSE", "MAX_MESSAGE_BYTES", "MuxStream", "StreamRenewal",
-           "byte_batches", "byte_size", "mux_outcome", "rpc_error"]
+class Multiplexed(Generic[Key, Result]):
+    """A client's exchanges with one peer on renewed ``MuxStream``s, where a stream can take
+    them: the caller makes a call of its own for the rest (``takes`` is False, or ``exchange``
+    answered None because the peer has no such stream). ``close`` it."""
+
+    def __init__(self, open_stream: Callable[[], MuxStream[Key, Result]], *,
+                 max_age_s: float, stream_timeout_s: float) -> None:
+        self.stream_timeout_s = stream_timeout_s
+        #: False once the peer answered UNIMPLEMENTED (an older one): callers make calls.
+        self.supported = True
+        self._streams = StreamRenewal(open_stream, max_age_s)
+
+    def takes(self, timeout_s: float, size: int = 0) -> bool:
+        """Whether an exchange of ``size`` bytes waiting up to ``timeout_s`` can ride a stream:
+        a stream lives ``stream_timeout_s`` and takes new exchanges for ``max_age_s`` of it, and
+        an exchange too large for a message would fail the stream's others (as a call of its own
+        it fails alone)."""
+        return (self.supported and size <= MAX_EXCHANGE_BYTES
+                and 0 < timeout_s <= self.stream_timeout_s - self._streams.max_age_s)
+
+    async def exchange(self, key: Key, item: Any, cancel: Any, timeout_s: float,
+                       size: int) -> Result | None:
+        """``MuxStream.exchange`` on the current stream; None when the peer has no such
+        stream (it never saw the exchange: the caller makes its call)."""
+        stream = self._streams.stream()
+        try:
+            return await stream.exchange(key, item, cancel, timeout_s, size)
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.UNIMPLEMENTED or err is not stream.error:
+                raise
+            self.supported = False
+            return None
+
+    async def close(self) -> None:
+        """Cancel every stream (their exchanges fail CANCELLED) and wait; idempotent."""
+        await self._streams.close()
+
+
+__all__ = ["BATCH_BYTES", "HALF_CLOSE", "KEY_BYTES", "MAX_EXCHANGE_BYTES", "MAX_MESSAGE_BYTES",
+           "MuxStream", "Multiplexed", "StreamRenewal", "byte_batches", "byte_size",
+           "mux_outcome", "rpc_error", "sized_batches"]
