@@ -17,8 +17,6 @@ from services.common.runtime import mux_session
 from services.common.values.generation import GenerationRequest
 
 METHOD = "/dynbranch.v1.EngineAgent/GenerateMux"
-#: The longest wait a start message may ask for (its timeout_s).
-MAX_TIMEOUT_S = mux_session.MAX_TIMEOUT_S
 #: Validates a start message's generation (the servicer's own check, as Generate runs it).
 Validate = Callable[[engine_pb2.GenerateRequest], GenerationRequest]
 #: Runs one generation to its end: its Finished message.
@@ -68,4 +66,4 @@ class GenerationSession(mux_session.MuxSession[str, GenerationRequest]):
         return engine_pb2.GenerateMuxResponse(results=results)
 
 
-__all__ = ["MAX_TIMEOUT_S", "GenerationSession"]
+__all__ = ["GenerationSession"]
