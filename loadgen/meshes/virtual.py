@@ -121,13 +121,14 @@ class VirtualAdmission:
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None,
+                    visit: int = 0) -> list[str]:
         await hop(self.hop_s)
         proposals = [proposal(c.candidate, c.rank, c.probability,
                               estimate_fields(c.candidate, estimates, window_s))
                      for c in candidates]
         return list(self.policy.admit(branch_id, coordinate, proposals, model, self._now(),
-                                      window_s=window_s).admitted)
+                                      window_s=window_s, visit=visit).admitted)
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True,

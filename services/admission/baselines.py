@@ -51,7 +51,8 @@ class FixedAdapter:
         return GateDecision(is_open, reason)
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0,
+              visit: int = 0) -> Admission:
         decision = self.policy.admit([RankedCandidate(p.candidate, p.rank, p.probability)
                                       for p in proposals])
         return Admission(decision.admitted, 0.0, decision.reason)
@@ -74,7 +75,8 @@ class AlwaysPolicy:
         return GateDecision(True, "always")
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0,
+              visit: int = 0) -> Admission:
         return Admission(tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)),
                          0.0, "always: every candidate")
 
@@ -98,7 +100,8 @@ class ThresholdPolicy(AlwaysPolicy):
         self.p_star = p_star
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0,
+              visit: int = 0) -> Admission:
         chosen = tuple(p.candidate for p in sorted(proposals, key=lambda p: p.rank)
                        if p.probability > self.p_star)
         return Admission(chosen, 0.0, f"threshold: p > {self.p_star}")
@@ -206,7 +209,8 @@ class LoadThresholdPolicy(AlwaysPolicy):
                 "refused_by": dict(sorted(self.refused.items()))}
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0,
+              visit: int = 0) -> Admission:
         ranked = sorted(proposals, key=lambda p: p.rank)[: self.top_k]
         return Admission(tuple(p.candidate for p in ranked), 0.0,
                          f"load_threshold: top {self.top_k}")

@@ -45,11 +45,12 @@ class RemoteAdmission:
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None,
+                    visit: int = 0) -> list[str]:
         """Action 1; [] when admission is unreachable."""
         request = admission_pb2.AdmitFillsRequest(
             header=make_header(branch_id, 1, "gateway"), coordinate=coordinate, model=model,
-            window_s=window_s,
+            window_s=window_s, visit=visit,
             candidates=[admission_pb2.Candidate(
                 candidate=c.candidate, rank=c.rank, probability=min(max(c.probability, 0.0), 1.0),
                 # each estimate field has the type its name gives it (estimate_fields)
@@ -117,8 +118,9 @@ class StaticAdmission:
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
-        """Action 1 under the fixed policy (it ignores the window)."""
+                    estimates: Mapping[str, FillEstimate] | None = None,
+                    visit: int = 0) -> list[str]:
+        """Action 1 under the fixed policy (it ignores the window and the visit)."""
         return list(self.policy.admit(list(candidates)).admitted)
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,

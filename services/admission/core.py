@@ -217,25 +217,49 @@ class _Branch:
     admitted: dict[str, float] = field(default_factory=dict)  # candidate -> cost_ms at admission
     producers: dict[str, str] = field(default_factory=dict)  # candidate -> producer prefix
     tokens: list[str] = field(default_factory=list)
+    #: The branch's visit to its coordinate in its workflow (``selection_key``).
+    visit: int = 0
 
 
 #: Edges of the predictor-probability bins the selection posteriors are kept by.
 PROBABILITY_BINS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85)
+#: Visits to a coordinate in one workflow learned apart (later ones pooled with the last).
+VISITS = 4
 
 
-def selection_key(rank: int, probability: float) -> str:
+def selection_key(rank: int, probability: float, visit: int = 0) -> str:
     """What a candidate's selection is learned by: its rank and the bin of the predictor's
     probability ("r1p3": rank 1 at [0.1, 0.2)), or its rank alone ("r1") when the predictor
-    gives none (probability 0). The paper conditions on rank alone; a predictor's probabilities
-    are informative but not calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1
-    time in 59, at p >= 0.4 7 in 16), and a rank's pooled posterior loses that once it has
-    evidence. Bins pooled over ranks lose the rank instead: at one probability the top
-    candidate is chosen far more often than a runner-up (issue 37: a warm controller's bins,
-    filled mostly by rank-0 outcomes, priced rank-1 candidates at 0.21 against a selection rate
-    of 0.13 and rank-2 at 0.08 against 0.03), so both condition it."""
-    if probability > 0:
-        return f"r{rank}p{bisect.bisect(PROBABILITY_BINS, probability)}"
-    return f"r{rank}"
+    gives none (probability 0); and the branch's visit to its coordinate in its workflow, after
+    the first ("r1p3v2": the third visit; visits from the ``VISITS``-th on pooled).
+
+    The paper conditions on rank alone; a predictor's probabilities are informative but not
+    calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1 time in 59, at p >= 0.4
+    7 in 16), and a rank's pooled posterior loses that once it has evidence. Bins pooled over
+    ranks lose the rank instead: at one probability the top candidate is chosen far more often
+    than a runner-up (issue 37: a warm controller's bins, filled mostly by rank-0 outcomes,
+    priced rank-1 candidates at 0.21 against a selection rate of 0.13 and rank-2 at 0.08
+    against 0.03), so both condition it. A decision point visited repeatedly in one workflow
+    is not the same decision each time either: a ReAct agent's think step picks an entity on
+    its first two visits and answers on its third, where none of the predicted candidates is
+    selected. Pooled over visits, p̃ overrates the last visit; and under load, where first
+    visits settle first, a cold controller's estimates after 48 branches come from first
+    visits but price later ones (issue 37: ReAct at 16/s, rank 0 priced at 0.52 where 0.36
+    was used). A first visit's key is the one it had before visits were told apart."""
+    key = (f"r{rank}p{bisect.bisect(PROBABILITY_BINS, probability)}" if probability > 0
+           else f"r{rank}")
+    return key + _visit_suffix(visit)
+
+
+def _visit_suffix(visit: int) -> str:
+    visit = min(visit, VISITS - 1)
+    return f"v{visit}" if visit > 0 else ""
+
+
+def calibration_key(rank: int, visit: int = 0) -> str:
+    """What a rank's calibration is kept by: the rank, and the visit after the first ("1v2"),
+    as ``selection_key`` has them."""
+    return f"{rank}{_visit_suffix(visit)}"
 
 
 class PricedController:
@@ -285,18 +309,20 @@ class PricedController:
                     self.tracker.release(old.model, token)
         return b
 
-    def selection_upper(self, st: _ClassStats, rank: int, probability: float) -> float:
+    def selection_upper(self, st: _ClassStats, rank: int, probability: float,
+                        visit: int = 0) -> float:
         """π̃_sel: the ``selection_quantile`` of the Beta posterior of the candidate's
         ``selection_key``, whose prior is the predictor's probability, calibrated for its rank
         (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor)."""
-        beta = st.selection.get(selection_key(rank, probability), _Beta())
+        beta = st.selection.get(selection_key(rank, probability, visit), _Beta())
         w = self.settings.prior_weight
-        p = min(max(self.calibrated(st, rank, probability), 1e-3), 1.0 - 1e-3)
+        p = min(max(self.calibrated(st, rank, probability, visit), 1e-3), 1.0 - 1e-3)
         a = w * p + beta.success
         b = w * (1.0 - p) + beta.failure
         return float(betaincinv(a, b, self.settings.selection_quantile))
 
-    def calibrated(self, st: _ClassStats, rank: int, probability: float) -> float:
+    def calibrated(self, st: _ClassStats, rank: int, probability: float,
+                   visit: int = 0) -> float:
         """The predictor's probability scaled by how often its rank's candidates were selected
         against what it predicted for them (shrunk towards 1 by ``calibration_weight``
         pseudo-counts): the prior of each probability bin's posterior. A predictor whose
@@ -304,7 +330,7 @@ class PricedController:
         rather than after each bin has seen enough branches of its own."""
         if probability <= 0:
             return probability
-        cal = st.calibration.get(str(rank))
+        cal = st.calibration.get(calibration_key(rank, visit))
         if cal is None:
             return probability
         w = self.settings.calibration_weight
@@ -372,11 +398,13 @@ class PricedController:
     # -- Action 1 -------------------------------------------------------------------------------
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0,
+              visit: int = 0) -> Admission:
         """The fill gate at projected load; admitted fills are reserved until settled.
 
         ``window_s`` (engine seconds): > 0 caps each gain at the overlap the window leaves
         (Lemma A.6); < 0: the window has closed and nothing is admitted; 0: unknown, no cap.
+        ``visit``: the branch's visit to its coordinate in its workflow (``selection_key``).
         """
         if window_s < 0:
             return Admission((), 0.0, "priced: the resolution window has closed")
@@ -384,12 +412,14 @@ class PricedController:
         if b is None:  # admitted without Action 0 (e.g. a user-offered branch)
             b = self._branch(branch_id, coordinate, branch_class or coordinate, model)
         b.proposals = list(proposals)
+        b.visit = visit
         st = self._stats(b.branch_class)
         v = self.view(model, now)
         pricing = LoadPricing(self.curves)
         use = self.usability_mean(st)
         cap = window_s * 1000.0 if window_s > 0 else math.inf
-        sel = {p.candidate: self.selection_upper(st, p.rank, p.probability) for p in proposals}
+        sel = {p.candidate: self.selection_upper(st, p.rank, p.probability, visit)
+               for p in proposals}
         candidates = [FillCandidate(p.candidate, min(sel[p.candidate] * use, 1),
                                     min(self._gain_ms(st, p), cap), self._footprint(st, p, v))
                       for p in proposals if p.candidate not in b.admitted]
@@ -439,14 +469,16 @@ class PricedController:
                 self.tracker.release(b.model, token)
             st = self._stats(b.branch_class)
             for p in b.proposals:
-                beta = st.selection.setdefault(selection_key(p.rank, p.probability), _Beta())
+                beta = st.selection.setdefault(selection_key(p.rank, p.probability, b.visit),
+                                               _Beta())
                 chosen = p.candidate == outcome.selected
                 if chosen:
                     beta.success += 1
                 else:
                     beta.failure += 1
                 if p.probability > 0:
-                    cal = st.calibration.setdefault(str(p.rank), _Calibration())
+                    cal = st.calibration.setdefault(calibration_key(p.rank, b.visit),
+                                                    _Calibration())
                     cal.selected += float(chosen)
                     cal.predicted += p.probability
             self.settled[outcome.branch_id] = b
@@ -517,7 +549,9 @@ class PricedController:
         conditioned on fills running and recent consumption, which Action 0 no longer reads
         (``generation_gate.context``), so they are dropped (those classes' gates start cold);
         versions 2 and 3 learned selection by probability bin alone, so those posteriors are
-        dropped (learned again by rank and bin); everything else is taken."""
+        dropped (learned again by rank and bin); version 4 pooled a coordinate's visits, and
+        its posteriors are taken as first visits' (later visits learn from their prior);
+        everything else is taken."""
         version = state.get("version")
         if version not in (STATE_VERSION, *PARTIAL_VERSIONS):
             raise InvalidArgument("state.version", f"expected {STATE_VERSION}, "
@@ -558,10 +592,11 @@ class PricedController:
 
 
 #: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries;
-#: 4: selection posteriors keyed by rank and probability bin).
-STATE_VERSION = 4
+#: 4: selection posteriors keyed by rank and probability bin; 5: and by visit after the first).
+STATE_VERSION = 5
 #: Older versions taken in part, and the parts dropped (``PricedController.restore``).
-PARTIAL_VERSIONS: dict[int, tuple[str, ...]] = {2: ("gate", "selection"), 3: ("selection",)}
+PARTIAL_VERSIONS: dict[int, tuple[str, ...]] = {2: ("gate", "selection"), 3: ("selection",),
+                                                4: ()}
 
 
 class AdmissionPolicy(Protocol):
@@ -575,7 +610,8 @@ class AdmissionPolicy(Protocol):
         ...
 
     def admit(self, branch_id: str, coordinate: str, proposals: Sequence[Proposal], model: str,
-              now: float, branch_class: str = "", window_s: float = 0.0) -> Admission:
+              now: float, branch_class: str = "", window_s: float = 0.0,
+              visit: int = 0) -> Admission:
         """Action 1."""
         ...
 
@@ -606,7 +642,7 @@ def finite(value: float, name: str) -> float:
 
 
 __all__ = [
-    "PROBABILITY_BINS", "STATE_VERSION", "Admission", "AdmissionPolicy", "BranchOutcome",
-    "ControllerSettings", "PricedController", "Proposal", "Snapshot", "finite", "proposal",
-    "selection_key",
+    "PROBABILITY_BINS", "STATE_VERSION", "VISITS", "Admission", "AdmissionPolicy",
+    "BranchOutcome", "ControllerSettings", "PricedController", "Proposal", "Snapshot",
+    "calibration_key", "finite", "proposal", "selection_key",
 ]

@@ -78,7 +78,7 @@ class AdmissionServicer(admission_pb2_grpc.AdmissionServicer):
                     "est_prompt_tokens": c.est_prompt_tokens,
                     "est_peak_tokens": c.est_peak_tokens, "stages": c.stages})
                 for c in request.candidates], request.model, time.time(),
-                window_s=request.window_s)
+                window_s=request.window_s, visit=request.visit)
             if span.is_recording():
                 self._record_admission(span, request, decision)
         self.admitted.inc(len(decision.admitted))

@@ -202,10 +202,12 @@ class AdmissionPort(Protocol):
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None,
+                    visit: int = 0) -> list[str]:
         """Action 1; the admitted candidates ([] when admission is unreachable). ``window_s``:
         the decision's remaining resolution window (engine s; 0 unknown, < 0 closed);
-        ``estimates``: each candidate's projected fill cost (absent: unknown)."""
+        ``estimates``: each candidate's projected fill cost (absent: unknown); ``visit``: how
+        many branches of the workflow this gateway opened at the coordinate before this one."""
 
     async def report(self, branch_id: str, coordinate: str, selected: str, saved_s: float,
                      fill_cost_s: float, setup_s: float, final: bool = True,

@@ -113,6 +113,16 @@ def test_a_restored_selection_is_a_prior_the_new_branches_outweigh() -> None:
     assert (top.success, top.failure) == pytest.approx((8.0, 4.0))
 
 
+def test_a_version_4_state_is_taken_whole_as_first_visits() -> None:
+    """Version 4 pooled a coordinate's visits: its posteriors are taken as first visits'."""
+    c = taught()
+    again = PricedController(tracker_at(running=4), settings=ControllerSettings(
+        audit_rate=0.0, restored_selection=0.0, restored_calibration=0.0))
+    assert again.restore({**c.state(), "version": 4}) == 1
+    assert again.stats["t/r/router"] == c.stats["t/r/router"]
+    assert all("v" not in key for key in again.stats["t/r/router"].selection)
+
+
 @pytest.mark.parametrize("version", [2, 3])
 def test_an_older_state_is_taken_without_what_it_learned_differently(version: int) -> None:
     """Version 2's gate models read fills running and consumption: dropped (cold again);
@@ -241,6 +251,32 @@ def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_s
     assert c.selection_upper(st, 1, 0.25) > c.selection_upper(st, 0, 0.6)
     assert st.usability.success + st.usability.failure <= 30
     assert c.admit("z", "r/router", proposals(), MODEL, 100.0).admitted[0] == "h2"
+
+
+def test_selection_is_learned_per_visit_to_the_coordinate() -> None:
+    """A point visited repeatedly in one workflow is learned per visit: a third visit whose
+    candidates are never selected (a ReAct agent answering) prices its top candidate low
+    while first visits, selected every time, keep theirs; first visits keep the keys (and so
+    the restored state) they had before visits were told apart."""
+    c = PricedController(tracker_at(running=4), settings=ControllerSettings(audit_rate=0.0,
+                                                                            n0=0))
+    for i in range(10):
+        for visit, selected in ((0, "h1"), (2, "")):
+            branch = f"b{i}v{visit}"
+            c.admit(branch, "r/think", proposals(), MODEL, 100.0, branch_class="t", visit=visit)
+            c.report(BranchOutcome(branch, selected, saved_s=0.0, fill_cost_s=0.0,
+                                   setup_s=0.01))
+    st = c.stats["t"]
+    assert selection_key(0, 0.6) in st.selection and selection_key(0, 0.6, 2) == "r0p6v2"
+    assert selection_key(0, 0.6, 9) == selection_key(0, 0.6, 3)  # later visits pooled
+    assert c.selection_upper(st, 0, 0.6) > 0.8
+    assert c.selection_upper(st, 0, 0.6, visit=2) < 0.1
+    first = dict(c.admit("n0", "r/think", proposals(), MODEL, 100.0, branch_class="t").priced)
+    last = dict(c.admit("n2", "r/think", proposals(), MODEL, 100.0, branch_class="t",
+                        visit=2).priced)
+    assert first["h1"].p_sel > 0.8 > 0.1 > last["h1"].p_sel
+    # a rank's calibration (the prior of bins not seen yet) is kept per visit as well
+    assert c.calibrated(st, 0, 0.4, visit=2) < 0.15 < 0.4 < c.calibrated(st, 0, 0.4)
 
 
 def test_a_selected_fill_not_consumed_fails_use_and_charges_only_the_work_it_did() -> None:

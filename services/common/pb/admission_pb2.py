@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from services.common.pb import common_pb2 as dynbranch_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64ynbranch/v1/admission.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\"x\n\x11OpenBranchRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12\x14\n\x0c\x62ranch_class\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\"2\n\x12OpenBranchResponse\x12\x0c\n\x04open\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xad\x01\n\tCandidate\x12\x11\n\tcandidate\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x13\n\x0bprobability\x18\x03 \x01(\x01\x12\x12\n\nest_exec_s\x18\x04 \x01(\x01\x12\x12\n\nest_gain_s\x18\x05 \x01(\x01\x12\x19\n\x11\x65st_prompt_tokens\x18\x06 \x01(\r\x12\x17\n\x0f\x65st_peak_tokens\x18\x07 \x01(\r\x12\x0e\n\x06stages\x18\x08 \x01(\r\"\xa1\x01\n\x11\x41\x64mitFillsRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12+\n\ncandidates\x18\x03 \x03(\x0b\x32\x17.dynbranch.v1.Candidate\x12\r\n\x05model\x18\x04 \x01(\t\x12\x10\n\x08window_s\x18\x05 \x01(\x01\":\n\x12\x41\x64mitFillsResponse\x12\x10\n\x08\x61\x64mitted\x18\x01 \x03(\t\x12\x12\n\nload_price\x18\x02 \x01(\x01\"\xcb\x01\n\x14ReportOutcomeRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12\x10\n\x08selected\x18\x03 \x01(\t\x12\x0f\n\x07saved_s\x18\x04 \x01(\x01\x12\x13\n\x0b\x66ill_cost_s\x18\x05 \x01(\x01\x12\x0f\n\x07setup_s\x18\x06 \x01(\x01\x12\x1a\n\x12\x63onsumed_producers\x18\x07 \x03(\t\x12\x0e\n\x06wait_s\x18\x08 \x01(\x01\"(\n\x15ReportOutcomeResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x32\x87\x02\n\tAdmission\x12O\n\nOpenBranch\x12\x1f.dynbranch.v1.OpenBranchRequest\x1a .dynbranch.v1.OpenBranchResponse\x12O\n\nAdmitFills\x12\x1f.dynbranch.v1.AdmitFillsRequest\x1a .dynbranch.v1.AdmitFillsResponse\x12X\n\rReportOutcome\x12\".dynbranch.v1.ReportOutcomeRequest\x1a#.dynbranch.v1.ReportOutcomeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64ynbranch/v1/admission.proto\x12\x0c\x64ynbranch.v1\x1a\x19\x64ynbranch/v1/common.proto\"x\n\x11OpenBranchRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12\x14\n\x0c\x62ranch_class\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\"2\n\x12OpenBranchResponse\x12\x0c\n\x04open\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xad\x01\n\tCandidate\x12\x11\n\tcandidate\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x13\n\x0bprobability\x18\x03 \x01(\x01\x12\x12\n\nest_exec_s\x18\x04 \x01(\x01\x12\x12\n\nest_gain_s\x18\x05 \x01(\x01\x12\x19\n\x11\x65st_prompt_tokens\x18\x06 \x01(\r\x12\x17\n\x0f\x65st_peak_tokens\x18\x07 \x01(\r\x12\x0e\n\x06stages\x18\x08 \x01(\r\"\xb0\x01\n\x11\x41\x64mitFillsRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12+\n\ncandidates\x18\x03 \x03(\x0b\x32\x17.dynbranch.v1.Candidate\x12\r\n\x05model\x18\x04 \x01(\t\x12\x10\n\x08window_s\x18\x05 \x01(\x01\x12\r\n\x05visit\x18\x06 \x01(\r\":\n\x12\x41\x64mitFillsResponse\x12\x10\n\x08\x61\x64mitted\x18\x01 \x03(\t\x12\x12\n\nload_price\x18\x02 \x01(\x01\"\xcb\x01\n\x14ReportOutcomeRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.dynbranch.v1.RecordHeader\x12\x12\n\ncoordinate\x18\x02 \x01(\t\x12\x10\n\x08selected\x18\x03 \x01(\t\x12\x0f\n\x07saved_s\x18\x04 \x01(\x01\x12\x13\n\x0b\x66ill_cost_s\x18\x05 \x01(\x01\x12\x0f\n\x07setup_s\x18\x06 \x01(\x01\x12\x1a\n\x12\x63onsumed_producers\x18\x07 \x03(\t\x12\x0e\n\x06wait_s\x18\x08 \x01(\x01\"(\n\x15ReportOutcomeResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x32\x87\x02\n\tAdmission\x12O\n\nOpenBranch\x12\x1f.dynbranch.v1.OpenBranchRequest\x1a .dynbranch.v1.OpenBranchResponse\x12O\n\nAdmitFills\x12\x1f.dynbranch.v1.AdmitFillsRequest\x1a .dynbranch.v1.AdmitFillsResponse\x12X\n\rReportOutcome\x12\".dynbranch.v1.ReportOutcomeRequest\x1a#.dynbranch.v1.ReportOutcomeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,13 +39,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CANDIDATE']._serialized_start=248
   _globals['_CANDIDATE']._serialized_end=421
   _globals['_ADMITFILLSREQUEST']._serialized_start=424
-  _globals['_ADMITFILLSREQUEST']._serialized_end=585
-  _globals['_ADMITFILLSRESPONSE']._serialized_start=587
-  _globals['_ADMITFILLSRESPONSE']._serialized_end=645
-  _globals['_REPORTOUTCOMEREQUEST']._serialized_start=648
-  _globals['_REPORTOUTCOMEREQUEST']._serialized_end=851
-  _globals['_REPORTOUTCOMERESPONSE']._serialized_start=853
-  _globals['_REPORTOUTCOMERESPONSE']._serialized_end=893
-  _globals['_ADMISSION']._serialized_start=896
-  _globals['_ADMISSION']._serialized_end=1159
+  _globals['_ADMITFILLSREQUEST']._serialized_end=600
+  _globals['_ADMITFILLSRESPONSE']._serialized_start=602
+  _globals['_ADMITFILLSRESPONSE']._serialized_end=660
+  _globals['_REPORTOUTCOMEREQUEST']._serialized_start=663
+  _globals['_REPORTOUTCOMEREQUEST']._serialized_end=866
+  _globals['_REPORTOUTCOMERESPONSE']._serialized_start=868
+  _globals['_REPORTOUTCOMERESPONSE']._serialized_end=908
+  _globals['_ADMISSION']._serialized_start=911
+  _globals['_ADMISSION']._serialized_end=1174
 # @@protoc_insertion_point(module_scope)

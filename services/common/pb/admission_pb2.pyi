@@ -48,18 +48,20 @@ class Candidate(_message.Message):
     def __init__(self, candidate: _Optional[str] = ..., rank: _Optional[int] = ..., probability: _Optional[float] = ..., est_exec_s: _Optional[float] = ..., est_gain_s: _Optional[float] = ..., est_prompt_tokens: _Optional[int] = ..., est_peak_tokens: _Optional[int] = ..., stages: _Optional[int] = ...) -> None: ...
 
 class AdmitFillsRequest(_message.Message):
-    __slots__ = ("header", "coordinate", "candidates", "model", "window_s")
+    __slots__ = ("header", "coordinate", "candidates", "model", "window_s", "visit")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     COORDINATE_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    VISIT_FIELD_NUMBER: _ClassVar[int]
     header: _common_pb2.RecordHeader
     coordinate: str
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
     model: str
     window_s: float
-    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., coordinate: _Optional[str] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., model: _Optional[str] = ..., window_s: _Optional[float] = ...) -> None: ...
+    visit: int
+    def __init__(self, header: _Optional[_Union[_common_pb2.RecordHeader, _Mapping]] = ..., coordinate: _Optional[str] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., model: _Optional[str] = ..., window_s: _Optional[float] = ..., visit: _Optional[int] = ...) -> None: ...
 
 class AdmitFillsResponse(_message.Message):
     __slots__ = ("admitted", "load_price")

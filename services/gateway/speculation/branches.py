@@ -298,13 +298,16 @@ class BranchManager:
     def _open(self, d: Demand, template: Template, point: DecisionPoint) -> None:
         if len(self.branches) >= self.settings.max_branches:
             self._retire(next(iter(self.branches.values())))  # the oldest: opening order
+        visit = 0
         for old in self._by_workflow.get((d.tenant, d.workflow_id), ()):
-            if old.point.coordinate == point.coordinate and old.exclusive and not old.resolved:
-                self._resolve(old, "")  # the workflow moved on: a new turn at the same point
+            if old.point.coordinate == point.coordinate:
+                visit += 1
+                if old.exclusive and not old.resolved:
+                    self._resolve(old, "")  # the workflow moved on: a new turn at the same point
         branch = Branch(id=f"b-{uuid.uuid4().hex[:16]}", tenant=d.tenant,
                         workflow_id=d.workflow_id, template=template, point=point,
                         inputs=dict(d.inputs), outputs=dict(d.outputs), model=d.model,
-                        request_id=d.request_id)
+                        request_id=d.request_id, visit=visit)
         self.branches[branch.id] = branch
         self._by_workflow.setdefault((d.tenant, d.workflow_id), []).append(branch)
         self._by_request[d.request_id] = branch

@@ -74,7 +74,8 @@ class Gates:
                 window = self.pace.window_s(d.model, d.sampling.max_tokens,
                                             clock.now() - branch.opened_at)
             admitted = await self.admission.admit(branch.id, coordinate, ranked, d.model,
-                                                  window, self._estimates(branch, ranked))
+                                                  window, self._estimates(branch, ranked),
+                                                  visit=branch.visit)
             span.set_attribute("dynbranch.admitted", ",".join(admitted))
         ranks = {c.candidate: c.rank for c in ranked}
         return [(ranks.get(c, len(ranks)), c) for c in admitted if c in ranks]

@@ -41,6 +41,7 @@ class _Admission(StaticAdmission):
         self.admits, self.on_open = admits, on_open
         self.asked: list[str] | None = None
         self.estimates: dict[str, FillEstimate] = {}
+        self.visits: list[int] = []
 
     async def open_branch(self, branch_id: str, coordinate: str, branch_class: str,
                           model: str) -> bool:
@@ -50,8 +51,10 @@ class _Admission(StaticAdmission):
 
     async def admit(self, branch_id: str, coordinate: str, candidates: Sequence[RankedCandidate],
                     model: str, window_s: float = 0.0,
-                    estimates: Mapping[str, FillEstimate] | None = None) -> list[str]:
+                    estimates: Mapping[str, FillEstimate] | None = None,
+                    visit: int = 0) -> list[str]:
         self.asked, self.estimates = [c.candidate for c in candidates], dict(estimates or {})
+        self.visits.append(visit)
         chosen = await super().admit(branch_id, coordinate, candidates, model, window_s)
         return chosen if self.admits is None else list(self.admits)
 
@@ -93,6 +96,16 @@ async def test_admitted_candidates_keep_the_predictors_ranks() -> None:
     scripted = _Admission(admits=["convert_currency", "get_weather", "never_ranked"])
     assert await _gates(scripted).admitted(_branch(), DEMAND, list) == [
         (2, "convert_currency"), (0, "get_weather")]
+
+
+async def test_the_fill_gate_is_told_the_branchs_visit_to_its_coordinate() -> None:
+    admission = _Admission()
+    gates = _gates(admission)
+    for visit in (0, 2):
+        branch = _branch()
+        branch.visit = visit
+        await gates.admitted(branch, DEMAND, list)
+    assert admission.visits == [0, 2]
 
 
 async def test_a_candidate_a_sibling_selected_at_the_same_point_is_not_predicted_again() -> None:

@@ -67,6 +67,7 @@ async def test_second_branch_promotes_the_candidate_the_first_branch_lost() -> N
         await core.stages.run(_demand("wf", "router"), 30)
         second = next(b for b in await _filled(core.branches, 2) if b is not first)
         assert loser in second.fills, (loser, _by_rank(second))
+        assert (first.visit, second.visit) == (0, 1)  # admission learns selection per visit
         again = await core.stages.run(_demand("wf", "handler", loser), 30)
         assert again.source is AnswerSource.PROMOTED_FILL
         counters = core.branches.counters
