@@ -217,8 +217,8 @@ class Branch:
     model: str
     #: Request id of the demand that opened the branch (its answer feeds ``window: user``).
     request_id: str = ""
-    #: Branches of the workflow this gateway opened at the same coordinate before this one
-    #: (0: the first visit); admission learns selection per visit.
+    #: Branches of the workflow this gateway opened at the same coordinate before this one and
+    #: still holds (``branch_ttl_s``; 0: the first visit); admission learns selection per visit.
     visit: int = 0
     opened_at: float = field(default_factory=clock.now)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
