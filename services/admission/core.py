@@ -7,8 +7,8 @@ baseline policies it is compared with.
 
 - p̃_s = π̃_sel x π̄_use: a quantile of the Beta posterior of "the branch selects this
   candidate" (the median by default: ``ControllerSettings.selection_quantile``), conditioned on
-  its rank and the bin of the predictor's probability (on the rank alone when it gives none:
-  ``selection_key``;
+  its rank, the bin of the predictor's probability (on the rank alone when it gives none) and
+  the branch's visit to its decision point in its workflow (``selection_key``;
   prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
   candidates were selected against what it predicted for them, as ``prior_weight``
   pseudo-counts, no uniform floor) times the posterior mean of "an admitted, selected fill is
