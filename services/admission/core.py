@@ -38,13 +38,24 @@ import math
 import random
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from scipy.special import betaincinv
 
 from services.admission.fill_gate import FillCandidate, FillDecision, admit
 from services.admission.generation_gate import GateDecision, GenerationGate, context
+from services.admission.learned import (
+    STATE_VERSION,
+    Beta,
+    ClassStats,
+    Mean,
+    SelectionCalibration,
+    class_records,
+    discount,
+    dropped_parts,
+    read_class,
+)
 from services.admission.ledger import Ledger, Priced
 from services.admission.load_view import WINDOW_S, LoadSnapshot, LoadTracker
 from services.admission.pricing import Footprint, LoadPricing, PriceCurves
@@ -168,46 +179,6 @@ class ControllerSettings:
 
 
 @dataclass(slots=True)
-class _Beta:
-    success: float = 0.0
-    failure: float = 0.0
-
-
-@dataclass(slots=True)
-class _Mean:
-    total: float = 0.0
-    n: int = 0
-
-    def add(self, value: float) -> None:
-        self.total, self.n = self.total + value, self.n + 1
-
-    @property
-    def mean(self) -> float | None:
-        return self.total / self.n if self.n else None
-
-
-@dataclass(slots=True)
-class _Calibration:
-    selected: float = 0.0
-    predicted: float = 0.0
-
-
-@dataclass(slots=True)
-class _ClassStats:
-    #: Selection posteriors by ``selection_key`` (the rank and the predictor's probability bin).
-    selection: dict[str, _Beta] = field(default_factory=dict)
-    usability: _Beta = field(default_factory=_Beta)
-    #: Per pricing class: realised savings of consumed fills (ms), their ratio to the gateway's
-    #: projection, and the engine seconds a fill costs.
-    gain_ms: dict[str, _Mean] = field(default_factory=dict)
-    gain_ratio: dict[str, _Mean] = field(default_factory=dict)
-    cost_s: dict[str, _Mean] = field(default_factory=dict)
-    #: Per rank: how often its candidates were selected (total) against the predictor's
-    #: probabilities summed (n counts them in probability units: ``calibrated``).
-    calibration: dict[str, _Calibration] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
 class _Branch:
     coordinate: str
     branch_class: str
@@ -275,7 +246,7 @@ class PricedController:
         self.gate = GenerationGate(n0=s.n0, audit_rate=s.audit_rate, prior=s.class_prior_ms,
                                    seed=s.seed)
         self.rng = random.Random(s.seed + 1)
-        self.stats: OrderedDict[str, _ClassStats] = OrderedDict()
+        self.stats: OrderedDict[str, ClassStats] = OrderedDict()
         self.branches: OrderedDict[str, _Branch] = OrderedDict()
         #: Branches with a provisional report, waiting for their final one (bounded).
         self.settled: OrderedDict[str, _Branch] = OrderedDict()
@@ -290,10 +261,10 @@ class PricedController:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _stats(self, branch_class: str) -> _ClassStats:
+    def _stats(self, branch_class: str) -> ClassStats:
         st = self.stats.get(branch_class)
         if st is None:
-            st = self.stats[branch_class] = _ClassStats()
+            st = self.stats[branch_class] = ClassStats()
             while len(self.stats) > self.settings.max_branches:
                 self.stats.popitem(last=False)
         return st
@@ -309,19 +280,19 @@ class PricedController:
                     self.tracker.release(old.model, token)
         return b
 
-    def selection_upper(self, st: _ClassStats, rank: int, probability: float,
+    def selection_upper(self, st: ClassStats, rank: int, probability: float,
                         visit: int = 0) -> float:
         """π̃_sel: the ``selection_quantile`` of the Beta posterior of the candidate's
         ``selection_key``, whose prior is the predictor's probability, calibrated for its rank
         (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor)."""
-        beta = st.selection.get(selection_key(rank, probability, visit), _Beta())
+        beta = st.selection.get(selection_key(rank, probability, visit), Beta())
         w = self.settings.prior_weight
         p = min(max(self.calibrated(st, rank, probability, visit), 1e-3), 1.0 - 1e-3)
         a = w * p + beta.success
         b = w * (1.0 - p) + beta.failure
         return float(betaincinv(a, b, self.settings.selection_quantile))
 
-    def calibrated(self, st: _ClassStats, rank: int, probability: float,
+    def calibrated(self, st: ClassStats, rank: int, probability: float,
                    visit: int = 0) -> float:
         """The predictor's probability scaled by how often its rank's candidates were selected
         against what it predicted for them (shrunk towards 1 by ``calibration_weight``
@@ -336,26 +307,26 @@ class PricedController:
         w = self.settings.calibration_weight
         return probability * (cal.selected + w) / (cal.predicted + w)
 
-    def usability_mean(self, st: _ClassStats) -> float:
+    def usability_mean(self, st: ClassStats) -> float:
         """π̄_use: the posterior mean of timely use given selection."""
         a0, b0 = self.settings.usability_prior
         a, b = a0 + st.usability.success, b0 + st.usability.failure
         return a / (a + b) if a + b > 0 else 0.5
 
-    def _gain_ms(self, st: _ClassStats, proposal: Proposal) -> float:
+    def _gain_ms(self, st: ClassStats, proposal: Proposal) -> float:
         """Ĝ: the gateway's projection corrected by the class's realised/projected ratio (its
         mean shrunk towards 1 by ``gain_prior_weight`` pseudo-observations), else the class's
         realised mean, else the prior."""
         key = proposal.pricing_class
         if proposal.est_gain_s > 0:
-            ratio = st.gain_ratio.get(key, _Mean())
+            ratio = st.gain_ratio.get(key, Mean())
             w = self.settings.gain_prior_weight  # the projection taken at its word, w times
             shrunk = (ratio.total + w) / (ratio.n + w) if ratio.n + w > 0 else 1.0
             return proposal.est_gain_s * 1000.0 * shrunk
-        learned = st.gain_ms.get(key, _Mean()).mean
+        learned = st.gain_ms.get(key, Mean()).mean
         return learned if learned is not None else self.settings.default_gain_ms
 
-    def _pending_credit_ms(self, st: _ClassStats, b: _Branch, outcome: BranchOutcome) -> float:
+    def _pending_credit_ms(self, st: ClassStats, b: _Branch, outcome: BranchOutcome) -> float:
         """What a provisional report credits a branch whose selected candidate was admitted
         but not yet consumed: its expected gain (usability mean × gain). The final report
         replaces this with the measured return."""
@@ -366,8 +337,8 @@ class PricedController:
                 else self.settings.default_gain_ms)
         return self.usability_mean(st) * gain
 
-    def _footprint(self, st: _ClassStats, p: Proposal, view: LoadSnapshot) -> Footprint:
-        learned = st.cost_s.get(p.pricing_class, _Mean()).mean
+    def _footprint(self, st: ClassStats, p: Proposal, view: LoadSnapshot) -> Footprint:
+        learned = st.cost_s.get(p.pricing_class, Mean()).mean
         slot_s = p.est_exec_s if p.est_exec_s > 0 else (
             learned if learned is not None else self.settings.default_exec_s)
         blocks = (math.ceil(p.peak_tokens / max(view.block_size, 1)) if p.peak_tokens > 0
@@ -470,7 +441,7 @@ class PricedController:
             st = self._stats(b.branch_class)
             for p in b.proposals:
                 beta = st.selection.setdefault(selection_key(p.rank, p.probability, b.visit),
-                                               _Beta())
+                                               Beta())
                 chosen = p.candidate == outcome.selected
                 if chosen:
                     beta.success += 1
@@ -478,7 +449,7 @@ class PricedController:
                     beta.failure += 1
                 if p.probability > 0:
                     cal = st.calibration.setdefault(calibration_key(p.rank, b.visit),
-                                                    _Calibration())
+                                                    SelectionCalibration())
                     cal.selected += float(chosen)
                     cal.predicted += p.probability
             self.settled[outcome.branch_id] = b
@@ -507,7 +478,7 @@ class PricedController:
         self.gate.settle(b.branch_class, outcome.branch_id, target)
         return True
 
-    def _learn(self, st: _ClassStats, b: _Branch, outcome: BranchOutcome, consumed: bool) -> None:
+    def _learn(self, st: ClassStats, b: _Branch, outcome: BranchOutcome, consumed: bool) -> None:
         """Usability, gain and cost from a final report."""
         proposal = next((p for p in b.proposals if p.candidate == outcome.selected), None)
         if outcome.selected in b.admitted:  # timely use of the selected candidate's fill
@@ -517,15 +488,15 @@ class PricedController:
                 st.usability.failure += 1
         if consumed and proposal is not None:
             key = proposal.pricing_class
-            st.gain_ms.setdefault(key, _Mean()).add(outcome.saved_s * 1000.0)
+            st.gain_ms.setdefault(key, Mean()).add(outcome.saved_s * 1000.0)
             if proposal.est_gain_s > 0:
-                st.gain_ratio.setdefault(key, _Mean()).add(
+                st.gain_ratio.setdefault(key, Mean()).add(
                     min(outcome.saved_s / proposal.est_gain_s, 4.0))
         if b.admitted and outcome.fills_worked:
             per_fill = outcome.fill_cost_s / len(b.admitted)
             for p in b.proposals:
                 if p.candidate in b.admitted:
-                    st.cost_s.setdefault(p.pricing_class, _Mean()).add(per_fill)
+                    st.cost_s.setdefault(p.pricing_class, Mean()).add(per_fill)
 
     def account(self) -> dict[str, Any]:
         """The per-branch figures of ``ledger`` (``Ledger.summary``)."""
@@ -540,63 +511,22 @@ class PricedController:
     def state(self) -> dict[str, Any]:
         """Everything learned (gate models, posteriors, gains, costs) as plain values."""
         return {"version": STATE_VERSION, "gate": self.gate.state(),
-                "classes": {name: asdict(st) for name, st in self.stats.items()}}
+                "classes": class_records(self.stats)}
 
     def restore(self, state: dict[str, Any]) -> int:
         """Take what ``state`` produced (a restart keeps what was learned); the classes taken.
-        A file of another version or shape is an ``InvalidArgument`` naming the part, but
-        older versions are taken in part (``PARTIAL_VERSIONS``): version 2's gate models
-        conditioned on fills running and recent consumption, which Action 0 no longer reads
-        (``generation_gate.context``), so they are dropped (those classes' gates start cold);
-        versions 2 and 3 learned selection by probability bin alone, so those posteriors are
-        dropped (learned again by rank and bin); version 4 pooled a coordinate's visits, and
-        its posteriors are taken as first visits' (later visits learn from their prior);
-        everything else is taken."""
-        version = state.get("version")
-        if version not in (STATE_VERSION, *PARTIAL_VERSIONS):
-            raise InvalidArgument("state.version", f"expected {STATE_VERSION}, "
-                                                   f"got {version!r}")
-        dropped = PARTIAL_VERSIONS.get(version, ())
+        A file of another version or shape is an ``InvalidArgument`` naming the part; older
+        versions are taken in part (``learned.PARTIAL_VERSIONS``). Restored selection is a
+        prior: scaled down to ``restored_selection`` observations per posterior and
+        ``restored_calibration`` predicted probability per rank (``learned.discount``)."""
+        dropped = dropped_parts(state)
         if "gate" not in dropped:
             self.gate.restore(state.get("gate", {}))
         for name, raw in state.get("classes", {}).items():
-            try:
-                selection = {} if "selection" in dropped else raw["selection"]
-                self.stats[name] = _ClassStats(
-                    selection={str(k): _Beta(**v) for k, v in selection.items()},
-                    usability=_Beta(**raw["usability"]),
-                    gain_ms={k: _Mean(**v) for k, v in raw["gain_ms"].items()},
-                    gain_ratio={k: _Mean(**v) for k, v in raw["gain_ratio"].items()},
-                    cost_s={k: _Mean(**v) for k, v in raw["cost_s"].items()},
-                    calibration={k: _Calibration(**v)
-                                 for k, v in raw.get("calibration", {}).items()})
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise InvalidArgument(f"state.classes.{name}",
-                                      f"not a class record: {exc}") from None
-            self._discount(self.stats[name])
+            self.stats[name] = read_class(name, raw, dropped)
+            discount(self.stats[name], self.settings.restored_selection,
+                     self.settings.restored_calibration)
         return len(state.get("classes", {}))
-
-    def _discount(self, st: _ClassStats) -> None:
-        """Scale restored selection evidence down to ``restored_selection`` observations per
-        posterior and ``restored_calibration`` predicted probability per rank, rates kept."""
-        most = self.settings.restored_selection
-        for beta in st.selection.values():
-            total = beta.success + beta.failure
-            if most > 0 and total > most:
-                scale = most / total
-                beta.success, beta.failure = beta.success * scale, beta.failure * scale
-        most = self.settings.restored_calibration
-        for cal in st.calibration.values():
-            if most > 0 and cal.predicted > most:
-                cal.selected, cal.predicted = cal.selected * most / cal.predicted, most
-
-
-#: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries;
-#: 4: selection posteriors keyed by rank and probability bin; 5: and by visit after the first).
-STATE_VERSION = 5
-#: Older versions taken in part, and the parts dropped (``PricedController.restore``).
-PARTIAL_VERSIONS: dict[int, tuple[str, ...]] = {2: ("gate", "selection"), 3: ("selection",),
-                                                4: ()}
 
 
 class AdmissionPolicy(Protocol):
@@ -642,7 +572,7 @@ def finite(value: float, name: str) -> float:
 
 
 __all__ = [
-    "PROBABILITY_BINS", "STATE_VERSION", "VISITS", "Admission", "AdmissionPolicy",
+    "PROBABILITY_BINS", "VISITS", "Admission", "AdmissionPolicy",
     "BranchOutcome", "ControllerSettings", "PricedController", "Proposal", "Snapshot",
     "calibration_key", "finite", "proposal", "selection_key",
 ]

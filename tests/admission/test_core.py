@@ -14,10 +14,10 @@ from services.admission.core import (
     ControllerSettings,
     PricedController,
     Proposal,
-    _Mean,
     selection_key,
 )
 from services.admission.generation_gate import GenerationGate, context
+from services.admission.learned import Mean
 from services.admission.load_view import EngineLoad, LoadTracker
 
 MODEL = "m"
@@ -451,7 +451,7 @@ def test_the_learned_gain_ratio_starts_from_the_projection_and_moves_with_eviden
             audit_rate=0.0, gain_prior_weight=weight))
         st = c._stats("k")
         for r in ratios:
-            st.gain_ratio.setdefault("single", _Mean()).add(r)
+            st.gain_ratio.setdefault("single", Mean()).add(r)
         return c._gain_ms(st, Proposal("h", 0, 0.5, est_exec_s=4.0, est_gain_s=10.0))
 
     assert gain(4.0, []) == pytest.approx(10_000.0)  # no evidence: the projection
