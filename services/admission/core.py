@@ -295,10 +295,10 @@ class PricedController:
     def calibrated(self, st: ClassStats, rank: int, probability: float,
                    visit: int = 0) -> float:
         """The predictor's probability scaled by how often its rank's candidates were selected
-        against what it predicted for them (shrunk towards 1 by ``calibration_weight``
-        pseudo-counts): the prior of each probability bin's posterior. A predictor whose
-        runners-up are chosen half as often as it says gets half the prior there, at once,
-        rather than after each bin has seen enough branches of its own."""
+        at this visit (``calibration_key``) against what it predicted for them (shrunk towards 1
+        by ``calibration_weight`` pseudo-counts): the prior of each probability bin's posterior.
+        A predictor whose runners-up are chosen half as often as it says gets half the prior
+        there, at once, rather than after each bin has seen enough branches of its own."""
         if probability <= 0:
             return probability
         cal = st.calibration.get(calibration_key(rank, visit))

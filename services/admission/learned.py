@@ -69,8 +69,6 @@ PARTIAL_VERSIONS: dict[int, tuple[str, ...]] = {2: ("gate", "selection"), 3: ("s
                                                 4: ()}
 
 
-
-
 def dropped_parts(state: Mapping[str, Any]) -> tuple[str, ...]:
     """The parts of ``state`` its version learned differently, to be dropped: version 2's gate
     models conditioned on fills running and recent consumption, which Action 0 no longer reads
@@ -106,18 +104,19 @@ def read_class(name: str, raw: Mapping[str, Any], dropped: tuple[str, ...] = ())
         raise InvalidArgument(f"state.classes.{name}", f"not a class record: {exc}") from None
 
 
-def discount(st: ClassStats, selection: float, calibration: float) -> None:
-    """Scale restored evidence down to at most ``selection`` observations per selection
-    posterior and ``calibration`` predicted probability per rank calibration, rates kept (a
-    power prior; 0: all kept)."""
+def discount(st: ClassStats, most_observations: float, most_predicted: float) -> None:
+    """Scale restored evidence down to at most ``most_observations`` per selection posterior
+    and ``most_predicted`` predicted probability per calibration, rates kept (a power prior;
+    0: all kept)."""
     for beta in st.selection.values():
         total = beta.success + beta.failure
-        if selection > 0 and total > selection:
-            scale = selection / total
+        if most_observations > 0 and total > most_observations:
+            scale = most_observations / total
             beta.success, beta.failure = beta.success * scale, beta.failure * scale
     for cal in st.calibration.values():
-        if calibration > 0 and cal.predicted > calibration:
-            cal.selected, cal.predicted = cal.selected * calibration / cal.predicted, calibration
+        if most_predicted > 0 and cal.predicted > most_predicted:
+            cal.selected, cal.predicted = (cal.selected * most_predicted / cal.predicted,
+                                           most_predicted)
 
 
 __all__ = ["PARTIAL_VERSIONS", "STATE_VERSION", "Beta", "ClassStats", "Mean",

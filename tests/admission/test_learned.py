@@ -46,12 +46,12 @@ def test_a_record_of_another_shape_or_version_is_refused_by_name() -> None:
 
 def test_restored_evidence_is_scaled_down_with_its_rates_kept() -> None:
     st = _stats()
-    discount(st, selection=8.0, calibration=2.0)
+    discount(st, most_observations=8.0, most_predicted=2.0)
     top = st.selection["r0p6"]
     assert (top.success, top.failure) == pytest.approx((6.0, 2.0))
     assert (st.selection["r1p4v2"].success, st.selection["r1p4v2"].failure) == (1.0, 3.0)
     cal = st.calibration["0"]
     assert (cal.selected, cal.predicted) == pytest.approx((1.5, 2.0))
     whole = _stats()
-    discount(whole, selection=0.0, calibration=0.0)  # 0: everything kept
+    discount(whole, most_observations=0.0, most_predicted=0.0)  # 0: everything kept
     assert whole == _stats()
