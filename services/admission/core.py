@@ -5,8 +5,8 @@ baseline policies it is compared with.
 (``generation_gate``, Action 0), and the fill gate (``fill_gate``, Action 1) priced by
 ``pricing``. Its estimates, all learned online from ``report``:
 
-- p̃_s = π̃_sel x π̄_use: a quantile of the Beta posterior of "the branch selects this
-  candidate" (the median by default: ``ControllerSettings.selection_quantile``), conditioned on
+- p̃_s = π̃_sel x π̄_use: the mean of the Beta posterior of "the branch selects this
+  candidate" (or a quantile of it: ``ControllerSettings.selection_quantile``), conditioned on
   its rank, the bin of the predictor's probability (on the rank alone when it gives none) and
   the branch's visit to its decision point in its workflow (``selection_key``;
   prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
@@ -143,12 +143,17 @@ class ControllerSettings:
     #: w_0,c: the class prior of Action 0's ridge model (ms; > 0 is optimistic).
     class_prior_ms: float = 1000.0
     audit_rate: float = 0.05
-    #: The quantile of the selection posterior p̃ takes. The paper's upper quantile buys no
-    #: exploration here: every predicted candidate's selection is observed once its branch
-    #: settles, admitted or not, so optimism would only bias p̃ upwards (issue 37: 0.75 priced
-    #: rank-1 candidates at 0.30 against a selection rate of 0.14, filling runners-up that
-    #: cost more than they saved under load). The median.
-    selection_quantile: float = 0.5
+    #: The quantile of the selection posterior p̃ takes; None: its mean. The paper's upper
+    #: quantile buys no exploration here: every predicted candidate's selection is observed
+    #: once its branch settles, admitted or not, so optimism would only bias p̃ upwards (issue
+    #: 37: 0.75 priced rank-1 candidates at 0.30 against a selection rate of 0.14, filling
+    #: runners-up that cost more than they saved under load). Nor the median: a fill's expected
+    #: return is p G - C, whose expectation over the posterior takes p's mean, and a posterior
+    #: with little evidence is skewed: with no evidence at all its median prices a candidate
+    #: predicted at 0.05 at 0.006 and one at 0.02 at 0.00003, so a cold controller left out
+    #: low-probability candidates even on idle engines, where a fill cost 1% of its gain
+    #: (issue 37: HCI at idle), and rated one at 0.7 at 0.74.
+    selection_quantile: float | None = None
     #: Pseudo-counts of the predictor's probability in the selection's Beta prior (no uniform
     #: floor: Beta(w p, w (1 - p))).
     prior_weight: float = 4.0
@@ -280,17 +285,19 @@ class PricedController:
                     self.tracker.release(old.model, token)
         return b
 
-    def selection_upper(self, st: ClassStats, rank: int, probability: float,
+    def selection_estimate(self, st: ClassStats, rank: int, probability: float,
                         visit: int = 0) -> float:
-        """π̃_sel: the ``selection_quantile`` of the Beta posterior of the candidate's
-        ``selection_key``, whose prior is the predictor's probability, calibrated for its rank
-        (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor)."""
+        """π̃_sel: the mean (or the ``selection_quantile``) of the Beta posterior of the
+        candidate's ``selection_key``, whose prior is the predictor's probability, calibrated
+        for its rank (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor):
+        with no evidence yet, the calibrated probability itself."""
         beta = st.selection.get(selection_key(rank, probability, visit), Beta())
         w = self.settings.prior_weight
         p = min(max(self.calibrated(st, rank, probability, visit), 1e-3), 1.0 - 1e-3)
         a = w * p + beta.success
         b = w * (1.0 - p) + beta.failure
-        return float(betaincinv(a, b, self.settings.selection_quantile))
+        q = self.settings.selection_quantile
+        return a / (a + b) if q is None else float(betaincinv(a, b, q))
 
     def calibrated(self, st: ClassStats, rank: int, probability: float,
                    visit: int = 0) -> float:
@@ -389,7 +396,7 @@ class PricedController:
         pricing = LoadPricing(self.curves)
         use = self.usability_mean(st)
         cap = window_s * 1000.0 if window_s > 0 else math.inf
-        sel = {p.candidate: self.selection_upper(st, p.rank, p.probability, visit)
+        sel = {p.candidate: self.selection_estimate(st, p.rank, p.probability, visit)
                for p in proposals}
         candidates = [FillCandidate(p.candidate, min(sel[p.candidate] * use, 1),
                                     min(self._gain_ms(st, p), cap), self._footprint(st, p, v))

@@ -103,12 +103,12 @@ def test_a_restored_selection_is_a_prior_the_new_branches_outweigh() -> None:
         assert cal.predicted == pytest.approx(min(2.0, old.predicted))
         assert cal.selected / cal.predicted == pytest.approx(old.selected / old.predicted)
     # the first branches after the restore move p̃ as far as 8 observations allow, not 40
-    p_before = again.selection_upper(kept, 0, 0.6)
+    p_before = again.selection_estimate(kept, 0, 0.6)
     for i in range(4):
         again.open_branch(f"n{i}", "r/router", "t/r/router", MODEL, 100.0)
         again.admit(f"n{i}", "r/router", proposals(), MODEL, 100.0)
         again.report(BranchOutcome(f"n{i}", "zz", saved_s=0.0, fill_cost_s=0.0, setup_s=0.01))
-    assert again.selection_upper(kept, 0, 0.6) < p_before - 0.15
+    assert again.selection_estimate(kept, 0, 0.6) < p_before - 0.15
     top = kept.selection[selection_key(0, 0.6)]
     assert (top.success, top.failure) == pytest.approx((8.0, 4.0))
 
@@ -248,7 +248,7 @@ def test_selection_learns_per_probability_bin_and_usability_only_from_admitted_s
     assert st.selection[h2].success == 30 and st.selection[h1].failure == 30
     assert selection_key(3, 0.0) == "r3"  # no probability given: by rank
     assert selection_key(0, 0.15) != selection_key(1, 0.15)  # a runner-up learns apart
-    assert c.selection_upper(st, 1, 0.25) > c.selection_upper(st, 0, 0.6)
+    assert c.selection_estimate(st, 1, 0.25) > c.selection_estimate(st, 0, 0.6)
     assert st.usability.success + st.usability.failure <= 30
     assert c.admit("z", "r/router", proposals(), MODEL, 100.0).admitted[0] == "h2"
 
@@ -269,14 +269,36 @@ def test_selection_is_learned_per_visit_to_the_coordinate() -> None:
     st = c.stats["t"]
     assert selection_key(0, 0.6) in st.selection and selection_key(0, 0.6, 2) == "r0p6v2"
     assert selection_key(0, 0.6, 9) == selection_key(0, 0.6, 3)  # later visits pooled
-    assert c.selection_upper(st, 0, 0.6) > 0.8
-    assert c.selection_upper(st, 0, 0.6, visit=2) < 0.1
+    assert c.selection_estimate(st, 0, 0.6) > 0.8
+    assert c.selection_estimate(st, 0, 0.6, visit=2) < 0.1
     first = dict(c.admit("n0", "r/think", proposals(), MODEL, 100.0, branch_class="t").priced)
     last = dict(c.admit("n2", "r/think", proposals(), MODEL, 100.0, branch_class="t",
                         visit=2).priced)
     assert first["h1"].p_sel > 0.8 > 0.1 > last["h1"].p_sel
     # a rank's calibration (the prior of bins not seen yet) is kept per visit as well
     assert c.calibrated(st, 0, 0.4, visit=2) < 0.15 < 0.4 < c.calibrated(st, 0, 0.4)
+
+
+def test_without_evidence_a_candidate_is_priced_at_its_probability() -> None:
+    """p̃'s selection factor is its posterior's mean: with no evidence, the predictor's
+    probability itself, not the median of a skewed prior (0.05 priced at 0.006), so a cold
+    controller on idle engines admits a low-probability runner-up whose fill costs a fraction
+    of its gain, and learns it down once its rank is not selected."""
+    c = controller(tracker_at(running=4))
+    st = c._stats("r/router")
+    for p in (0.02, 0.05, 0.3, 0.7):
+        assert c.selection_estimate(st, 2, p) == pytest.approx(p)
+    unlikely = [Proposal("h1", 0, 0.9, est_exec_s=2.0, est_gain_s=20.0),
+                Proposal("h3", 2, 0.05, est_exec_s=2.0, est_gain_s=20.0)]  # cost ~2% of G
+    assert c.admit("b0", "r/router", unlikely, MODEL, 100.0).admitted == ("h1", "h3")
+    median = PricedController(tracker_at(running=4), settings=ControllerSettings(
+        audit_rate=0.0, n0=0, selection_quantile=0.5))
+    assert median.selection_estimate(median._stats("r/router"), 2, 0.05) < 0.01
+    assert median.admit("b0", "r/router", unlikely, MODEL, 100.0).admitted == ("h1",)
+    for i in range(20):
+        c.admit(f"b{i + 1}", "r/router", unlikely, MODEL, 100.0)
+        c.report(BranchOutcome(f"b{i + 1}", "h1", saved_s=2.0, fill_cost_s=2.0, setup_s=0.0))
+    assert c.selection_estimate(st, 2, 0.05) < 0.02
 
 
 def test_a_selected_fill_not_consumed_fails_use_and_charges_only_the_work_it_did() -> None:
