@@ -5,10 +5,10 @@ baseline policies it is compared with.
 (``generation_gate``, Action 0), and the fill gate (``fill_gate``, Action 1) priced by
 ``pricing``. Its estimates, all learned online from ``report``:
 
-- p̃_s = π̃_sel x π̄_use: the mean of the Beta posterior of "the branch selects this
-  candidate" (or a quantile of it: ``ControllerSettings.selection_quantile``), conditioned on
-  its rank, the bin of the predictor's probability (on the rank alone when it gives none) and
-  the branch's visit to its decision point in its workflow (``selection_key``;
+- p̃_s = π̃_sel x π̄_use: a quantile of the Beta posterior of "the branch selects this
+  candidate" (the median by default, or its mean: ``ControllerSettings.selection_quantile``),
+  conditioned on its rank, the bin of the predictor's probability (on the rank alone when it
+  gives none) and the branch's visit to its decision point in its workflow (``selection_key``;
   prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
   candidates were selected against what it predicted for them, as ``prior_weight``
   pseudo-counts, no uniform floor) times the posterior mean of "an admitted, selected fill is
@@ -147,13 +147,15 @@ class ControllerSettings:
     #: quantile buys no exploration here: every predicted candidate's selection is observed
     #: once its branch settles, admitted or not, so optimism would only bias p̃ upwards (issue
     #: 37: 0.75 priced rank-1 candidates at 0.30 against a selection rate of 0.14, filling
-    #: runners-up that cost more than they saved under load). Nor the median: a fill's expected
-    #: return is p G - C, whose expectation over the posterior takes p's mean, and a posterior
-    #: with little evidence is skewed: with no evidence at all its median prices a candidate
-    #: predicted at 0.05 at 0.006 and one at 0.02 at 0.00003, so a cold controller left out
-    #: low-probability candidates even on idle engines, where a fill cost 1% of its gain
-    #: (issue 37: HCI at idle), and rated one at 0.7 at 0.74.
-    selection_quantile: float | None = None
+    #: runners-up that cost more than they saved under load). The median. Not the mean, though
+    #: a fill's expected return p G - C takes p's mean: on a posterior with little evidence the
+    #: median prices a candidate predicted at 0.05 at 0.006 (a cold controller leaves such
+    #: candidates out even on idle engines: HCI at idle, +0.012 of the floor behind always),
+    #: but it also discounts the runners-up a predictor overrates until their rank's calibration
+    #: has learned it, and with the mean a cold controller filled them on Routing at 8/s and at
+    #: moderate load (+0.019 and +0.015 behind the best fixed fan-out, from +0.006 and +0.008)
+    #: while a warm one rated rank 2 at 2.8x its useful rate (docs/experiments.md).
+    selection_quantile: float | None = 0.5
     #: Pseudo-counts of the predictor's probability in the selection's Beta prior (no uniform
     #: floor: Beta(w p, w (1 - p))).
     prior_weight: float = 4.0
@@ -287,10 +289,9 @@ class PricedController:
 
     def selection_estimate(self, st: ClassStats, rank: int, probability: float,
                         visit: int = 0) -> float:
-        """π̃_sel: the mean (or the ``selection_quantile``) of the Beta posterior of the
+        """π̃_sel: the ``selection_quantile`` (None: the mean) of the Beta posterior of the
         candidate's ``selection_key``, whose prior is the predictor's probability, calibrated
-        for its rank (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor):
-        with no evidence yet, the calibrated probability itself."""
+        for its rank (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor)."""
         beta = st.selection.get(selection_key(rank, probability, visit), Beta())
         w = self.settings.prior_weight
         p = min(max(self.calibrated(st, rank, probability, visit), 1e-3), 1.0 - 1e-3)

@@ -279,26 +279,27 @@ def test_selection_is_learned_per_visit_to_the_coordinate() -> None:
     assert c.calibrated(st, 0, 0.4, visit=2) < 0.15 < 0.4 < c.calibrated(st, 0, 0.4)
 
 
-def test_without_evidence_a_candidate_is_priced_at_its_probability() -> None:
-    """p̃'s selection factor is its posterior's mean: with no evidence, the predictor's
-    probability itself, not the median of a skewed prior (0.05 priced at 0.006), so a cold
-    controller on idle engines admits a low-probability runner-up whose fill costs a fraction
-    of its gain, and learns it down once its rank is not selected."""
-    c = controller(tracker_at(running=4))
-    st = c._stats("r/router")
-    for p in (0.02, 0.05, 0.3, 0.7):
-        assert c.selection_estimate(st, 2, p) == pytest.approx(p)
+def test_the_selection_estimate_is_the_posterior_median_or_its_mean() -> None:
+    """p̃'s selection factor is its posterior's median by default: with no evidence it
+    discounts a low-probability candidate (0.05 priced below 0.01, so a costly fill of it is
+    left out), which the mean (``selection_quantile=None``) prices at the predictor's
+    probability itself; both learn it down once its rank is not selected."""
     unlikely = [Proposal("h1", 0, 0.9, est_exec_s=2.0, est_gain_s=20.0),
                 Proposal("h3", 2, 0.05, est_exec_s=2.0, est_gain_s=20.0)]  # cost ~2% of G
-    assert c.admit("b0", "r/router", unlikely, MODEL, 100.0).admitted == ("h1", "h3")
-    median = PricedController(tracker_at(running=4), settings=ControllerSettings(
-        audit_rate=0.0, n0=0, selection_quantile=0.5))
+    median = controller(tracker_at(running=4))
+    mean = PricedController(tracker_at(running=4), settings=ControllerSettings(
+        audit_rate=0.0, n0=0, selection_quantile=None))
     assert median.selection_estimate(median._stats("r/router"), 2, 0.05) < 0.01
+    for p in (0.02, 0.05, 0.3, 0.7):
+        assert mean.selection_estimate(mean._stats("r/router"), 2, p) == pytest.approx(p)
     assert median.admit("b0", "r/router", unlikely, MODEL, 100.0).admitted == ("h1",)
-    for i in range(20):
-        c.admit(f"b{i + 1}", "r/router", unlikely, MODEL, 100.0)
-        c.report(BranchOutcome(f"b{i + 1}", "h1", saved_s=2.0, fill_cost_s=2.0, setup_s=0.0))
-    assert c.selection_estimate(st, 2, 0.05) < 0.02
+    assert mean.admit("b0", "r/router", unlikely, MODEL, 100.0).admitted == ("h1", "h3")
+    for c in (median, mean):
+        for i in range(20):
+            c.admit(f"b{i + 1}", "r/router", unlikely, MODEL, 100.0)
+            c.report(BranchOutcome(f"b{i + 1}", "h1", saved_s=2.0, fill_cost_s=2.0,
+                                   setup_s=0.0))
+        assert c.selection_estimate(c.stats["r/router"], 2, 0.05) < 0.02
 
 
 def test_a_selected_fill_not_consumed_fails_use_and_charges_only_the_work_it_did() -> None:
