@@ -288,7 +288,7 @@ class PricedController:
         return b
 
     def selection_estimate(self, st: ClassStats, rank: int, probability: float,
-                        visit: int = 0) -> float:
+                           visit: int = 0) -> float:
         """π̃_sel: the ``selection_quantile`` (None: the mean) of the Beta posterior of the
         candidate's ``selection_key``, whose prior is the predictor's probability, calibrated
         for its rank (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor)."""
