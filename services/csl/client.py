@@ -18,6 +18,7 @@ import grpc
 
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import StreamCall, open_channel
+from services.common.runtime.deadlines import Deadlines
 from services.common.runtime.records import make_header
 from services.common.runtime.streams import (
     MAX_EXCHANGE_BYTES,
@@ -239,6 +240,8 @@ class PutPipe:
         self._queue: asyncio.Queue[tuple[csl_pb2.PutRequest, int]] = asyncio.Queue(
             maxsize=max_queued)
         self._waiting: dict[int, asyncio.Future[bool]] = {}
+        #: The deadlines of the stores waiting for their acks (one timer for all).
+        self._deadlines = Deadlines()
         self._task: asyncio.Task[None] | None = None
         #: False once the csl answered UNIMPLEMENTED to PutBatches: a store per message.
         self.batched = True
@@ -259,12 +262,14 @@ class PutPipe:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting[request.header.sequence] = future
         self._queue.put_nowait((request, size))
-        try:  # the future is this store's alone: no shield, no wait_for's own future
-            async with asyncio.timeout(timeout_s):
-                return await future
+        # The future is this store's alone: its deadline fails it (no shield, no task cancel).
+        deadline = self._deadlines.expire_future(future, timeout_s)
+        try:
+            return await future
         except TimeoutError:
             return False
         finally:
+            self._deadlines.cancel(deadline)
             self._waiting.pop(request.header.sequence, None)
 
     async def _run(self) -> None:
@@ -354,12 +359,13 @@ class _LookupStream(MuxStream[int, csl_pb2.StreamLookupResult]):
         sequence = self._sequence
         future = self.submit(sequence, csl_pb2.StreamLookup(sequence=sequence,
                                                              name=name_to_proto(name)))
+        deadline = self._deadlines.expire_future(future, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
-                result = await future
-        except TimeoutError:
+            result = await future
+        except TimeoutError:  # its deadline (the stream fails a future with gRPC's errors)
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         finally:
+            self._deadlines.cancel(deadline)
             self.settle(sequence)
         if result.error:
             raise rpc_error(grpc.StatusCode.INVALID_ARGUMENT, result.error)

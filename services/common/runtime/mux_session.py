@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 from opentelemetry import context as otel_context
 
+from services.common.runtime.deadlines import Deadline, Deadlines
 from services.common.runtime.grpc_errors import status_for
 from services.common.runtime.streams import (
     MAX_EXCHANGE_BYTES,
@@ -69,6 +70,10 @@ class MuxSession(Generic[Key, Work]):
         self._max_running = max_running
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._cancelled: set[Key] = set()
+        #: Exchanges whose deadline passed (their timeout_s), until their task is done.
+        self._expired: dict[Key, float] = {}
+        #: The deadlines of the running exchanges (one timer for all).
+        self._deadlines = Deadlines()
         self._reader: asyncio.Task[None] | None = None
         self._draining = False
         #: What goes out: ``(result, serialized bytes)``, the error that ends the stream, or None
@@ -168,10 +173,12 @@ class MuxSession(Generic[Key, Work]):
             return
         trace = (incoming_context(start.trace_context.items()) if start.trace_context
                  else NO_TRACE)
-        task = asyncio.create_task(self._run(key, work, start.timeout_s, trace),
-                                   name=f"{self.noun}-mux:{key}")
+        task = asyncio.create_task(self._run(key, work, trace), name=f"{self.noun}-mux:{key}")
         self._running[key] = task
-        task.add_done_callback(lambda done: self._forget(key, done))
+        timeout_s = start.timeout_s
+        deadline = self._deadlines.after(task.get_loop(), timeout_s,
+                                         lambda: self._expire(key, task, timeout_s))
+        task.add_done_callback(lambda done: self._forget(key, done, deadline))
 
     def _admit(self, key: Key, start: Any) -> Work:
         if not 0.0 < start.timeout_s <= MAX_TIMEOUT_S:
@@ -187,25 +194,41 @@ class MuxSession(Generic[Key, Work]):
                                     "stream")
         return work
 
-    def _forget(self, key: Key, task: asyncio.Task[None]) -> None:
+    def _expire(self, key: Key, task: asyncio.Task[None], timeout_s: float) -> None:
+        # The exchange's deadline passed: its task is cancelled and answers DEADLINE_EXCEEDED
+        # (in ``_run``, or in ``_forget`` for a task cancelled before it first ran).
+        self._expired[key] = timeout_s
+        task.cancel()
+
+    def _late(self, key: Key) -> DeadlineExceeded:
+        return DeadlineExceeded(f"the {self.noun} did not finish within timeout_s "
+                                f"({self._expired[key]:g} s)")
+
+    def _forget(self, key: Key, task: asyncio.Task[None], deadline: Deadline) -> None:
         # Answers a cancel message here, not in ``_run``: a task cancelled before it first ran
         # never enters its coroutine. A task cancelled by the stream closing is not answered.
+        self._deadlines.cancel(deadline)
         if self._running.get(key) is task:
             del self._running[key]
         if task.cancelled() and key in self._cancelled:
             self._send(self.refused(key, grpc.StatusCode.CANCELLED, "cancelled by the caller"))
+        elif task.cancelled() and key in self._expired and task.cancelling() == 1:
+            self._error(key, self._late(key))  # only its deadline cancelled it, before it ran
         self._cancelled.discard(key)
+        self._expired.pop(key, None)
         if self._draining and not self._running:
             self.results.put_nowait(None)  # the last one is answered: end the stream
 
-    async def _run(self, key: Key, work: Work, timeout_s: float,
-                   trace: otel_context.Context) -> None:
+    async def _run(self, key: Key, work: Work, trace: otel_context.Context) -> None:
         try:
-            async with asyncio.timeout(timeout_s):
-                answer = await self.run(work, trace)
-        except TimeoutError:
-            self._error(key, DeadlineExceeded(
-                f"the {self.noun} did not finish within timeout_s ({timeout_s:g} s)"))
+            answer = await self.run(work, trace)
+        except asyncio.CancelledError:
+            # Its deadline's cancel is this session's own and is taken back (as
+            # ``asyncio.timeout`` does); any other (a cancel message, the stream closing) goes on.
+            task = asyncio.current_task()
+            if key not in self._expired or task is None or task.uncancel() > 0:
+                raise
+            self._error(key, self._late(key))
             return
         except Exception as exc:  # noqa: BLE001 - this exchange's status, not the stream's
             self._error(key, exc)

@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
+from services.common.runtime.deadlines import Deadlines
 from services.common.values.errors import quoted
 
 Key = TypeVar("Key")
@@ -107,12 +108,16 @@ class MuxStream(Generic[Key, Result]):
         self.opened = time.monotonic()
         self.call = call
         self.pending: dict[Key, asyncio.Future[Result]] = {}
+        #: The deadlines of the exchanges waiting (one timer for all).
+        self._deadlines = Deadlines()
         self.error: grpc.aio.AioRpcError | None = None
         self.retired = False
         #: ``(item, serialized bytes)`` to send, or ``(HALF_CLOSE, 0)``.
         self._outbox: asyncio.Queue[tuple[Any, int]] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write(), name=f"{name}-write")
         self._reader = asyncio.create_task(self._read(), name=f"{name}-read")
+        #: The loop the stream runs on (its exchanges' futures are of it).
+        self._loop = self._reader.get_loop()
 
     def message(self, queued: list[Any]) -> Any | None:
         """The one message that sends ``queued`` (never HALF_CLOSE), or None: nothing to send."""
@@ -142,7 +147,7 @@ class MuxStream(Generic[Key, Result]):
         if key in self.pending:
             raise rpc_error(grpc.StatusCode.ALREADY_EXISTS,
                             f"request {quoted(key)} is already running")
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Result] = self._loop.create_future()
         self.pending[key] = future
         self._outbox.put_nowait((item, byte_size(item) if size is None else size))
         return future
@@ -154,16 +159,17 @@ class MuxStream(Generic[Key, Result]):
         sends ``cancel``, so the peer stops the exchange; past the deadline this raises
         DEADLINE_EXCEEDED, as a call would."""
         future = self.submit(key, item, size)
+        deadline = self._deadlines.expire_future(future, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
-                return await future
-        except TimeoutError:
+            return await future
+        except TimeoutError:  # its deadline (the stream fails a future with gRPC's errors)
             self.send(cancel)
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         except asyncio.CancelledError:
             self.send(cancel)
             raise
         finally:
+            self._deadlines.cancel(deadline)
             self.settle(key)
 
     def send(self, item: Any) -> None:
