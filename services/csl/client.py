@@ -19,7 +19,7 @@ import grpc
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.deadlines import Deadlines
-from services.common.runtime.records import make_header
+from services.common.runtime.records import make_header, stamp
 from services.common.runtime.streams import (
     MAX_EXCHANGE_BYTES,
     MAX_MESSAGE_BYTES,
@@ -73,10 +73,17 @@ class CslClient:
 
     def put_request(self, name: ReuseName, result: bytes, read_set: ReadSet,
                     cost_s: float = 0.0) -> csl_pb2.PutRequest:
-        """The wire form of a store (its header carries a fresh sequence number)."""
-        return csl_pb2.PutRequest(header=self._header(name.digest), name=name_to_proto(name),
-                                  result=result, read_set=read_set_to_proto(read_set),
-                                  cost_s=cost_s)
+        """The wire form of a store (its header carries a fresh sequence number); built in
+        place, as a gateway miss's store does not pay for sub-messages copied in."""
+        request = csl_pb2.PutRequest(result=result, cost_s=cost_s)
+        self._sequence += 1
+        stamp(request.header, name.digest, self._sequence, self.producer)
+        request.name.tenant, request.name.digest = name.tenant, name.digest
+        if read_set.reads or read_set.producers:
+            request.read_set.CopyFrom(read_set_to_proto(read_set))
+        else:
+            request.read_set.complete = read_set.complete
+        return request
 
     async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float = 0.0,
                   timeout_s: float = DEADLINE_S) -> bool:

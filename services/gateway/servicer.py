@@ -18,8 +18,8 @@ from services.common.runtime.clients import deadline
 from services.common.runtime.convert import (
     require,
     sampling_from_proto,
-    timings_to_proto,
-    usage_to_proto,
+    timings_into,
+    usage_into,
 )
 from services.common.runtime.lease_convert import key_from_proto
 from services.common.runtime.mux_session import MuxSession, MuxSessions
@@ -144,13 +144,19 @@ def _delta(text: str, stream: TextStream) -> gateway_pb2.CallEvent:
 
 def answer_to_proto(a: Answer) -> gateway_pb2.CallResponse:
     """The wire form of an answer."""
-    return gateway_pb2.CallResponse(
-        request_id=a.request_id, text=a.text,
-        finish_reason=cast(common_pb2.FinishReason, int(a.finish_reason)),
-        usage=usage_to_proto(a.usage), timings=timings_to_proto(a.timings),
-        engine_id=a.engine_id, source=cast(gateway_pb2.ResultSource, int(a.source)),
-        gateway_s=a.gateway_s,
-        reuse_name=a.reuse_name, waited_s=a.waited_s)
+    msg = gateway_pb2.CallResponse()
+    answer_into(msg, a)
+    return msg
+
+
+def answer_into(msg: gateway_pb2.CallResponse, a: Answer) -> None:
+    """Fill ``msg`` (e.g. a CallMux result's own answer field) in place with ``a``."""
+    msg.request_id, msg.text, msg.engine_id = a.request_id, a.text, a.engine_id
+    msg.finish_reason = cast(common_pb2.FinishReason, int(a.finish_reason))
+    msg.source = cast(gateway_pb2.ResultSource, int(a.source))
+    msg.gateway_s, msg.reuse_name, msg.waited_s = a.gateway_s, a.reuse_name, a.waited_s
+    usage_into(msg.usage, a.usage)
+    timings_into(msg.timings, a.timings)
 
 
 #: Demands one CallMux stream may run at once by default (one more is RESOURCE_EXHAUSTED): as
@@ -185,15 +191,16 @@ class _CallSession(MuxSession[int, tuple[Demand, float]]):
             raise InvalidArgument("starts.request", "required")
         return self._servicer.demand(self._tenant, start.request), start.timeout_s
 
-    async def run(self, work: tuple[Demand, float], trace: otel_context.Context
-                  ) -> gateway_pb2.CallResponse:
+    async def run(self, work: tuple[Demand, float], trace: otel_context.Context) -> Answer:
         demand, timeout_s = work
         parent = (None if self._servicer.untraced
                   else workflow_parent(trace, self._tenant, demand.workflow_id))
-        return answer_to_proto(await self._servicer.answer(demand, timeout_s, None, parent))
+        return await self._servicer.answer(demand, timeout_s, None, parent)
 
-    def answered(self, key: int, answer: gateway_pb2.CallResponse) -> gateway_pb2.CallMuxResult:
-        return gateway_pb2.CallMuxResult(call_id=key, answer=answer)
+    def answered(self, key: int, answer: Answer) -> gateway_pb2.CallMuxResult:
+        result = gateway_pb2.CallMuxResult(call_id=key)
+        answer_into(result.answer, answer)  # built in place: no CallResponse copied in
+        return result
 
     def refused(self, key: int, code: grpc.StatusCode, message: str
                 ) -> gateway_pb2.CallMuxResult:

@@ -40,12 +40,21 @@ def sampling_from_proto(msg: common_pb2.SamplingParams, field: str, max_tokens_l
 
 def sampling_to_proto(s: Sampling) -> common_pb2.SamplingParams:
     """The proto form of sampling parameters."""
-    msg = common_pb2.SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature,
-                                    top_p=s.top_p, top_k=s.top_k, stop=list(s.stop),
-                                    ignore_eos=s.ignore_eos)
+    msg = common_pb2.SamplingParams()
+    sampling_into(msg, s)
+    return msg
+
+
+def sampling_into(msg: common_pb2.SamplingParams, s: Sampling) -> None:
+    """Fill ``msg``, an empty message (e.g. a new request's own sampling field), in place
+    with ``s``."""
+    msg.max_tokens, msg.temperature, msg.top_p, msg.top_k = (s.max_tokens, s.temperature,
+                                                             s.top_p, s.top_k)
+    msg.ignore_eos = s.ignore_eos
+    if s.stop:
+        msg.stop.extend(s.stop)
     if s.seed is not None:
         msg.seed = s.seed
-    return msg
 
 
 def chat_to_proto(spec: ChatSpec) -> common_pb2.ChatSpec:
@@ -121,15 +130,28 @@ def priority_from_proto(value: int) -> Priority:
 
 def usage_to_proto(u: Usage) -> common_pb2.Usage:
     """The proto form of usage."""
-    return common_pb2.Usage(prompt_tokens=u.prompt_tokens,
-                            cached_prompt_tokens=u.cached_prompt_tokens,
-                            completion_tokens=u.completion_tokens)
+    msg = common_pb2.Usage()
+    usage_into(msg, u)
+    return msg
+
+
+def usage_into(msg: common_pb2.Usage, u: Usage) -> None:
+    """Fill ``msg`` (e.g. a response's own usage field) in place with ``u``."""
+    msg.prompt_tokens, msg.cached_prompt_tokens = u.prompt_tokens, u.cached_prompt_tokens
+    msg.completion_tokens = u.completion_tokens
 
 
 def timings_to_proto(t: Timings) -> common_pb2.Timings:
     """The proto form of timings."""
-    return common_pb2.Timings(queue_s=t.queue_s, prefill_s=t.prefill_s, decode_s=t.decode_s,
-                              total_s=t.total_s)
+    msg = common_pb2.Timings()
+    timings_into(msg, t)
+    return msg
+
+
+def timings_into(msg: common_pb2.Timings, t: Timings) -> None:
+    """Fill ``msg`` (e.g. a response's own timings field) in place with ``t``."""
+    msg.queue_s, msg.prefill_s, msg.decode_s, msg.total_s = (t.queue_s, t.prefill_s,
+                                                             t.decode_s, t.total_s)
 
 
 def require(value: str, field: str, max_len: int | None = None) -> str:
@@ -142,5 +164,6 @@ def require(value: str, field: str, max_len: int | None = None) -> str:
 
 
 __all__ = ["chat_from_proto", "chat_to_proto", "priority_from_proto", "require",
-           "sampling_from_proto", "sampling_to_proto", "timings_to_proto",
-           "tool_calls_from_proto", "tool_calls_to_proto", "usage_to_proto"]
+           "sampling_from_proto", "sampling_into", "sampling_to_proto", "timings_into",
+           "timings_to_proto", "tool_calls_from_proto", "tool_calls_to_proto", "usage_into",
+           "usage_to_proto"]

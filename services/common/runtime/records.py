@@ -12,10 +12,17 @@ from services.common.pb import common_pb2
 def make_header(record_id: str, sequence: int, producer: str,
                 published_at: float | None = None) -> common_pb2.RecordHeader:
     """A RecordHeader stamped with the producer's wall clock (or ``published_at``)."""
-    header = common_pb2.RecordHeader(id=record_id, sequence=sequence, producer=producer)
+    header = common_pb2.RecordHeader()
+    stamp(header, record_id, sequence, producer, published_at)
+    return header
+
+
+def stamp(header: common_pb2.RecordHeader, record_id: str, sequence: int, producer: str,
+          published_at: float | None = None) -> None:
+    """Fill ``header`` in place (e.g. a request's own header field) as ``make_header`` does."""
+    header.id, header.sequence, header.producer = record_id, sequence, producer
     header.published_at.FromNanoseconds(int((time.time() if published_at is None
                                              else published_at) * 1e9))
-    return header
 
 
 def published_s(header: common_pb2.RecordHeader) -> float:
@@ -24,4 +31,4 @@ def published_s(header: common_pb2.RecordHeader) -> float:
     return ns / 1e9
 
 
-__all__ = [ "make_header", "published_s"]
+__all__ = ["make_header", "published_s", "stamp"]

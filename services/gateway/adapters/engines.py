@@ -14,7 +14,7 @@ from typing import cast
 import grpc
 
 from services.common.pb import common_pb2, engine_pb2
-from services.common.runtime.convert import chat_to_proto, sampling_to_proto, tool_calls_from_proto
+from services.common.runtime.convert import chat_to_proto, sampling_into, tool_calls_from_proto
 from services.common.runtime.grpc_errors import error_from_rpc
 from services.common.runtime.records import published_s
 from services.common.values.errors import NotFound, Unavailable, quoted
@@ -191,9 +191,9 @@ class EnginePool:
                    on_delta: DeltaSink | None) -> Execution:
         proto = engine_pb2.GenerateRequest(
             request_id=request.request_id, model=request.model, prompt=request.prompt,
-            sampling=sampling_to_proto(request.sampling),
             priority=cast(common_pb2.PriorityClass, int(request.priority)),
             final_only=on_delta is None)
+        sampling_into(proto.sampling, request.sampling)
         if request.chat is not None:
             proto.chat.CopyFrom(chat_to_proto(request.chat))
         client = self.clients[state.target]
