@@ -1,7 +1,9 @@
 """The hot path does no work it should not (issue 41): with tracing off and debug logging off, a
-stage call, a library miss or a hit, starts no span, makes no log record and looks up no
-Prometheus label child, in the gateway, the engine agent or the csl (all three in this process).
-Counted by patching, not timed: the CPU figures belong to ``dynbranch bench overhead``."""
+stage call, a library miss or a hit, starts no span, makes no log record, looks up no
+Prometheus label child and waits under no ``asyncio.timeout`` (its waits share one timer per
+stream: ``services.common.runtime.deadlines``), in the gateway, the engine agent or the csl (all
+three in this process). Counted by patching, not timed: the CPU figures belong to ``dynbranch
+bench overhead``."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ ENGINE = gateway_pb2.RESULT_SOURCE_ENGINE
 
 @contextmanager
 def counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
-    """Counts spans started (no-op or SDK tracer), log records made and label lookups."""
+    """Counts spans started (no-op or SDK tracer), log records made, label lookups and
+    ``asyncio.timeout`` contexts."""
     counts: Counter[str] = Counter()
 
     def counted(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,10 +47,12 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         m.setattr(logging.LogRecord, "getMessage",
                   counted("log message", logging.LogRecord.getMessage))
         m.setattr(MetricWrapperBase, "labels", counted("label lookup", MetricWrapperBase.labels))
+        m.setattr(asyncio.timeouts.Timeout, "__init__",
+                  counted("asyncio.timeout", asyncio.timeouts.Timeout.__init__))
         yield counts
 
 
-async def test_a_stage_call_starts_no_span_and_logs_nothing_when_both_are_off(
+async def test_a_stage_call_starts_no_span_logs_nothing_and_arms_no_timer_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     logging.getLogger().setLevel(logging.INFO)  # debug off; INFO is a production level
     async with csl_service(tmp_path / "csl") as csl, engine_agent() as eng, \
@@ -77,3 +82,10 @@ async def test_the_span_count_sees_spans_when_tracing_is_on(monkeypatch: pytest.
         with counting(monkeypatch) as counts:
             await client.call(call_request(prompt="traced"))
     assert counts["span"] >= 1  # the guard above is not vacuous
+
+
+async def test_the_timeout_count_sees_an_asyncio_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    with counting(monkeypatch) as counts:
+        async with asyncio.timeout(1):
+            await asyncio.sleep(0)
+    assert counts["asyncio.timeout"] == 1
