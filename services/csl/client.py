@@ -19,7 +19,7 @@ import grpc
 from services.common.pb import common_pb2, csl_pb2, csl_pb2_grpc
 from services.common.runtime.clients import StreamCall, open_channel
 from services.common.runtime.deadlines import Deadlines
-from services.common.runtime.records import make_header, stamp
+from services.common.runtime.records import stamp
 from services.common.runtime.streams import (
     MAX_EXCHANGE_BYTES,
     MAX_MESSAGE_BYTES,
@@ -41,7 +41,7 @@ from services.common.values.reuse_name import ReuseName
 from services.csl.convert import (
     PUT_BATCH_MAX,
     name_to_proto,
-    read_set_to_proto,
+    read_set_into,
     shadow_to_proto,
     versions_to_proto,
 )
@@ -76,13 +76,9 @@ class CslClient:
         """The wire form of a store (its header carries a fresh sequence number); built in
         place, as a gateway miss's store does not pay for sub-messages copied in."""
         request = csl_pb2.PutRequest(result=result, cost_s=cost_s)
-        self._sequence += 1
-        stamp(request.header, name.digest, self._sequence, self.producer)
+        self._stamp(request.header, name.digest)
         request.name.tenant, request.name.digest = name.tenant, name.digest
-        if read_set.reads or read_set.producers:
-            request.read_set.CopyFrom(read_set_to_proto(read_set))
-        else:
-            request.read_set.complete = read_set.complete
+        read_set_into(request.read_set, read_set)
         return request
 
     async def put(self, name: ReuseName, result: bytes, read_set: ReadSet, cost_s: float = 0.0,
@@ -96,7 +92,7 @@ class CslClient:
                          timeout_s: float = DEADLINE_S) -> bool:
         """Store a fill's result as a shadow; False when refused."""
         record = shadow_to_proto(shadow)
-        record.header.CopyFrom(self._header(shadow.name.digest))
+        self._stamp(record.header, shadow.name.digest)
         request = csl_pb2.PutShadowRequest(shadow=record, ttl_s=ttl_s)
         reply: csl_pb2.PutShadowResponse = await self.stub.PutShadow(request, timeout=timeout_s)
         return reply.stored
@@ -222,8 +218,14 @@ class CslClient:
         await self.close()
 
     def _header(self, record_id: str) -> common_pb2.RecordHeader:
+        header = common_pb2.RecordHeader()
+        self._stamp(header, record_id)
+        return header
+
+    def _stamp(self, header: common_pb2.RecordHeader, record_id: str) -> None:
+        """Fill ``header`` in place with the next sequence number."""
         self._sequence += 1
-        return make_header(record_id, self._sequence, self.producer)
+        stamp(header, record_id, self._sequence, self.producer)
 
 
 class PutPipe:

@@ -58,10 +58,19 @@ def read_set_from_proto(msg: common_pb2.ReadSet, field: str = "read_set") -> Rea
 
 def read_set_to_proto(rs: ReadSet) -> common_pb2.ReadSet:
     """The proto form of a read-set."""
-    return common_pb2.ReadSet(
-        reads=[common_pb2.RecordVersion(record_id=r.record_id, version=r.version)
-               for r in rs.reads],
-        complete=rs.complete, producers=[name_to_proto(p) for p in rs.producers])
+    msg = common_pb2.ReadSet()
+    read_set_into(msg, rs)
+    return msg
+
+
+def read_set_into(msg: common_pb2.ReadSet, rs: ReadSet) -> None:
+    """Fill ``msg``, an empty message (e.g. a new request's own read_set field), in place with
+    ``rs`` (the field is set even for an empty read-set)."""
+    msg.complete = rs.complete
+    for r in rs.reads:
+        msg.reads.add(record_id=r.record_id, version=r.version)
+    for p in rs.producers:
+        msg.producers.add(tenant=p.tenant, digest=p.digest)
 
 
 def result_from_proto(result: bytes, field: str, max_bytes: int) -> bytes:
@@ -133,6 +142,6 @@ def record_ids_from_proto(msg: csl_pb2.WriteRecordsRequest) -> list[str]:
 
 __all__ = [
     "floors_from_proto", "name_from_proto", "name_to_proto", "read_set_from_proto",
-    "read_set_to_proto", "record_ids_from_proto", "result_from_proto", "shadow_from_proto",
-    "shadow_to_proto", "versions_from_proto", "versions_to_proto",
+    "read_set_into", "read_set_to_proto", "record_ids_from_proto", "result_from_proto",
+    "shadow_from_proto", "shadow_to_proto", "versions_from_proto", "versions_to_proto",
 ]
