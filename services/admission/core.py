@@ -10,9 +10,9 @@ baseline policies it is compared with.
   conditioned on its rank, the bin of the predictor's probability (on the rank alone when it
   gives none) and the branch's visit to its decision point in its workflow (``selection_key``;
   prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
-  candidates were selected against what it predicted for them, as ``prior_weight``
-  pseudo-counts, no uniform floor) times the posterior mean of "an admitted, selected fill is
-  used in time" (per class);
+  candidates in the other bins were selected against what it predicted for them, as
+  ``prior_weight`` pseudo-counts, no uniform floor) times the posterior mean of "an admitted,
+  selected fill is used in time" (per class);
 - G_s: the execution a consumed fill saves: the gateway's projection (``est_gain_s``, capped by
   the window) times the class's realised/projected ratio (shrunk towards 1), else the class's
   realised mean, else ``default_gain_ms`` — per pricing class (single- or multi-stage fills);
@@ -306,14 +306,23 @@ class PricedController:
         at this visit (``calibration_key``) against what it predicted for them (shrunk towards 1
         by ``calibration_weight`` pseudo-counts): the prior of each probability bin's posterior.
         A predictor whose runners-up are chosen half as often as it says gets half the prior
-        there, at once, rather than after each bin has seen enough branches of its own."""
+        there, at once, rather than after each bin has seen enough branches of its own.
+
+        The calibration leaves out the bin's own observations (``SelectionCalibration.without``):
+        they are already the posterior's counts, and counted in its prior as well they counted
+        twice. A rank whose candidates mostly fall in one bin (HCI's menus: three options at
+        0.2-0.5) then had every failure lower the prior's mean and add to the failures beside
+        it, and a few unselected branches priced a candidate at a tenth of its selection rate
+        (issue 37: a cold controller left 8 candidates out on idle engines; rank 2 priced at
+        0.45x its useful rate)."""
         if probability <= 0:
             return probability
         cal = st.calibration.get(calibration_key(rank, visit))
         if cal is None:
             return probability
         w = self.settings.calibration_weight
-        return probability * (cal.selected + w) / (cal.predicted + w)
+        selected, predicted = cal.without(selection_key(rank, probability, visit))
+        return probability * (selected + w) / (predicted + w)
 
     def usability_mean(self, st: ClassStats) -> float:
         """π̄_use: the posterior mean of timely use given selection."""
@@ -448,18 +457,17 @@ class PricedController:
                 self.tracker.release(b.model, token)
             st = self._stats(b.branch_class)
             for p in b.proposals:
-                beta = st.selection.setdefault(selection_key(p.rank, p.probability, b.visit),
-                                               Beta())
+                key = selection_key(p.rank, p.probability, b.visit)
+                beta = st.selection.setdefault(key, Beta())
                 chosen = p.candidate == outcome.selected
                 if chosen:
                     beta.success += 1
                 else:
                     beta.failure += 1
                 if p.probability > 0:
-                    cal = st.calibration.setdefault(calibration_key(p.rank, b.visit),
-                                                    SelectionCalibration())
-                    cal.selected += float(chosen)
-                    cal.predicted += p.probability
+                    st.calibration.setdefault(calibration_key(p.rank, b.visit),
+                                              SelectionCalibration()).add(key, float(chosen),
+                                                                          p.probability)
             self.settled[outcome.branch_id] = b
             while len(self.settled) > self.settings.max_branches:
                 self.settled.popitem(last=False)

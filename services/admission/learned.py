@@ -38,10 +38,29 @@ class Mean:
 
 @dataclass(slots=True)
 class SelectionCalibration:
-    """How often candidates were selected against the probability predicted for them."""
+    """How often candidates were selected against the probability predicted for them, in all
+    and per probability bin (``bins``: each selection posterior's part of the sums, by
+    ``core.selection_key``, as [selected, predicted]), so that a bin's prior can leave its own
+    observations out (``core.PricedController.calibrated``)."""
 
     selected: float = 0.0
     predicted: float = 0.0
+    bins: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, key: str, selected: float, predicted: float) -> None:
+        """One candidate's outcome, in the sums and in its bin's part."""
+        self.selected += selected
+        self.predicted += predicted
+        part = self.bins.setdefault(key, [0.0, 0.0])
+        part[0] += selected
+        part[1] += predicted
+
+    def without(self, key: str) -> tuple[float, float]:
+        """(selected, predicted) over every bin but ``key``."""
+        part = self.bins.get(key)
+        if part is None:
+            return self.selected, self.predicted
+        return max(self.selected - part[0], 0.0), max(self.predicted - part[1], 0.0)
 
 
 @dataclass(slots=True)
@@ -57,16 +76,17 @@ class ClassStats:
     gain_ratio: dict[str, Mean] = field(default_factory=dict)
     cost_s: dict[str, Mean] = field(default_factory=dict)
     #: Per rank (and visit: ``core.calibration_key``): how often its candidates were selected
-    #: against the predictor's probabilities summed (in probability units).
+    #: against the predictor's probabilities summed (in probability units), and each bin's part.
     calibration: dict[str, SelectionCalibration] = field(default_factory=dict)
 
 
 #: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries;
-#: 4: selection posteriors keyed by rank and probability bin; 5: and by visit after the first).
-STATE_VERSION = 5
+#: 4: selection posteriors keyed by rank and probability bin; 5: and by visit after the first;
+#: 6: each rank's calibration keeps its bins' parts).
+STATE_VERSION = 6
 #: Older versions taken in part, and the parts dropped (``dropped_parts``).
 PARTIAL_VERSIONS: dict[int, tuple[str, ...]] = {2: ("gate", "selection"), 3: ("selection",),
-                                                4: ()}
+                                                4: (), 5: ()}
 
 
 def dropped_parts(state: Mapping[str, Any]) -> tuple[str, ...]:
@@ -75,7 +95,9 @@ def dropped_parts(state: Mapping[str, Any]) -> tuple[str, ...]:
     (``generation_gate.context``), so those classes' gates start cold; versions 2 and 3 learned
     selection by probability bin alone (learned again by rank and bin); version 4 pooled a
     coordinate's visits, and its posteriors are taken as first visits' (later visits learn from
-    their prior). Another version is an ``InvalidArgument``."""
+    their prior); version 5 kept no bin's part of a rank's calibration, so its restored
+    calibrations are taken whole as the prior of every bin (the bins learned after the restore
+    are left out of their own). Another version is an ``InvalidArgument``."""
     version = state.get("version")
     if version not in (STATE_VERSION, *PARTIAL_VERSIONS):
         raise InvalidArgument("state.version", f"expected {STATE_VERSION}, got {version!r}")
@@ -98,10 +120,14 @@ def read_class(name: str, raw: Mapping[str, Any], dropped: tuple[str, ...] = ())
             gain_ms={k: Mean(**v) for k, v in raw["gain_ms"].items()},
             gain_ratio={k: Mean(**v) for k, v in raw["gain_ratio"].items()},
             cost_s={k: Mean(**v) for k, v in raw["cost_s"].items()},
-            calibration={k: SelectionCalibration(**v)
-                         for k, v in raw.get("calibration", {}).items()})
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            calibration={k: _calibration(v) for k, v in raw.get("calibration", {}).items()})
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise InvalidArgument(f"state.classes.{name}", f"not a class record: {exc}") from None
+
+
+def _calibration(raw: Mapping[str, Any]) -> SelectionCalibration:
+    bins = {str(k): [float(part[0]), float(part[1])] for k, part in raw.get("bins", {}).items()}
+    return SelectionCalibration(float(raw["selected"]), float(raw["predicted"]), bins)
 
 
 def discount(st: ClassStats, most_observations: float, most_predicted: float) -> None:
@@ -115,8 +141,9 @@ def discount(st: ClassStats, most_observations: float, most_predicted: float) ->
             beta.success, beta.failure = beta.success * scale, beta.failure * scale
     for cal in st.calibration.values():
         if most_predicted > 0 and cal.predicted > most_predicted:
-            cal.selected, cal.predicted = (cal.selected * most_predicted / cal.predicted,
-                                           most_predicted)
+            scale = most_predicted / cal.predicted
+            cal.selected, cal.predicted = cal.selected * scale, most_predicted
+            cal.bins = {k: [v * scale for v in part] for k, part in cal.bins.items()}
 
 
 __all__ = ["PARTIAL_VERSIONS", "STATE_VERSION", "Beta", "ClassStats", "Mean",

@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from scipy.special import betaincinv
 
 from services.admission.core import (
     BranchOutcome,
@@ -270,13 +271,39 @@ def test_selection_is_learned_per_visit_to_the_coordinate() -> None:
     assert selection_key(0, 0.6) in st.selection and selection_key(0, 0.6, 2) == "r0p6v2"
     assert selection_key(0, 0.6, 9) == selection_key(0, 0.6, 3)  # later visits pooled
     assert c.selection_estimate(st, 0, 0.6) > 0.8
-    assert c.selection_estimate(st, 0, 0.6, visit=2) < 0.1
+    assert c.selection_estimate(st, 0, 0.6, visit=2) < 0.2
     first = dict(c.admit("n0", "r/think", proposals(), MODEL, 100.0, branch_class="t").priced)
     last = dict(c.admit("n2", "r/think", proposals(), MODEL, 100.0, branch_class="t",
                         visit=2).priced)
-    assert first["h1"].p_sel > 0.8 > 0.1 > last["h1"].p_sel
+    assert first["h1"].p_sel > 0.8 > 0.2 > last["h1"].p_sel
     # a rank's calibration (the prior of bins not seen yet) is kept per visit as well
     assert c.calibrated(st, 0, 0.4, visit=2) < 0.15 < 0.4 < c.calibrated(st, 0, 0.4)
+
+
+def test_a_bins_prior_is_calibrated_on_the_other_bins_of_its_rank() -> None:
+    """A rank's calibration is the prior of each of its bins, less the bin's own observations:
+    those are the posterior's counts already. Ten unselected rank-1 candidates in one bin count
+    once there (its prior stays the predictor's 0.25) and calibrate the rank's other bins."""
+    c = controller(tracker_at(running=4))
+    for i in range(10):
+        c.admit(f"b{i}", "r/router", proposals(), MODEL, 100.0)
+        c.report(BranchOutcome(f"b{i}", "h1", saved_s=0.0, fill_cost_s=0.0, setup_s=0.0))
+    st = c.stats["r/router"]
+    cal = st.calibration["1"]
+    assert (cal.selected, cal.predicted) == pytest.approx((0.0, 2.5))
+    assert cal.without(selection_key(1, 0.25)) == pytest.approx((0.0, 0.0))
+    assert c.calibrated(st, 1, 0.25) == pytest.approx(0.25)  # its own bin: left out
+    assert c.calibrated(st, 1, 0.15) == pytest.approx(0.15 * 2.0 / 4.5)  # another bin
+    w = c.settings.prior_weight  # Beta(w 0.25, w 0.75) and the bin's 10 failures, once
+    assert c.selection_estimate(st, 1, 0.25) == pytest.approx(
+        float(betaincinv(w * 0.25, w * 0.75 + 10, 0.5)))
+    # the restored state keeps each bin's part, scaled with its rank's calibration
+    again = controller(tracker_at(running=4))
+    again.restore(c.state())
+    kept = again.stats["r/router"].calibration["1"]
+    assert kept.predicted == pytest.approx(2.0)
+    assert kept.without(selection_key(1, 0.25)) == pytest.approx((0.0, 0.0))
+    assert again.calibrated(again.stats["r/router"], 1, 0.25) == pytest.approx(0.25)
 
 
 def test_the_selection_estimate_is_the_posterior_median_or_its_mean() -> None:
