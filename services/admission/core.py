@@ -7,7 +7,8 @@ baseline policies it is compared with.
 
 - p̃_s = π̃_sel x π̄_use: a quantile of the Beta posterior of "the branch selects this
   candidate" (the median by default, or its mean: ``ControllerSettings.selection_quantile``),
-  conditioned on its rank, the bin of the predictor's probability (on the rank alone when it
+  conditioned on its rank (a tie shares its best rank: ``tied_ranks``), the bin of the
+  predictor's probability (on the rank alone when it
   gives none) and the branch's visit to its decision point in its workflow (``selection_key``;
   prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
   candidates in the other bins were selected against what it predicted for them, as
@@ -234,6 +235,24 @@ def _visit_suffix(visit: int) -> str:
     return f"v{visit}" if visit > 0 else ""
 
 
+def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, int]:
+    """The rank each candidate's selection is learned by (``selection_key``,
+    ``calibration_key``): its own, or, when the predictor gives it the same (positive)
+    probability as a better-ranked candidate, that one's. The order within a tie is the order
+    the candidates were offered in, which says nothing of which one is selected (Routing at
+    8/s: a tie at the top in 27% of branches; in two-way ties rank 0 was selected 40 times and
+    rank 1 43 times), so learned apart a tie's ranks learn noise: a cold controller filled the
+    second of two candidates at 0.5 after a few lucky selections of rank 1 there, or priced
+    three candidates at 1/3 out, where top 1 fills the first (issue 37). The ledger keeps the
+    gateway's ranks."""
+    best: dict[float, int] = {}
+    for p in proposals:
+        if p.probability > 0:
+            best[p.probability] = min(best.get(p.probability, p.rank), p.rank)
+    return {p.candidate: best[p.probability] if p.probability > 0 else p.rank
+            for p in proposals}
+
+
 def calibration_key(rank: int, visit: int = 0) -> str:
     """What a rank's calibration is kept by: the rank, and the visit after the first ("1v2"),
     as ``selection_key`` has them."""
@@ -406,7 +425,8 @@ class PricedController:
         pricing = LoadPricing(self.curves)
         use = self.usability_mean(st)
         cap = window_s * 1000.0 if window_s > 0 else math.inf
-        sel = {p.candidate: self.selection_estimate(st, p.rank, p.probability, visit)
+        tied = tied_ranks(proposals)
+        sel = {p.candidate: self.selection_estimate(st, tied[p.candidate], p.probability, visit)
                for p in proposals}
         candidates = [FillCandidate(p.candidate, min(sel[p.candidate] * use, 1),
                                     min(self._gain_ms(st, p), cap), self._footprint(st, p, v))
@@ -456,8 +476,9 @@ class PricedController:
             for token in b.tokens:
                 self.tracker.release(b.model, token)
             st = self._stats(b.branch_class)
+            tied = tied_ranks(b.proposals)
             for p in b.proposals:
-                key = selection_key(p.rank, p.probability, b.visit)
+                key = selection_key(tied[p.candidate], p.probability, b.visit)
                 beta = st.selection.setdefault(key, Beta())
                 chosen = p.candidate == outcome.selected
                 if chosen:
@@ -465,7 +486,7 @@ class PricedController:
                 else:
                     beta.failure += 1
                 if p.probability > 0:
-                    st.calibration.setdefault(calibration_key(p.rank, b.visit),
+                    st.calibration.setdefault(calibration_key(tied[p.candidate], b.visit),
                                               SelectionCalibration()).add(key, float(chosen),
                                                                           p.probability)
             self.settled[outcome.branch_id] = b
@@ -590,5 +611,5 @@ def finite(value: float, name: str) -> float:
 __all__ = [
     "PROBABILITY_BINS", "VISITS", "Admission", "AdmissionPolicy",
     "BranchOutcome", "ControllerSettings", "PricedController", "Proposal", "Snapshot",
-    "calibration_key", "finite", "proposal", "selection_key",
+    "calibration_key", "finite", "proposal", "selection_key", "tied_ranks",
 ]

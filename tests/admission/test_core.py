@@ -16,9 +16,10 @@ from services.admission.core import (
     PricedController,
     Proposal,
     selection_key,
+    tied_ranks,
 )
 from services.admission.generation_gate import GenerationGate, context
-from services.admission.learned import Mean
+from services.admission.learned import Beta, Mean
 from services.admission.load_view import EngineLoad, LoadTracker
 
 MODEL = "m"
@@ -304,6 +305,30 @@ def test_a_bins_prior_is_calibrated_on_the_other_bins_of_its_rank() -> None:
     assert kept.predicted == pytest.approx(2.0)
     assert kept.without(selection_key(1, 0.25)) == pytest.approx((0.0, 0.0))
     assert again.calibrated(again.stats["r/router"], 1, 0.25) == pytest.approx(0.25)
+
+
+def test_candidates_the_predictor_ties_share_their_rank() -> None:
+    """Two candidates at the same probability are one rank to selection: whichever of them is
+    selected, both keys learn it, and the fill gate takes the first of two equal estimates (as
+    top 1 would) instead of the one that happened to win the last few branches."""
+    tie = [Proposal("a", 0, 0.4, est_exec_s=2.0, est_gain_s=2.0),
+           Proposal("b", 1, 0.4, est_exec_s=2.0, est_gain_s=2.0),
+           Proposal("c", 2, 0.2, est_exec_s=2.0, est_gain_s=2.0)]
+    assert tied_ranks(tie) == {"a": 0, "b": 0, "c": 2}
+    assert tied_ranks([Proposal("x", 0, 0.0), Proposal("y", 1, 0.0)]) == {"x": 0, "y": 1}
+    c = controller(tracker_at(running=4))
+    for i in range(6):  # the second of the tie wins every time
+        c.admit(f"b{i}", "r/router", tie, MODEL, 100.0)
+        c.report(BranchOutcome(f"b{i}", "b", saved_s=2.0, fill_cost_s=4.0, setup_s=0.0,
+                               consumed=(f"fill/b{i}/b/0",)))
+    st = c.stats["r/router"]
+    assert st.selection[selection_key(0, 0.4)] == Beta(6.0, 6.0)
+    assert selection_key(1, 0.4) not in st.selection and "1" not in st.calibration
+    admission = c.admit("n", "r/router", tie, MODEL, 100.0)
+    priced = dict(admission.priced)
+    assert priced["a"].p_sel == priced["b"].p_sel > priced["c"].p_sel
+    assert admission.admitted[0] == "a"
+    assert priced["b"].rank == 1  # the ledger keeps the gateway's rank
 
 
 def test_the_selection_estimate_is_the_posterior_median_or_its_mean() -> None:
