@@ -150,12 +150,13 @@ class ControllerSettings:
     #: 37: 0.75 priced rank-1 candidates at 0.30 against a selection rate of 0.14, filling
     #: runners-up that cost more than they saved under load). The median. Not the mean, though
     #: a fill's expected return p G - C takes p's mean: on a posterior with little evidence the
-    #: median prices a candidate predicted at 0.05 at 0.006 (a cold controller leaves such
-    #: candidates out even on idle engines: HCI at idle, +0.012 of the floor behind always),
-    #: but it also discounts the runners-up a predictor overrates until their rank's calibration
-    #: has learned it, and with the mean a cold controller filled them on Routing at 8/s and at
-    #: moderate load (+0.019 and +0.015 behind the best fixed fan-out, from +0.006 and +0.008)
-    #: while a warm one rated rank 2 at 2.8x its useful rate (docs/experiments.md).
+    #: median prices a candidate predicted at 0.05 at 0.006 (a cold controller left such
+    #: candidates out even on idle engines: HCI at idle, +0.012 of the floor behind always,
+    #: until a bin's own observations left its prior: +0.003 since), but it also discounts the
+    #: runners-up a predictor overrates until their rank's calibration has learned it, and with
+    #: the mean a cold controller filled them on Routing at 8/s and at moderate load (+0.019
+    #: and +0.015 behind the best fixed fan-out, from +0.006 and +0.008) while a warm one rated
+    #: rank 2 at 2.8x its useful rate (docs/experiments.md).
     selection_quantile: float | None = 0.5
     #: Pseudo-counts of the predictor's probability in the selection's Beta prior (no uniform
     #: floor: Beta(w p, w (1 - p))).
