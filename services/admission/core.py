@@ -34,7 +34,6 @@ one by name; ``replay`` scores recorded decisions against the exact oracle.
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from collections import OrderedDict, deque
@@ -52,10 +51,12 @@ from services.admission.learned import (
     ClassStats,
     Mean,
     SelectionCalibration,
+    calibration_key,
     class_records,
     discount,
     dropped_parts,
     read_class,
+    selection_key,
 )
 from services.admission.ledger import Ledger, Priced
 from services.admission.load_view import WINDOW_S, LoadSnapshot, LoadTracker
@@ -201,41 +202,6 @@ class _Branch:
     visit: int = 0
 
 
-#: Edges of the predictor-probability bins the selection posteriors are kept by.
-PROBABILITY_BINS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85)
-#: Visits to a coordinate in one workflow learned apart (later ones pooled with the last).
-VISITS = 4
-
-
-def selection_key(rank: int, probability: float, visit: int = 0) -> str:
-    """What a candidate's selection is learned by: its rank and the bin of the predictor's
-    probability ("r1p3": rank 1 at [0.1, 0.2)), or its rank alone ("r1") when the predictor
-    gives none (probability 0); and the branch's visit to its coordinate in its workflow, after
-    the first ("r1p3v2": the third visit; visits from the ``VISITS``-th on pooled).
-
-    The paper conditions on rank alone; a predictor's probabilities are informative but not
-    calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1 time in 59, at p >= 0.4
-    7 in 16), and a rank's pooled posterior loses that once it has evidence. Bins pooled over
-    ranks lose the rank instead: at one probability the top candidate is chosen far more often
-    than a runner-up (issue 37: a warm controller's bins, filled mostly by rank-0 outcomes,
-    priced rank-1 candidates at 0.21 against a selection rate of 0.13 and rank-2 at 0.08
-    against 0.03), so both condition it. A decision point visited repeatedly in one workflow
-    is not the same decision each time either: a ReAct agent's think step picks an entity on
-    its first two visits and answers on its third, where none of the predicted candidates is
-    selected. Pooled over visits, p̃ overrates the last visit; and under load, where first
-    visits settle first, a cold controller's estimates after 48 branches come from first
-    visits but price later ones (issue 37: ReAct at 16/s, rank 0 priced at 0.52 where 0.36
-    was used). A first visit's key is the one it had before visits were told apart."""
-    key = (f"r{rank}p{bisect.bisect(PROBABILITY_BINS, probability)}" if probability > 0
-           else f"r{rank}")
-    return key + _visit_suffix(visit)
-
-
-def _visit_suffix(visit: int) -> str:
-    visit = min(visit, VISITS - 1)
-    return f"v{visit}" if visit > 0 else ""
-
-
 def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, int]:
     """The rank each candidate's selection is learned by (``selection_key``,
     ``calibration_key``): its own, or, when the predictor gives it the same (positive)
@@ -252,12 +218,6 @@ def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, int]:
             best[p.probability] = min(best.get(p.probability, p.rank), p.rank)
     return {p.candidate: best[p.probability] if p.probability > 0 else p.rank
             for p in proposals}
-
-
-def calibration_key(rank: int, visit: int = 0) -> str:
-    """What a rank's calibration is kept by: the rank, and the visit after the first ("1v2"),
-    as ``selection_key`` has them."""
-    return f"{rank}{_visit_suffix(visit)}"
 
 
 class PricedController:
@@ -610,7 +570,6 @@ def finite(value: float, name: str) -> float:
 
 
 __all__ = [
-    "PROBABILITY_BINS", "VISITS", "Admission", "AdmissionPolicy",
-    "BranchOutcome", "ControllerSettings", "PricedController", "Proposal", "Snapshot",
-    "calibration_key", "finite", "proposal", "selection_key", "tied_ranks",
+    "Admission", "AdmissionPolicy", "BranchOutcome", "ControllerSettings", "PricedController",
+    "Proposal", "Snapshot", "finite", "proposal", "tied_ranks",
 ]

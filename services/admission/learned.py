@@ -1,11 +1,13 @@
 """What the priced controller learns per branch class, as records that outlive a restart:
 selection posteriors, usability, gains, costs and each rank's calibration (``ClassStats``),
+keyed by what selection is learned by (``selection_key``, ``calibration_key``),
 written as plain values (``class_records``), read back by version (``dropped_parts``,
 ``read_class``), and a restored selection scaled down to a prior (``discount``).
 ``core.PricedController`` learns into them; ``state_store`` keeps them on disk."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -40,7 +42,7 @@ class Mean:
 class SelectionCalibration:
     """How often candidates were selected against the probability predicted for them, in all
     and per probability bin (``bins``: each selection posterior's part of the sums, by
-    ``core.selection_key``, as [selected, predicted]), so that a bin's prior can leave its own
+    ``selection_key``, as [selected, predicted]), so that a bin's prior can leave its own
     observations out (``core.PricedController.calibrated``)."""
 
     selected: float = 0.0
@@ -67,7 +69,7 @@ class SelectionCalibration:
 class ClassStats:
     """What the controller learned of one branch class."""
 
-    #: Selection posteriors by ``core.selection_key`` (rank, probability bin and visit).
+    #: Selection posteriors by ``selection_key`` (rank, probability bin and visit).
     selection: dict[str, Beta] = field(default_factory=dict)
     usability: Beta = field(default_factory=Beta)
     #: Per pricing class: realised savings of consumed fills (ms), their ratio to the gateway's
@@ -75,9 +77,50 @@ class ClassStats:
     gain_ms: dict[str, Mean] = field(default_factory=dict)
     gain_ratio: dict[str, Mean] = field(default_factory=dict)
     cost_s: dict[str, Mean] = field(default_factory=dict)
-    #: Per rank (and visit: ``core.calibration_key``): how often its candidates were selected
+    #: Per rank (and visit: ``calibration_key``): how often its candidates were selected
     #: against the predictor's probabilities summed (in probability units), and each bin's part.
     calibration: dict[str, SelectionCalibration] = field(default_factory=dict)
+
+
+#: Edges of the predictor-probability bins the selection posteriors are kept by.
+PROBABILITY_BINS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85)
+#: Visits to a coordinate in one workflow learned apart (later ones pooled with the last).
+VISITS = 4
+
+
+def selection_key(rank: int, probability: float, visit: int = 0) -> str:
+    """What a candidate's selection is learned by: its rank and the bin of the predictor's
+    probability ("r1p3": rank 1 at [0.1, 0.2)), or its rank alone ("r1") when the predictor
+    gives none (probability 0); and the branch's visit to its coordinate in its workflow, after
+    the first ("r1p3v2": the third visit; visits from the ``VISITS``-th on pooled).
+
+    The paper conditions on rank alone; a predictor's probabilities are informative but not
+    calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1 time in 59, at p >= 0.4
+    7 in 16), and a rank's pooled posterior loses that once it has evidence. Bins pooled over
+    ranks lose the rank instead: at one probability the top candidate is chosen far more often
+    than a runner-up (issue 37: a warm controller's bins, filled mostly by rank-0 outcomes,
+    priced rank-1 candidates at 0.21 against a selection rate of 0.13 and rank-2 at 0.08
+    against 0.03), so both condition it. A decision point visited repeatedly in one workflow
+    is not the same decision each time either: a ReAct agent's think step picks an entity on
+    its first two visits and answers on its third, where none of the predicted candidates is
+    selected. Pooled over visits, p̃ overrates the last visit; and under load, where first
+    visits settle first, a cold controller's estimates after 48 branches come from first
+    visits but price later ones (issue 37: ReAct at 16/s, rank 0 priced at 0.52 where 0.36
+    was used). A first visit's key is the one it had before visits were told apart."""
+    key = (f"r{rank}p{bisect.bisect(PROBABILITY_BINS, probability)}" if probability > 0
+           else f"r{rank}")
+    return key + _visit_suffix(visit)
+
+
+def _visit_suffix(visit: int) -> str:
+    visit = min(visit, VISITS - 1)
+    return f"v{visit}" if visit > 0 else ""
+
+
+def calibration_key(rank: int, visit: int = 0) -> str:
+    """What a rank's calibration is kept by: the rank, and the visit after the first ("1v2"),
+    as ``selection_key`` has them."""
+    return f"{rank}{_visit_suffix(visit)}"
 
 
 #: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries;
@@ -146,5 +189,6 @@ def discount(st: ClassStats, most_observations: float, most_predicted: float) ->
             cal.bins = {k: [v * scale for v in part] for k, part in cal.bins.items()}
 
 
-__all__ = ["PARTIAL_VERSIONS", "STATE_VERSION", "Beta", "ClassStats", "Mean",
-           "SelectionCalibration", "class_records", "discount", "dropped_parts", "read_class"]
+__all__ = ["PARTIAL_VERSIONS", "PROBABILITY_BINS", "STATE_VERSION", "VISITS", "Beta",
+           "ClassStats", "Mean", "SelectionCalibration", "calibration_key", "class_records",
+           "discount", "dropped_parts", "read_class", "selection_key"]

@@ -15,11 +15,10 @@ from services.admission.core import (
     ControllerSettings,
     PricedController,
     Proposal,
-    selection_key,
     tied_ranks,
 )
 from services.admission.generation_gate import GenerationGate, context
-from services.admission.learned import Beta, Mean
+from services.admission.learned import Beta, Mean, selection_key
 from services.admission.load_view import EngineLoad, LoadTracker
 
 MODEL = "m"
