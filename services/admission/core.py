@@ -7,8 +7,8 @@ baseline policies it is compared with.
 
 - p̃_s = π̃_sel x π̄_use: a quantile of the Beta posterior of "the branch selects this
   candidate" (the median by default, or its mean: ``ControllerSettings.selection_quantile``),
-  conditioned on its rank (a tie shares its best rank: ``tied_ranks``), the bin of the
-  predictor's probability (on the rank alone when it
+  conditioned on its rank (a tie shares its best rank and learns apart from a candidate alone
+  at it: ``tied_ranks``), the bin of the predictor's probability (on the rank alone when it
   gives none) and the branch's visit to its decision point in its workflow (``selection_key``;
   prior Beta(w p', w (1 - p')): the predictor's probability p, scaled by how often its rank's
   candidates in the other bins were selected against what it predicted for them, as
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -202,10 +202,11 @@ class _Branch:
     visit: int = 0
 
 
-def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, int]:
+def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, tuple[int, bool]]:
     """The rank each candidate's selection is learned by (``selection_key``,
-    ``calibration_key``): its own, or, when the predictor gives it the same (positive)
-    probability as a better-ranked candidate, that one's. The order within a tie is the order
+    ``calibration_key``), and whether it is tied: its own rank, or, when the predictor gives it
+    the same (positive) probability as a better-ranked candidate, that one's; tied when another
+    candidate has its probability. The order within a tie is the order
     the candidates were offered in, which says nothing of which one is selected (Routing at
     8/s: a tie at the top in 27% of branches; in two-way ties rank 0 was selected 40 times and
     rank 1 43 times), so learned apart a tie's ranks learn noise: a cold controller filled the
@@ -213,11 +214,14 @@ def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, int]:
     three candidates at 1/3 out, where top 1 fills the first (issue 37). The ledger keeps the
     gateway's ranks."""
     best: dict[float, int] = {}
+    shared: Counter[float] = Counter()
     for p in proposals:
         if p.probability > 0:
             best[p.probability] = min(best.get(p.probability, p.rank), p.rank)
-    return {p.candidate: best[p.probability] if p.probability > 0 else p.rank
-            for p in proposals}
+            shared[p.probability] += 1
+    return {p.candidate: (best[p.probability], shared[p.probability] > 1) if p.probability > 0
+            else (p.rank, False) for p in proposals}
+
 
 
 class PricedController:
@@ -268,20 +272,20 @@ class PricedController:
         return b
 
     def selection_estimate(self, st: ClassStats, rank: int, probability: float,
-                           visit: int = 0) -> float:
+                           visit: int = 0, tied: bool = False) -> float:
         """π̃_sel: the ``selection_quantile`` (None: the mean) of the Beta posterior of the
         candidate's ``selection_key``, whose prior is the predictor's probability, calibrated
         for its rank (``calibrated``), as ``prior_weight`` pseudo-counts (no uniform floor)."""
-        beta = st.selection.get(selection_key(rank, probability, visit), Beta())
+        beta = st.selection.get(selection_key(rank, probability, visit, tied), Beta())
         w = self.settings.prior_weight
-        p = min(max(self.calibrated(st, rank, probability, visit), 1e-3), 1.0 - 1e-3)
+        p = min(max(self.calibrated(st, rank, probability, visit, tied), 1e-3), 1.0 - 1e-3)
         a = w * p + beta.success
         b = w * (1.0 - p) + beta.failure
         q = self.settings.selection_quantile
         return a / (a + b) if q is None else float(betaincinv(a, b, q))
 
     def calibrated(self, st: ClassStats, rank: int, probability: float,
-                   visit: int = 0) -> float:
+                   visit: int = 0, tied: bool = False) -> float:
         """The predictor's probability scaled by how often its rank's candidates were selected
         at this visit (``calibration_key``) against what it predicted for them (shrunk towards 1
         by ``calibration_weight`` pseudo-counts): the prior of each probability bin's posterior.
@@ -297,11 +301,11 @@ class PricedController:
         0.45x its useful rate)."""
         if probability <= 0:
             return probability
-        cal = st.calibration.get(calibration_key(rank, visit))
+        cal = st.calibration.get(calibration_key(rank, visit, tied))
         if cal is None:
             return probability
         w = self.settings.calibration_weight
-        selected, predicted = cal.without(selection_key(rank, probability, visit))
+        selected, predicted = cal.without(selection_key(rank, probability, visit, tied))
         return probability * (selected + w) / (predicted + w)
 
     def usability_mean(self, st: ClassStats) -> float:
@@ -387,7 +391,8 @@ class PricedController:
         use = self.usability_mean(st)
         cap = window_s * 1000.0 if window_s > 0 else math.inf
         tied = tied_ranks(proposals)
-        sel = {p.candidate: self.selection_estimate(st, tied[p.candidate], p.probability, visit)
+        sel = {p.candidate: self.selection_estimate(st, tied[p.candidate][0], p.probability,
+                                                    visit, tied[p.candidate][1])
                for p in proposals}
         candidates = [FillCandidate(p.candidate, min(sel[p.candidate] * use, 1),
                                     min(self._gain_ms(st, p), cap), self._footprint(st, p, v))
@@ -439,7 +444,8 @@ class PricedController:
             st = self._stats(b.branch_class)
             tied = tied_ranks(b.proposals)
             for p in b.proposals:
-                key = selection_key(tied[p.candidate], p.probability, b.visit)
+                rank, shared = tied[p.candidate]
+                key = selection_key(rank, p.probability, b.visit, shared)
                 beta = st.selection.setdefault(key, Beta())
                 chosen = p.candidate == outcome.selected
                 if chosen:
@@ -447,7 +453,7 @@ class PricedController:
                 else:
                     beta.failure += 1
                 if p.probability > 0:
-                    st.calibration.setdefault(calibration_key(tied[p.candidate], b.visit),
+                    st.calibration.setdefault(calibration_key(rank, b.visit, shared),
                                               SelectionCalibration()).add(key, float(chosen),
                                                                           p.probability)
             self.settled[outcome.branch_id] = b

@@ -88,11 +88,13 @@ PROBABILITY_BINS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85)
 VISITS = 4
 
 
-def selection_key(rank: int, probability: float, visit: int = 0) -> str:
+def selection_key(rank: int, probability: float, visit: int = 0, tied: bool = False) -> str:
     """What a candidate's selection is learned by: its rank and the bin of the predictor's
     probability ("r1p3": rank 1 at [0.1, 0.2)), or its rank alone ("r1") when the predictor
-    gives none (probability 0); and the branch's visit to its coordinate in its workflow, after
-    the first ("r1p3v2": the third visit; visits from the ``VISITS``-th on pooled).
+    gives none (probability 0); whether the predictor gave another candidate the same
+    probability ("r0tp4": tied for rank 0); and the branch's visit to its coordinate in its
+    workflow, after the first ("r1p3v2": the third visit; visits from the ``VISITS``-th on
+    pooled).
 
     The paper conditions on rank alone; a predictor's probabilities are informative but not
     calibrated (Routing: rank-1 candidates at p < 0.35 were selected 1 time in 59, at p >= 0.4
@@ -106,9 +108,18 @@ def selection_key(rank: int, probability: float, visit: int = 0) -> str:
     selected. Pooled over visits, p̃ overrates the last visit; and under load, where first
     visits settle first, a cold controller's estimates after 48 branches come from first
     visits but price later ones (issue 37: ReAct at 16/s, rank 0 priced at 0.52 where 0.36
-    was used). A first visit's key is the one it had before visits were told apart."""
-    key = (f"r{rank}p{bisect.bisect(PROBABILITY_BINS, probability)}" if probability > 0
-           else f"r{rank}")
+    was used). A first visit's key is the one it had before visits were told apart.
+
+    At one rank and probability a candidate the predictor singled out is not one it could not
+    tell from another. A tie at the top splits a selection the predictor cannot place; a
+    candidate alone behind a leader has lost to it; runners-up tied with each other are the
+    tail a predictor gives its floor probability. Pooled, they priced each other (issue 37,
+    Routing warm at 2-8/s, 5 seeds: leaders alone at p in [0.2, 0.5) priced at 0.32-0.52
+    where 0.79-0.92 were selected; a runner-up alone at 0.19 against 0.04, its rank's
+    calibration raised by the tail's, selected 0.04 at p 0.003), so a tie learns apart. A
+    candidate alone at its rank keeps the key it had before ties were told apart."""
+    key = (f"r{rank}{'t' if tied else ''}p{bisect.bisect(PROBABILITY_BINS, probability)}"
+           if probability > 0 else f"r{rank}")
     return key + _visit_suffix(visit)
 
 
@@ -117,19 +128,19 @@ def _visit_suffix(visit: int) -> str:
     return f"v{visit}" if visit > 0 else ""
 
 
-def calibration_key(rank: int, visit: int = 0) -> str:
-    """What a rank's calibration is kept by: the rank, and the visit after the first ("1v2"),
-    as ``selection_key`` has them."""
-    return f"{rank}{_visit_suffix(visit)}"
+def calibration_key(rank: int, visit: int = 0, tied: bool = False) -> str:
+    """What a rank's calibration is kept by: the rank, whether tied ("0t"), and the visit after
+    the first ("1v2"), as ``selection_key`` has them."""
+    return f"{rank}{'t' if tied else ''}{_visit_suffix(visit)}"
 
 
 #: Version of ``PricedController.state``'s layout (3: Action 0's context has four entries;
 #: 4: selection posteriors keyed by rank and probability bin; 5: and by visit after the first;
-#: 6: each rank's calibration keeps its bins' parts).
-STATE_VERSION = 6
+#: 6: each rank's calibration keeps its bins' parts; 7: ties learned apart).
+STATE_VERSION = 7
 #: Older versions taken in part, and the parts dropped (``dropped_parts``).
 PARTIAL_VERSIONS: dict[int, tuple[str, ...]] = {2: ("gate", "selection"), 3: ("selection",),
-                                                4: (), 5: ()}
+                                                4: (), 5: (), 6: ()}
 
 
 def dropped_parts(state: Mapping[str, Any]) -> tuple[str, ...]:
@@ -140,7 +151,9 @@ def dropped_parts(state: Mapping[str, Any]) -> tuple[str, ...]:
     coordinate's visits, and its posteriors are taken as first visits' (later visits learn from
     their prior); version 5 kept no bin's part of a rank's calibration, so its restored
     calibrations are taken whole as the prior of every bin (the bins learned after the restore
-    are left out of their own). Another version is an ``InvalidArgument``."""
+    are left out of their own); version 6 pooled ties with the candidates alone at their rank,
+    and its posteriors are taken as the latter's (ties learn from their prior). Another version
+    is an ``InvalidArgument``."""
     version = state.get("version")
     if version not in (STATE_VERSION, *PARTIAL_VERSIONS):
         raise InvalidArgument("state.version", f"expected {STATE_VERSION}, got {version!r}")

@@ -313,16 +313,17 @@ def test_candidates_the_predictor_ties_share_their_rank() -> None:
     tie = [Proposal("a", 0, 0.4, est_exec_s=2.0, est_gain_s=2.0),
            Proposal("b", 1, 0.4, est_exec_s=2.0, est_gain_s=2.0),
            Proposal("c", 2, 0.2, est_exec_s=2.0, est_gain_s=2.0)]
-    assert tied_ranks(tie) == {"a": 0, "b": 0, "c": 2}
-    assert tied_ranks([Proposal("x", 0, 0.0), Proposal("y", 1, 0.0)]) == {"x": 0, "y": 1}
+    assert tied_ranks(tie) == {"a": (0, True), "b": (0, True), "c": (2, False)}
+    assert tied_ranks([Proposal("x", 0, 0.0), Proposal("y", 1, 0.0)]) == {
+        "x": (0, False), "y": (1, False)}
     c = controller(tracker_at(running=4))
     for i in range(6):  # the second of the tie wins every time
         c.admit(f"b{i}", "r/router", tie, MODEL, 100.0)
         c.report(BranchOutcome(f"b{i}", "b", saved_s=2.0, fill_cost_s=4.0, setup_s=0.0,
                                consumed=(f"fill/b{i}/b/0",)))
     st = c.stats["r/router"]
-    assert st.selection[selection_key(0, 0.4)] == Beta(6.0, 6.0)
-    assert selection_key(1, 0.4) not in st.selection and "1" not in st.calibration
+    assert st.selection[selection_key(0, 0.4, tied=True)] == Beta(6.0, 6.0)
+    assert selection_key(1, 0.4, tied=True) not in st.selection and "1t" not in st.calibration
     admission = c.admit("n", "r/router", tie, MODEL, 100.0)
     priced = dict(admission.priced)
     assert priced["a"].p_sel == priced["b"].p_sel > priced["c"].p_sel
@@ -532,3 +533,29 @@ def test_the_learned_gain_ratio_starts_from_the_projection_and_moves_with_eviden
     assert gain(0.0, [0.1]) == pytest.approx(1_000.0)  # no prior: one low ratio decides
     assert gain(4.0, [0.1]) == pytest.approx(10_000.0 * 4.1 / 5)  # shrunk towards 1
     assert gain(4.0, [0.1] * 400) < 1_200.0  # evidence outweighs the prior
+
+
+def test_a_tie_learns_apart_from_a_candidate_alone_at_its_rank() -> None:
+    """At one rank and probability, a leader the predictor singled out and one it could not
+    tell from another are selected at different rates (and a runner-up alone behind the
+    leader unlike the tail tied at the floor): each learns its own posterior and its own
+    calibration, so neither prices the other."""
+    assert selection_key(0, 0.3, tied=True) == "r0tp4" != selection_key(0, 0.3) == "r0p4"
+    assert selection_key(1, 0.3, 2, tied=True) == "r1tp4v2"
+    sole = [Proposal("a", 0, 0.3, est_exec_s=2.0, est_gain_s=2.0),
+            Proposal("b", 1, 0.2, est_exec_s=2.0, est_gain_s=2.0)]
+    tie = [Proposal("x", 0, 0.3, est_exec_s=2.0, est_gain_s=2.0),
+           Proposal("y", 1, 0.3, est_exec_s=2.0, est_gain_s=2.0),
+           Proposal("z", 2, 0.3, est_exec_s=2.0, est_gain_s=2.0)]
+    c = controller(tracker_at(running=4))
+    for i in range(10):  # the sole leader always wins; in the tie, the last one
+        c.admit(f"s{i}", "r/router", sole, MODEL, 100.0)
+        c.report(BranchOutcome(f"s{i}", "a", saved_s=0.0, fill_cost_s=0.0, setup_s=0.0))
+        c.admit(f"t{i}", "r/router", tie, MODEL, 100.0)
+        c.report(BranchOutcome(f"t{i}", "z", saved_s=0.0, fill_cost_s=0.0, setup_s=0.0))
+    st = c.stats["r/router"]
+    assert st.selection[selection_key(0, 0.3)] == Beta(10.0, 0.0)
+    assert st.selection[selection_key(0, 0.3, tied=True)] == Beta(10.0, 20.0)
+    assert set(st.calibration) == {"0", "0t", "1"}
+    assert c.selection_estimate(st, 0, 0.3) > 0.8  # the sole leader, learned as such
+    assert 0.2 < c.selection_estimate(st, 0, 0.3, tied=True) < 0.45  # a third of a tie
