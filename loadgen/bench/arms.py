@@ -69,8 +69,9 @@ WARMUP_SEED_OFFSET = 1_000_003
 #: starts (``done`` False) and when it ends (``done`` True): how a caller shows progress.
 UnitProgress = Callable[[str, bool], None]
 TRAINING_UNIT = "training on the train split"
-#: Train-split workflows a warm arm's controller learns from, per mode (quick: True).
-TRAIN_WORKFLOWS = {True: 48, False: 96}
+#: Train-split schedules a warm arm's controller learns from in turn, per mode (quick: True),
+#: each as long as a measured seed's (``runner.train_warm``).
+TRAIN_SCHEDULES = {True: 2, False: 4}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -190,17 +191,18 @@ async def _seed(opts: Options, workload: Workload, arms: tuple[ArmSpec, ...], se
 #: How the CIs resample, by whether more than one seed ran (``loadgen.arms.stats``).
 CI_RESAMPLING = {False: "workflows (one seed)",
                  True: "two-stage cluster bootstrap: seeds, then workflows within each"}
-async def _train(opts: Options, config: MeshConfig, n: int, rate: float,
+async def _train(opts: Options, config: MeshConfig, n: int, count: int, rate: float,
                  folder: Path) -> tuple[MeshConfig, dict[str, Any]]:
-    """``train_warm`` on ``n`` workflows of the workload's *train* split (at most what it yields
-    for one schedule), at the same rate, arrivals and profile."""
+    """``train_warm`` over ``count`` schedules of ``n`` workflows of the workload's *train*
+    split (at most what it yields for one schedule), at the same rate, arrivals and profile,
+    each of its own seed."""
     train = get_workload(opts.workload, split="train",
                          **profile_options(opts.profile, opts.workload))
     most = most_workflows(train)
     n = n if most is None else min(n, most)
-    schedule = build_schedule(train, n, seed=TRAIN_SEED, arrival=opts.arrival, rate=rate,
-                              replay_rate=opts.replay_rate)
-    return await train_warm(train, schedule, config, folder)
+    schedules = [build_schedule(train, n, seed=TRAIN_SEED + i, arrival=opts.arrival, rate=rate,
+                                replay_rate=opts.replay_rate) for i in range(count)]
+    return await train_warm(train, schedules, config, folder)
 
 
 def _leak_guard(workload: Workload) -> dict[str, Any]:
@@ -293,8 +295,7 @@ async def measure(quick: bool, opts: Options, progress: UnitProgress = _silent
         training = None
         if any(a.warm for a in arms):
             progress(TRAINING_UNIT, False)
-            # as many as a measured seed (high rates: enough for the load to build)
-            config, training = await _train(opts, config, max(TRAIN_WORKFLOWS[quick], n), rate,
+            config, training = await _train(opts, config, n, TRAIN_SCHEDULES[quick], rate,
                                             Path(tmp))
             progress(TRAINING_UNIT, True)
         per_seed = [await _seed(opts, workload, arms, s, config, n, warm, rate, progress)

@@ -114,7 +114,7 @@ async def _train(quick: bool, folder: Path) -> tuple[MeshConfig, dict[str, Any]]
     """The state ``full_warm`` starts from: ``train_warm`` over the phased pattern on the train
     split; and what trained it."""
     schedule, _ = phased_schedule(PHASES[quick], TRAIN_SEED, split="train")
-    config, training = await train_warm(get_workload("routing", split="train"), schedule,
+    config, training = await train_warm(get_workload("routing", split="train"), [schedule],
                                         MeshConfig(engines=ENGINES), folder)
     return config, {**training, "pattern": "the phased trace"}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,32 @@ async def test_a_warm_arm_starts_from_what_a_previous_run_learned(  # type: igno
     warm = await run_arm(ARM_SPECS["full_warm"], workload, schedule,
                          dataclasses.replace(config, warm_state=str(state)))
     assert "cold" not in warm.admission["gate"] and warm.admission["opened"] > 0
+
+
+async def test_warm_training_carries_what_it_learned_from_schedule_to_schedule(  # type: ignore[no-untyped-def]
+        tmp_path) -> None:
+    """``train_warm`` runs its schedules in turn, each on a fresh mesh restored from the one
+    before: the state it leaves holds the usability outcomes of every schedule, not the
+    last one's alone; and it says what trained it."""
+    import json
+
+    from loadgen.arms.runner import train_warm
+
+    workload = get_workload("routing", split="train")
+    first, second = (build_schedule(workload, 4, seed=s, arrival="serial") for s in (5, 6))
+    with pytest.raises(ValueError, match="at least one schedule"):
+        await train_warm(workload, [], MeshConfig(engines=1), tmp_path)
+
+    def used(config: MeshConfig) -> float:
+        state = json.loads(Path(config.warm_state).read_text())
+        return sum(c["usability"]["success"] + c["usability"]["failure"]
+                   for c in state["classes"].values())
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one, _ = await train_warm(workload, [second], MeshConfig(engines=1), tmp_path / "one")
+    two, info = await train_warm(workload, [first, second], MeshConfig(engines=1),
+                                 tmp_path / "two")
+    assert info["schedules"] == 2 and info["workflows"] == 8 and info["seeds"] == [5, 6]
+    assert info["split"] == "train" and info["failed"] == 0
+    assert used(two) > used(one) > 0
