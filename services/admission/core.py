@@ -223,7 +223,6 @@ def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, tuple[int, bool]]:
             else (p.rank, False) for p in proposals}
 
 
-
 class PricedController:
     """Action 0 and Action 1 at live load, learning from delayed feedback."""
 

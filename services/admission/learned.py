@@ -115,8 +115,9 @@ def selection_key(rank: int, probability: float, visit: int = 0, tied: bool = Fa
     candidate alone behind a leader has lost to it; runners-up tied with each other are the
     tail a predictor gives its floor probability. Pooled, they priced each other (issue 37,
     Routing warm at 2-8/s, 5 seeds: leaders alone at p in [0.2, 0.5) priced at 0.32-0.52
-    where 0.79-0.92 were selected; a runner-up alone at 0.19 against 0.04, its rank's
-    calibration raised by the tail's, selected 0.04 at p 0.003), so a tie learns apart. A
+    where 0.79-0.92 were selected; a runner-up alone at 0.19 against 0.04, a sixth of its
+    probability, its rank's calibration raised by the runners-up tied with each other,
+    selected at about half of theirs: 0.04 at p in [0.05, 0.1)), so a tie learns apart. A
     candidate alone at its rank keeps the key it had before ties were told apart."""
     key = (f"r{rank}{'t' if tied else ''}p{bisect.bisect(PROBABILITY_BINS, probability)}"
            if probability > 0 else f"r{rank}")
