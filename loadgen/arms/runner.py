@@ -317,7 +317,8 @@ async def train_warm(train: Workload, schedules: Sequence[Schedule], config: Mes
     train split, rank-1 candidates alone at their rank: selected 9% in the first 48 workflows
     of a schedule, 13% in the first 96, over 15 seeds), and one schedule's requests, replayed,
     weigh in it several times (issue 37: a warm controller trained on one schedule of 96 rated
-    them at 0.55 where a measured seed selected 0.04)."""
+    them at 0.55 where a measured seed selected 0.04); as many as the train split has fresh
+    requests for (``bench.arms.training_schedules``), not the same requests again."""
     if not schedules:
         raise ValueError("train_warm needs at least one schedule")
     path = folder / "learned-state.json"

@@ -70,8 +70,20 @@ WARMUP_SEED_OFFSET = 1_000_003
 UnitProgress = Callable[[str, bool], None]
 TRAINING_UNIT = "training on the train split"
 #: Train-split schedules a warm arm's controller learns from in turn, per mode (quick: True),
-#: each as long as a measured seed's (``runner.train_warm``).
+#: each as long as a measured seed's (``runner.train_warm``), at most what the split holds
+#: (``training_schedules``).
 TRAIN_SCHEDULES = {True: 2, False: 4}
+
+
+def training_schedules(count: int, n: int, most: int | None) -> int:
+    """How many train-split schedules of ``n`` workflows a warm arm learns from: ``count``, but
+    no more than the split has fresh instances for (``most``: ``most_workflows``; None: no
+    bound), and at least one. Schedules beyond that ask the same requests again, and a request
+    asked in every schedule weighs in the restored state as often: ReAct's train split holds
+    67 questions, 5 of which pick their second entity at the predictor's rank 2 (of the test
+    split's 133, 1), and four schedules of 48 taught a warm controller their rate three times
+    over (issue 37: its rank-2 candidates priced at 3.7x their useful rate, 2.2x from one)."""
+    return count if most is None else max(1, min(count, most // max(n, 1)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -194,14 +206,16 @@ CI_RESAMPLING = {False: "workflows (one seed)",
 async def _train(opts: Options, config: MeshConfig, n: int, count: int, rate: float,
                  folder: Path) -> tuple[MeshConfig, dict[str, Any]]:
     """``train_warm`` over ``count`` schedules of ``n`` workflows of the workload's *train*
-    split (at most what it yields for one schedule), at the same rate, arrivals and profile,
-    each of its own seed."""
+    split (at most what it yields for one schedule, and as many schedules as it has fresh
+    requests for: ``training_schedules``), at the same rate, arrivals and profile, each of its
+    own seed."""
     train = get_workload(opts.workload, split="train",
                          **profile_options(opts.profile, opts.workload))
     most = most_workflows(train)
     n = n if most is None else min(n, most)
     schedules = [build_schedule(train, n, seed=TRAIN_SEED + i, arrival=opts.arrival, rate=rate,
-                                replay_rate=opts.replay_rate) for i in range(count)]
+                                replay_rate=opts.replay_rate)
+                 for i in range(training_schedules(count, n, most))]
     return await train_warm(train, schedules, config, folder)
 
 
@@ -479,5 +493,5 @@ def _print(result: dict[str, Any]) -> None:
         print(f"  RUN FAILED: {result['failed']} failed workflow(s), left out of every mean")
 
 
-__all__ = ["MODES", "RATES", "REAL_MODES", "TRAINING_UNIT", "Options", "UnitProgress",
-           "measure", "planned_units", "run"]
+__all__ = ["MODES", "RATES", "REAL_MODES", "TRAINING_UNIT", "TRAIN_SCHEDULES", "Options",
+           "UnitProgress", "measure", "planned_units", "run", "training_schedules"]

@@ -172,3 +172,17 @@ def test_filled_workflows_slower_than_the_floor_are_counted() -> None:
                                    flow("3", "engine", 3.0)], remaining_s=[])  # 3: no fill
     assert summarize({"floor": floor, "full": full})["full"]["filled_slower_than_floor"] == {
         "workflows": 2, "slower": 1, "worst_s": 0.5}
+
+
+def test_warm_training_never_asks_the_train_split_for_more_than_it_holds() -> None:
+    """A warm arm learns from as many train-split schedules as the split has fresh requests
+    for: ReAct's 67 questions hold one schedule of 48, not four that ask each of them about
+    three times; Routing's 246 hold four at 48 workflows and two at 96; at least one always."""
+    from loadgen.arms.load_levels import most_workflows
+    from loadgen.bench.arms import TRAIN_SCHEDULES, training_schedules
+
+    react = most_workflows(get_workload("react", split="train"))
+    assert react is not None and training_schedules(TRAIN_SCHEDULES[False], 48, react) == 1
+    assert training_schedules(4, 48, 246) == 4 and training_schedules(4, 96, 246) == 2
+    assert training_schedules(4, 246, 246) == 1 and training_schedules(4, 300, 246) == 1
+    assert training_schedules(4, 48, None) == 4
