@@ -1,9 +1,11 @@
 """Candidate predictors behind the candidate interface (dynbranch §3.1, §3.3, §2.1).
 
 A predictor maps a branch coordinate and what is known before the branch resolves to a ranked
-candidate list. Only the order is trusted downstream: admission replaces the probabilities with
-per-rank consumption rates it learns online (§3.3), so the probabilities here are normalized
-scores, not calibrated estimates.
+candidate list. The probabilities are normalized scores, not calibrated estimates: admission
+takes them as the prior of selection rates it learns online per rank (§3.3), and reads equal
+probabilities as a tie, candidates the predictor cannot tell apart, whose order says nothing
+(``admission.core.tied_ranks``). A predictor whose order within equal scores is a ranking of its
+own says so in its scores (``ObservationEntities``).
 
 - ``TemplateEnumeration``: a bounded space, in template (or offered) order.
 - ``FrequencyPrior``: per-coordinate selection counts learned online, Laplace-smoothed; ties keep
@@ -130,19 +132,36 @@ class OfferedOptions:
         self.prior.observe(coordinate, selected)
 
 
+#: What each entity scores below its mention count per place in ``ObservationEntities``'
+#: ranking: enough to tell equal counts apart, far too little to reorder anything.
+TIE_STEP = 1e-6
+
+
 class ObservationEntities:
-    """Open vocabulary: entities named in the last observation (dynbranch §2.1, ReAct)."""
+    """Open vocabulary: entities named in the last observation (dynbranch §2.1, ReAct).
+
+    Its order within one mention count (names of several words first, then the latest
+    mention: ``extract_entities``) is a ranking, not an arbitrary order, so each entity scores
+    ``TIE_STEP`` per place below its count and no two share a probability. Sharing one,
+    admission took them for a tie and learned them as one candidate, though their places are
+    selected at different rates: on ReAct's first think, of two names a question mentions
+    equally often, the one this order puts second was selected about twice as often as the first,
+    and a third after a three-way tie almost never (issue 37), so a tie's rate priced the
+    third at 0.19 and the second below its own (a cold controller's rank-1 candidates at 0.72x
+    their useful rate).
+    """
 
     def __init__(self, limit: int = 20) -> None:
         self.limit = limit
 
     def rank(self, coordinate: str, context: PredictionContext) -> list[RankedCandidate]:
-        """Capitalized names and quoted titles by mention count, then recency."""
+        """Capitalized names and quoted titles by mention count, then several words, then
+        recency; each place ``TIE_STEP`` below the count."""
         found = extract_entities(context.observation, exclude=context.exclude)
         if context.candidates:
             allowed = set(context.candidates)
             found = [(e, s) for e, s in found if e in allowed]
-        return ranked(found[:self.limit])
+        return ranked((e, s - TIE_STEP * i) for i, (e, s) in enumerate(found[:self.limit]))
 
 
 class LexicalOverlap:
@@ -325,7 +344,7 @@ def _fold_partial_mentions(keys: list[tuple[str, ...]], counts: Counter[tuple[st
 
 
 __all__ = [
-    "CompositePredictor", "FrequencyPrior", "LexicalOverlap", "ObservationEntities",
+    "TIE_STEP", "CompositePredictor", "FrequencyPrior", "LexicalOverlap", "ObservationEntities",
     "OfferedOptions",
     "PredictionContext", "Predictor", "TemplateEnumeration", "context_for",
     "default_predictor", "extract_entities", "ranked",

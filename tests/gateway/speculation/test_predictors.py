@@ -11,6 +11,7 @@ import pytest
 from services.common.values.errors import InvalidArgument
 from services.corpus.loaders import HOTPOTQA_FILE, default_data_dir
 from services.gateway.speculation.predictors import (
+    TIE_STEP,
     CompositePredictor,
     FrequencyPrior,
     ObservationEntities,
@@ -130,6 +131,11 @@ def test_observation_entities_rank_the_previous_passage() -> None:
                                          ctx(observation=PASSAGE, exclude=("Nobody's Hero",)))
     assert names(ranking)[:2] == ["Peter Collins", "Neil Peart"]  # tie: the later one first
     assert sum(r.probability for r in ranking) == pytest.approx(1.0)
+    # its order within a count is a ranking: no two share a probability (admission would take
+    # them for a tie), and nothing moves by more than the step
+    first, second = ranking[0].probability, ranking[1].probability
+    assert first > second and first == pytest.approx(second, abs=10 * TIE_STEP)
+    assert len({r.probability for r in ranking}) == len(ranking)
 
 
 # --- composite and context -------------------------------------------------------------------
