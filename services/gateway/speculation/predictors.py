@@ -147,7 +147,7 @@ class ObservationEntities:
     selected at different rates: on ReAct's first think, of two names a question mentions
     equally often, the one this order puts second was selected about twice as often as the first,
     and a third after a three-way tie almost never (issue 37), so a tie's rate priced the
-    third at 0.19 and the second below its own (a cold controller's rank-1 candidates at 0.72x
+    third at 0.19 and the second below its own (a cold controller's rank-1 candidates at 0.73x
     their useful rate).
     """
 
