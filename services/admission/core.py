@@ -213,7 +213,8 @@ def tied_ranks(proposals: Sequence[Proposal]) -> dict[str, tuple[int, bool]]:
     second of two candidates at 0.5 after a few lucky selections of rank 1 there, or priced
     three candidates at 1/3 out, where top 1 fills the first (issue 37). A predictor whose
     order within equal scores is a ranking gives them unequal probabilities (the gateway's
-    ``ObservationEntities``), so they are no tie. The ledger keeps the gateway's ranks."""
+    ``ObservationEntities`` and ``CorpusTitles``), so they are no tie. The ledger keeps the
+    gateway's ranks."""
     best: dict[float, int] = {}
     shared: Counter[float] = Counter()
     for p in proposals:

@@ -5,7 +5,7 @@ candidate list. The probabilities are normalized scores, not calibrated estimate
 takes them as the prior of selection rates it learns online per rank (§3.3), and reads equal
 probabilities as a tie, candidates the predictor cannot tell apart, whose order says nothing
 (``admission.core.tied_ranks``). A predictor whose order within equal scores is a ranking of its
-own says so in its scores (``ObservationEntities``).
+own says so in its scores (``ObservationEntities``; ``titles.CorpusTitles``).
 
 - ``TemplateEnumeration``: a bounded space, in template (or offered) order.
 - ``FrequencyPrior``: per-coordinate selection counts learned online, Laplace-smoothed; ties keep

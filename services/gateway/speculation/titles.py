@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from services.common.values.candidates import RankedCandidate
-from services.gateway.speculation.predictors import PredictionContext, ranked
+from services.gateway.speculation.predictors import TIE_STEP, PredictionContext, ranked
 
 #: Words that open a clause but name nothing: a lone one never counts as a title mention.
 _STOP = frozenset(w.casefold() for w in (
@@ -51,6 +51,12 @@ _FULL_BONUS = 0.5
 #: Weight of ``CorpusTitles`` in the gateway's composite: above the prior and the observation's
 #: capitalized names (weight 1), which it refines, so a title outranks its bare mention.
 TITLE_WEIGHT = 2.0
+#: What each title scores below the one before it (``CorpusTitles.rank``): its order within
+#: equal scores is a ranking, as the entity extractor's is (``predictors.TIE_STEP``), but a
+#: thousandth of that one's step, so that where the extractor names the same titles its order
+#: stands in the composite (as it did before the step), and the titles only this predictor
+#: names are no longer a tie.
+TITLE_TIE_STEP = TIE_STEP / 1000
 
 
 class Titled(Protocol):
@@ -194,7 +200,16 @@ class CorpusTitles:
     # --- ranking ---------------------------------------------------------------------------
 
     def rank(self, coordinate: str, context: PredictionContext) -> list[RankedCandidate]:
-        """Titles mentioned in the observation, best first (at most ``limit``)."""
+        """Titles mentioned in the observation, best first (at most ``limit``), each place
+        ``TITLE_TIE_STEP`` below its score.
+
+        Equal scores are common (one mention each in a question) and their order (``scores``:
+        the first mentioned, then the shorter title) is this predictor's, not an arbitrary
+        one. Sharing a probability, admission took them for a tie and learned them as one
+        candidate (``admission.core.tied_ranks``), though their places are selected at
+        different rates: on ReAct's first think (0.8 and 4/s, idle and moderate load, 5 seeds
+        each), the third of three candidates tied at the top (most of them titles) was
+        selected in none of 42 branches, and the warm controller priced it at 0.31 (issue 37)."""
         if not context.observation:
             return []
         self.refresh()
@@ -202,7 +217,8 @@ class CorpusTitles:
         if context.candidates:
             allowed = set(context.candidates)
             scores = [(t, s) for t, s in scores if t in allowed]
-        return ranked(scores[:self.limit])
+        return ranked((title, score - TITLE_TIE_STEP * i)
+                      for i, (title, score) in enumerate(scores[:self.limit]))
 
     def scores(self, text: str, exclude: Iterable[str] = ()) -> list[tuple[str, float]]:
         """``(title, score)`` for titles mentioned in ``text``, best first.
@@ -273,4 +289,5 @@ def _passage_weight(passages: list[tuple[int, str, int, int]], offset: int) -> f
     return 1.0 / rank
 
 
-__all__ = ["TITLE_WEIGHT", "CorpusTitles", "TitleIndex", "TitleSource", "base_form", "normalized"]
+__all__ = ["TITLE_TIE_STEP", "TITLE_WEIGHT", "CorpusTitles", "TitleIndex", "TitleSource",
+           "base_form", "normalized"]

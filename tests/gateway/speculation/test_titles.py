@@ -16,7 +16,13 @@ from services.gateway.speculation.predictors import (
     PredictionContext,
     default_predictor,
 )
-from services.gateway.speculation.titles import CorpusTitles, base_form, normalized
+from services.gateway.speculation.titles import (
+    TITLE_TIE_STEP,
+    TITLE_WEIGHT,
+    CorpusTitles,
+    base_form,
+    normalized,
+)
 from services.gateway.tools.retrieve import format_hits
 
 COORD = "react/think"
@@ -61,6 +67,28 @@ def test_ranks_titles_by_their_base_form_and_disambiguates_by_qualifier(corpus: 
                                   "Steve Perry"]
     assert abs(sum(r.probability for r in ranking) - 1.0) < 1e-9
     assert [r.rank for r in ranking] == list(range(len(ranking)))
+
+
+def test_titles_of_equal_score_keep_their_order_in_their_probabilities(tmp_path: Path) -> None:
+    docs = [Document("perry", "Steve Perry", "Steve Perry is an American singer."),
+            Document("schon", "Neal Schon", "Neal Schon is an American guitarist."),
+            Document("rock", "Rock music", "Rock music is a genre.")]
+    with Corpus(tmp_path / "c", "wiki", sync=False, refresh_fraction=10.0) as c:
+        c.load_documents(docs)
+        titles = CorpusTitles(c)
+        text = "Steve Perry sang Rock music with Neal Schon."
+        ranking = titles.rank(COORD, ctx(text))
+        # one mention each: the first mentioned first, and no two share a probability
+        # (admission would take them for a tie), nothing moved by more than the step
+        assert names(ranking) == ["Steve Perry", "Rock music", "Neal Schon"]
+        assert len({r.probability for r in ranking}) == 3
+        assert ranking[0].probability - ranking[2].probability == pytest.approx(
+            2 * TITLE_TIE_STEP / 3, rel=1e-3)
+        # where the entity extractor names the same titles, its order (the latest mention
+        # first) stands in the composite
+        merged = default_predictor(k=3, extra=[(titles, TITLE_WEIGHT)]).rank(COORD, ctx(text))
+        assert names(merged)[:2] == ["Neal Schon", "Steve Perry"]
+        assert len({r.probability for r in merged}) == len(merged)
 
 
 def test_returned_passages_and_excluded_candidates_are_not_proposed(corpus: Corpus) -> None:
