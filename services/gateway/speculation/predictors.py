@@ -5,7 +5,8 @@ candidate list. The probabilities are normalized scores, not calibrated estimate
 takes them as the prior of selection rates it learns online per rank (§3.3), and reads equal
 probabilities as a tie, candidates the predictor cannot tell apart, whose order says nothing
 (``admission.core.tied_ranks``). A predictor whose order within equal scores is a ranking of its
-own says so in its scores (``ObservationEntities``; ``titles.CorpusTitles``).
+own says so in its scores (``ranked_in_order``: ``ObservationEntities``;
+``titles.CorpusTitles``).
 
 - ``TemplateEnumeration``: a bounded space, in template (or offered) order.
 - ``FrequencyPrior``: per-coordinate selection counts learned online, Laplace-smoothed; ties keep
@@ -69,6 +70,13 @@ def ranked(scores: Iterable[tuple[str, float]]) -> list[RankedCandidate]:
     total = sum(s for _, s in pairs)
     return [RankedCandidate(c, i, s / total if total > 0 else 1.0 / len(pairs))
             for i, (c, s) in enumerate(pairs)]
+
+
+def ranked_in_order(scores: Iterable[tuple[str, float]], step: float) -> list[RankedCandidate]:
+    """``ranked``, for a predictor whose order within equal scores is a ranking of its own:
+    each place scores ``step`` below its score, so no two share a probability and admission
+    does not take them for a tie (``admission.core.tied_ranks``)."""
+    return ranked((c, s - step * i) for i, (c, s) in enumerate(scores))
 
 
 class TemplateEnumeration:
@@ -161,7 +169,7 @@ class ObservationEntities:
         if context.candidates:
             allowed = set(context.candidates)
             found = [(e, s) for e, s in found if e in allowed]
-        return ranked((e, s - TIE_STEP * i) for i, (e, s) in enumerate(found[:self.limit]))
+        return ranked_in_order(found[:self.limit], TIE_STEP)
 
 
 class LexicalOverlap:
@@ -347,5 +355,5 @@ __all__ = [
     "TIE_STEP", "CompositePredictor", "FrequencyPrior", "LexicalOverlap", "ObservationEntities",
     "OfferedOptions",
     "PredictionContext", "Predictor", "TemplateEnumeration", "context_for",
-    "default_predictor", "extract_entities", "ranked",
+    "default_predictor", "extract_entities", "ranked", "ranked_in_order",
 ]

@@ -33,7 +33,11 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from services.common.values.candidates import RankedCandidate
-from services.gateway.speculation.predictors import TIE_STEP, PredictionContext, ranked
+from services.gateway.speculation.predictors import (
+    TIE_STEP,
+    PredictionContext,
+    ranked_in_order,
+)
 
 #: Words that open a clause but name nothing: a lone one never counts as a title mention.
 _STOP = frozenset(w.casefold() for w in (
@@ -217,8 +221,7 @@ class CorpusTitles:
         if context.candidates:
             allowed = set(context.candidates)
             scores = [(t, s) for t, s in scores if t in allowed]
-        return ranked((title, score - TITLE_TIE_STEP * i)
-                      for i, (title, score) in enumerate(scores[:self.limit]))
+        return ranked_in_order(scores[:self.limit], TITLE_TIE_STEP)
 
     def scores(self, text: str, exclude: Iterable[str] = ()) -> list[tuple[str, float]]:
         """``(title, score)`` for titles mentioned in ``text``, best first.
