@@ -47,8 +47,9 @@ class HoldRegistry:
     def __init__(self, max_holds: int = 100_000) -> None:
         self.max_holds = max_holds
         self._by_key: dict[bytes, dict[str, Hold]] = {}
-        self._by_branch: dict[str, set[bytes]] = {}
-        self._by_scope: dict[str, set[Hold]] = {}
+        # insertion-ordered (dicts as sets): who is told first must not follow hash order
+        self._by_branch: dict[str, dict[bytes, None]] = {}
+        self._by_scope: dict[str, dict[Hold, None]] = {}
         self._count = 0
 
     def __len__(self) -> int:
@@ -64,8 +65,8 @@ class HoldRegistry:
             self.close(old)
         hold = Hold(key, branch_id, candidate, scope)
         self._by_key.setdefault(key, {})[branch_id] = hold
-        self._by_branch.setdefault(branch_id, set()).add(key)
-        self._by_scope.setdefault(scope, set()).add(hold)
+        self._by_branch.setdefault(branch_id, {})[key] = None
+        self._by_scope.setdefault(scope, {})[hold] = None
         self._count += 1
         return hold
 
@@ -78,11 +79,11 @@ class HoldRegistry:
         if not holds:
             del self._by_key[hold.key]
         keys = self._by_branch[hold.branch_id]
-        keys.discard(hold.key)
+        keys.pop(hold.key, None)
         if not keys:
             del self._by_branch[hold.branch_id]
         scoped = self._by_scope[hold.scope]
-        scoped.discard(hold)
+        scoped.pop(hold, None)
         if not scoped:
             del self._by_scope[hold.scope]
         self._count -= 1
@@ -136,7 +137,7 @@ class HoldRegistry:
         branch); returns how many were told."""
         notice = HoldNotice(HoldEvent.SETTLED, template_id, stage_id, keep_branch,
                             keep_candidate)
-        holds = self._by_scope.get(scope, set())
+        holds = self._by_scope.get(scope, {})
         for hold in holds:
             hold.events.put_nowait(notice)
         return len(holds)

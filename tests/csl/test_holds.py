@@ -13,7 +13,7 @@ from services.common.values.errors import ResourceExhausted
 from services.common.values.reads import HoldEvent
 from services.common.values.reuse_name import name_key
 from services.csl.async_library import AsyncSubgraphLibrary
-from services.csl.holds import HoldRegistry
+from services.csl.holds import Hold, HoldRegistry
 from tests.csl.factories import library, name, shadow
 
 
@@ -97,3 +97,23 @@ def test_holds_are_bounded() -> None:
     holds.open(b"k1", "b1", "h1", "wf")
     with pytest.raises(ResourceExhausted):
         holds.open(b"k2", "b1", "h2", "wf")
+
+
+async def test_a_settled_branch_tells_its_holders_in_the_order_they_opened() -> None:
+    """Who hears first that a branch settled is the order its holds opened, not the hash order
+    of their keys (or of the holds, for a scope): the first woken reaches the engines first."""
+    holds = HoldRegistry()
+    opened = [holds.open(name_key(name(i)), "b1", f"c{i}", "wf-1") for i in range(40)]
+    woken: list[str] = []
+
+    async def hear(hold: Hold) -> None:
+        await hold.changed.wait()
+        woken.append(hold.candidate)
+    waits = [asyncio.create_task(hear(h)) for h in opened]
+    await asyncio.sleep(0)
+    assert holds.settled("b1", "") == 40
+    await asyncio.gather(*waits)
+    assert woken == [h.candidate for h in opened]
+    told = [holds.open(name_key(name(i)), f"b{i}", f"c{i}", "wf-2") for i in range(40)]
+    assert holds.settle_scope("wf-2", "routing", "handler", "b0", "c0") == 40
+    assert [h.events.get_nowait().keep_branch for h in told] == ["b0"] * 40

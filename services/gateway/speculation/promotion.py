@@ -118,7 +118,7 @@ class Promotions:
         #: With C1 on, an adopting demand stops waiting once another demand confirms its name
         #: (``confirmed``): the library answers it.
         self.join_confirmed = join_confirmed
-        self._adopting: dict[ReuseName, set[asyncio.Event]] = {}
+        self._adopting: dict[ReuseName, dict[asyncio.Event, None]] = {}  # woken in order
         self._confirmed_at: OrderedDict[ReuseName, float] = OrderedDict()
         #: Per matched step that ended with a shadow: how long it still ran when its demand
         #: arrived (run's clock; 0 when it had already ended): how far fills outlast windows.
@@ -241,7 +241,7 @@ class Promotions:
         waiting = clock.now()
         why, elsewhere = None, asyncio.Event()
         if self.join_confirmed and step.name is not None:
-            self._adopting.setdefault(step.name, set()).add(elsewhere)
+            self._adopting.setdefault(step.name, {})[elsewhere] = None
         try:
             why = await self.adopter.wait(step, deadline, stream, elsewhere)
         finally:
@@ -260,7 +260,7 @@ class Promotions:
     def _forget(self, name: ReuseName | None, event: asyncio.Event) -> None:
         waiting = self._adopting.get(name) if name is not None else None
         if waiting is not None:
-            waiting.discard(event)
+            waiting.pop(event, None)
             if not waiting:
                 del self._adopting[name]  # type: ignore[arg-type]
 

@@ -13,15 +13,18 @@ import asyncio
 import dataclasses
 import json
 import uuid
+from types import SimpleNamespace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.trace import NoOpTracer
 
 from services.common.pb import gateway_pb2
 from services.common.values.errors import DeadlineExceeded
 from services.common.values.reads import Served
 from services.common.values.reuse_name import ReuseName, StageFingerprint, reuse_name
 from services.gateway.speculation.branches import BranchManager
+from services.gateway.speculation.promotion import Promotions
 from services.gateway.speculation.state import Branch, BranchSettings, Fill, FillStep
 from services.gateway.templates import Semantics, TemplateRegistry, load_builtin
 from services.gateway.values import AnswerSource, Demand
@@ -301,3 +304,33 @@ async def test_the_final_report_goes_out_once_the_winner_is_promoted() -> None:
         assert branch.reported and not branch.retired  # inside the run, not at expiry
         provisional, final = [r for r in core.admission.reports if r[0] == branch.id]
         assert final[1] == winner and final[2] > 0
+
+
+# -- the order of wake-ups is the order of arrival ---------------------------------------------
+
+async def test_a_confirmed_name_wakes_its_adopting_demands_in_the_order_they_began() -> None:
+    """Demands adopting one running step are woken in the order they began waiting when another
+    demand confirms its name, never in the hash order of their events: the order decides which
+    demand reaches the engines first at that instant, so the same run gave two results."""
+    woken: list[int] = []
+
+    class _Adopter:
+        async def wait(self, step: object, deadline: float, stream: object,
+                       elsewhere: asyncio.Event) -> str | None:
+            await elsewhere.wait()
+            woken.append(step.order)  # type: ignore[attr-defined]
+            return "confirmed"
+
+    promotions = Promotions(None, BranchSettings(), NoOpTracer(),  # type: ignore[arg-type]
+                            adopter=_Adopter())  # type: ignore[arg-type]
+    name = reuse_name("acme", StageFingerprint("routing", "handler", 1, "m"), b"input")
+    branch = SimpleNamespace(waited=lambda _s: None)
+    waits = []
+    for order in range(40):
+        step = SimpleNamespace(name=name, done=asyncio.Event(), order=order)
+        waits.append(asyncio.create_task(promotions._adopt(
+            branch, step, 60.0, None)))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+    promotions.confirmed(name)
+    assert await asyncio.gather(*waits) == ["confirmed"] * 40
+    assert woken == list(range(40))
