@@ -391,7 +391,9 @@ def _arms_args(bench: argparse.ArgumentParser) -> None:
                       help="a load level instead of --rate: the Poisson rate at which the "
                       "floor's mean latency is 1.0, 1.2, 1.7 or 2.3 x its idle value for this "
                       "workload, preset and engines (a calibrated search on the virtual mesh, "
-                      "cached in .dynbranch/cache; the rate is reported)")
+                      "cached in .dynbranch/cache; the rate is reported). Where the data set "
+                      "cannot load that many engines to the level, it runs on the most that it "
+                      "can, and says so")
     arms.add_argument("--workflows", type=int, metavar="N",
                       help="measured workflows per seed (default 24 quick, 48 full, and more "
                       "at high rates: arrivals spread over at least 12 simulated s)")

@@ -16,6 +16,9 @@ least ``SPAN_S`` simulated seconds (one idle Routing workflow), never fewer than
 and never more than the data set yields for one schedule (``most_workflows``: ReAct's test split
 has 133 HotpotQA questions, so its schedules stop at 166 workflows, with its exact repeats; at
 16/s they span about 10 s, and the run reports the count). ``VERSION`` 2: that cap.
+
+Where the data set cannot load the engines asked for to a level, the level runs on the most
+engines it can (``level_mesh``; ReAct: busy on 2 engines, saturated on 1), and the run says so.
 """
 
 from __future__ import annotations
@@ -194,6 +197,33 @@ def level_rate(cal: Calibration, level: str, *, path: Path | None = None,
     return record["levels"][level]["rate"], record
 
 
+def reached(found: dict[str, Any]) -> bool:
+    """Whether a level's calibration (``record["levels"][level]``) reached its target ratio,
+    within ``TOLERANCE`` below it (above it is reached: the search keeps the nearest probe)."""
+    return bool(found["floor_ratio"] >= found["target"] * (1 - TOLERANCE))
+
+
+def level_mesh(cal: Calibration, level: str, *, path: Path | None = None,
+               measure: Callable[[Calibration, float], float] = _floor_mean
+               ) -> tuple[float, Calibration, dict[str, Any]]:
+    """``level``'s rate on the most engines, at most ``cal.engines``, that the data set can load
+    to it, with that calibration and its record. A schedule holds what one split yields
+    (``most_workflows``): ReAct's 133 test questions, all in flight at ``MAX_RATE``, stretch 4
+    engines' floor to 1.39x its idle value, 2 engines' to 1.78x and one engine's to 2.61x, so
+    its busy level runs on 2 engines and its saturated on 1, each against its own idle value.
+    Fewer engines are tried one at a time from ``cal.engines`` down (each calibrated once and
+    cached); when none reaches the level, ``cal.engines``' nearest rate, as ``level_rate``."""
+    first: tuple[float, Calibration, dict[str, Any]] | None = None
+    for engines in range(cal.engines, 0, -1):
+        here = dataclasses.replace(cal, engines=engines)
+        rate, record = level_rate(here, level, path=path, measure=measure)
+        if reached(record["levels"][level]):
+            return rate, here, record
+        first = first or (rate, here, record)
+    assert first is not None, "a calibration has at least one engine"
+    return first
+
+
 def _read(path: Path) -> dict[str, Any]:
     """The cache, or {} when it is missing or unreadable (a broken cache is recalibrated)."""
     try:
@@ -204,4 +234,4 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 __all__ = ["LEVELS", "MAX_RATE", "SPAN_S", "Calibration", "cache_path", "calibrate",
-           "level_rate", "search", "workflows_at"]
+           "level_mesh", "level_rate", "reached", "search", "workflows_at"]

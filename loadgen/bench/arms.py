@@ -36,8 +36,9 @@ from loadgen.arms.leak_guard import check
 from loadgen.arms.load_levels import (
     Calibration,
     cache_path,
-    level_rate,
+    level_mesh,
     most_workflows,
+    reached,
     workflows_at,
 )
 from loadgen.arms.oracle import OracleBound, oracle_bound, summed
@@ -370,11 +371,12 @@ def resolve_load(quick: bool, opts: Options) -> tuple[Options, dict[str, Any] | 
     engines = opts.engines or MODES[quick][1]
     cal = Calibration(opts.workload, opts.preset, engines, opts.profile,
                       opts.hop_ms if opts.hop_ms is not None else DEFAULT_HOP_S * 1000)
-    rate, record = level_rate(cal, opts.load)
+    rate, cal, record = level_mesh(cal, opts.load)
     found = record["levels"][opts.load]
-    return dataclasses.replace(opts, rate=rate), {
+    return dataclasses.replace(opts, rate=rate, engines=cal.engines), {
         "level": opts.load, "rate_per_s": rate, "floor_ratio": found["floor_ratio"],
-        "target": found["target"], "idle_floor_s": record["idle_floor_s"],
+        "target": found["target"], "reached": reached(found), "engines": cal.engines,
+        "engines_asked": engines, "idle_floor_s": record["idle_floor_s"],
         "calibration_seed": record["seed"], "cache": str(cache_path())}
 
 
@@ -452,7 +454,12 @@ def _print(result: dict[str, Any]) -> None:
         load += f" (load {level['level']}: the workload's low-load rate)"
     elif level:
         load += (f" (load {level['level']}: the floor at {level['floor_ratio']}x its idle "
-                 f"{level['idle_floor_s']} s in calibration)")
+                 f"{level['idle_floor_s']} s in calibration"
+                 + ("" if level["reached"] else f", short of {level['target']}x at the highest "
+                    "rate tried")
+                 + ("" if level["engines"] == level["engines_asked"] else
+                    f"; on {level['engines']} of the {level['engines_asked']} engines asked: the "
+                    "data set cannot load more to this level") + ")")
     if result["simulated"] and virtual(result["clock"]):
         engine = (f"{result['engines']} x {result['preset']} {CLOCKS[result['clock']].where}, "
                   f"{result['hop_s'] * 1000:g} ms per hop (SIMULATED engine; latency in "

@@ -47,7 +47,8 @@ def cell_options(rate: float | None = None, *, load: str | None = None,
 def run_cell(workload: str, rate: float | None = None, *, load: str | None = None,
              seeds: int = SWEEP_SEEDS, arms: Sequence[str] = SWEEP_ARMS,
              progress: Callable[[str, bool], None] | None = None) -> dict[str, Any]:
-    """One sweep cell: ``bench arms`` (full mode, four engines) at ``rate`` or a load level,
+    """One sweep cell: ``bench arms`` (full mode, four engines, or at a load level the most of
+    them the data set can load to it: ``load_levels.level_mesh``) at ``rate`` or a load level,
     its table captured (the report prints the summary), ``progress`` told of each unit."""
     from loadgen.bench.arms import run
 
@@ -57,6 +58,18 @@ def run_cell(workload: str, rate: float | None = None, *, load: str | None = Non
 
 
 # -- the report's tables -------------------------------------------------------------------------
+
+def level_label(level: str, result: Mapping[str, Any]) -> str:
+    """A load-level cell's label: its rate, the floor's calibrated stretch, and its engines
+    where the data set could not load the study's to the level (``load_levels.level_mesh``)."""
+    found = result.get("load_level") or {}
+    parts = [f"{result.get('rate_per_s') or 0.0:.3g}/s"]
+    if found.get("idle_floor_s") is not None:
+        parts.append(f"floor {found['floor_ratio']:g}x")
+    if found.get("engines", found.get("engines_asked")) != found.get("engines_asked"):
+        parts.append(f"{found['engines']} engine" + "s" * (found["engines"] != 1))
+    return f"{level} ({', '.join(parts)})"
+
 
 def _ratio(arm: Mapping[str, Any] | None) -> str:
     if not arm or arm.get("ratio_to_floor") is None:
@@ -74,8 +87,12 @@ def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]],
     arms = [a for a in cells[0][1]["arms"] if a != "floor"]
     names = list(labels) if labels is not None else [f"{x:g}/s" for x, _ in cells]
     head = " | ".join(names)
+    engines = {r.get("engines") for _, r in cells}
     lines = ["", f"## {title}: full/floor", "",
-             f"{cells[0][1].get('engines')} engines, {len(cells[0][1].get('seeds', []))} seeds "
+             (f"{engines.pop()} engines" if len(engines) == 1 else "engines " + ", ".join(
+                 f"{r.get('engines')} at {name}" for name, (_, r) in zip(names, cells,
+                                                                        strict=True)))
+             + f", {len(cells[0][1].get('seeds', []))} seeds "
              "per cell; workflows per seed: " + ", ".join(
                  f"{r.get('workflows')} at {name}" for name, (_, r) in zip(names, cells,
                                                                           strict=True))
@@ -288,4 +305,4 @@ def acceptance_section(checks: Sequence[Mapping[str, Any]]) -> list[str]:
 
 __all__ = ["PRICED", "SWEEP_ARMS", "SWEEP_ENGINES", "SWEEP_RATES", "SWEEP_SEEDS",
            "SWEEP_WORKLOADS", "acceptance", "acceptance_section", "cell_options",
-           "decision_section", "run_cell", "sweep_section"]
+           "decision_section", "level_label", "run_cell", "sweep_section"]

@@ -448,7 +448,7 @@ def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
     levels = found.get("levels", {})
     records = [(f"{w} {x:g}/s", r["decision_record"]) for w, cells in sweeps.items()
                for x, r in cells]
-    records += [(f"{w} {level} ({r.get('rate_per_s')}/s)", r["decision_record"])
+    records += [(f"{w} {c3.level_label(level, r)}", r["decision_record"])
                 for w, by in levels.items() for level, r in by.items()]
     checks = [check for arm in c3.PRICED for check in c3.acceptance(
         sweeps, levels, found.get("idle", {}), found.get("phased"), priced=arm)]
@@ -458,8 +458,7 @@ def c3_report(found: dict[str, Any]) -> tuple[dict[str, Any], str]:
     for w, by in levels.items():
         lines += c3.sweep_section(f"{w.capitalize()} at each load level",
                                   [(r.get("rate_per_s") or 0.0, r) for r in by.values()],
-                                  labels=[f"{lv} ({r.get('rate_per_s'):.3g}/s)"
-                                          for lv, r in by.items()])
+                                  labels=[c3.level_label(lv, r) for lv, r in by.items()])
     if records:
         for arm in c3.PRICED:
             lines += c3.decision_section(records, arm)

@@ -12,12 +12,13 @@ import pytest
 from loadgen.arms.load_levels import (
     LEVELS,
     Calibration,
+    level_mesh,
     level_rate,
     most_workflows,
     search,
     workflows_at,
 )
-from loadgen.report.c3 import acceptance
+from loadgen.report.c3 import acceptance, level_label
 from loadgen.report.decision_record import decision_record, merge_accounts
 from loadgen.report.phased import PHASES, phased_schedule
 
@@ -53,6 +54,50 @@ def test_a_level_is_calibrated_once_then_read_from_the_cache(tmp_path: Path) -> 
     assert cal.key() in json.loads(cache.read_text())
     with pytest.raises(ValueError, match="unknown load level 'heavy'"):
         level_rate(cal, "heavy", path=cache, measure=floor_mean)
+
+
+def _held(cal: Calibration, rate: float) -> float:
+    """A floor that stretches with the load per engine until the data set runs out at 12/s
+    (every question in flight): 4 engines reach 1.48x, 2 engines 1.96x, 1 engine 2.92x."""
+    return 12.0 * (1.0 + 0.16 * min(rate, 12.0) / cal.engines)
+
+
+def test_a_level_the_data_set_cannot_reach_runs_on_the_most_engines_that_reach_it(
+        tmp_path: Path) -> None:
+    cache = tmp_path / "levels.json"
+    cal = Calibration("react", "qwen3-32b-h200", 4)
+    rate, used, record = level_mesh(cal, "moderate", path=cache, measure=_held)
+    assert used.engines == 4 and record["levels"]["moderate"]["floor_ratio"] == pytest.approx(
+        1.2, rel=0.03)
+    rate, used, record = level_mesh(cal, "busy", path=cache, measure=_held)
+    assert used.engines == 2 and record["levels"]["busy"]["floor_ratio"] == pytest.approx(
+        1.7, rel=0.03)  # 4 engines stop at 1.48x; 3 at 1.64x, short of 1.7 by more than 3%
+    rate, used, record = level_mesh(cal, "saturated", path=cache, measure=_held)
+    assert used.engines == 1 and record["engines"] == 1 and rate < 12.0
+    assert level_mesh(cal, "idle", path=cache, measure=_held)[1].engines == 4
+    rate, used, record = level_mesh(Calibration("react", "qwen3-32b-h200", 4, hop_ms=1),
+                                    "saturated", path=cache,
+                                    measure=lambda c, r: 12.0 * (1.0 + 0.01 * r))
+    assert used.engines == 4 and record["levels"]["saturated"]["floor_ratio"] < 2.3
+
+
+def test_a_run_at_a_level_says_on_how_many_engines_it_ran(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadgen.bench.arms import Options, resolve_load
+
+    monkeypatch.setenv("DYNBRANCH_CACHE_DIR", str(tmp_path))
+    for level in ("busy", "saturated"):  # calibrated here, so resolve_load reads the cache
+        level_mesh(Calibration("react", "qwen3-32b-h200", 4), level, measure=_held)
+    opts, load = resolve_load(False, Options(workload="react", load="saturated", engines=4))
+    assert opts.engines == 1 and opts.rate == load["rate_per_s"]
+    assert load is not None and load["engines"] == 1 and load["engines_asked"] == 4
+    assert load["reached"] and load["floor_ratio"] == pytest.approx(2.3, rel=0.03)
+    assert level_label("saturated", {"rate_per_s": opts.rate, "load_level": load}) == (
+        f"saturated ({opts.rate:.3g}/s, floor {load['floor_ratio']:g}x, 1 engine)")
+    opts, load = resolve_load(False, Options(workload="react", load="busy", engines=2))
+    assert opts.engines == 2 and load is not None and load["engines_asked"] == 2
+    assert level_label("busy", {"rate_per_s": opts.rate, "load_level": load}) == (
+        f"busy ({opts.rate:.3g}/s, floor {load['floor_ratio']:g}x)")
 
 
 def test_idle_needs_no_calibration_and_high_rates_get_more_workflows(tmp_path: Path) -> None:
