@@ -88,13 +88,14 @@ def sweep_section(title: str, cells: Sequence[tuple[float, Mapping[str, Any]]],
     names = list(labels) if labels is not None else [f"{x:g}/s" for x, _ in cells]
     head = " | ".join(names)
     engines = {r.get("engines") for _, r in cells}
+    short = [name.split(" (")[0] for name in names]  # a level's label less its figures
     lines = ["", f"## {title}: full/floor", "",
              (f"{engines.pop()} engines" if len(engines) == 1 else "engines " + ", ".join(
-                 f"{r.get('engines')} at {name}" for name, (_, r) in zip(names, cells,
+                 f"{r.get('engines')} at {name}" for name, (_, r) in zip(short, cells,
                                                                         strict=True)))
              + f", {len(cells[0][1].get('seeds', []))} seeds "
              "per cell; workflows per seed: " + ", ".join(
-                 f"{r.get('workflows')} at {name}" for name, (_, r) in zip(names, cells,
+                 f"{r.get('workflows')} at {name}" for name, (_, r) in zip(short, cells,
                                                                           strict=True))
              + ". Floor mean latency (s): " + ", ".join(
                  f"{r['arms']['floor']['mean_s']:.1f}" for _, r in cells) + ".", "",
