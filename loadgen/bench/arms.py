@@ -359,9 +359,10 @@ async def measure(quick: bool, opts: Options, progress: UnitProgress = _silent
 
 
 def resolve_load(quick: bool, opts: Options) -> tuple[Options, dict[str, Any] | None]:
-    """``opts`` with its load level (if any) turned into the calibrated rate, and what the
-    calibration found (``loadgen.arms.load_levels``); a level with --rate or a serial loop, or on a
-    real engine, is a ``ValueError``."""
+    """``opts`` with its load level (if any) turned into the calibrated rate, on the engines
+    that reach it (``load_levels.level_mesh``: fewer than asked where the data set cannot load
+    them to the level), and what the calibration found; a level with --rate or a serial loop, or
+    on a real engine, is a ``ValueError``."""
     if opts.load is None:
         return opts, None
     if opts.rate is not None:

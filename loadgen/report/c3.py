@@ -66,7 +66,7 @@ def level_label(level: str, result: Mapping[str, Any]) -> str:
     parts = [f"{result.get('rate_per_s') or 0.0:.3g}/s"]
     if found.get("idle_floor_s") is not None:
         parts.append(f"floor {found['floor_ratio']:g}x")
-    if found.get("engines", found.get("engines_asked")) != found.get("engines_asked"):
+    if found.get("engines") not in (None, found.get("engines_asked")):
         parts.append(f"{found['engines']} engine" + "s" * (found["engines"] != 1))
     return f"{level} ({', '.join(parts)})"
 
